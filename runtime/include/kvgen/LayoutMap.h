@@ -1,0 +1,52 @@
+//===- LayoutMap.h - The one layout -> element offset formula ---*- C++ -*-===//
+//
+// This header is the single place where kvgen turns a (block, token-in-block,
+// kv head, element) position of a paged K/V cache into an element offset.
+// It is plain C++ with no dependencies so that it can be used by
+//   - the host runtime (launch-time bounds checks, see Layout.h),
+//   - the host reference tests,
+//   - and every emitted kernel: the code generator embeds this file verbatim in
+//     the device prelude of each target (see codegen/prelude/).
+//
+// Units: every stride, base and offset here is in *elements* of the cache
+// element type, never bytes. Offsets are 64-bit.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KVGEN_LAYOUTMAP_H
+#define KVGEN_LAYOUTMAP_H
+
+#ifndef KVGEN_DEVICE_EMBED
+#include <cstdint>
+#endif
+
+#ifndef KVGEN_HD
+#define KVGEN_HD
+#endif
+
+namespace kvgen {
+
+/// Where one side (K or V) of a paged cache lives, in elements of the cache
+/// element type:
+///   offset(block, token, head, e) = block * block + token * token
+///                                   + head * head + base + e
+/// `base` is the column where the side starts inside a row: 0 for K and for a
+/// separate V tensor, head_size_k for V in a packed K|V row.
+struct SideMap {
+  int64_t block; ///< elements between consecutive cache blocks
+  int64_t token; ///< elements between consecutive tokens of one block
+  int64_t head;  ///< elements between consecutive kv heads of one token
+  int64_t base;  ///< first element of this side inside a (token, head) row
+};
+
+/// The element offset of element `elem` of kv head `head` of token `token`
+/// (0 <= token < block_size) of cache block `block`. This is the only
+/// definition of the address formula in kvgen.
+KVGEN_HD inline int64_t elementOffset(const SideMap &m, int64_t block,
+                                      int64_t token, int64_t head,
+                                      int64_t elem) {
+  return block * m.block + token * m.token + head * m.head + m.base + elem;
+}
+
+} // namespace kvgen
+
+#endif // KVGEN_LAYOUTMAP_H
