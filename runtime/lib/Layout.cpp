@@ -28,9 +28,15 @@ Strides LayoutDesc::denseStrides(Side side) const {
 }
 
 Strides LayoutDesc::strides(Side side) const {
-  const std::optional<Strides> &explicitStrides =
-      side == Side::K ? kStrides : vStrides;
-  return explicitStrides ? *explicitStrides : denseStrides(side);
+  const std::optional<Strides> &own = side == Side::K ? kStrides : vStrides;
+  if (own)
+    return *own;
+  // K and V of a packed layout share one tensor: one side's explicit strides
+  // serve both unless the other side states its own.
+  const std::optional<Strides> &other = side == Side::K ? vStrides : kStrides;
+  if (packing == Packing::Packed && other)
+    return *other;
+  return denseStrides(side);
 }
 
 SideMap LayoutDesc::map(Side side, const int64_t *dynamic) const {
@@ -269,6 +275,167 @@ std::string toString(const LayoutDesc &l) {
   if (l.vStrides)
     s += ", v_strides = " + stridesToString(*l.vStrides);
   return s;
+}
+
+} // namespace kvgen
+
+//===----------------------------------------------------------------------===//
+// parseLayout
+//===----------------------------------------------------------------------===//
+
+namespace kvgen {
+namespace {
+std::string trim(const std::string &s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos)
+    return std::string();
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+// Parses a decimal int64 (optionally signed); the whole text must be used.
+bool parseInt(const std::string &s, int64_t *out) {
+  if (s.empty())
+    return false;
+  size_t i = 0;
+  bool neg = false;
+  if (s[0] == '-' || s[0] == '+') {
+    neg = s[0] == '-';
+    i = 1;
+  }
+  if (i == s.size())
+    return false;
+  // Accumulate as a negative number so that INT64_MIN is representable.
+  int64_t v = 0;
+  for (; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9')
+      return false;
+    int d = s[i] - '0';
+    if (v < (INT64_MIN + d) / 10)
+      return false;
+    v = v * 10 - d;
+  }
+  if (!neg) {
+    if (v == INT64_MIN)
+      return false;
+    v = -v;
+  }
+  *out = v;
+  return true;
+}
+
+bool parseStrideList(const std::string &s, Strides *out) {
+  if (s.size() < 2 || s.front() != '[' || s.back() != ']')
+    return false;
+  std::string body = s.substr(1, s.size() - 2);
+  int64_t vals[3];
+  size_t pos = 0;
+  for (int i = 0; i < 3; ++i) {
+    size_t comma = body.find(',', pos);
+    if ((i < 2) != (comma != std::string::npos))
+      return false;
+    std::string item =
+        trim(body.substr(pos, comma == std::string::npos ? std::string::npos
+                                                         : comma - pos));
+    if (item == "?")
+      vals[i] = kDynamic;
+    else if (!parseInt(item, &vals[i]) || vals[i] == kDynamic)
+      return false;
+    pos = comma == std::string::npos ? body.size() : comma + 1;
+  }
+  out->block = vals[0];
+  out->token = vals[1];
+  out->head = vals[2];
+  return true;
+}
+
+// Splits on commas that are not inside [...].
+std::vector<std::string> splitTopLevel(const std::string &s) {
+  std::vector<std::string> parts;
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '[')
+      ++depth;
+    else if (s[i] == ']')
+      --depth;
+    else if (s[i] == ',' && depth == 0) {
+      parts.push_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  parts.push_back(s.substr(start));
+  return parts;
+}
+} // namespace
+
+std::optional<LayoutDesc> parseLayout(const std::string &text,
+                                      std::string *error) {
+  auto fail = [&](const std::string &msg) -> std::optional<LayoutDesc> {
+    if (error)
+      *error = msg;
+    return std::nullopt;
+  };
+  static const char *const kRequired[] = {
+      "num_kv_heads", "head_size_k", "head_size_v", "block_size",
+      "order",        "packing",     "dtype",       "scale"};
+  LayoutDesc l;
+  std::vector<std::string> seen;
+  for (const std::string &rawPart : splitTopLevel(text)) {
+    std::string part = trim(rawPart);
+    size_t eq = part.find('=');
+    if (eq == std::string::npos)
+      return fail("expected 'field = value', got '" + part + "'");
+    std::string key = trim(part.substr(0, eq));
+    std::string value = trim(part.substr(eq + 1));
+    if (std::find(seen.begin(), seen.end(), key) != seen.end())
+      return fail("field '" + key + "' given twice");
+    seen.push_back(key);
+    auto badValue = [&]() {
+      return fail("bad value '" + value + "' for '" + key + "'");
+    };
+    if (key == "num_kv_heads" || key == "head_size_k" ||
+        key == "head_size_v" || key == "block_size") {
+      int64_t v;
+      if (!parseInt(value, &v))
+        return badValue();
+      (key == "num_kv_heads"  ? l.numKvHeads
+       : key == "head_size_k" ? l.headSizeK
+       : key == "head_size_v" ? l.headSizeV
+                              : l.blockSize) = v;
+    } else if (key == "order") {
+      std::optional<Order> o = parseOrder(value);
+      if (!o)
+        return badValue();
+      l.order = *o;
+    } else if (key == "packing") {
+      std::optional<Packing> p = parsePacking(value);
+      if (!p)
+        return badValue();
+      l.packing = *p;
+    } else if (key == "dtype") {
+      std::optional<DType> t = parseDType(value);
+      if (!t)
+        return badValue();
+      l.dtype = *t;
+    } else if (key == "scale") {
+      std::optional<ScaleKind> k = parseScaleKind(value);
+      if (!k)
+        return badValue();
+      l.scale = *k;
+    } else if (key == "k_strides" || key == "v_strides") {
+      Strides s;
+      if (!parseStrideList(value, &s))
+        return badValue();
+      (key == "k_strides" ? l.kStrides : l.vStrides) = s;
+    } else {
+      return fail("unknown field '" + key + "'");
+    }
+  }
+  for (const char *req : kRequired)
+    if (std::find(seen.begin(), seen.end(), req) == seen.end())
+      return fail(std::string("missing field '") + req + "'");
+  return l;
 }
 
 } // namespace kvgen

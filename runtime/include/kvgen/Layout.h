@@ -78,7 +78,9 @@ struct LayoutDesc {
   }
   /// Dense strides implied by order and packing.
   Strides denseStrides(Side side) const;
-  /// Explicit strides when given, else the dense ones (may contain kDynamic).
+  /// Explicit strides when given (for a packed layout, the other side's
+  /// explicit strides when only that side states them), else the dense ones.
+  /// May contain kDynamic.
   Strides strides(Side side) const;
   /// First column of the side inside its row (head_size_k for packed V).
   int64_t base(Side side) const {
@@ -134,6 +136,17 @@ std::optional<ScaleKind> parseScaleKind(const std::string &s);
 /// A stable textual form, the same as the MLIR attribute's body:
 /// num_kv_heads = 4, head_size_k = 192, ..., used in manifests and keys.
 std::string toString(const LayoutDesc &l);
+
+/// Parses exactly the text toString(const LayoutDesc &) prints: comma
+/// separated `field = value` pairs, fields in any order, each at most once.
+/// Required: num_kv_heads, head_size_k, head_size_v, block_size, order,
+/// packing, dtype, scale. Optional: k_strides, v_strides as `[b, t, h]`
+/// (element strides block, token, head; `?` = kDynamic). Whitespace around
+/// tokens is ignored. Only the syntax is checked here, not the rules of
+/// LayoutDesc::validate(). On failure returns std::nullopt and, when `error`
+/// is non-null, stores one message that names the offending field or text.
+std::optional<LayoutDesc> parseLayout(const std::string &text,
+                                      std::string *error);
 
 } // namespace kvgen
 

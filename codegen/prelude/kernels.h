@@ -1,0 +1,386 @@
+//===- kernels.h - Target-neutral bodies of kvgen kernels -------*- C++ -*-===//
+//
+// Embedded verbatim into every emitted kernel source, after the target
+// prelude (target_*.h), numerics.h, LayoutMap.h and kernel_abi.h. The emitted
+// kernel function (generated from MLIR through EmitC) computes the K and V
+// SideMaps of its layout and calls one of the CTA bodies below with the
+// layout's sizes, element types and plan as template arguments, so every
+// size here is a compile-time constant of the specialization.
+//
+// The target prelude provides: KVGEN_HD, KVGEN_DEVICE, KVGEN_BLOCK_ID_X,
+// KVGEN_THREAD_ID_X, the fixed-width integer types and kvgen::VecBytes<N>
+// (an N-byte vector type for N in {1, 2, 4, 8, 16}).
+//
+//===----------------------------------------------------------------------===//
+#ifndef KVGEN_PRELUDE_KERNELS_H
+#define KVGEN_PRELUDE_KERNELS_H
+
+namespace kvgen {
+
+//===----------------------------------------------------------------------===//
+// Element types: storage type and conversion to/from float.
+//===----------------------------------------------------------------------===//
+
+struct dt_bf16 {
+  typedef uint16_t storage;
+  static KVGEN_HD float load(storage s) { return bf16_to_float(s); }
+  static KVGEN_HD storage store(float x) { return float_to_bf16(x); }
+  enum { is_fp8 = 0 };
+};
+struct dt_f16 {
+  typedef uint16_t storage;
+  static KVGEN_HD float load(storage s) { return f16_to_float(s); }
+  static KVGEN_HD storage store(float x) { return float_to_f16(x); }
+  enum { is_fp8 = 0 };
+};
+struct dt_f32 {
+  typedef float storage;
+  static KVGEN_HD float load(storage s) { return s; }
+  static KVGEN_HD storage store(float x) { return x; }
+  enum { is_fp8 = 0 };
+};
+struct dt_f8e4m3fn {
+  typedef uint8_t storage;
+  static KVGEN_HD float load(storage s) { return f8e4m3fn_to_float(s); }
+  static KVGEN_HD storage store(float x) { return float_to_f8e4m3fn(x); }
+  enum { is_fp8 = 1 };
+};
+struct dt_f8e4m3fnuz {
+  typedef uint8_t storage;
+  static KVGEN_HD float load(storage s) { return f8e4m3fnuz_to_float(s); }
+  static KVGEN_HD storage store(float x) { return float_to_f8e4m3fnuz(x); }
+  enum { is_fp8 = 1 };
+};
+struct dt_f8e5m2 {
+  typedef uint8_t storage;
+  static KVGEN_HD float load(storage s) { return f8e5m2_to_float(s); }
+  static KVGEN_HD storage store(float x) { return float_to_f8e5m2(x); }
+  enum { is_fp8 = 1 };
+};
+struct dt_f8e5m2fnuz {
+  typedef uint8_t storage;
+  static KVGEN_HD float load(storage s) { return f8e5m2fnuz_to_float(s); }
+  static KVGEN_HD storage store(float x) { return float_to_f8e5m2fnuz(x); }
+  enum { is_fp8 = 1 };
+};
+
+template <class A, class B> struct same_type { enum { value = 0 }; };
+template <class A> struct same_type<A, A> { enum { value = 1 }; };
+
+/// Scale kinds, as kvgen::ScaleKind in Layout.h.
+enum { SCALE_NONE = 0, SCALE_PER_TENSOR = 1, SCALE_PER_HEAD = 2 };
+
+//===----------------------------------------------------------------------===//
+// Moving VEC elements.
+//===----------------------------------------------------------------------===//
+
+/// VEC elements of type T held in registers, loadable with one access.
+template <class T, int VEC> struct Frag {
+  union {
+    typename VecBytes<sizeof(T) * VEC>::type v;
+    T e[VEC];
+  };
+};
+
+template <class T, int VEC>
+KVGEN_DEVICE inline void loadFrag(Frag<T, VEC> &f, const T *p) {
+  f.v = *reinterpret_cast<const typename VecBytes<sizeof(T) * VEC>::type *>(p);
+}
+template <class T, int VEC>
+KVGEN_DEVICE inline void storeFrag(T *p, const Frag<T, VEC> &f) {
+  *reinterpret_cast<typename VecBytes<sizeof(T) * VEC>::type *>(p) = f.v;
+}
+
+/// Copies VEC elements from `src` (type S) to `dst` (type D). Equal types with
+/// no scale move raw bits; otherwise each element goes through float:
+/// quantizing (write to fp8): D::store(x / scale), saturating and rounding
+/// to nearest even inside D::store; dequantizing (read from fp8):
+/// D::store(S::load(q) * scale).
+template <bool RAW> struct Mover;
+/// Same element type, no scaling: move the raw bits.
+template <> struct Mover<true> {
+  template <class S, class D, int VEC, bool QUANT, bool DEQUANT>
+  static KVGEN_DEVICE inline void run(const typename S::storage *src,
+                                      typename D::storage *dst, float) {
+    typedef typename S::storage SS;
+    Frag<SS, VEC> in;
+    loadFrag<SS, VEC>(in, src);
+    storeFrag<SS, VEC>(reinterpret_cast<SS *>(dst), in);
+  }
+};
+/// Convert each element through float.
+template <> struct Mover<false> {
+  template <class S, class D, int VEC, bool QUANT, bool DEQUANT>
+  static KVGEN_DEVICE inline void run(const typename S::storage *src,
+                                      typename D::storage *dst, float scale) {
+    typedef typename S::storage SS;
+    typedef typename D::storage DS;
+    Frag<SS, VEC> in;
+    loadFrag<SS, VEC>(in, src);
+    Frag<DS, VEC> out;
+    KVGEN_UNROLL
+    for (int i = 0; i < VEC; ++i) {
+      float x = S::load(in.e[i]);
+      if (QUANT)
+        x = x / scale;
+      if (DEQUANT)
+        x = x * scale;
+      out.e[i] = D::store(x);
+    }
+    storeFrag<DS, VEC>(dst, out);
+  }
+};
+
+/// Copies VEC elements from `src` (type S) to `dst` (type D). Equal types with
+/// no scale move raw bits; otherwise each element goes through float:
+/// quantizing (write to fp8): D::store(x / scale), saturating and rounding
+/// to nearest even inside D::store; dequantizing (read from fp8):
+/// D::store(S::load(q) * scale).
+template <class S, class D, int VEC, bool QUANT, bool DEQUANT>
+KVGEN_DEVICE inline void moveVec(const typename S::storage *src,
+                                 typename D::storage *dst, float scale) {
+  Mover<same_type<S, D>::value && !QUANT && !DEQUANT>::template run<
+      S, D, VEC, QUANT, DEQUANT>(src, dst, scale);
+}
+
+/// True when `p` and both strides keep every VEC-element access of a row of
+/// T aligned to VEC * sizeof(T) bytes.
+template <class T, int VEC>
+KVGEN_DEVICE inline bool rowsAligned(const void *p, int64_t strideA,
+                                     int64_t strideB) {
+  const uint64_t bytes = sizeof(T) * VEC;
+  return (reinterpret_cast<uint64_t>(p) % bytes) == 0 &&
+         (uint64_t(strideA) * sizeof(T)) % bytes == 0 &&
+         (uint64_t(strideB) * sizeof(T)) % bytes == 0;
+}
+
+template <class Slot>
+KVGEN_DEVICE inline int64_t loadSlot(const void *slots, int64_t token) {
+  return int64_t(static_cast<const Slot *>(slots)[token]);
+}
+
+KVGEN_DEVICE inline float loadScale(const float *scale, int kind,
+                                    int64_t head) {
+  return kind == SCALE_PER_HEAD ? scale[head]
+                                : (kind == SCALE_PER_TENSOR ? scale[0] : 1.0f);
+}
+
+/// Static description of one kernel specialization.
+template <class IO, class CACHE, class SLOT, int HEADS, int HEAD_K, int HEAD_V,
+          int BLOCK_SIZE, int VEC, int TOKENS_PER_CTA, int THREADS, int SCALE,
+          bool CHECKED>
+struct Spec {
+  typedef IO io;
+  typedef CACHE cache;
+  typedef SLOT slot;
+  enum {
+    heads = HEADS,
+    head_k = HEAD_K,
+    head_v = HEAD_V,
+    block_size = BLOCK_SIZE,
+    vec = VEC,
+    tokens_per_cta = TOKENS_PER_CTA,
+    threads = THREADS,
+    scale = SCALE,
+    checked = CHECKED
+  };
+};
+
+/// Where a token's slot points, or block < 0 for padding / rejected slots.
+struct SlotPos {
+  int64_t block, offset;
+};
+
+template <class SP>
+KVGEN_DEVICE inline SlotPos locate(const void *slots, int64_t token,
+                                   int64_t numBlocks, int32_t *errorFlag) {
+  int64_t slot = loadSlot<typename SP::slot>(slots, token);
+  SlotPos pos = {-1, 0};
+  if (slot < 0)
+    return pos; // padding
+  if (SP::checked && slot >= numBlocks * int64_t(SP::block_size)) {
+    if (errorFlag)
+      *errorFlag = 1;
+    return pos;
+  }
+  pos.block = slot / SP::block_size;
+  pos.offset = slot % SP::block_size;
+  return pos;
+}
+
+/// One CTA of kv.reshape_and_cache: tokens [first, first + tokens_per_cta),
+/// each K row (head_k elements) and V row (head_v elements) of every head,
+/// VEC elements per thread step. K and V each use their own map, head size
+/// and scale: nothing of one side is derived from the other.
+template <class SP, int VEC>
+KVGEN_DEVICE inline void writeCta(const kvgen_reshape_and_cache_args &a,
+                                  const SideMap &kMap, const SideMap &vMap,
+                                  int64_t first) {
+  typedef typename SP::io::storage IS;
+  typedef typename SP::cache::storage CS;
+  const bool quant = SP::cache::is_fp8;
+  const int kItems = SP::heads * (SP::head_k / VEC);
+  const int vItems = SP::heads * (SP::head_v / VEC);
+  const int perToken = kItems + vItems;
+  for (int i = KVGEN_THREAD_ID_X; i < SP::tokens_per_cta * perToken;
+       i += SP::threads) {
+    const int64_t token = first + i / perToken;
+    int r = i % perToken;
+    if (token >= a.num_tokens)
+      break;
+    const SlotPos pos = locate<SP>(a.slot_mapping, token, a.num_blocks,
+                                   a.error_flag);
+    if (pos.block < 0)
+      continue;
+    const bool isK = r < kItems;
+    if (!isK)
+      r -= kItems;
+    const int headSize = isK ? int(SP::head_k) : int(SP::head_v);
+    const int64_t head = r / (headSize / VEC);
+    const int64_t elem = int64_t(r % (headSize / VEC)) * VEC;
+    const IS *src = static_cast<const IS *>(isK ? a.key : a.value) +
+                    token * (isK ? a.key_stride_token : a.value_stride_token) +
+                    head * (isK ? a.key_stride_head : a.value_stride_head) +
+                    elem;
+    CS *dst = static_cast<CS *>(isK ? a.key_cache : a.value_cache) +
+              elementOffset(isK ? kMap : vMap, pos.block, pos.offset, head,
+                            elem);
+    const float scale =
+        quant ? loadScale(isK ? a.k_scale : a.v_scale, SP::scale, head) : 1.0f;
+    moveVec<typename SP::io, typename SP::cache, VEC, quant, false>(src, dst,
+                                                                   scale);
+  }
+}
+
+/// One CTA of kv.gather: the reverse of writeCta. With DEQUANT each element
+/// is converted to the output type (times the side's scale for fp8).
+template <class SP, int VEC, bool DEQUANT>
+KVGEN_DEVICE inline void gatherCta(const kvgen_gather_args &a,
+                                   const SideMap &kMap, const SideMap &vMap,
+                                   int64_t first) {
+  typedef typename SP::io::storage OS;
+  typedef typename SP::cache::storage CS;
+  const bool scaled = DEQUANT && SP::cache::is_fp8;
+  const int kItems = SP::heads * (SP::head_k / VEC);
+  const int vItems = SP::heads * (SP::head_v / VEC);
+  const int perToken = kItems + vItems;
+  for (int i = KVGEN_THREAD_ID_X; i < SP::tokens_per_cta * perToken;
+       i += SP::threads) {
+    const int64_t token = first + i / perToken;
+    int r = i % perToken;
+    if (token >= a.num_tokens)
+      break;
+    const SlotPos pos = locate<SP>(a.slot_mapping, token, a.num_blocks,
+                                   a.error_flag);
+    if (pos.block < 0)
+      continue;
+    const bool isK = r < kItems;
+    if (!isK)
+      r -= kItems;
+    const int headSize = isK ? int(SP::head_k) : int(SP::head_v);
+    const int64_t head = r / (headSize / VEC);
+    const int64_t elem = int64_t(r % (headSize / VEC)) * VEC;
+    const CS *src = static_cast<const CS *>(isK ? a.key_cache : a.value_cache) +
+                    elementOffset(isK ? kMap : vMap, pos.block, pos.offset,
+                                  head, elem);
+    OS *dst = static_cast<OS *>(isK ? a.key_out : a.value_out) +
+              token * (isK ? a.key_out_stride_token : a.value_out_stride_token) +
+              head * (isK ? a.key_out_stride_head : a.value_out_stride_head) +
+              elem;
+    const float scale =
+        scaled ? loadScale(isK ? a.k_scale : a.v_scale, SP::scale, head) : 1.0f;
+    moveVec<typename SP::cache, typename SP::io, VEC, false, scaled>(src, dst,
+                                                                    scale);
+  }
+}
+
+/// True when every cache row start of both sides is VEC-aligned: the
+/// run-time alignment check for layouts whose strides are not all static.
+template <class SP>
+KVGEN_DEVICE inline bool cacheAligned(const void *kCache, const void *vCache,
+                                      const SideMap &k, const SideMap &v) {
+  typedef typename SP::cache::storage CS;
+  return rowsAligned<CS, SP::vec>(kCache, k.block, k.token) &&
+         rowsAligned<CS, SP::vec>(kCache, k.head, k.base) &&
+         rowsAligned<CS, SP::vec>(vCache, v.block, v.token) &&
+         rowsAligned<CS, SP::vec>(vCache, v.head, v.base);
+}
+
+/// Entry of an emitted reshape_and_cache kernel. CACHE_PROVEN: the plan
+/// proved cache alignment statically; otherwise it is checked here. Input
+/// views are always checked (their strides are run-time values). A CTA whose
+/// accesses are not all aligned takes the one-element path.
+template <class SP, bool CACHE_PROVEN>
+KVGEN_DEVICE inline void reshapeAndCacheSpec(const kvgen_reshape_and_cache_args &a,
+                                         const SideMap &kMap,
+                                         const SideMap &vMap) {
+  typedef typename SP::io::storage IS;
+  const int64_t first = int64_t(KVGEN_BLOCK_ID_X) * SP::tokens_per_cta;
+  const bool aligned =
+      rowsAligned<IS, SP::vec>(a.key, a.key_stride_token, a.key_stride_head) &&
+      rowsAligned<IS, SP::vec>(a.value, a.value_stride_token,
+                               a.value_stride_head) &&
+      (CACHE_PROVEN || cacheAligned<SP>(a.key_cache, a.value_cache, kMap, vMap));
+  if (SP::vec > 1 && aligned)
+    writeCta<SP, SP::vec>(a, kMap, vMap, first);
+  else
+    writeCta<SP, 1>(a, kMap, vMap, first);
+}
+
+/// Entry of an emitted gather kernel; alignment handled as above.
+template <class SP, bool CACHE_PROVEN, bool DEQUANT>
+KVGEN_DEVICE inline void gatherSpec(const kvgen_gather_args &a,
+                                const SideMap &kMap, const SideMap &vMap) {
+  typedef typename SP::io::storage OS;
+  const int64_t first = int64_t(KVGEN_BLOCK_ID_X) * SP::tokens_per_cta;
+  const bool aligned =
+      rowsAligned<OS, SP::vec>(a.key_out, a.key_out_stride_token,
+                               a.key_out_stride_head) &&
+      rowsAligned<OS, SP::vec>(a.value_out, a.value_out_stride_token,
+                               a.value_out_stride_head) &&
+      (CACHE_PROVEN || cacheAligned<SP>(a.key_cache, a.value_cache, kMap, vMap));
+  if (SP::vec > 1 && aligned)
+    gatherCta<SP, SP::vec, DEQUANT>(a, kMap, vMap, first);
+  else
+    gatherCta<SP, 1, DEQUANT>(a, kMap, vMap, first);
+}
+
+/// The entry points the emitted kernels call, with every size of the
+/// specialization as a template argument (see passes/lib/LowerToEmitC.cpp).
+template <class IO, class CACHE, class SLOT, int HEADS, int HEAD_K, int HEAD_V,
+          int BLOCK_SIZE, int VEC, int TOKENS_PER_CTA, int THREADS, int SCALE,
+          bool CHECKED, bool CACHE_PROVEN>
+KVGEN_DEVICE inline void reshapeAndCache(const kvgen_reshape_and_cache_args &a,
+                                         const SideMap &kMap,
+                                         const SideMap &vMap) {
+  reshapeAndCacheSpec<Spec<IO, CACHE, SLOT, HEADS, HEAD_K, HEAD_V, BLOCK_SIZE,
+                           VEC, TOKENS_PER_CTA, THREADS, SCALE, CHECKED>,
+                      CACHE_PROVEN>(a, kMap, vMap);
+}
+template <class IO, class CACHE, class SLOT, int HEADS, int HEAD_K, int HEAD_V,
+          int BLOCK_SIZE, int VEC, int TOKENS_PER_CTA, int THREADS, int SCALE,
+          bool CHECKED, bool CACHE_PROVEN, bool DEQUANT>
+KVGEN_DEVICE inline void gather(const kvgen_gather_args &a,
+                                const SideMap &kMap, const SideMap &vMap) {
+  gatherSpec<Spec<IO, CACHE, SLOT, HEADS, HEAD_K, HEAD_V, BLOCK_SIZE, VEC,
+                  TOKENS_PER_CTA, THREADS, SCALE, CHECKED>,
+             CACHE_PROVEN, DEQUANT>(a, kMap, vMap);
+}
+
+/// The cache strides the kernel reads for a dynamic ('?') stride: element i
+/// (0 = block, 1 = token, 2 = head) of the K or V cache strides argument.
+template <class A> KVGEN_DEVICE inline int64_t kStride(const A &a, int i) {
+  return a.k_cache_strides[i];
+}
+template <class A> KVGEN_DEVICE inline int64_t vStride(const A &a, int i) {
+  return a.v_cache_strides[i];
+}
+KVGEN_DEVICE inline SideMap sideMap(int64_t block, int64_t token, int64_t head,
+                                    int64_t base) {
+  SideMap m = {block, token, head, base};
+  return m;
+}
+
+} // namespace kvgen
+
+#endif // KVGEN_PRELUDE_KERNELS_H

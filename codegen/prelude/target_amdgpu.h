@@ -1,0 +1,38 @@
+//===- target_amdgpu.h - kvgen prelude for AMD GPUs (HIP) -------*- C++ -*-===//
+//
+// First part of every kernel source emitted for a gfx target. The source is
+// compiled as HIP by comgr or clang with -nogpuinc -nogpulib: no HIP headers,
+// so attributes and thread ids are spelled with clang's own builtins.
+//
+//===----------------------------------------------------------------------===//
+#define KVGEN_DEVICE_EMBED 1
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+
+#ifndef __global__
+#define __global__ __attribute__((global))
+#endif
+#define KVGEN_HD __attribute__((host)) __attribute__((device))
+#define KVGEN_DEVICE __attribute__((device))
+#define KVGEN_BLOCK_ID_X __builtin_amdgcn_workgroup_id_x()
+#define KVGEN_THREAD_ID_X __builtin_amdgcn_workitem_id_x()
+#define KVGEN_LAUNCH_BOUNDS(n)                                                 \
+  __attribute__((amdgpu_flat_work_group_size(1, n)))
+#define KVGEN_UNROLL _Pragma("unroll")
+
+namespace kvgen {
+typedef unsigned int u32x2 __attribute__((ext_vector_type(2)));
+typedef unsigned int u32x4 __attribute__((ext_vector_type(4)));
+template <int N> struct VecBytes;
+template <> struct VecBytes<1> { typedef uint8_t type; };
+template <> struct VecBytes<2> { typedef uint16_t type; };
+template <> struct VecBytes<4> { typedef uint32_t type; };
+template <> struct VecBytes<8> { typedef u32x2 type; };
+template <> struct VecBytes<16> { typedef u32x4 type; };
+} // namespace kvgen

@@ -1,0 +1,53 @@
+//===- target_nvidia.h - kvgen prelude for NVIDIA (NVRTC) -------*- C++ -*-===//
+//
+// First part of every kernel source emitted for an sm_XX target. NVRTC
+// compiles it with no include path: it relies only on what NVRTC predefines
+// (blockIdx, threadIdx, __launch_bounds__ and CUDA's vector types such as
+// uint4). CUDA's own vector types are used on purpose: NVRTC ignores clang's
+// ext_vector_type with only a warning and then miscompiles (seen on an H200).
+//
+// The same text also compiles with clang-22 in CUDA device-only mode with
+// -nocudainc (used by kvgen's PTX FileCheck tests); there CUDA's builtins are
+// absent and clang's own spellings are used instead.
+//
+//===----------------------------------------------------------------------===//
+#define KVGEN_DEVICE_EMBED 1
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+
+#if defined(__CUDACC_RTC__)
+#define KVGEN_BLOCK_ID_X blockIdx.x
+#define KVGEN_THREAD_ID_X threadIdx.x
+#define KVGEN_LAUNCH_BOUNDS(n) __launch_bounds__(n)
+typedef uint2 kvgen_vec8_t;
+typedef uint4 kvgen_vec16_t;
+#else // clang CUDA device-only, no CUDA headers
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __host__ __attribute__((host))
+#define KVGEN_BLOCK_ID_X __nvvm_read_ptx_sreg_ctaid_x()
+#define KVGEN_THREAD_ID_X __nvvm_read_ptx_sreg_tid_x()
+#define KVGEN_LAUNCH_BOUNDS(n) __attribute__((launch_bounds(n)))
+struct __attribute__((aligned(8))) kvgen_vec8_t { unsigned int x, y; };
+struct __attribute__((aligned(16))) kvgen_vec16_t {
+  unsigned int x, y, z, w;
+};
+#endif
+#define KVGEN_HD __host__ __device__
+#define KVGEN_DEVICE __device__
+#define KVGEN_UNROLL _Pragma("unroll")
+
+namespace kvgen {
+template <int N> struct VecBytes;
+template <> struct VecBytes<1> { typedef uint8_t type; };
+template <> struct VecBytes<2> { typedef uint16_t type; };
+template <> struct VecBytes<4> { typedef uint32_t type; };
+template <> struct VecBytes<8> { typedef kvgen_vec8_t type; };
+template <> struct VecBytes<16> { typedef kvgen_vec16_t type; };
+} // namespace kvgen

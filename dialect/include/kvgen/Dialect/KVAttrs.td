@@ -1,0 +1,122 @@
+//===- KVAttrs.td - kv dialect attributes ------------------*- tablegen -*-===//
+#ifndef KVGEN_KV_ATTRS
+#define KVGEN_KV_ATTRS
+
+include "kvgen/Dialect/KVDialect.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/EnumAttr.td"
+
+class KV_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<KV_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+def KV_Alignment : I32EnumAttr<"Alignment",
+    "how the alignment of vector accesses is established", [
+      I32EnumAttrCase<"proven", 0>,
+      I32EnumAttrCase<"checked", 1>]> {
+  let cppNamespace = "::kvgen::kv";
+  let genSpecializedAttr = 0;
+}
+
+def KV_LayoutAttr : KV_Attr<"Layout", "layout"> {
+  let summary = "Paged K/V cache layout of one attention layer";
+  let description = [{
+    States where every element of a paged K/V cache lives. Fields:
+
+    - `num_kv_heads`, `head_size_k`, `head_size_v` (independent),
+      `block_size` (tokens per cache block): positive integers;
+    - `order`: `nhd` (`[num_blocks, block_size, num_kv_heads, head_size]`) or
+      `hnd` (`[num_blocks, num_kv_heads, block_size, head_size]`), default
+      `nhd`;
+    - `packing`: `separate` (K and V in two tensors) or `packed` (one row of
+      `head_size_k + head_size_v` elements per (block, token, head), K
+      first), default `separate`;
+    - `dtype`: the cache element type, one of `bf16`, `f16`, `f32`,
+      `f8E4M3FN`, `f8E4M3FNUZ`, `f8E5M2`, `f8E5M2FNUZ`;
+    - `scale`: `none`, `per_tensor` or `per_head` (float32 in device memory);
+      required (`per_tensor`/`per_head`) for fp8 caches and `none` otherwise,
+      default `none`;
+    - `k_strides`, `v_strides`: optional element strides
+      `[block, token, head]`, each an integer or `?` (dynamic: a kernel
+      argument). When absent, the dense strides of `order`/`packing`.
+
+    The verifier rejects non-positive sizes, a scale kind that does not fit
+    the dtype, negative strides, and static strides under which two
+    positions of K, of V, or of K and V in a packed row overlap. The address
+    formula and the checks are kvgen's MLIR-free layout model
+    (runtime/include/kvgen/Layout.h), which this attribute wraps.
+
+    Example:
+
+    ```mlir
+    #kv.layout<num_kv_heads = 4, head_size_k = 192, head_size_v = 128,
+               block_size = 64, order = hnd, packing = packed,
+               dtype = f8E4M3FN, scale = per_head>
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$numKvHeads,
+    "int64_t":$headSizeK,
+    "int64_t":$headSizeV,
+    "int64_t":$blockSize,
+    "::kvgen::Order":$order,
+    "::kvgen::Packing":$packing,
+    "::mlir::Type":$dtype,
+    "::kvgen::ScaleKind":$scale,
+    OptionalArrayRefParameter<"int64_t">:$kStrides,
+    OptionalArrayRefParameter<"int64_t">:$vStrides
+  );
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// The MLIR-free layout model this attribute describes.
+    ::kvgen::LayoutDesc getDesc() const;
+    /// Builds the attribute from the MLIR-free model.
+    static LayoutAttr get(::mlir::MLIRContext *ctx,
+                          const ::kvgen::LayoutDesc &desc);
+  }];
+}
+
+def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
+  let summary = "Execution plan chosen for one kernel on one target";
+  let description = [{
+    Records the decisions of the `kv-plan` pass so that they are visible in
+    the IR and in tests:
+
+    - `target`: `gfx90a`, `gfx942`, `gfx950`, `sm_80`, `sm_90` or `host`;
+    - `vector_bytes`: bytes each thread moves per cache access (1..16);
+    - `vec_elems`: elements per access (`vector_bytes` / cache element size);
+    - `threads`: threads per block;
+    - `tokens_per_cta`: tokens one block handles;
+    - `cache_alignment`: `proven` when static strides and head sizes make
+      every cache access `vector_bytes`-aligned (given an aligned base
+      pointer, checked at launch), `checked` when the kernel tests alignment
+      at run time and falls back to one element per access;
+    - `input_alignment`: the same for the key/value (or output) views, whose
+      strides are always run-time values, hence always `checked`;
+    - `hw_fp8`: whether fp8 conversion uses the target's conversion
+      instructions (else kvgen's portable software rounding).
+
+    Example:
+
+    ```mlir
+    #kv.plan<target = "sm_90", vector_bytes = 16, vec_elems = 8,
+             threads = 128, tokens_per_cta = 1, cache_alignment = proven,
+             input_alignment = checked, hw_fp8 = false>
+    ```
+  }];
+  let parameters = (ins
+    StringRefParameter<"target triple shorthand">:$target,
+    "int64_t":$vectorBytes,
+    "int64_t":$vecElems,
+    "int64_t":$threads,
+    "int64_t":$tokensPerCta,
+    EnumParameter<KV_Alignment>:$cacheAlignment,
+    EnumParameter<KV_Alignment>:$inputAlignment,
+    "bool":$hwFp8
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
+#endif // KVGEN_KV_ATTRS

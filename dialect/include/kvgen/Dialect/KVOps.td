@@ -1,0 +1,88 @@
+//===- KVOps.td - kv dialect operations --------------------*- tablegen -*-===//
+#ifndef KVGEN_KV_OPS
+#define KVGEN_KV_OPS
+
+include "kvgen/Dialect/KVDialect.td"
+include "kvgen/Dialect/KVAttrs.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/BuiltinAttributes.td"
+
+def KV_ReshapeAndCacheOp : KV_Op<"reshape_and_cache", [Symbol]> {
+  let summary = "Specifies a kernel that writes K/V tokens into a paged cache";
+  let description = [{
+    A kernel specification: the generated kernel takes
+    `kvgen_reshape_and_cache_args` (runtime/include/kvgen/kernel_abi.h) and,
+    for each of the T = len(`slot_mapping`) tokens, writes `key[t]`
+    (`[num_kv_heads, head_size_k]`, element type `input`) and `value[t]`
+    (`[num_kv_heads, head_size_v]`) into the cache described by `layout` at
+    slot `slot_mapping[t]` (block = slot / block_size, token in block = slot
+    % block_size). Negative slots are padding and skipped. key and value are
+    views with run-time token and head strides. For fp8 caches the stored
+    value is saturate(x / scale) rounded to nearest even. With `checked`,
+    a slot at or beyond `num_blocks * block_size` sets the error flag
+    instead of being written.
+
+    `slots` is `i32` or `i64`; `input` is `bf16`, `f16` or `f32`. The
+    optional `plan` is set by `kv-plan`.
+
+    Example:
+
+    ```mlir
+    kv.reshape_and_cache @write : #kv.layout<num_kv_heads = 8,
+        head_size_k = 128, head_size_v = 128, block_size = 16, order = nhd,
+        packing = separate, dtype = bf16, scale = none>,
+        input bf16, slots i64 checked
+    ```
+  }];
+  let arguments = (ins
+    SymbolNameAttr:$sym_name,
+    KV_LayoutAttr:$layout,
+    TypeAttr:$input,
+    TypeAttr:$slots,
+    UnitAttr:$checked,
+    OptionalAttr<KV_PlanAttr>:$plan
+  );
+  let assemblyFormat = [{
+    $sym_name `:` $layout `,` `input` $input `,` `slots` $slots
+    (`checked` $checked^)? attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def KV_GatherOp : KV_Op<"gather", [Symbol]> {
+  let summary = "Specifies a kernel that reads cached tokens back to dense rows";
+  let description = [{
+    A kernel specification: the generated kernel takes `kvgen_gather_args`
+    and, for each of the T tokens, reads K and V of slot `slot_mapping[t]`
+    into `key_out[t]` (`[num_kv_heads, head_size_k]`) and `value_out[t]`.
+    Negative slots leave the output rows untouched. Without `dequantize`,
+    `output` must be the cache's dtype and the raw elements are copied; with
+    it, `output` is `bf16`, `f16` or `f32` and each element is converted
+    (for fp8 caches: q * scale).
+
+    Example:
+
+    ```mlir
+    kv.gather @read : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+        head_size_v = 128, block_size = 16, order = nhd, packing = separate,
+        dtype = f8E4M3FN, scale = per_tensor>,
+        output bf16, slots i32 dequantize
+    ```
+  }];
+  let arguments = (ins
+    SymbolNameAttr:$sym_name,
+    KV_LayoutAttr:$layout,
+    TypeAttr:$output,
+    TypeAttr:$slots,
+    UnitAttr:$dequantize,
+    UnitAttr:$checked,
+    OptionalAttr<KV_PlanAttr>:$plan
+  );
+  let assemblyFormat = [{
+    $sym_name `:` $layout `,` `output` $output `,` `slots` $slots
+    (`dequantize` $dequantize^)? (`checked` $checked^)? attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // KVGEN_KV_OPS

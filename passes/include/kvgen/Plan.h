@@ -1,0 +1,31 @@
+//===- Plan.h - Plan choice shared by kv-plan and tools ---------*- C++ -*-===//
+#ifndef KVGEN_PLAN_H
+#define KVGEN_PLAN_H
+
+#include "kvgen/Layout.h"
+#include "llvm/ADT/StringRef.h"
+
+namespace kvgen {
+
+/// The decisions of the kv-plan pass for one kernel (see Plan.cpp).
+struct PlanChoice {
+  int64_t vectorBytes = 1; ///< bytes per cache access
+  int64_t vecElems = 1;    ///< elements per access
+  int64_t threads = 256;
+  int64_t tokensPerCta = 1;
+  bool cacheProven = false; ///< cache alignment proven statically
+  bool hwFp8 = false;       ///< hardware fp8 conversion instructions
+};
+
+/// True for the targets kvgen generates code for.
+bool isKnownTarget(llvm::StringRef target);
+
+/// Chooses the plan of a kernel over `layout` whose key/value (or gather
+/// output) element type is `io`. threads / tokensPerCta > 0 force a value.
+PlanChoice choosePlan(const LayoutDesc &layout, DType io,
+                      llvm::StringRef target, int64_t threads = 0,
+                      int64_t tokensPerCta = 0);
+
+} // namespace kvgen
+
+#endif // KVGEN_PLAN_H

@@ -1,0 +1,106 @@
+//===- Plan.cpp - Choose per-target execution plans for kv kernels --------===//
+//
+// The plan decides how a kernel moves its rows:
+//   vec_elems   the largest power of two n with n * max(io, cache element
+//               size) <= 16 bytes that divides both head sizes (so rows
+//               have no tail) and, when every cache stride is static, every
+//               static row start (strides and the packed V base) - then
+//               cache alignment is `proven`; with a dynamic stride it is
+//               `checked` at run time, with a one-element fallback;
+//   threads     256 (128 when one token's work is small), so that a block
+//               has work for every thread;
+//   tokens/CTA  the power of two that gives each thread about two vector
+//               accesses, at least one token.
+//
+//===----------------------------------------------------------------------===//
+#include "kvgen/Passes/Passes.h"
+#include "kvgen/Plan.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSwitch.h"
+
+#include <numeric>
+
+namespace kvgen {
+#define GEN_PASS_DEF_KVPLAN
+#include "kvgen/Passes/Passes.h.inc"
+} // namespace kvgen
+
+using namespace mlir;
+using namespace kvgen;
+using namespace kvgen::kv;
+
+bool kvgen::isKnownTarget(llvm::StringRef target) {
+  return llvm::StringSwitch<bool>(target)
+      .Cases({"gfx90a", "gfx942", "gfx950", "sm_80", "sm_89", "sm_90", "host"},
+             true)
+      .Default(false);
+}
+
+PlanChoice kvgen::choosePlan(const LayoutDesc &layout, DType io,
+                             llvm::StringRef target, int64_t threads,
+                             int64_t tokensPerCta) {
+  PlanChoice c;
+  const int64_t cacheSize = elementSize(layout.dtype);
+  const int64_t widest = std::max(cacheSize, elementSize(io));
+  // Divisibility the vector width must respect, in elements.
+  int64_t g = std::gcd(layout.headSizeK, layout.headSizeV);
+  Strides k = layout.strides(Side::K), v = layout.strides(Side::V);
+  bool allStatic = !k.anyDynamic() && !v.anyDynamic();
+  if (allStatic) {
+    for (int64_t s : {k.block, k.token, k.head, v.block, v.token, v.head,
+                      layout.base(Side::V)})
+      g = std::gcd(g, s);
+  }
+  int64_t n = 1;
+  while (n * 2 * widest <= 16 && g % (n * 2) == 0)
+    n *= 2;
+  c.vecElems = n;
+  c.vectorBytes = n * cacheSize;
+  c.cacheProven = allStatic;
+  int64_t perToken =
+      layout.numKvHeads * (layout.headSizeK + layout.headSizeV) / n;
+  c.threads = threads > 0 ? threads : (perToken <= 96 ? 128 : 256);
+  if (tokensPerCta > 0) {
+    c.tokensPerCta = tokensPerCta;
+  } else {
+    int64_t t = 1;
+    while (t * 2 * perToken <= 2 * c.threads)
+      t *= 2;
+    c.tokensPerCta = t;
+  }
+  c.hwFp8 = false;
+  (void)target;
+  return c;
+}
+
+namespace {
+struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
+  using KVPlanBase::KVPlanBase;
+
+  void runOnOperation() override {
+    if (!isKnownTarget(target)) {
+      getOperation().emitError()
+          << "kv-plan: unknown target '" << target
+          << "' (expected gfx90a, gfx942, gfx950, sm_80, sm_89, sm_90 or "
+             "host)";
+      return signalPassFailure();
+    }
+    MLIRContext *ctx = &getContext();
+    auto planFor = [&](LayoutAttr layout, Type io) {
+      PlanChoice c = choosePlan(layout.getDesc(), *fromMlirType(io), target,
+                                threads, tokensPerCta);
+      return PlanAttr::get(
+          ctx, target, c.vectorBytes, c.vecElems, c.threads, c.tokensPerCta,
+          c.cacheProven ? Alignment::proven : Alignment::checked,
+          Alignment::checked, c.hwFp8);
+    };
+    getOperation().walk([&](Operation *op) {
+      if (auto w = dyn_cast<ReshapeAndCacheOp>(op))
+        w.setPlanAttr(planFor(w.getLayout(), w.getInput()));
+      else if (auto g = dyn_cast<GatherOp>(op))
+        g.setPlanAttr(planFor(g.getLayout(), g.getOutput()));
+    });
+  }
+};
+} // namespace
