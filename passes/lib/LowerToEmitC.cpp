@@ -118,6 +118,9 @@ void buildKernel(OpBuilder &b, Location loc, const KernelParts &p) {
   auto fn = emitc::FuncOp::create(b, loc, p.name, fnType);
   std::string bounds =
       llvm::formatv("KVGEN_LAUNCH_BOUNDS({0})", p.plan.getThreads()).str();
+  // Keep the plan on the kernel: printers and runtimes read the launch
+  // geometry from it.
+  fn->setAttr("kv.plan", p.plan);
   fn.setSpecifiersAttr(
       b.getStrArrayAttr({"extern \"C\"", "__global__", bounds}));
   Block *entry = fn.addEntryBlock();

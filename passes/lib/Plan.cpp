@@ -30,7 +30,9 @@ using namespace mlir;
 using namespace kvgen;
 using namespace kvgen::kv;
 
-bool kvgen::isKnownTarget(llvm::StringRef target) {
+bool kvgen::isKnownTarget(llvm::StringRef fullTarget) {
+  // AMD targets may carry feature flags: gfx90a:sramecc+:xnack-.
+  llvm::StringRef target = fullTarget.split(':').first;
   return llvm::StringSwitch<bool>(target)
       .Cases({"gfx90a", "gfx942", "gfx950", "sm_80", "sm_89", "sm_90", "host"},
              true)

@@ -2,7 +2,7 @@
 #ifndef KVGEN_CODEGEN_EMIT_H
 #define KVGEN_CODEGEN_EMIT_H
 
-#include "kvgen/Layout.h"
+#include "kvgen/Bundle.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -13,29 +13,15 @@
 
 namespace kvgen {
 
-enum class KernelOp { ReshapeAndCache, Gather };
-
-/// What to generate: one kernel of `op` over `layout`.
-struct KernelRequest {
-  KernelOp op = KernelOp::ReshapeAndCache;
-  LayoutDesc layout;
-  /// reshape_and_cache: key/value element type (bf16, f16, f32);
-  /// gather: output element type (the cache dtype unless dequantize).
-  DType io = DType::BF16;
-  bool slot64 = true;
-  bool checked = false;
-  bool dequantize = false;
-  /// The kernel's extern "C" symbol; empty = derived from the request.
-  std::string name;
-};
-
 /// A stable symbol for a request, e.g.
 /// kvgen_reshape_and_cache_h4_k192_v128_b16_nhd_sep_bf16_in_bf16_i64.
-std::string defaultKernelName(const KernelRequest &r);
+std::string defaultKernelName(const KernelSpec &spec);
 
 /// A module holding the kv op that specifies `r` (no plan yet).
+/// `name` empty = defaultKernelName(spec).
 mlir::OwningOpRef<mlir::ModuleOp> buildSpecModule(mlir::MLIRContext *ctx,
-                                                  const KernelRequest &r);
+                                                  const KernelSpec &spec,
+                                                  const std::string &name = "");
 
 /// Runs kv-plan (for `target`) and kv-lower-to-emitc on `module` in place.
 mlir::LogicalResult lowerForTarget(mlir::ModuleOp module,
@@ -51,7 +37,7 @@ mlir::LogicalResult printSource(mlir::ModuleOp module, llvm::StringRef target,
                                 llvm::raw_ostream &os);
 
 /// The launch geometry and alignment a generated kernel needs.
-struct GeneratedKernel {
+struct EmittedKernel {
   std::string name;
   std::string source;
   int64_t threads = 0;
@@ -59,12 +45,17 @@ struct GeneratedKernel {
   int64_t vectorBytes = 0;
 };
 
-/// Builds, plans, lowers and prints the kernel of `r` for `target`.
+/// Builds, plans, lowers and prints the kernel of `spec` for `target`.
 /// Diagnostics go to the context's handler; on failure `error` says why.
-mlir::FailureOr<GeneratedKernel> generateKernel(mlir::MLIRContext *ctx,
-                                                const KernelRequest &r,
-                                                llvm::StringRef target,
-                                                std::string *error = nullptr);
+mlir::FailureOr<EmittedKernel> emitKernel(mlir::MLIRContext *ctx,
+                                          const KernelSpec &spec,
+                                          llvm::StringRef target,
+                                          const std::string &name = "",
+                                          std::string *error = nullptr);
+
+/// Installs an in-process generator in the runtime (kvgen/Generator.h) that
+/// emits kernels with emitKernel on a private MLIRContext.
+void installRuntimeGenerator();
 
 /// Registers kvgen-translate's `--emit-hip` translation.
 void registerEmitHipTranslation();

@@ -108,13 +108,13 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
   }];
   let parameters = (ins
     StringRefParameter<"target triple shorthand">:$target,
-    "int64_t":$vectorBytes,
-    "int64_t":$vecElems,
+    "int64_t":$vector_bytes,
+    "int64_t":$vec_elems,
     "int64_t":$threads,
-    "int64_t":$tokensPerCta,
-    EnumParameter<KV_Alignment>:$cacheAlignment,
-    EnumParameter<KV_Alignment>:$inputAlignment,
-    "bool":$hwFp8
+    "int64_t":$tokens_per_cta,
+    EnumParameter<KV_Alignment>:$cache_alignment,
+    EnumParameter<KV_Alignment>:$input_alignment,
+    "bool":$hw_fp8
   );
   let assemblyFormat = "`<` struct(params) `>`";
 }

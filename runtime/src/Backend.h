@@ -1,0 +1,69 @@
+//===- Backend.h - Compile/load/launch backends (internal) ------*- C++ -*-===//
+#ifndef KVGEN_RUNTIME_BACKEND_H
+#define KVGEN_RUNTIME_BACKEND_H
+
+#include "kvgen/kvgen.h"
+
+#include <memory>
+#include <string>
+
+namespace kvgen {
+namespace rt {
+
+/// A status and its message, the internal form of (kvgen_status,
+/// kvgen_last_error()).
+struct Status {
+  kvgen_status code = KVGEN_SUCCESS;
+  std::string message;
+  static Status ok() { return Status(); }
+  static Status error(kvgen_status c, std::string m) {
+    return Status{c, std::move(m)};
+  }
+  bool isOk() const { return code == KVGEN_SUCCESS; }
+};
+
+/// A loaded kernel function, owned by its backend module.
+class LoadedModule {
+public:
+  virtual ~LoadedModule() = default;
+  /// Launches `entry` with the kernel's single by-value argument struct at
+  /// `args` (`argsSize` bytes), grid (gridX, 1, 1), block (blockX, 1, 1).
+  virtual Status launch(const void *args, size_t argsSize, uint32_t gridX,
+                        uint32_t blockX, void *stream) = 0;
+};
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+  virtual kvgen_backend kind() const = 0;
+  /// The exact target: "sm_90", "gfx90a:sramecc+:xnack-", "host".
+  virtual const std::string &target() const = 0;
+  /// False for compile-only contexts.
+  virtual bool canLaunch() const = 0;
+  /// Compiler name and version, part of the cache key.
+  virtual const std::string &compilerIdentity() const = 0;
+  /// The compile options as one string, part of the cache key.
+  virtual std::string optionsString() const = 0;
+  /// Compiles `source` to a loadable binary. Any warning is an error; the
+  /// message then holds the full log.
+  virtual Status compile(const std::string &source, const std::string &entry,
+                         std::string *binary) = 0;
+  /// Loads `binary` and looks up the kernel `entry`.
+  virtual Status load(const std::string &binary, const std::string &entry,
+                      std::unique_ptr<LoadedModule> *out) = 0;
+};
+
+/// Factories. `device` < 0 with a non-empty `target` makes a compile-only
+/// backend. On failure return null and set *status.
+std::unique_ptr<Backend> createCudaBackend(int device,
+                                           const std::string &target,
+                                           Status *status);
+std::unique_ptr<Backend> createHipBackend(int device,
+                                          const std::string &target,
+                                          Status *status);
+std::unique_ptr<Backend> createHostBackend(bool compileOnly, Status *status);
+
+} // namespace rt
+} // namespace kvgen
+
+#endif // KVGEN_RUNTIME_BACKEND_H

@@ -1,0 +1,402 @@
+//===- BackendCuda.cpp - NVRTC + CUDA driver backend, loaded with dlopen --===//
+//
+// Neither cuda.h nor nvrtc.h is included: the few types and enum values used
+// are declared below with their documented meaning, so that this file builds
+// on machines without the CUDA toolkit. The libraries are found at run time.
+//
+//===----------------------------------------------------------------------===//
+#include "Backend.h"
+#include "Util.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+namespace kvgen {
+namespace rt {
+namespace {
+
+// --- CUDA driver API (cuda.h) ---------------------------------------------
+using CUresult = int;              // CUDA_SUCCESS = 0
+constexpr CUresult kCudaSuccess = 0;
+using CUdevice = int;
+struct CUctx_st;
+using CUcontext = CUctx_st *;
+struct CUmod_st;
+using CUmodule = CUmod_st *;
+struct CUfunc_st;
+using CUfunction = CUfunc_st *;
+struct CUstream_st;
+using CUstream = CUstream_st *;
+// CUdevice_attribute values: compute capability major / minor.
+constexpr int kCuAttrComputeCapabilityMajor = 75;
+constexpr int kCuAttrComputeCapabilityMinor = 76;
+
+struct CudaDriver {
+  DynLib lib;
+  CUresult (*cuInit)(unsigned int) = nullptr;
+  CUresult (*cuDeviceGetCount)(int *) = nullptr;
+  CUresult (*cuDeviceGet)(CUdevice *, int) = nullptr;
+  CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice) = nullptr; // _v2
+  CUresult (*cuCtxGetCurrent)(CUcontext *) = nullptr;
+  CUresult (*cuCtxPushCurrent)(CUcontext) = nullptr;  // _v2
+  CUresult (*cuCtxPopCurrent)(CUcontext *) = nullptr; // _v2
+  CUresult (*cuModuleLoadData)(CUmodule *, const void *) = nullptr;
+  CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule,
+                                  const char *) = nullptr;
+  CUresult (*cuModuleUnload)(CUmodule) = nullptr;
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, unsigned, unsigned, CUstream,
+                             void **, void **) = nullptr;
+  CUresult (*cuGetErrorString)(CUresult, const char **) = nullptr;
+  std::string error; // why it is unusable; empty when usable
+  CUresult initResult = kCudaSuccess;
+
+  std::string describe(CUresult r) const {
+    const char *s = nullptr;
+    if (cuGetErrorString && cuGetErrorString(r, &s) == kCudaSuccess && s)
+      return fmt::format("{} ({})", s, r);
+    return fmt::format("CUDA error {}", r);
+  }
+};
+
+const CudaDriver &cudaDriver() {
+  static CudaDriver d;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!d.lib.open({"libcuda.so.1", "libcuda.so"}, &d.error))
+      return;
+    std::string missing;
+    d.lib.sym("cuInit", &d.cuInit, &missing);
+    d.lib.sym("cuDeviceGetCount", &d.cuDeviceGetCount, &missing);
+    d.lib.sym("cuDeviceGet", &d.cuDeviceGet, &missing);
+    d.lib.sym("cuDeviceGetAttribute", &d.cuDeviceGetAttribute, &missing);
+    d.lib.sym("cuDevicePrimaryCtxRetain", &d.cuDevicePrimaryCtxRetain,
+              &missing);
+    d.lib.sym("cuDevicePrimaryCtxRelease_v2", &d.cuDevicePrimaryCtxRelease,
+              &missing);
+    d.lib.sym("cuCtxGetCurrent", &d.cuCtxGetCurrent, &missing);
+    d.lib.sym("cuCtxPushCurrent_v2", &d.cuCtxPushCurrent, &missing);
+    d.lib.sym("cuCtxPopCurrent_v2", &d.cuCtxPopCurrent, &missing);
+    d.lib.sym("cuModuleLoadData", &d.cuModuleLoadData, &missing);
+    d.lib.sym("cuModuleGetFunction", &d.cuModuleGetFunction, &missing);
+    d.lib.sym("cuModuleUnload", &d.cuModuleUnload, &missing);
+    d.lib.sym("cuLaunchKernel", &d.cuLaunchKernel, &missing);
+    d.lib.sym("cuGetErrorString", &d.cuGetErrorString, &missing);
+    if (!missing.empty()) {
+      d.error = fmt::format("{} lacks {}", d.lib.path, missing);
+      return;
+    }
+    d.initResult = d.cuInit(0);
+    if (d.initResult != kCudaSuccess)
+      d.error = "cuInit failed: " + d.describe(d.initResult);
+  });
+  return d;
+}
+
+// --- NVRTC (nvrtc.h) ------------------------------------------------------
+using nvrtcResult = int; // NVRTC_SUCCESS = 0
+constexpr nvrtcResult kNvrtcSuccess = 0;
+struct _nvrtcProgram;
+using nvrtcProgram = _nvrtcProgram *;
+
+struct Nvrtc {
+  DynLib lib;
+  nvrtcResult (*nvrtcVersion)(int *, int *) = nullptr;
+  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram *, const char *,
+                                    const char *, int, const char *const *,
+                                    const char *const *) = nullptr;
+  nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int,
+                                     const char *const *) = nullptr;
+  nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram, size_t *) = nullptr;
+  nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char *) = nullptr;
+  nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t *) = nullptr;
+  nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char *) = nullptr;
+  nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram *) = nullptr;
+  const char *(*nvrtcGetErrorString)(nvrtcResult) = nullptr;
+  std::string error;
+  std::string identity; // "nvrtc 13.0 (libnvrtc.so)"
+
+  std::string describe(nvrtcResult r) const {
+    const char *s = nvrtcGetErrorString ? nvrtcGetErrorString(r) : nullptr;
+    return s ? fmt::format("{} ({})", s, r) : fmt::format("NVRTC error {}", r);
+  }
+};
+
+const Nvrtc &nvrtc() {
+  static Nvrtc n;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::vector<std::string> names = {"libnvrtc.so", "libnvrtc.so.13",
+                                      "libnvrtc.so.12"};
+    for (const char *var : {"CUDA_HOME", "CUDA_PATH"})
+      if (const char *home = std::getenv(var); home && *home)
+        for (const char *lib : {"libnvrtc.so", "libnvrtc.so.13",
+                                "libnvrtc.so.12"})
+          names.push_back(std::string(home) + "/lib64/" + lib);
+    names.push_back("/usr/local/cuda/lib64/libnvrtc.so");
+    if (!n.lib.open(names, &n.error))
+      return;
+    std::string missing;
+    n.lib.sym("nvrtcVersion", &n.nvrtcVersion, &missing);
+    n.lib.sym("nvrtcCreateProgram", &n.nvrtcCreateProgram, &missing);
+    n.lib.sym("nvrtcCompileProgram", &n.nvrtcCompileProgram, &missing);
+    n.lib.sym("nvrtcGetProgramLogSize", &n.nvrtcGetProgramLogSize, &missing);
+    n.lib.sym("nvrtcGetProgramLog", &n.nvrtcGetProgramLog, &missing);
+    n.lib.sym("nvrtcGetCUBINSize", &n.nvrtcGetCUBINSize, &missing);
+    n.lib.sym("nvrtcGetCUBIN", &n.nvrtcGetCUBIN, &missing);
+    n.lib.sym("nvrtcDestroyProgram", &n.nvrtcDestroyProgram, &missing);
+    n.lib.sym("nvrtcGetErrorString", &n.nvrtcGetErrorString, &missing);
+    if (!missing.empty()) {
+      n.error = fmt::format("{} lacks {}", n.lib.path, missing);
+      return;
+    }
+    int major = 0, minor = 0;
+    if (n.nvrtcVersion(&major, &minor) != kNvrtcSuccess) {
+      n.error = "nvrtcVersion failed";
+      return;
+    }
+    n.identity = fmt::format("nvrtc {}.{}", major, minor);
+  });
+  return n;
+}
+
+bool isSmTarget(const std::string &t) {
+  if (t.size() < 5 || t.compare(0, 3, "sm_") != 0)
+    return false;
+  size_t i = 3;
+  while (i < t.size() && t[i] >= '0' && t[i] <= '9')
+    ++i;
+  if (i == 3)
+    return false;
+  return i == t.size() || (i + 1 == t.size() && (t[i] == 'a' || t[i] == 'f'));
+}
+
+// Makes `ctx` current for the scope if it is not already.
+class CtxScope {
+public:
+  CtxScope(const CudaDriver &d, CUcontext ctx) : d_(d) {
+    CUcontext cur = nullptr;
+    if (ctx && (d.cuCtxGetCurrent(&cur) != kCudaSuccess || cur != ctx))
+      pushed_ = d.cuCtxPushCurrent(ctx) == kCudaSuccess;
+  }
+  ~CtxScope() {
+    if (pushed_) {
+      CUcontext popped;
+      d_.cuCtxPopCurrent(&popped);
+    }
+  }
+
+private:
+  const CudaDriver &d_;
+  bool pushed_ = false;
+};
+
+class CudaModule : public LoadedModule {
+public:
+  CudaModule(CUcontext ctx, CUmodule m, CUfunction f)
+      : ctx_(ctx), module_(m), fn_(f) {}
+  ~CudaModule() override {
+    const CudaDriver &d = cudaDriver();
+    CtxScope scope(d, ctx_);
+    d.cuModuleUnload(module_);
+  }
+  Status launch(const void *args, size_t, uint32_t gridX, uint32_t blockX,
+                void *stream) override {
+    const CudaDriver &d = cudaDriver();
+    CtxScope scope(d, ctx_);
+    // The kernel's one parameter is the args struct by value: kernelParams
+    // holds one pointer to it.
+    void *params[] = {const_cast<void *>(args)};
+    CUresult r = d.cuLaunchKernel(fn_, gridX, 1, 1, blockX, 1, 1, 0,
+                                  static_cast<CUstream>(stream), params,
+                                  nullptr);
+    if (r != kCudaSuccess)
+      return Status::error(KVGEN_ERROR_LAUNCH,
+                           "cuLaunchKernel failed: " + d.describe(r));
+    return Status::ok();
+  }
+
+private:
+  CUcontext ctx_;
+  CUmodule module_;
+  CUfunction fn_;
+};
+
+class CudaBackend : public Backend {
+public:
+  CudaBackend(std::string target, int device, CUcontext ctx)
+      : target_(std::move(target)), device_(device), ctx_(ctx) {}
+  ~CudaBackend() override {
+    if (ctx_)
+      cudaDriver().cuDevicePrimaryCtxRelease(device_);
+  }
+  kvgen_backend kind() const override { return KVGEN_BACKEND_CUDA; }
+  const std::string &target() const override { return target_; }
+  bool canLaunch() const override { return ctx_ != nullptr; }
+  const std::string &compilerIdentity() const override {
+    return nvrtc().identity;
+  }
+  std::string optionsString() const override {
+    std::string s;
+    for (const std::string &o : options())
+      s += o + " ";
+    return s;
+  }
+  std::vector<std::string> options() const {
+    return {"--gpu-arch=" + target_, "-std=c++17"};
+  }
+
+  Status compile(const std::string &source, const std::string &entry,
+                 std::string *binary) override {
+    const Nvrtc &n = nvrtc();
+    if (!n.error.empty())
+      return Status::error(KVGEN_ERROR_BACKEND_UNAVAILABLE,
+                           "NVRTC unavailable: " + n.error);
+    nvrtcProgram prog = nullptr;
+    std::string file = entry + ".cu";
+    nvrtcResult r = n.nvrtcCreateProgram(&prog, source.c_str(), file.c_str(),
+                                         0, nullptr, nullptr);
+    if (r != kNvrtcSuccess)
+      return Status::error(KVGEN_ERROR_COMPILE,
+                           "nvrtcCreateProgram failed: " + n.describe(r));
+    std::vector<std::string> opts = options();
+    std::vector<const char *> argv;
+    for (const std::string &o : opts)
+      argv.push_back(o.c_str());
+    nvrtcResult cr = n.nvrtcCompileProgram(prog, int(argv.size()), argv.data());
+    std::string log;
+    size_t logSize = 0;
+    if (n.nvrtcGetProgramLogSize(prog, &logSize) == kNvrtcSuccess &&
+        logSize > 1) {
+      log.resize(logSize);
+      n.nvrtcGetProgramLog(prog, &log[0]);
+      log.resize(logSize - 1); // drop the terminating NUL
+    }
+    Status st;
+    if (cr != kNvrtcSuccess) {
+      st = Status::error(KVGEN_ERROR_COMPILE,
+                         fmt::format("NVRTC failed to compile '{}' for {} "
+                                     "({}):\n{}",
+                                     entry, target_, n.describe(cr), log));
+    } else if (logHasWarning(log)) {
+      st = Status::error(KVGEN_ERROR_COMPILE,
+                         fmt::format("NVRTC warned while compiling '{}' for "
+                                     "{}; warnings are errors:\n{}",
+                                     entry, target_, log));
+    } else {
+      size_t size = 0;
+      r = n.nvrtcGetCUBINSize(prog, &size);
+      if (r == kNvrtcSuccess && size > 0) {
+        binary->resize(size);
+        r = n.nvrtcGetCUBIN(prog, &(*binary)[0]);
+      }
+      if (r != kNvrtcSuccess || size == 0)
+        st = Status::error(KVGEN_ERROR_COMPILE,
+                           "nvrtcGetCUBIN failed: " + n.describe(r));
+    }
+    n.nvrtcDestroyProgram(&prog);
+    return st;
+  }
+
+  Status load(const std::string &binary, const std::string &entry,
+              std::unique_ptr<LoadedModule> *out) override {
+    if (!ctx_)
+      return Status::error(KVGEN_ERROR_COMPILE_ONLY,
+                           "compile-only CUDA context cannot load modules");
+    const CudaDriver &d = cudaDriver();
+    CtxScope scope(d, ctx_);
+    CUmodule m = nullptr;
+    CUresult r = d.cuModuleLoadData(&m, binary.data());
+    if (r != kCudaSuccess)
+      return Status::error(KVGEN_ERROR_LOAD,
+                           "cuModuleLoadData failed: " + d.describe(r));
+    CUfunction f = nullptr;
+    r = d.cuModuleGetFunction(&f, m, entry.c_str());
+    if (r != kCudaSuccess) {
+      d.cuModuleUnload(m);
+      return Status::error(KVGEN_ERROR_LOAD,
+                           fmt::format("cuModuleGetFunction('{}') failed: {}",
+                                       entry, d.describe(r)));
+    }
+    *out = std::make_unique<CudaModule>(ctx_, m, f);
+    return Status::ok();
+  }
+
+private:
+  std::string target_;
+  int device_;
+  CUcontext ctx_;
+};
+
+} // namespace
+
+std::unique_ptr<Backend> createCudaBackend(int device,
+                                           const std::string &target,
+                                           Status *status) {
+  if (device < 0) {
+    if (!isSmTarget(target)) {
+      *status = Status::error(KVGEN_ERROR_INVALID_ARGUMENT,
+                              fmt::format("'{}' is not a CUDA target (sm_NN)",
+                                          target));
+      return nullptr;
+    }
+    const Nvrtc &n = nvrtc();
+    if (!n.error.empty()) {
+      *status = Status::error(KVGEN_ERROR_BACKEND_UNAVAILABLE,
+                              "NVRTC unavailable: " + n.error);
+      return nullptr;
+    }
+    return std::make_unique<CudaBackend>(target, -1, nullptr);
+  }
+  const CudaDriver &d = cudaDriver();
+  if (!d.error.empty()) {
+    *status = Status::error(KVGEN_ERROR_BACKEND_UNAVAILABLE,
+                            "CUDA driver unavailable: " + d.error);
+    return nullptr;
+  }
+  int count = 0;
+  CUresult r = d.cuDeviceGetCount(&count);
+  if (r != kCudaSuccess || device >= count) {
+    *status = Status::error(
+        KVGEN_ERROR_BACKEND_UNAVAILABLE,
+        r != kCudaSuccess
+            ? "cuDeviceGetCount failed: " + d.describe(r)
+            : fmt::format("CUDA device {} requested, {} present", device,
+                          count));
+    return nullptr;
+  }
+  CUdevice dev = 0;
+  int major = 0, minor = 0;
+  if ((r = d.cuDeviceGet(&dev, device)) != kCudaSuccess ||
+      (r = d.cuDeviceGetAttribute(&major, kCuAttrComputeCapabilityMajor,
+                                  dev)) != kCudaSuccess ||
+      (r = d.cuDeviceGetAttribute(&minor, kCuAttrComputeCapabilityMinor,
+                                  dev)) != kCudaSuccess) {
+    *status = Status::error(KVGEN_ERROR_BACKEND_UNAVAILABLE,
+                            "cannot query CUDA device: " + d.describe(r));
+    return nullptr;
+  }
+  const Nvrtc &n = nvrtc();
+  if (!n.error.empty()) {
+    *status = Status::error(KVGEN_ERROR_BACKEND_UNAVAILABLE,
+                            "NVRTC unavailable: " + n.error);
+    return nullptr;
+  }
+  CUcontext ctx = nullptr;
+  if ((r = d.cuDevicePrimaryCtxRetain(&ctx, dev)) != kCudaSuccess) {
+    *status = Status::error(KVGEN_ERROR_BACKEND_UNAVAILABLE,
+                            "cuDevicePrimaryCtxRetain failed: " +
+                                d.describe(r));
+    return nullptr;
+  }
+  return std::make_unique<CudaBackend>(fmt::format("sm_{}{}", major, minor),
+                                       dev, ctx);
+}
+
+} // namespace rt
+} // namespace kvgen

@@ -1,0 +1,149 @@
+//===- BackendHost.cpp - System C++ compiler -> .so -> dlopen -------------===//
+//
+// Runs the host-target kernels on the CPU. A kernel `NAME` is called through
+// `extern "C" void NAME_host_launch(const void *args, uint32_t grid_x,
+// uint32_t block_x)`, synchronously.
+//
+//===----------------------------------------------------------------------===//
+#include "Backend.h"
+#include "Util.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <dlfcn.h>
+#include <mutex>
+#include <unistd.h>
+
+namespace kvgen {
+namespace rt {
+namespace {
+
+using HostLaunchFn = void (*)(const void *, uint32_t, uint32_t);
+
+class HostModule : public LoadedModule {
+public:
+  HostModule(void *handle, HostLaunchFn fn) : handle_(handle), fn_(fn) {}
+  ~HostModule() override { ::dlclose(handle_); }
+  Status launch(const void *args, size_t, uint32_t gridX, uint32_t blockX,
+                void *) override {
+    fn_(args, gridX, blockX);
+    return Status::ok();
+  }
+
+private:
+  void *handle_;
+  HostLaunchFn fn_;
+};
+
+const char *const kHostFlags = "-O2 -std=c++17 -shared -fPIC -Werror";
+
+class HostBackend : public Backend {
+public:
+  HostBackend(bool compileOnly, std::string compiler, std::string identity)
+      : compileOnly_(compileOnly), compiler_(std::move(compiler)),
+        identity_(std::move(identity)) {}
+  kvgen_backend kind() const override { return KVGEN_BACKEND_HOST; }
+  const std::string &target() const override { return target_; }
+  bool canLaunch() const override { return !compileOnly_; }
+  const std::string &compilerIdentity() const override { return identity_; }
+  std::string optionsString() const override {
+    return compiler_ + " " + kHostFlags;
+  }
+
+  Status compile(const std::string &source, const std::string &entry,
+                 std::string *binary) override {
+    std::string err;
+    std::optional<std::string> dir = makeTempDir(&err);
+    if (!dir)
+      return Status::error(KVGEN_ERROR_COMPILE, err);
+    std::string src = *dir + "/kernel.cpp", so = *dir + "/kernel.so";
+    Status st;
+    if (std::optional<std::string> werr =
+            writeFileAtomic(src, source.data(), source.size())) {
+      st = Status::error(KVGEN_ERROR_COMPILE, *werr);
+    } else {
+      // $CXX may hold a command with arguments ("ccache g++"): unquoted.
+      std::string cmd = fmt::format("{} {} -o {} {}", compiler_, kHostFlags,
+                                    shellQuote(so), shellQuote(src));
+      std::string log;
+      int rc = runCommand(cmd, &log);
+      if (rc != 0)
+        st = Status::error(KVGEN_ERROR_COMPILE,
+                           fmt::format("host compile of '{}' failed (exit "
+                                       "{}): {}\n{}",
+                                       entry, rc, cmd, log));
+      else if (logHasWarning(log))
+        st = Status::error(KVGEN_ERROR_COMPILE,
+                           fmt::format("host compile of '{}' warned; "
+                                       "warnings are errors: {}\n{}",
+                                       entry, cmd, log));
+      else if (std::optional<std::string> bin = readFile(so, &err))
+        *binary = std::move(*bin);
+      else
+        st = Status::error(KVGEN_ERROR_COMPILE, err);
+    }
+    removeTempDir(*dir);
+    return st;
+  }
+
+  Status load(const std::string &binary, const std::string &entry,
+              std::unique_ptr<LoadedModule> *out) override {
+    if (compileOnly_)
+      return Status::error(KVGEN_ERROR_COMPILE_ONLY,
+                           "compile-only host context cannot load kernels");
+    std::string err;
+    std::optional<std::string> dir = makeTempDir(&err);
+    if (!dir)
+      return Status::error(KVGEN_ERROR_LOAD, err);
+    std::string path = *dir + "/" + entry + ".so";
+    Status st;
+    if (std::optional<std::string> werr =
+            writeFileAtomic(path, binary.data(), binary.size())) {
+      st = Status::error(KVGEN_ERROR_LOAD, *werr);
+    } else if (void *h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+      std::string sym = entry + "_host_launch";
+      if (auto fn = reinterpret_cast<HostLaunchFn>(::dlsym(h, sym.c_str()))) {
+        *out = std::make_unique<HostModule>(h, fn);
+      } else {
+        ::dlclose(h);
+        st = Status::error(KVGEN_ERROR_LOAD,
+                           fmt::format("host kernel lacks symbol '{}'", sym));
+      }
+    } else {
+      const char *e = ::dlerror();
+      st = Status::error(KVGEN_ERROR_LOAD,
+                         fmt::format("dlopen of host kernel '{}' failed: {}",
+                                     entry, e ? e : "?"));
+    }
+    removeTempDir(*dir); // the mapping outlives the file
+    return st;
+  }
+
+private:
+  bool compileOnly_;
+  std::string compiler_;
+  std::string identity_;
+  std::string target_ = "host";
+};
+
+} // namespace
+
+std::unique_ptr<Backend> createHostBackend(bool compileOnly, Status *status) {
+  std::string compiler = hostCompiler();
+  std::string out;
+  int rc = runCommand(compiler + " --version", &out);
+  if (rc != 0) {
+    *status = Status::error(KVGEN_ERROR_BACKEND_UNAVAILABLE,
+                            fmt::format("host compiler '{}' does not run "
+                                        "(exit {}): {}",
+                                        compiler, rc, out));
+    return nullptr;
+  }
+  std::string firstLine = out.substr(0, out.find('\n'));
+  return std::make_unique<HostBackend>(compileOnly, compiler,
+                                       compiler + ": " + firstLine);
+}
+
+} // namespace rt
+} // namespace kvgen

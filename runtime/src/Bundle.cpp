@@ -1,0 +1,330 @@
+//===- Bundle.cpp - Kernel specs and the bundle manifest ------------------===//
+#include "kvgen/Bundle.h"
+#include "Util.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+#include <utility>
+
+namespace kvgen {
+
+const char *toString(KernelOp op) {
+  return op == KernelOp::Gather ? "gather" : "reshape_and_cache";
+}
+const char *toString(SlotType t) { return t == SlotType::I32 ? "i32" : "i64"; }
+std::optional<KernelOp> parseKernelOp(const std::string &s) {
+  if (s == "reshape_and_cache")
+    return KernelOp::ReshapeAndCache;
+  if (s == "gather")
+    return KernelOp::Gather;
+  return std::nullopt;
+}
+std::optional<SlotType> parseSlotType(const std::string &s) {
+  if (s == "i32")
+    return SlotType::I32;
+  if (s == "i64")
+    return SlotType::I64;
+  return std::nullopt;
+}
+
+std::string KernelSpec::key() const {
+  return fmt::format("op={}; layout={}; io={}; slot={}; checked={}; "
+                     "dequantize={}",
+                     toString(op), toString(layout), toString(ioType),
+                     toString(slotType), int(checked), int(dequantize));
+}
+
+std::optional<std::string> KernelSpec::validate() const {
+  if (std::optional<std::string> err = layout.validate())
+    return "layout: " + *err;
+  bool wide = ioType == DType::BF16 || ioType == DType::F16 ||
+              ioType == DType::F32;
+  if (!wide && ioType != layout.dtype)
+    return fmt::format("io_dtype {} must be bf16, f16, f32 or the cache "
+                       "dtype {}",
+                       toString(ioType), toString(layout.dtype));
+  if (dequantize && op != KernelOp::Gather)
+    return std::string("dequantize applies to gather only");
+  return std::nullopt;
+}
+
+namespace {
+bool isIdentifier(const std::string &s) {
+  if (s.empty() || (s[0] >= '0' && s[0] <= '9'))
+    return false;
+  for (char c : s)
+    if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+          (c >= '0' && c <= '9')))
+      return false;
+  return true;
+}
+bool isSafeFileName(const std::string &s) {
+  if (s.empty() || s == "." || s == ".." || s[0] == '.')
+    return false;
+  for (char c : s)
+    if (c == '/' || c == '\\' || c == '\0' || c == '\n' || c == '\r')
+      return false;
+  return true;
+}
+std::string trim(const std::string &s) {
+  size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos)
+    return std::string();
+  size_t e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+bool parsePositive(const std::string &s, int *out) {
+  if (s.empty() || s.size() > 9)
+    return false;
+  int v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9')
+      return false;
+    v = v * 10 + (c - '0');
+  }
+  *out = v;
+  return v > 0;
+}
+bool parseBool(const std::string &s, bool *out) {
+  if (s != "0" && s != "1")
+    return false;
+  *out = s == "1";
+  return true;
+}
+} // namespace
+
+std::optional<std::string> validateEntry(const KernelEntry &e) {
+  if (!isIdentifier(e.name))
+    return fmt::format("name '{}' is not a C identifier", e.name);
+  if (e.target.empty() ||
+      e.target.find_first_of(" \t\n\r") != std::string::npos)
+    return fmt::format("kernel '{}': bad target '{}'", e.name, e.target);
+  if (std::optional<std::string> err = e.spec.validate())
+    return fmt::format("kernel '{}': {}", e.name, *err);
+  const LaunchGeometry &g = e.geometry;
+  if (g.threads < 1 || g.threads > 1024)
+    return fmt::format("kernel '{}': threads {} not in 1..1024", e.name,
+                       g.threads);
+  if (g.tokensPerCta < 1)
+    return fmt::format("kernel '{}': tokens_per_cta {} must be positive",
+                       e.name, g.tokensPerCta);
+  if (g.vectorBytes < 1 || g.vectorBytes > 256 ||
+      (g.vectorBytes & (g.vectorBytes - 1)) != 0)
+    return fmt::format("kernel '{}': vector_bytes {} is not a power of two "
+                       "in 1..256",
+                       e.name, g.vectorBytes);
+  if (!isSafeFileName(e.source))
+    return fmt::format("kernel '{}': source '{}' must be a plain file name "
+                       "inside the bundle",
+                       e.name, e.source);
+  return std::nullopt;
+}
+
+std::string formatManifest(const std::vector<KernelEntry> &entries) {
+  std::string out = fmt::format("kvgen-bundle {}\n", kManifestVersion);
+  for (const KernelEntry &e : entries) {
+    out += "[kernel]\n";
+    out += fmt::format("name = {}\n", e.name);
+    out += fmt::format("op = {}\n", toString(e.spec.op));
+    out += fmt::format("target = {}\n", e.target);
+    out += fmt::format("layout = {}\n", toString(e.spec.layout));
+    out += fmt::format("io_dtype = {}\n", toString(e.spec.ioType));
+    out += fmt::format("slot_dtype = {}\n", toString(e.spec.slotType));
+    out += fmt::format("checked = {}\n", int(e.spec.checked));
+    out += fmt::format("dequantize = {}\n", int(e.spec.dequantize));
+    out += fmt::format("threads = {}\n", e.geometry.threads);
+    out += fmt::format("tokens_per_cta = {}\n", e.geometry.tokensPerCta);
+    out += fmt::format("vector_bytes = {}\n", e.geometry.vectorBytes);
+    out += fmt::format("source = {}\n", e.source);
+  }
+  return out;
+}
+
+bool parseManifest(const std::string &text, std::vector<KernelEntry> *entries,
+                   std::string *error) {
+  static const char *const kKeys[] = {
+      "name",       "op",      "target",  "layout",
+      "io_dtype",   "slot_dtype", "checked", "dequantize",
+      "threads",    "tokens_per_cta", "vector_bytes", "source"};
+  std::vector<KernelEntry> out;
+  std::set<std::string> seen; // keys of the current entry
+  std::set<std::pair<std::string, std::string>> names;
+  int lineNo = 0, entryLine = 0;
+  bool sawHeader = false;
+  auto fail = [&](int line, const std::string &msg) {
+    if (error)
+      *error = fmt::format("manifest line {}: {}", line, msg);
+    return false;
+  };
+  auto finishEntry = [&]() {
+    if (out.empty())
+      return true;
+    for (const char *k : kKeys)
+      if (!seen.count(k))
+        return fail(entryLine, fmt::format("kernel entry lacks '{}'", k));
+    if (std::optional<std::string> err = validateEntry(out.back()))
+      return fail(entryLine, *err);
+    if (!names.insert({out.back().name, out.back().target}).second)
+      return fail(entryLine, fmt::format("kernel '{}' for target '{}' listed "
+                                         "twice",
+                                         out.back().name, out.back().target));
+    return true;
+  };
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string line = trim(text.substr(
+        pos, nl == std::string::npos ? std::string::npos : nl - pos));
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+    ++lineNo;
+    if (line.empty() || line[0] == '#')
+      continue;
+    if (!sawHeader) {
+      if (line.compare(0, 13, "kvgen-bundle ") != 0)
+        return fail(lineNo, "expected 'kvgen-bundle <version>' first");
+      std::string v = trim(line.substr(13));
+      if (v != std::to_string(kManifestVersion))
+        return fail(lineNo, fmt::format("unsupported manifest version '{}' "
+                                        "(this runtime reads {})",
+                                        v, kManifestVersion));
+      sawHeader = true;
+      continue;
+    }
+    if (line == "[kernel]") {
+      if (!finishEntry())
+        return false;
+      out.emplace_back();
+      seen.clear();
+      entryLine = lineNo;
+      continue;
+    }
+    size_t eq = line.find('=');
+    if (eq == std::string::npos)
+      return fail(lineNo, fmt::format("expected 'key = value', got '{}'",
+                                      line));
+    if (out.empty())
+      return fail(lineNo, "key before the first [kernel]");
+    std::string key = trim(line.substr(0, eq));
+    std::string value = trim(line.substr(eq + 1));
+    if (!seen.insert(key).second)
+      return fail(lineNo, fmt::format("'{}' given twice", key));
+    KernelEntry &e = out.back();
+    auto bad = [&]() {
+      return fail(lineNo, fmt::format("bad value '{}' for '{}'", value, key));
+    };
+    if (key == "name") {
+      e.name = value;
+    } else if (key == "op") {
+      std::optional<KernelOp> op = parseKernelOp(value);
+      if (!op)
+        return bad();
+      e.spec.op = *op;
+    } else if (key == "target") {
+      e.target = value;
+    } else if (key == "layout") {
+      std::string err;
+      std::optional<LayoutDesc> l = parseLayout(value, &err);
+      if (!l)
+        return fail(lineNo, "layout: " + err);
+      e.spec.layout = *l;
+    } else if (key == "io_dtype") {
+      std::optional<DType> t = parseDType(value);
+      if (!t)
+        return bad();
+      e.spec.ioType = *t;
+    } else if (key == "slot_dtype") {
+      std::optional<SlotType> t = parseSlotType(value);
+      if (!t)
+        return bad();
+      e.spec.slotType = *t;
+    } else if (key == "checked") {
+      if (!parseBool(value, &e.spec.checked))
+        return bad();
+    } else if (key == "dequantize") {
+      if (!parseBool(value, &e.spec.dequantize))
+        return bad();
+    } else if (key == "threads") {
+      if (!parsePositive(value, &e.geometry.threads))
+        return bad();
+    } else if (key == "tokens_per_cta") {
+      if (!parsePositive(value, &e.geometry.tokensPerCta))
+        return bad();
+    } else if (key == "vector_bytes") {
+      if (!parsePositive(value, &e.geometry.vectorBytes))
+        return bad();
+    } else if (key == "source") {
+      e.source = value;
+    } else {
+      return fail(lineNo, fmt::format("unknown key '{}'", key));
+    }
+  }
+  if (!sawHeader)
+    return fail(lineNo, "empty manifest (no 'kvgen-bundle' line)");
+  if (!finishEntry())
+    return false;
+  *entries = std::move(out);
+  return true;
+}
+
+std::optional<std::string>
+writeBundle(const std::string &dir, const std::vector<BundleKernel> &kernels) {
+  std::vector<KernelEntry> entries;
+  std::map<std::string, const std::string *> sources;
+  for (const BundleKernel &k : kernels) {
+    if (std::optional<std::string> err = validateEntry(k.entry))
+      return err;
+    auto [it, fresh] = sources.emplace(k.entry.source, &k.sourceText);
+    if (!fresh && *it->second != k.sourceText)
+      return fmt::format("two different sources named '{}'", k.entry.source);
+    entries.push_back(k.entry);
+  }
+  // Validate the manifest as the reader will (duplicates etc.).
+  std::string manifest = formatManifest(entries);
+  std::vector<KernelEntry> check;
+  std::string err;
+  if (!parseManifest(manifest, &check, &err))
+    return err;
+  if (std::optional<std::string> mk = rt::makeDirs(dir))
+    return mk;
+  for (const BundleKernel &k : kernels)
+    if (std::optional<std::string> werr =
+            rt::writeFileAtomic(dir + "/" + k.entry.source,
+                                k.sourceText.data(), k.sourceText.size()))
+      return werr;
+  return rt::writeFileAtomic(std::string(dir) + "/" + kManifestFileName,
+                             manifest.data(), manifest.size());
+}
+
+bool readBundle(const std::string &dir, std::vector<KernelEntry> *entries,
+                std::string *error) {
+  std::string path = dir + "/" + kManifestFileName;
+  std::string err;
+  std::optional<std::string> text = rt::readFile(path, &err);
+  if (!text) {
+    if (error)
+      *error = err;
+    return false;
+  }
+  if (!parseManifest(*text, entries, &err)) {
+    if (error)
+      *error = path + ": " + err;
+    return false;
+  }
+  return true;
+}
+
+bool targetMatches(const std::string &entryTarget,
+                   const std::string &contextTarget) {
+  if (entryTarget == contextTarget)
+    return true;
+  if (entryTarget.compare(0, 3, "gfx") != 0 ||
+      entryTarget.find(':') != std::string::npos)
+    return false;
+  return contextTarget.size() > entryTarget.size() &&
+         contextTarget.compare(0, entryTarget.size(), entryTarget) == 0 &&
+         contextTarget[entryTarget.size()] == ':';
+}
+
+} // namespace kvgen

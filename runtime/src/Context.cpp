@@ -1,0 +1,707 @@
+//===- Context.cpp - The C API: contexts, kernel caches, launches ---------===//
+#include "Backend.h"
+#include "DiskCache.h"
+#include "Sha256.h"
+#include "Util.h"
+#include "Validate.h"
+#include "kvgen/Bundle.h"
+#include "kvgen/Generator.h"
+#include "kvgen/kvgen.h"
+
+#include "KernelAbiText.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#ifndef KVGEN_VERSION_STRING
+#error "KVGEN_VERSION_STRING must be defined by the build"
+#endif
+
+using namespace kvgen;
+using namespace kvgen::rt;
+
+//===----------------------------------------------------------------------===//
+// Errors
+//===----------------------------------------------------------------------===//
+
+namespace {
+thread_local std::string tlsError;
+
+kvgen_status report(const Status &st) {
+  if (st.isOk())
+    tlsError.clear();
+  else
+    tlsError = st.message;
+  return st.code;
+}
+kvgen_status fail(kvgen_status code, std::string message) {
+  return report(Status::error(code, std::move(message)));
+}
+kvgen_status succeed() {
+  tlsError.clear();
+  return KVGEN_SUCCESS;
+}
+
+// The process-wide generator.
+std::mutex generatorMutex;
+KernelGenerator generatorFn;
+
+const char *backendName(kvgen_backend b) {
+  switch (b) {
+  case KVGEN_BACKEND_CUDA:
+    return "cuda";
+  case KVGEN_BACKEND_HIP:
+    return "hip";
+  case KVGEN_BACKEND_HOST:
+    return "host";
+  default:
+    return "auto";
+  }
+}
+
+// A by-spec lookup key made of views, so that a hit allocates nothing.
+struct SpecRef {
+  int op;
+  std::string_view layout, io, slot;
+  int checked, dequantize;
+  bool operator==(const SpecRef &o) const {
+    return op == o.op && checked == o.checked &&
+           dequantize == o.dequantize && layout == o.layout && io == o.io &&
+           slot == o.slot;
+  }
+};
+struct SpecRefHash {
+  size_t operator()(const SpecRef &r) const {
+    std::hash<std::string_view> h;
+    size_t x = h(r.layout);
+    x = x * 31 + h(r.io);
+    x = x * 31 + h(r.slot);
+    return x * 31 + size_t(r.op * 4 + r.checked * 2 + r.dequantize);
+  }
+};
+// Owned storage of a SpecRef.
+struct SpecAlias {
+  std::string layout, io, slot;
+};
+
+struct BundleItem {
+  KernelEntry entry;
+  std::string dir;
+};
+} // namespace
+
+struct kvgen_kernel_s {
+  KernelEntry entry;
+  std::string layoutText;
+  std::unique_ptr<LoadedModule> module; // null on compile-only contexts
+  StrideMemo memo;
+};
+
+struct kvgen_context_s {
+  // Declared first: destroyed after the kernels' modules.
+  std::unique_ptr<Backend> backend;
+
+  std::mutex mutex; // guards everything below but the counters
+  std::mutex compileMutex;
+  std::shared_ptr<DiskCache> disk;
+  std::string cacheDirText;
+  kvgen_warning_fn warnFn = nullptr;
+  void *warnUser = nullptr;
+  std::vector<BundleItem> bundles;
+  std::vector<std::string> bundleDirs;
+  std::vector<std::unique_ptr<kvgen_kernel_s>> kernels;
+  std::unordered_map<std::string_view, kvgen_kernel_s *> byName;
+  std::unordered_map<SpecRef, kvgen_kernel_s *, SpecRefHash> bySpec;
+  std::deque<SpecAlias> specAliases;
+  std::map<Digest, kvgen_kernel_s *> byContent;
+  std::chrono::milliseconds lockTimeout{60000};
+
+  std::atomic<uint64_t> memoryHits{0}, diskHits{0}, compiles{0},
+      diskWrites{0}, evictions{0};
+  std::atomic<double> lastCompileMs{0}, lastLoadMs{0};
+
+  void warn(const std::string &msg) {
+    kvgen_warning_fn fn;
+    void *user;
+    {
+      std::lock_guard<std::mutex> g(mutex);
+      fn = warnFn;
+      user = warnUser;
+    }
+    if (fn)
+      fn(msg.c_str(), user);
+    else
+      std::fprintf(stderr, "%s\n", msg.c_str());
+  }
+
+  // Must be called without `mutex` held (DiskCache may warn).
+  void setCacheDir(const std::string &dir) {
+    auto cache = std::make_shared<DiskCache>(
+        dir, [this](const std::string &m) { warn(m); });
+    std::lock_guard<std::mutex> g(mutex);
+    cacheDirText = cache->enabled() ? dir : std::string();
+    disk = std::move(cache);
+  }
+
+  Digest contentKey(const KernelEntry &e, const std::string &source) const {
+    Sha256 h;
+    h.field("kvgen-binary-cache-v1");
+    h.field(KVGEN_VERSION_STRING);
+    h.field(backendName(backend->kind()));
+    h.field(backend->target());
+    h.field(backend->compilerIdentity());
+    h.field(backend->optionsString());
+    h.field(e.name);
+    h.field(source);
+    return h.finish();
+  }
+
+  Status getBinary(const KernelEntry &e, const std::string &source,
+                   const Digest &key, bool forceCompile, std::string *binary,
+                   bool *fromDisk);
+  Status obtain(const KernelEntry &e, const std::string &source,
+                kvgen_kernel_s **out);
+};
+
+//===----------------------------------------------------------------------===//
+// Compile / disk cache / load
+//===----------------------------------------------------------------------===//
+
+Status kvgen_context_s::getBinary(const KernelEntry &e,
+                                  const std::string &source,
+                                  const Digest &key, bool forceCompile,
+                                  std::string *binary, bool *fromDisk) {
+  std::shared_ptr<DiskCache> cache;
+  {
+    std::lock_guard<std::mutex> g(mutex);
+    cache = disk;
+  }
+  *fromDisk = false;
+  std::string why;
+  if (!forceCompile &&
+      cache->read(key, binary, &why) == DiskCache::Read::Hit) {
+    ++diskHits;
+    *fromDisk = true;
+    return Status::ok();
+  }
+  // Serialize the compile of this key across processes; re-check under the
+  // lock, since another process may have published it meanwhile.
+  bool timedOut = false;
+  DiskCache::Lock lock = cache->lock(key, lockTimeout, &timedOut);
+  if (timedOut)
+    warn(fmt::format("kvgen: waited {} ms for the cache lock '{}'; "
+                     "compiling anyway",
+                     lockTimeout.count(), cache->lockPath(key)));
+  if (!forceCompile) {
+    DiskCache::Read r = cache->read(key, binary, &why);
+    if (r == DiskCache::Read::Hit) {
+      ++diskHits;
+      *fromDisk = true;
+      return Status::ok();
+    }
+    if (r == DiskCache::Read::Invalid && cache->evict(key))
+      ++evictions;
+  }
+  auto start = std::chrono::steady_clock::now();
+  Status st = backend->compile(source, e.name, binary);
+  lastCompileMs = msSince(start);
+  if (!st.isOk())
+    return st;
+  ++compiles;
+  if (cache->write(key, *binary))
+    ++diskWrites;
+  return Status::ok();
+}
+
+Status kvgen_context_s::obtain(const KernelEntry &e, const std::string &source,
+                               kvgen_kernel_s **out) {
+  Digest key = contentKey(e, source);
+  std::lock_guard<std::mutex> compileGuard(compileMutex);
+  {
+    std::lock_guard<std::mutex> g(mutex);
+    auto it = byContent.find(key);
+    if (it != byContent.end()) {
+      ++memoryHits;
+      *out = it->second;
+      return Status::ok();
+    }
+  }
+  auto k = std::make_unique<kvgen_kernel_s>();
+  k->entry = e;
+  k->layoutText = toString(e.spec.layout);
+  std::string binary;
+  bool fromDisk = false;
+  Status st = getBinary(e, source, key, false, &binary, &fromDisk);
+  if (!st.isOk())
+    return st;
+  if (backend->canLaunch()) {
+    auto start = std::chrono::steady_clock::now();
+    st = backend->load(binary, e.name, &k->module);
+    if (!st.isOk() && fromDisk) {
+      // A verified entry that does not load (e.g. written by a broken
+      // compiler): replace it once.
+      warn(fmt::format("kvgen: cached binary of '{}' does not load ({}); "
+                       "recompiling",
+                       e.name, st.message));
+      std::shared_ptr<DiskCache> cache;
+      {
+        std::lock_guard<std::mutex> g(mutex);
+        cache = disk;
+      }
+      if (cache->evict(key))
+        ++evictions;
+      st = getBinary(e, source, key, true, &binary, &fromDisk);
+      if (st.isOk())
+        st = backend->load(binary, e.name, &k->module);
+    }
+    lastLoadMs = msSince(start);
+    if (!st.isOk())
+      return st;
+  }
+  std::lock_guard<std::mutex> g(mutex);
+  kvgen_kernel_s *raw = k.get();
+  kernels.push_back(std::move(k));
+  byContent.emplace(key, raw);
+  *out = raw;
+  return Status::ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Generator
+//===----------------------------------------------------------------------===//
+
+void kvgen::setKernelGenerator(KernelGenerator generator) {
+  std::lock_guard<std::mutex> g(generatorMutex);
+  generatorFn = std::move(generator);
+}
+bool kvgen::hasKernelGenerator() {
+  std::lock_guard<std::mutex> g(generatorMutex);
+  return bool(generatorFn);
+}
+
+//===----------------------------------------------------------------------===//
+// C API
+//===----------------------------------------------------------------------===//
+
+extern "C" {
+
+const char *kvgen_last_error(void) { return tlsError.c_str(); }
+
+const char *kvgen_status_string(kvgen_status s) {
+  switch (s) {
+  case KVGEN_SUCCESS:
+    return "KVGEN_SUCCESS";
+  case KVGEN_ERROR_INVALID_ARGUMENT:
+    return "KVGEN_ERROR_INVALID_ARGUMENT";
+  case KVGEN_ERROR_OUT_OF_BOUNDS:
+    return "KVGEN_ERROR_OUT_OF_BOUNDS";
+  case KVGEN_ERROR_MISALIGNED:
+    return "KVGEN_ERROR_MISALIGNED";
+  case KVGEN_ERROR_NOT_FOUND:
+    return "KVGEN_ERROR_NOT_FOUND";
+  case KVGEN_ERROR_BACKEND_UNAVAILABLE:
+    return "KVGEN_ERROR_BACKEND_UNAVAILABLE";
+  case KVGEN_ERROR_COMPILE:
+    return "KVGEN_ERROR_COMPILE";
+  case KVGEN_ERROR_LOAD:
+    return "KVGEN_ERROR_LOAD";
+  case KVGEN_ERROR_LAUNCH:
+    return "KVGEN_ERROR_LAUNCH";
+  case KVGEN_ERROR_BUNDLE:
+    return "KVGEN_ERROR_BUNDLE";
+  case KVGEN_ERROR_COMPILE_ONLY:
+    return "KVGEN_ERROR_COMPILE_ONLY";
+  case KVGEN_ERROR_INTERNAL:
+    return "KVGEN_ERROR_INTERNAL";
+  }
+  return "KVGEN_ERROR_UNKNOWN";
+}
+
+const char *kvgen_version(void) { return KVGEN_VERSION_STRING; }
+const char *kvgen_kernel_abi_source(void) { return kKernelAbiText; }
+
+static kvgen_status makeContext(std::unique_ptr<Backend> backend,
+                                kvgen_context *out) {
+  auto ctx = std::make_unique<kvgen_context_s>();
+  ctx->backend = std::move(backend);
+  if (const char *t = std::getenv("KVGEN_CACHE_LOCK_TIMEOUT_MS"); t && *t) {
+    long ms = std::strtol(t, nullptr, 10);
+    if (ms >= 0)
+      ctx->lockTimeout = std::chrono::milliseconds(ms);
+  }
+  ctx->setCacheDir(DiskCache::defaultDir());
+  *out = ctx.release();
+  return succeed();
+}
+
+kvgen_status kvgen_context_create(kvgen_backend backend, int device_ordinal,
+                                  kvgen_context *out) {
+  if (!out)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT, "out is NULL");
+  *out = nullptr;
+  if (device_ordinal < 0 && backend != KVGEN_BACKEND_HOST)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                fmt::format("device_ordinal = {} must be >= 0",
+                            device_ordinal));
+  Status st;
+  std::unique_ptr<Backend> b;
+  switch (backend) {
+  case KVGEN_BACKEND_CUDA:
+    b = createCudaBackend(device_ordinal, "", &st);
+    break;
+  case KVGEN_BACKEND_HIP:
+    b = createHipBackend(device_ordinal, "", &st);
+    break;
+  case KVGEN_BACKEND_HOST:
+    b = createHostBackend(false, &st);
+    break;
+  case KVGEN_BACKEND_AUTO: {
+    Status cuda, hipSt;
+    b = createCudaBackend(device_ordinal, "", &cuda);
+    if (!b)
+      b = createHipBackend(device_ordinal, "", &hipSt);
+    if (!b)
+      b = createHostBackend(false, &st);
+    if (!b)
+      st.message = fmt::format("no backend: CUDA: {}; HIP: {}; host: {}",
+                               cuda.message, hipSt.message, st.message);
+    break;
+  }
+  default:
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                fmt::format("unknown backend {}", int(backend)));
+  }
+  if (!b)
+    return report(st);
+  return makeContext(std::move(b), out);
+}
+
+kvgen_status kvgen_context_create_compile_only(kvgen_backend backend,
+                                               const char *target,
+                                               kvgen_context *out) {
+  if (!out)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT, "out is NULL");
+  *out = nullptr;
+  if (!target || !*target)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT, "target is NULL or empty");
+  Status st;
+  std::unique_ptr<Backend> b;
+  switch (backend) {
+  case KVGEN_BACKEND_CUDA:
+    b = createCudaBackend(-1, target, &st);
+    break;
+  case KVGEN_BACKEND_HIP:
+    b = createHipBackend(-1, target, &st);
+    break;
+  case KVGEN_BACKEND_HOST:
+    if (std::string(target) != "host")
+      return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                  fmt::format("the host backend's target is 'host', not "
+                              "'{}'",
+                              target));
+    b = createHostBackend(true, &st);
+    break;
+  default:
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                "compile-only contexts need an explicit backend (not AUTO)");
+  }
+  if (!b)
+    return report(st);
+  return makeContext(std::move(b), out);
+}
+
+void kvgen_context_destroy(kvgen_context ctx) { delete ctx; }
+
+kvgen_backend kvgen_context_backend(kvgen_context ctx) {
+  return ctx ? ctx->backend->kind() : KVGEN_BACKEND_AUTO;
+}
+
+const char *kvgen_context_target(kvgen_context ctx) {
+  return ctx ? ctx->backend->target().c_str() : "";
+}
+
+kvgen_status kvgen_context_set_cache_dir(kvgen_context ctx, const char *dir) {
+  if (!ctx)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+  ctx->setCacheDir(dir ? dir : "");
+  return succeed();
+}
+
+const char *kvgen_context_cache_dir(kvgen_context ctx) {
+  if (!ctx)
+    return "";
+  std::lock_guard<std::mutex> g(ctx->mutex);
+  return ctx->cacheDirText.c_str();
+}
+
+void kvgen_context_set_warning_callback(kvgen_context ctx, kvgen_warning_fn fn,
+                                        void *user_data) {
+  if (!ctx)
+    return;
+  std::lock_guard<std::mutex> g(ctx->mutex);
+  ctx->warnFn = fn;
+  ctx->warnUser = user_data;
+}
+
+kvgen_status kvgen_context_get_stats(kvgen_context ctx,
+                                     kvgen_cache_stats *out) {
+  if (!ctx || !out)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT, "ctx or out is NULL");
+  out->memory_hits = ctx->memoryHits;
+  out->disk_hits = ctx->diskHits;
+  out->compiles = ctx->compiles;
+  out->disk_writes = ctx->diskWrites;
+  out->evictions = ctx->evictions;
+  out->last_compile_ms = ctx->lastCompileMs;
+  out->last_load_ms = ctx->lastLoadMs;
+  return succeed();
+}
+
+kvgen_status kvgen_context_load_bundle(kvgen_context ctx, const char *dir) {
+  if (!ctx || !dir || !*dir)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT, "ctx or dir is NULL/empty");
+  std::vector<KernelEntry> entries;
+  std::string err;
+  if (!readBundle(dir, &entries, &err))
+    return fail(KVGEN_ERROR_BUNDLE, err);
+  std::lock_guard<std::mutex> g(ctx->mutex);
+  for (const std::string &d : ctx->bundleDirs)
+    if (d == dir)
+      return succeed(); // the same directory again: nothing new
+  for (const KernelEntry &e : entries)
+    for (const BundleItem &b : ctx->bundles)
+      if (b.entry.name == e.name && b.entry.target == e.target)
+        return fail(KVGEN_ERROR_BUNDLE,
+                    fmt::format("kernel '{}' for target '{}' is in both "
+                                "'{}' and '{}'",
+                                e.name, e.target, b.dir, dir));
+  for (KernelEntry &e : entries)
+    ctx->bundles.push_back({std::move(e), dir});
+  ctx->bundleDirs.push_back(dir);
+  return succeed();
+}
+
+static kvgen_status obtainFromBundle(kvgen_context ctx, const BundleItem &item,
+                                     kvgen_kernel *out) {
+  std::string err;
+  std::string path = item.dir + "/" + item.entry.source;
+  std::optional<std::string> source = readFile(path, &err);
+  if (!source)
+    return fail(KVGEN_ERROR_BUNDLE,
+                fmt::format("kernel '{}': {}", item.entry.name, err));
+  kvgen_kernel_s *k = nullptr;
+  Status st = ctx->obtain(item.entry, *source, &k);
+  if (!st.isOk())
+    return report(st);
+  std::lock_guard<std::mutex> g(ctx->mutex);
+  ctx->byName.emplace(std::string_view(k->entry.name), k);
+  *out = k;
+  return succeed();
+}
+
+kvgen_status kvgen_context_get_kernel(kvgen_context ctx, const char *name,
+                                      kvgen_kernel *out) {
+  if (!ctx || !name || !out)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT, "ctx, name or out is NULL");
+  BundleItem item;
+  {
+    std::lock_guard<std::mutex> g(ctx->mutex);
+    auto it = ctx->byName.find(std::string_view(name));
+    if (it != ctx->byName.end()) {
+      ++ctx->memoryHits;
+      *out = it->second;
+      return succeed();
+    }
+    const std::string &target = ctx->backend->target();
+    const BundleItem *found = nullptr;
+    std::string others;
+    for (const BundleItem &b : ctx->bundles) {
+      if (b.entry.name != name)
+        continue;
+      if (targetMatches(b.entry.target, target)) {
+        found = &b;
+        break;
+      }
+      others += " " + b.entry.target;
+    }
+    if (!found)
+      return fail(KVGEN_ERROR_NOT_FOUND,
+                  others.empty()
+                      ? fmt::format("no loaded bundle has a kernel '{}'", name)
+                      : fmt::format("kernel '{}' exists for target(s){} but "
+                                    "not for this context's target '{}'",
+                                    name, others, target));
+    item = *found;
+  }
+  return obtainFromBundle(ctx, item, out);
+}
+
+kvgen_status kvgen_context_get_kernel_by_spec(kvgen_context ctx,
+                                              const kvgen_kernel_spec *spec,
+                                              kvgen_kernel *out) {
+  if (!ctx || !spec || !out || !spec->layout || !spec->io_dtype ||
+      !spec->slot_dtype)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                "ctx, spec, out or a spec string is NULL");
+  SpecRef ref{int(spec->op),     spec->layout, spec->io_dtype,
+              spec->slot_dtype, spec->checked != 0, spec->dequantize != 0};
+  {
+    std::lock_guard<std::mutex> g(ctx->mutex);
+    auto it = ctx->bySpec.find(ref);
+    if (it != ctx->bySpec.end()) {
+      ++ctx->memoryHits;
+      *out = it->second;
+      return succeed();
+    }
+  }
+  // Slow path: parse into a canonical spec.
+  KernelSpec ks;
+  if (spec->op != KVGEN_OP_RESHAPE_AND_CACHE && spec->op != KVGEN_OP_GATHER)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                fmt::format("unknown op {}", int(spec->op)));
+  ks.op = spec->op == KVGEN_OP_GATHER ? KernelOp::Gather
+                                      : KernelOp::ReshapeAndCache;
+  std::string err;
+  std::optional<LayoutDesc> layout = parseLayout(spec->layout, &err);
+  if (!layout)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT, "layout: " + err);
+  ks.layout = *layout;
+  std::optional<DType> io = parseDType(spec->io_dtype);
+  std::optional<SlotType> slot = parseSlotType(spec->slot_dtype);
+  if (!io || !slot)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                fmt::format("bad io_dtype '{}' or slot_dtype '{}'",
+                            spec->io_dtype, spec->slot_dtype));
+  ks.ioType = *io;
+  ks.slotType = *slot;
+  ks.checked = spec->checked != 0;
+  ks.dequantize = spec->dequantize != 0;
+  if (std::optional<std::string> verr = ks.validate())
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT, *verr);
+  std::string canonical = ks.key();
+
+  kvgen_kernel k = nullptr;
+  kvgen_status status = KVGEN_ERROR_NOT_FOUND;
+  BundleItem item;
+  bool inBundle = false;
+  {
+    std::lock_guard<std::mutex> g(ctx->mutex);
+    for (const BundleItem &b : ctx->bundles)
+      if (targetMatches(b.entry.target, ctx->backend->target()) &&
+          b.entry.spec.key() == canonical) {
+        item = b;
+        inBundle = true;
+        break;
+      }
+  }
+  if (inBundle) {
+    status = obtainFromBundle(ctx, item, &k);
+  } else {
+    KernelGenerator gen;
+    {
+      std::lock_guard<std::mutex> g(generatorMutex);
+      gen = generatorFn;
+    }
+    if (!gen)
+      return fail(KVGEN_ERROR_NOT_FOUND,
+                  fmt::format("no loaded bundle has a kernel for {} on "
+                              "target '{}', and no generator is registered",
+                              canonical, ctx->backend->target()));
+    GeneratedKernel g;
+    std::optional<std::string> gerr = gen(ks, ctx->backend->target(), &g);
+    if (gerr)
+      return fail(KVGEN_ERROR_COMPILE,
+                  fmt::format("generator failed for {}: {}", canonical,
+                              *gerr));
+    KernelEntry e;
+    e.name = g.entryName;
+    e.target = ctx->backend->target();
+    e.spec = ks;
+    e.geometry = g.geometry;
+    e.source = e.name + ".src";
+    if (std::optional<std::string> verr = validateEntry(e))
+      return fail(KVGEN_ERROR_COMPILE, "generator returned " + *verr);
+    Status st = ctx->obtain(e, g.source, &k);
+    status = report(st);
+  }
+  if (status != KVGEN_SUCCESS)
+    return status;
+  std::lock_guard<std::mutex> g(ctx->mutex);
+  ctx->specAliases.push_back({spec->layout, spec->io_dtype, spec->slot_dtype});
+  const SpecAlias &a = ctx->specAliases.back();
+  ctx->bySpec.emplace(SpecRef{ref.op, a.layout, a.io, a.slot, ref.checked,
+                              ref.dequantize},
+                      k);
+  *out = k;
+  return succeed();
+}
+
+const char *kvgen_kernel_name(kvgen_kernel k) {
+  return k ? k->entry.name.c_str() : "";
+}
+kvgen_op kvgen_kernel_op(kvgen_kernel k) {
+  return k && k->entry.spec.op == KernelOp::Gather ? KVGEN_OP_GATHER
+                                                   : KVGEN_OP_RESHAPE_AND_CACHE;
+}
+const char *kvgen_kernel_layout(kvgen_kernel k) {
+  return k ? k->layoutText.c_str() : "";
+}
+int kvgen_kernel_vector_bytes(kvgen_kernel k) {
+  return k ? k->entry.geometry.vectorBytes : 0;
+}
+
+template <typename Args>
+static kvgen_status launchKernel(kvgen_kernel k, const Args *args,
+                                 uint64_t keyBytes, uint64_t valueBytes,
+                                 void *stream) {
+  if (!k || !args)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT, "kernel or args is NULL");
+  bool launch = false;
+  Status st =
+      validateLaunch(k->entry, *args, keyBytes, valueBytes, &k->memo, &launch);
+  if (!st.isOk())
+    return report(st);
+  if (!launch)
+    return succeed();
+  if (!k->module)
+    return fail(KVGEN_ERROR_COMPILE_ONLY,
+                fmt::format("kernel '{}' belongs to a compile-only context",
+                            k->entry.name));
+  int64_t per = k->entry.geometry.tokensPerCta;
+  int64_t grid = (args->num_tokens + per - 1) / per;
+  if (grid > INT32_MAX)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                fmt::format("num_tokens = {} needs {} CTAs, more than "
+                            "grid.x allows",
+                            args->num_tokens, grid));
+  return report(k->module->launch(args, sizeof(Args), uint32_t(grid),
+                                  uint32_t(k->entry.geometry.threads),
+                                  stream));
+}
+
+kvgen_status
+kvgen_launch_reshape_and_cache(kvgen_kernel k,
+                               const kvgen_reshape_and_cache_args *args,
+                               uint64_t key_cache_bytes,
+                               uint64_t value_cache_bytes, void *stream) {
+  return launchKernel(k, args, key_cache_bytes, value_cache_bytes, stream);
+}
+
+kvgen_status kvgen_launch_gather(kvgen_kernel k, const kvgen_gather_args *args,
+                                 uint64_t key_cache_bytes,
+                                 uint64_t value_cache_bytes, void *stream) {
+  return launchKernel(k, args, key_cache_bytes, value_cache_bytes, stream);
+}
+
+} // extern "C"

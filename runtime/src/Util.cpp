@@ -1,0 +1,246 @@
+//===- Util.cpp - Files, processes and dlopen helpers ---------------------===//
+#include "Util.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace kvgen {
+namespace rt {
+
+std::string errnoText(int err) {
+  char buf[256];
+  // GNU strerror_r returns a char*; XSI returns int. Handle both.
+  auto r = strerror_r(err, buf, sizeof(buf));
+  if constexpr (std::is_same_v<decltype(r), char *>)
+    return std::string(r);
+  else
+    return std::string(buf);
+}
+
+std::optional<std::string> readFile(const std::string &path,
+                                    std::string *error) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (error)
+      *error = fmt::format("cannot open '{}': {}", path, errnoText(errno));
+    return std::nullopt;
+  }
+  std::string data;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (error)
+        *error = fmt::format("cannot read '{}': {}", path, errnoText(errno));
+      ::close(fd);
+      return std::nullopt;
+    }
+    if (n == 0)
+      break;
+    data.append(buf, size_t(n));
+  }
+  ::close(fd);
+  return data;
+}
+
+namespace {
+std::string dirOf(const std::string &path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos)
+    return ".";
+  if (slash == 0)
+    return "/";
+  return path.substr(0, slash);
+}
+
+bool writeAll(int fd, const void *data, size_t size) {
+  const char *p = static_cast<const char *>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return false;
+    }
+    p += n;
+    size -= size_t(n);
+  }
+  return true;
+}
+} // namespace
+
+std::optional<std::string> writeFileAtomic(const std::string &path,
+                                           const void *data, size_t size) {
+  std::string tmpl = path + ".tmp.XXXXXX";
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  int fd = ::mkstemp(name.data());
+  if (fd < 0)
+    return fmt::format("cannot create a temporary file next to '{}': {}", path,
+                       errnoText(errno));
+  std::string tmp(name.data());
+  auto failWith = [&](const char *what) {
+    int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return fmt::format("cannot {} '{}': {}", what, tmp, errnoText(err));
+  };
+  if (!writeAll(fd, data, size))
+    return failWith("write");
+  if (::fchmod(fd, 0644) != 0)
+    return failWith("chmod");
+  if (::fsync(fd) != 0)
+    return failWith("fsync");
+  if (::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return fmt::format("cannot close '{}': {}", tmp, errnoText(err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return fmt::format("cannot rename '{}' to '{}': {}", tmp, path,
+                       errnoText(err));
+  }
+  int dfd = ::open(dirOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd); // best effort: the data is already in place
+    ::close(dfd);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> makeDirs(const std::string &dir) {
+  if (dir.empty())
+    return std::string("empty directory name");
+  std::string cur;
+  size_t pos = 0;
+  while (pos <= dir.size()) {
+    size_t slash = dir.find('/', pos);
+    if (slash == std::string::npos)
+      slash = dir.size();
+    cur = dir.substr(0, slash);
+    pos = slash + 1;
+    if (cur.empty())
+      continue;
+    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
+      return fmt::format("cannot create directory '{}': {}", cur,
+                         errnoText(errno));
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0)
+    return fmt::format("cannot stat '{}': {}", dir, errnoText(errno));
+  if (!S_ISDIR(st.st_mode))
+    return fmt::format("'{}' is not a directory", dir);
+  return std::nullopt;
+}
+
+std::optional<std::string> makeTempDir(std::string *error) {
+  const char *base = std::getenv("TMPDIR");
+  std::string tmpl =
+      std::string(base && *base ? base : "/tmp") + "/kvgen-XXXXXX";
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  if (!::mkdtemp(name.data())) {
+    if (error)
+      *error = fmt::format("cannot create a temporary directory '{}': {}",
+                           tmpl, errnoText(errno));
+    return std::nullopt;
+  }
+  return std::string(name.data());
+}
+
+void removeTempDir(const std::string &dir) {
+  if (DIR *d = ::opendir(dir.c_str())) {
+    while (struct dirent *e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..")
+        ::unlink((dir + "/" + n).c_str());
+    }
+    ::closedir(d);
+  }
+  ::rmdir(dir.c_str());
+}
+
+int runCommand(const std::string &command, std::string *output) {
+  FILE *p = ::popen((command + " 2>&1").c_str(), "r");
+  if (!p) {
+    if (output)
+      *output = fmt::format("cannot run '{}': {}", command, errnoText(errno));
+    return -1;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0)
+    if (output)
+      output->append(buf, n);
+  int status = ::pclose(p);
+  if (status == -1)
+    return -1;
+  if (WIFEXITED(status))
+    return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+std::string shellQuote(const std::string &s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
+  }
+  return out + "'";
+}
+
+std::string hostCompiler() {
+  const char *cxx = std::getenv("CXX");
+  return cxx && *cxx ? std::string(cxx) : std::string("c++");
+}
+
+bool DynLib::open(const std::vector<std::string> &names, std::string *error) {
+  std::string tried;
+  for (const std::string &n : names) {
+    void *h = ::dlopen(n.c_str(), RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+    if (!h)
+      h = ::dlopen(n.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (h) {
+      handle = h;
+      path = n;
+      return true;
+    }
+    const char *e = ::dlerror();
+    tried += fmt::format("\n  {}: {}", n, e ? e : "not found");
+  }
+  if (error)
+    *error = "none of these libraries could be loaded:" + tried;
+  return false;
+}
+
+void *DynLib::rawSym(const char *name) const {
+  return handle ? ::dlsym(handle, name) : nullptr;
+}
+
+bool logHasWarning(const std::string &log) {
+  std::string lower(log.size(), '\0');
+  std::transform(log.begin(), log.end(), lower.begin(),
+                 [](unsigned char c) { return char(std::tolower(c)); });
+  return lower.find("warning") != std::string::npos;
+}
+
+} // namespace rt
+} // namespace kvgen

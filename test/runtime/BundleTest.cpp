@@ -1,0 +1,165 @@
+//===- BundleTest.cpp - Manifest format and bundle I/O --------------------===//
+#include "TestKernels.h"
+#include "Util.h"
+#include "kvgen/Bundle.h"
+
+#include <gtest/gtest.h>
+
+using namespace kvgen;
+
+namespace {
+
+std::vector<KernelEntry> sampleEntries() {
+  KernelSpec rc;
+  rc.op = KernelOp::ReshapeAndCache;
+  rc.layout = test::mimoLayout();
+  rc.layout.kStrides = Strides{kDynamic, 768, 192};
+  rc.ioType = DType::BF16;
+  rc.slotType = SlotType::I64;
+  rc.checked = true;
+  KernelSpec g;
+  g.op = KernelOp::Gather;
+  g.layout = test::mimoLayout(64);
+  g.layout.dtype = DType::F8E4M3FN;
+  g.layout.scale = ScaleKind::PerTensor;
+  g.ioType = DType::F16;
+  g.slotType = SlotType::I32;
+  g.dequantize = true;
+  KernelEntry a = test::testEntry("kvgen_rc_mimo", "sm_90", rc, "rc.cu");
+  KernelEntry b = test::testEntry("kvgen_gather_mimo", "gfx942", g, "g.hip");
+  b.geometry.threads = 256;
+  b.geometry.tokensPerCta = 4;
+  b.geometry.vectorBytes = 8;
+  return {a, b};
+}
+
+void expectSameEntry(const KernelEntry &a, const KernelEntry &b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.target, b.target);
+  EXPECT_EQ(a.spec.key(), b.spec.key());
+  EXPECT_EQ(a.geometry.threads, b.geometry.threads);
+  EXPECT_EQ(a.geometry.tokensPerCta, b.geometry.tokensPerCta);
+  EXPECT_EQ(a.geometry.vectorBytes, b.geometry.vectorBytes);
+  EXPECT_EQ(a.source, b.source);
+}
+
+TEST(Manifest, FormatParseRoundTrip) {
+  std::vector<KernelEntry> in = sampleEntries();
+  std::string text = formatManifest(in);
+  EXPECT_EQ(text.rfind("kvgen-bundle 1\n", 0), 0u) << text;
+  std::vector<KernelEntry> out;
+  std::string err;
+  ASSERT_TRUE(parseManifest(text, &out, &err)) << err << "\n" << text;
+  ASSERT_EQ(out.size(), in.size());
+  for (size_t i = 0; i < in.size(); ++i)
+    expectSameEntry(in[i], out[i]);
+  // Specific fields survive (not only the key string).
+  EXPECT_TRUE(out[0].spec.checked);
+  EXPECT_EQ(out[0].spec.layout.kStrides->block, kDynamic);
+  EXPECT_EQ(out[1].spec.slotType, SlotType::I32);
+  EXPECT_TRUE(out[1].spec.dequantize);
+  EXPECT_EQ(out[1].spec.layout.dtype, DType::F8E4M3FN);
+  EXPECT_EQ(formatManifest(out), text);
+}
+
+TEST(Manifest, IgnoresCommentsAndKeyOrder) {
+  std::string text = "# made by hand\nkvgen-bundle 1\n\n[kernel]\n"
+                     "source = k.cpp\nname = k\nop = gather\ntarget = host\n"
+                     "# the layout\n"
+                     "layout = " +
+                     toString(test::mimoLayout()) +
+                     "\nio_dtype = bf16\nslot_dtype = i64\nchecked = 0\n"
+                     "dequantize = 0\nthreads = 64\ntokens_per_cta = 2\n"
+                     "vector_bytes = 4\n";
+  std::vector<KernelEntry> out;
+  std::string err;
+  ASSERT_TRUE(parseManifest(text, &out, &err)) << err;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].name, "k");
+  EXPECT_EQ(out[0].spec.op, KernelOp::Gather);
+  EXPECT_EQ(out[0].geometry.tokensPerCta, 2);
+}
+
+TEST(Manifest, RejectsMalformedManifests) {
+  std::string good = formatManifest({sampleEntries()[0]});
+  auto replace = [&](const std::string &from, const std::string &to) {
+    std::string s = good;
+    size_t at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return s.replace(at, from.size(), to);
+  };
+  struct Case {
+    std::string text, mustMention;
+  } cases[] = {
+      {"", "empty manifest"},
+      {replace("kvgen-bundle 1", "kvgen-bundle 2"), "unsupported manifest"},
+      {replace("threads = 128\n", ""), "lacks 'threads'"},
+      {replace("threads = 128", "threads = 0"), "threads"},
+      {replace("threads = 128", "threads = 2048"), "threads"},
+      {replace("vector_bytes = 16", "vector_bytes = 12"), "vector_bytes"},
+      {replace("op = reshape_and_cache", "op = scatter"), "op"},
+      {replace("source = rc.cu", "source = ../rc.cu"), "source"},
+      {replace("name = kvgen_rc_mimo", "name = 9bad"), "C identifier"},
+      {replace("checked = 1", "checked = yes"), "checked"},
+      {replace("checked = 1", "checked = 1\ncolour = blue"), "unknown key"},
+      {replace("checked = 1", "checked = 1\nchecked = 0"), "twice"},
+      {replace("block_size = 16", "block_size = 0"), "block_size"},
+      {good + good.substr(good.find("[kernel]")), "listed twice"},
+  };
+  for (const Case &c : cases) {
+    std::vector<KernelEntry> out;
+    std::string err;
+    EXPECT_FALSE(parseManifest(c.text, &out, &err)) << c.text;
+    EXPECT_NE(err.find(c.mustMention), std::string::npos)
+        << "error: " << err << "\ntext:\n"
+        << c.text;
+    EXPECT_NE(err.find("line"), std::string::npos) << err;
+  }
+}
+
+TEST(Bundle, WriteThenRead) {
+  test::TempDir tmp;
+  std::string dir = tmp.path() + "/bundle";
+  std::vector<BundleKernel> kernels;
+  for (const KernelEntry &e : sampleEntries())
+    kernels.push_back({e, "// source of " + e.name + "\n"});
+  ASSERT_FALSE(writeBundle(dir, kernels).has_value());
+  std::vector<KernelEntry> read;
+  std::string err;
+  ASSERT_TRUE(readBundle(dir, &read, &err)) << err;
+  ASSERT_EQ(read.size(), 2u);
+  expectSameEntry(read[1], kernels[1].entry);
+  std::optional<std::string> src = rt::readFile(dir + "/g.hip", &err);
+  ASSERT_TRUE(src) << err;
+  EXPECT_EQ(*src, "// source of kvgen_gather_mimo\n");
+  // No temporary files are left behind.
+  EXPECT_EQ(test::countFiles(dir, ".cu") + test::countFiles(dir, ".hip") +
+                test::countFiles(dir, ".txt"),
+            3);
+}
+
+TEST(Bundle, WriterRejectsConflictsAndReaderNeedsManifest) {
+  test::TempDir tmp;
+  std::vector<KernelEntry> es = sampleEntries();
+  es[1].source = es[0].source;
+  std::optional<std::string> err =
+      writeBundle(tmp.path(), {{es[0], "a"}, {es[1], "b"}});
+  ASSERT_TRUE(err.has_value());
+  EXPECT_NE(err->find("two different sources"), std::string::npos) << *err;
+  std::vector<KernelEntry> read;
+  std::string rerr;
+  EXPECT_FALSE(readBundle(tmp.path() + "/missing", &read, &rerr));
+  EXPECT_NE(rerr.find("kvgen-manifest.txt"), std::string::npos) << rerr;
+}
+
+TEST(Bundle, TargetMatching) {
+  EXPECT_TRUE(targetMatches("sm_90", "sm_90"));
+  EXPECT_FALSE(targetMatches("sm_90", "sm_80"));
+  EXPECT_FALSE(targetMatches("sm_9", "sm_90"));
+  EXPECT_TRUE(targetMatches("gfx90a", "gfx90a:sramecc+:xnack-"));
+  EXPECT_FALSE(targetMatches("gfx90", "gfx90a:sramecc+:xnack-"));
+  EXPECT_FALSE(targetMatches("gfx90a:xnack+", "gfx90a:sramecc+:xnack-"));
+  EXPECT_TRUE(targetMatches("host", "host"));
+}
+
+} // namespace

@@ -1,0 +1,282 @@
+//===- CacheTest.cpp - SHA-256, memory and disk caches, cross-process lock ===//
+#include "DiskCache.h"
+#include "Sha256.h"
+#include "TestKernels.h"
+#include "Util.h"
+#include "kvgen/kvgen.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace kvgen;
+
+namespace {
+
+TEST(Sha256, KnownAnswers) {
+  // FIPS 180-2, appendix B.1 ("abc") and the empty message.
+  EXPECT_EQ(rt::toHex(rt::sha256("abc", 3)),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(rt::toHex(rt::sha256("", 0)),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  // FIPS 180-2, appendix B.2, fed in pieces.
+  rt::Sha256 h;
+  h.update("abcdbcdecdefdefgefghfghighijhijk");
+  h.update("ijkljklmklmnlmnomnopnopq");
+  EXPECT_EQ(rt::toHex(h.finish()),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+TEST(DiskCacheFormat, EncodeDecodeAndCorruption) {
+  rt::Digest key = rt::sha256("key", 3), other = rt::sha256("other", 5);
+  std::string payload = "\x7f" "ELF payload bytes";
+  std::string file = rt::DiskCache::encode(key, payload);
+  ASSERT_EQ(file.size(), rt::DiskCache::kHeaderSize + payload.size());
+  std::string out, why;
+  ASSERT_TRUE(rt::DiskCache::decode(file, key, &out, &why)) << why;
+  EXPECT_EQ(out, payload);
+  EXPECT_FALSE(rt::DiskCache::decode(file, other, &out, &why));
+  EXPECT_EQ(why, "key mismatch");
+  EXPECT_FALSE(rt::DiskCache::decode(file.substr(0, file.size() - 1), key,
+                                     &out, &why));
+  EXPECT_NE(why.find("payload is"), std::string::npos) << why;
+  EXPECT_FALSE(rt::DiskCache::decode(file.substr(0, 20), key, &out, &why));
+  EXPECT_NE(why.find("truncated"), std::string::npos) << why;
+  for (size_t at : {size_t(0), size_t(9), size_t(60), file.size() - 1}) {
+    std::string flipped = file;
+    flipped[at] ^= 0x10;
+    EXPECT_FALSE(rt::DiskCache::decode(flipped, key, &out, &why))
+        << "flip at " << at;
+  }
+}
+
+// A bundle with one host reshape_and_cache kernel for the MiMo layout.
+std::string makeHostBundle(const std::string &dir, const std::string &name,
+                           const std::string &extraSource = "") {
+  KernelSpec spec;
+  spec.layout = test::mimoLayout();
+  KernelEntry e = test::testEntry(name, "host", spec, name + ".cpp");
+  std::optional<std::string> err = writeBundle(
+      dir, {{e, test::hostKernelSource(name, spec) + extraSource}});
+  EXPECT_FALSE(err.has_value()) << *err;
+  return dir;
+}
+
+kvgen_cache_stats statsOf(const Context &ctx) {
+  kvgen_cache_stats s{};
+  EXPECT_TRUE(ctx.stats(&s).ok());
+  return s;
+}
+
+class HostCacheTest : public ::testing::Test {
+public:
+  void SetUp() override {
+    bundle = makeHostBundle(tmp.path() + "/bundle", "kv_rc");
+    cacheDir = tmp.path() + "/cache";
+  }
+  // A new context (empty memory cache) on `cacheDir` with the bundle.
+  Context freshContext() {
+    Context ctx;
+    Status s = Context::create(KVGEN_BACKEND_HOST, 0, &ctx);
+    EXPECT_TRUE(s.ok()) << s.message;
+    EXPECT_TRUE(ctx.setCacheDir(cacheDir).ok());
+    EXPECT_EQ(ctx.cacheDir(), cacheDir);
+    Status b = ctx.loadBundle(bundle);
+    EXPECT_TRUE(b.ok()) << b.message;
+    return ctx;
+  }
+  std::string entryFile() {
+    // The one entry in the cache directory.
+    std::string out;
+    std::string cmd = "ls " + cacheDir + "/*.kvbin";
+    EXPECT_EQ(rt::runCommand(cmd, &out), 0) << out;
+    while (!out.empty() && out.back() == '\n')
+      out.pop_back();
+    EXPECT_EQ(out.find('\n'), std::string::npos) << out;
+    return out;
+  }
+  test::TempDir tmp;
+  std::string bundle, cacheDir;
+};
+
+TEST_F(HostCacheTest, MemoryHitReturnsSameHandleWithoutCompiling) {
+  Context ctx = freshContext();
+  Kernel a, b;
+  Status s = ctx.getKernel("kv_rc", &a);
+  ASSERT_TRUE(s.ok()) << s.message;
+  ASSERT_TRUE(ctx.getKernel("kv_rc", &b).ok());
+  EXPECT_EQ(a.get(), b.get());
+  kvgen_cache_stats st = statsOf(ctx);
+  EXPECT_EQ(st.compiles, 1u);
+  EXPECT_EQ(st.memory_hits, 1u);
+  EXPECT_EQ(st.disk_writes, 1u);
+  EXPECT_EQ(st.disk_hits, 0u);
+  EXPECT_GT(st.last_compile_ms, 0.0);
+  EXPECT_EQ(test::countFiles(cacheDir, ".kvbin"), 1);
+  EXPECT_EQ(test::countFiles(cacheDir, ".tmp."), 0);
+  // An unknown name is a clean NOT_FOUND.
+  Kernel none;
+  Status nf = ctx.getKernel("kv_nope", &none);
+  EXPECT_EQ(nf.code, KVGEN_ERROR_NOT_FOUND);
+  EXPECT_NE(nf.message.find("kv_nope"), std::string::npos) << nf.message;
+}
+
+TEST_F(HostCacheTest, SecondContextHitsDisk) {
+  {
+    Context c1 = freshContext();
+    Kernel k;
+    ASSERT_TRUE(c1.getKernel("kv_rc", &k).ok());
+  }
+  Context c2 = freshContext();
+  Kernel k;
+  ASSERT_TRUE(c2.getKernel("kv_rc", &k).ok());
+  kvgen_cache_stats st = statsOf(c2);
+  EXPECT_EQ(st.disk_hits, 1u);
+  EXPECT_EQ(st.compiles, 0u);
+  EXPECT_EQ(st.evictions, 0u);
+}
+
+void corruptAndExpectRebuild(HostCacheTest &t, const char *what,
+                             void (*corrupt)(const std::string &path)) {
+  SCOPED_TRACE(what);
+  {
+    Context c1 = t.freshContext();
+    Kernel k;
+    ASSERT_TRUE(c1.getKernel("kv_rc", &k).ok());
+  }
+  std::string path = t.entryFile();
+  corrupt(path);
+  Context c2 = t.freshContext();
+  Kernel k;
+  Status s = c2.getKernel("kv_rc", &k);
+  ASSERT_TRUE(s.ok()) << s.message;
+  kvgen_cache_stats st = statsOf(c2);
+  EXPECT_EQ(st.evictions, 1u);
+  EXPECT_EQ(st.compiles, 1u);
+  EXPECT_EQ(st.disk_hits, 0u);
+  EXPECT_EQ(st.disk_writes, 1u);
+  // The rebuilt entry is valid again: a third context hits it.
+  Context c3 = t.freshContext();
+  ASSERT_TRUE(c3.getKernel("kv_rc", &k).ok());
+  EXPECT_EQ(statsOf(c3).disk_hits, 1u);
+  EXPECT_EQ(statsOf(c3).compiles, 0u);
+}
+
+TEST_F(HostCacheTest, TruncatedEntryIsEvictedAndRebuilt) {
+  corruptAndExpectRebuild(*this, "truncate", [](const std::string &path) {
+    std::string err;
+    std::optional<std::string> data = rt::readFile(path, &err);
+    ASSERT_TRUE(data) << err;
+    ASSERT_EQ(::truncate(path.c_str(), off_t(data->size() / 2)), 0);
+  });
+}
+
+TEST_F(HostCacheTest, BitFlippedEntryIsEvictedAndRebuilt) {
+  corruptAndExpectRebuild(*this, "bit flip", [](const std::string &path) {
+    std::string err;
+    std::optional<std::string> data = rt::readFile(path, &err);
+    ASSERT_TRUE(data) << err;
+    (*data)[data->size() - 100] ^= 0x01; // inside the .so payload
+    ASSERT_FALSE(rt::writeFileAtomic(path, data->data(), data->size()));
+  });
+}
+
+TEST_F(HostCacheTest, UncreatableDirDegradesToMemoryWithOneWarning) {
+  // Root can write anywhere, but nobody can make a directory below a
+  // regular file (ENOTDIR).
+  std::string file = tmp.path() + "/plain-file";
+  ASSERT_FALSE(rt::writeFileAtomic(file, "x", 1));
+  std::string bad = file + "/cache";
+  makeHostBundle(tmp.path() + "/bundle2", "kv_rc2");
+
+  Context ctx;
+  ASSERT_TRUE(Context::create(KVGEN_BACKEND_HOST, 0, &ctx).ok());
+  std::vector<std::string> warnings;
+  ctx.setWarningCallback(
+      [](const char *m, void *u) {
+        static_cast<std::vector<std::string> *>(u)->push_back(m);
+      },
+      &warnings);
+  ASSERT_TRUE(ctx.setCacheDir(bad).ok());
+  EXPECT_EQ(ctx.cacheDir(), "");
+  ASSERT_TRUE(ctx.loadBundle(bundle).ok());
+  ASSERT_TRUE(ctx.loadBundle(tmp.path() + "/bundle2").ok());
+  Kernel a, b;
+  Status s = ctx.getKernel("kv_rc", &a);
+  ASSERT_TRUE(s.ok()) << s.message;
+  s = ctx.getKernel("kv_rc2", &b);
+  ASSERT_TRUE(s.ok()) << s.message;
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find(bad), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("memory only"), std::string::npos);
+  kvgen_cache_stats st = statsOf(ctx);
+  EXPECT_EQ(st.compiles, 2u);
+  EXPECT_EQ(st.disk_writes, 0u);
+}
+
+TEST_F(HostCacheTest, EightProcessesOnAColdKeyCompileOnce) {
+  constexpr int kProcs = 8;
+  int gate[2];
+  ASSERT_EQ(::pipe(gate), 0);
+  std::vector<pid_t> pids;
+  for (int i = 0; i < kProcs; ++i) {
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::close(gate[1]);
+      char c;
+      // Wait until the parent opens the gate (closes its end: EOF).
+      while (::read(gate[0], &c, 1) > 0) {
+      }
+      kvgen_context ctx = nullptr;
+      int code = 0;
+      if (kvgen_context_create(KVGEN_BACKEND_HOST, 0, &ctx) != KVGEN_SUCCESS ||
+          kvgen_context_set_cache_dir(ctx, cacheDir.c_str()) !=
+              KVGEN_SUCCESS ||
+          kvgen_context_load_bundle(ctx, bundle.c_str()) != KVGEN_SUCCESS) {
+        ::_exit(100);
+      }
+      kvgen_kernel k = nullptr;
+      if (kvgen_context_get_kernel(ctx, "kv_rc", &k) != KVGEN_SUCCESS)
+        code = 101;
+      kvgen_cache_stats st{};
+      kvgen_context_get_stats(ctx, &st);
+      if (code == 0)
+        code = int(st.compiles) + 10 * int(st.disk_hits);
+      kvgen_context_destroy(ctx);
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  ::close(gate[0]);
+  ::close(gate[1]); // all children start now
+  int compiles = 0, diskHits = 0;
+  for (pid_t pid : pids) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    int code = WEXITSTATUS(status);
+    ASSERT_LT(code, 100) << "a child failed with " << code;
+    compiles += code % 10;
+    diskHits += code / 10;
+  }
+  EXPECT_EQ(compiles, 1);
+  EXPECT_EQ(diskHits, kProcs - 1);
+  EXPECT_EQ(test::countFiles(cacheDir, ".kvbin"), 1);
+  EXPECT_EQ(test::countFiles(cacheDir, ".tmp."), 0);
+  // The one entry is valid.
+  std::string err;
+  std::optional<std::string> file = rt::readFile(entryFile(), &err);
+  ASSERT_TRUE(file) << err;
+  std::string hex = entryFile().substr(entryFile().rfind('/') + 1, 64);
+  rt::Digest key{};
+  for (size_t i = 0; i < key.size(); ++i)
+    key[i] = uint8_t(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  std::string payload, why;
+  EXPECT_TRUE(rt::DiskCache::decode(*file, key, &payload, &why)) << why;
+  EXPECT_EQ(payload.compare(0, 4, "\x7f" "ELF"), 0);
+}
+
+} // namespace

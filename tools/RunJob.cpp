@@ -1,0 +1,416 @@
+//===- RunJob.cpp - `kvgen run`: the end-to-end job -----------------------===//
+//
+// Random tokens are written with the generated reshape_and_cache kernel and
+// read back with gather; the whole cache (plus canary slack past its end)
+// and every gathered row are compared bit for bit with a host reference that
+// uses the same address map (kvgen::elementOffset) and the same fp8
+// rounding (numerics.h) the kernels are built from. The independent
+// references are the numpy/ml_dtypes grid (test/python) and torch on a GPU
+// (scripts/device_grid.py).
+//
+//===----------------------------------------------------------------------===//
+#include "RunJob.h"
+
+#include "kvgen/kvgen.h"
+#define KVGEN_HD
+#include "numerics.h"
+
+#include <fmt/core.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace kvgen {
+namespace {
+
+constexpr uint8_t kCanary = 0xA5;
+constexpr int64_t kSlack = 4096; // canary bytes after each cache
+
+/// Stores float `x` as one element of `t` at `dst` (fp8: saturating, RNE).
+void encode(DType t, float x, uint8_t *dst) {
+  switch (t) {
+  case DType::BF16: {
+    uint16_t b = float_to_bf16(x);
+    std::memcpy(dst, &b, 2);
+    return;
+  }
+  case DType::F16: {
+    uint16_t b = float_to_f16(x);
+    std::memcpy(dst, &b, 2);
+    return;
+  }
+  case DType::F32:
+    std::memcpy(dst, &x, 4);
+    return;
+  case DType::F8E4M3FN:
+    *dst = float_to_f8e4m3fn(x);
+    return;
+  case DType::F8E4M3FNUZ:
+    *dst = float_to_f8e4m3fnuz(x);
+    return;
+  case DType::F8E5M2:
+    *dst = float_to_f8e5m2(x);
+    return;
+  case DType::F8E5M2FNUZ:
+    *dst = float_to_f8e5m2fnuz(x);
+    return;
+  }
+}
+
+float decode(DType t, const uint8_t *src) {
+  uint16_t b16;
+  switch (t) {
+  case DType::BF16:
+    std::memcpy(&b16, src, 2);
+    return bf16_to_float(b16);
+  case DType::F16:
+    std::memcpy(&b16, src, 2);
+    return f16_to_float(b16);
+  case DType::F32: {
+    float f;
+    std::memcpy(&f, src, 4);
+    return f;
+  }
+  case DType::F8E4M3FN:
+    return f8e4m3fn_to_float(*src);
+  case DType::F8E4M3FNUZ:
+    return f8e4m3fnuz_to_float(*src);
+  case DType::F8E5M2:
+    return f8e5m2_to_float(*src);
+  case DType::F8E5M2FNUZ:
+    return f8e5m2fnuz_to_float(*src);
+  }
+  return 0;
+}
+
+/// A device buffer owned by a context.
+struct DeviceBuffer {
+  kvgen_context ctx = nullptr;
+  void *ptr = nullptr;
+  uint64_t bytes = 0;
+  DeviceBuffer(kvgen_context c, uint64_t n) : ctx(c), bytes(n) {}
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  ~DeviceBuffer() {
+    if (ptr)
+      kvgen_context_free(ctx, ptr);
+  }
+};
+
+bool check(kvgen_status s, const char *what) {
+  if (s == KVGEN_SUCCESS)
+    return true;
+  fmt::print(stderr, "kvgen run: {} failed: {} ({})\n", what,
+             kvgen_status_string(s), kvgen_last_error());
+  return false;
+}
+
+double msSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+} // namespace
+
+int runJob(const RunOptions &o) {
+  const LayoutDesc &l = o.layout;
+  if (std::optional<std::string> bad = l.validate()) {
+    fmt::print(stderr, "kvgen run: invalid layout: {}\n", *bad);
+    return 1;
+  }
+  if (l.kStrides || l.vStrides) {
+    if (l.strides(Side::K).anyDynamic() || l.strides(Side::V).anyDynamic()) {
+      fmt::print(stderr, "kvgen run: layouts with dynamic ('?') strides are "
+                         "exercised by the test grids, not by kvgen run\n");
+      return 1;
+    }
+  }
+  kvgen_backend backend = KVGEN_BACKEND_AUTO;
+  if (o.backend == "cuda")
+    backend = KVGEN_BACKEND_CUDA;
+  else if (o.backend == "hip")
+    backend = KVGEN_BACKEND_HIP;
+  else if (o.backend == "host")
+    backend = KVGEN_BACKEND_HOST;
+  kvgen_context ctx = nullptr;
+  if (!check(kvgen_context_create(backend, 0, &ctx), "creating a context"))
+    return 1;
+  struct CtxGuard {
+    kvgen_context c;
+    ~CtxGuard() { kvgen_context_destroy(c); }
+  } guard{ctx};
+  std::string target = kvgen_context_target(ctx);
+  if (!o.bundleDir.empty() &&
+      !check(kvgen_context_load_bundle(ctx, o.bundleDir.c_str()),
+             "loading the bundle"))
+    return 1;
+
+  // The kernels: write bf16 tokens, gather them back raw, and (fp8) gather
+  // dequantized to bf16.
+  const std::string layoutText = toString(l);
+  const bool fp8 = isFp8(l.dtype);
+  auto getKernel = [&](kvgen_op op, const char *io, int dequantize,
+                       kvgen_kernel *k, double *ms) {
+    kvgen_kernel_spec spec{op, layoutText.c_str(), io, "i64", 0, dequantize};
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = check(kvgen_context_get_kernel_by_spec(ctx, &spec, k),
+                    "getting a kernel");
+    *ms = msSince(t0);
+    return ok;
+  };
+  kvgen_kernel write = nullptr, gatherRaw = nullptr, gatherDq = nullptr;
+  double writeMs = 0, gatherMs = 0, dqMs = 0;
+  if (!getKernel(KVGEN_OP_RESHAPE_AND_CACHE, "bf16", 0, &write, &writeMs) ||
+      !getKernel(KVGEN_OP_GATHER, toString(l.dtype), 0, &gatherRaw,
+                 &gatherMs) ||
+      (fp8 && !getKernel(KVGEN_OP_GATHER, "bf16", 1, &gatherDq, &dqMs)))
+    return 1;
+
+  // Problem: T tokens of a fused [T, H * (Dk + Dv)] projection; slots drawn
+  // without repetition from a cache with spare blocks; every 7th padding.
+  const int64_t T = o.numTokens, H = l.numKvHeads, Dk = l.headSizeK,
+                Dv = l.headSizeV, bs = l.blockSize;
+  const int64_t numBlocks = (T + bs - 1) / bs * 2 + 3;
+  std::mt19937_64 rng(o.seed);
+  std::vector<int64_t> slots(numBlocks * bs);
+  for (size_t i = 0; i < slots.size(); ++i)
+    slots[i] = int64_t(i);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  slots.resize(T);
+  int64_t padding = 0;
+  for (int64_t t = 0; t < T; ++t)
+    if (t % 7 == 3) {
+      slots[t] = -1;
+      ++padding;
+    }
+  const int64_t rowStride = H * (Dk + Dv);
+  std::vector<uint16_t> fused(T * rowStride);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  for (uint16_t &x : fused)
+    x = float_to_bf16(normal(rng));
+  std::vector<float> kScale(H, 1.0f), vScale(H, 1.0f);
+  if (fp8) {
+    std::uniform_real_distribution<float> u(0.02f, 0.5f);
+    for (int64_t h = 0; h < H; ++h) {
+      kScale[h] = u(rng);
+      vScale[h] = u(rng);
+    }
+    if (l.scale == ScaleKind::PerTensor) {
+      kScale.assign(H, kScale[0]);
+      vScale.assign(H, vScale[0]);
+    }
+  }
+
+  // Host reference of the cache after the write.
+  const int64_t es = elementSize(l.dtype);
+  const bool packed = l.packing == Packing::Packed;
+  const uint64_t kBytes = l.extentBytes(Side::K, numBlocks);
+  const uint64_t vBytes = packed ? 0 : l.extentBytes(Side::V, numBlocks);
+  const uint64_t kAlloc =
+      std::max<uint64_t>(kBytes, packed ? l.extentBytes(Side::V, numBlocks)
+                                        : 0);
+  std::vector<uint8_t> refK(kAlloc + kSlack, kCanary),
+      refV(packed ? 0 : vBytes + kSlack, kCanary);
+  for (int64_t t = 0; t < T; ++t) {
+    if (slots[t] < 0)
+      continue;
+    for (Side side : {Side::K, Side::V}) {
+      SideMap m = l.map(side);
+      std::vector<uint8_t> &cache = (side == Side::V && !packed) ? refV : refK;
+      const int64_t D = l.headSize(side);
+      const int64_t col0 = side == Side::K ? 0 : H * Dk;
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t e = 0; e < D; ++e) {
+          float x = bf16_to_float(fused[t * rowStride + col0 + h * D + e]);
+          if (fp8)
+            x = x / (side == Side::K ? kScale[h] : vScale[h]);
+          int64_t off = elementOffset(m, slots[t] / bs, slots[t] % bs, h, e);
+          encode(l.dtype, x, &cache[off * es]);
+        }
+    }
+  }
+
+  // Device buffers.
+  DeviceBuffer dFused(ctx, fused.size() * 2), dSlots(ctx, T * 8),
+      dK(ctx, refK.size()), dV(ctx, packed ? 0 : refV.size()),
+      dKs(ctx, H * 4), dVs(ctx, H * 4), dKo(ctx, T * H * Dk * es),
+      dVo(ctx, T * H * Dv * es), dKq(ctx, T * H * Dk * 2),
+      dVq(ctx, T * H * Dv * 2);
+  for (DeviceBuffer *b : {&dFused, &dSlots, &dK, &dV, &dKs, &dVs, &dKo, &dVo,
+                          &dKq, &dVq})
+    if (b->bytes && !check(kvgen_context_alloc(ctx, b->bytes, &b->ptr),
+                           "allocating device memory"))
+      return 1;
+  std::vector<uint8_t> canaryK(refK.size(), kCanary),
+      canaryV(refV.size(), kCanary);
+  auto toDevice = [&](DeviceBuffer &d, const void *src) {
+    return !d.bytes ||
+           check(kvgen_context_copy(ctx, d.ptr, src, d.bytes,
+                                    KVGEN_COPY_HOST_TO_DEVICE),
+                 "copying to the device");
+  };
+  auto toHost = [&](void *dst, const DeviceBuffer &d) {
+    return !d.bytes ||
+           check(kvgen_context_copy(ctx, dst, d.ptr, d.bytes,
+                                    KVGEN_COPY_DEVICE_TO_HOST),
+                 "copying to the host");
+  };
+  if (!toDevice(dFused, fused.data()) || !toDevice(dSlots, slots.data()) ||
+      !toDevice(dK, canaryK.data()) || !toDevice(dV, canaryV.data()) ||
+      !toDevice(dKs, kScale.data()) || !toDevice(dVs, vScale.data()))
+    return 1;
+
+  kvgen_reshape_and_cache_args wa{};
+  wa.key = dFused.ptr;
+  wa.value = static_cast<uint16_t *>(dFused.ptr) + H * Dk;
+  wa.key_cache = dK.ptr;
+  wa.value_cache = packed ? dK.ptr : dV.ptr;
+  wa.slot_mapping = dSlots.ptr;
+  wa.k_scale = fp8 ? static_cast<const float *>(dKs.ptr) : nullptr;
+  wa.v_scale = fp8 ? static_cast<const float *>(dVs.ptr) : nullptr;
+  wa.num_tokens = T;
+  wa.num_blocks = numBlocks;
+  wa.key_stride_token = rowStride;
+  wa.key_stride_head = Dk;
+  wa.value_stride_token = rowStride;
+  wa.value_stride_head = Dv;
+  if (!check(kvgen_launch_reshape_and_cache(write, &wa, refK.size() - kSlack,
+                                            packed ? 0 : refV.size() - kSlack,
+                                            nullptr),
+             "launching reshape_and_cache") ||
+      !check(kvgen_context_synchronize(ctx), "synchronizing"))
+    return 1;
+
+  std::vector<uint8_t> gotK(refK.size()), gotV(refV.size());
+  if (!toHost(gotK.data(), dK) || !toHost(gotV.data(), dV))
+    return 1;
+  auto firstDiff = [](const std::vector<uint8_t> &a,
+                      const std::vector<uint8_t> &b) -> int64_t {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i] != b[i])
+        return int64_t(i);
+    return -1;
+  };
+  int failures = 0;
+  int64_t d = firstDiff(gotK, refK);
+  if (d >= 0) {
+    fmt::print(stderr, "kvgen run: {} cache differs from the reference at "
+                       "byte {} of {} ({}): got 0x{:02x}, want 0x{:02x}\n",
+               packed ? "K|V" : "K", d, gotK.size(),
+               uint64_t(d) >= gotK.size() - kSlack ? "canary past the end"
+                                                    : "inside the cache",
+               gotK[d], refK[d]);
+    ++failures;
+  }
+  d = firstDiff(gotV, refV);
+  if (d >= 0) {
+    fmt::print(stderr, "kvgen run: V cache differs from the reference at "
+                       "byte {} of {} ({}): got 0x{:02x}, want 0x{:02x}\n",
+               d, gotV.size(),
+               uint64_t(d) >= gotV.size() - kSlack ? "canary past the end"
+                                                    : "inside the cache",
+               gotV[d], refV[d]);
+    ++failures;
+  }
+
+  // Gather back: raw elements, and (fp8) dequantized to bf16.
+  auto runGather = [&](kvgen_kernel k, DeviceBuffer &ko, DeviceBuffer &vo,
+                       int64_t outSize) {
+    kvgen_gather_args ga{};
+    ga.key_cache = dK.ptr;
+    ga.value_cache = packed ? dK.ptr : dV.ptr;
+    ga.slot_mapping = dSlots.ptr;
+    ga.k_scale = wa.k_scale;
+    ga.v_scale = wa.v_scale;
+    ga.key_out = ko.ptr;
+    ga.value_out = vo.ptr;
+    ga.num_tokens = T;
+    ga.num_blocks = numBlocks;
+    ga.key_out_stride_token = H * Dk;
+    ga.key_out_stride_head = Dk;
+    ga.value_out_stride_token = H * Dv;
+    ga.value_out_stride_head = Dv;
+    std::vector<uint8_t> zero(std::max(ko.bytes, vo.bytes), 0);
+    (void)outSize;
+    return toDevice(ko, zero.data()) && toDevice(vo, zero.data()) &&
+           check(kvgen_launch_gather(k, &ga, refK.size() - kSlack,
+                                     packed ? 0 : refV.size() - kSlack,
+                                     nullptr),
+                 "launching gather") &&
+           check(kvgen_context_synchronize(ctx), "synchronizing");
+  };
+  int64_t compared = 0;
+  auto checkGather = [&](DeviceBuffer &ko, DeviceBuffer &vo, int64_t outSize,
+                         bool dequant, const char *what) {
+    for (Side side : {Side::K, Side::V}) {
+      DeviceBuffer &out = side == Side::K ? ko : vo;
+      std::vector<uint8_t> got(out.bytes);
+      if (!toHost(got.data(), out))
+        return false;
+      const std::vector<uint8_t> &cache =
+          (side == Side::V && !packed) ? refV : refK;
+      SideMap m = l.map(side);
+      const int64_t D = l.headSize(side);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t e = 0; e < D; ++e) {
+            uint8_t want[4] = {0, 0, 0, 0};
+            if (slots[t] >= 0) {
+              const uint8_t *q =
+                  &cache[elementOffset(m, slots[t] / bs, slots[t] % bs, h, e) *
+                         es];
+              if (dequant)
+                encode(DType::BF16,
+                       decode(l.dtype, q) *
+                           (side == Side::K ? kScale[h] : vScale[h]),
+                       want);
+              else
+                std::memcpy(want, q, es);
+            }
+            const uint8_t *g = &got[((t * H + h) * D + e) * outSize];
+            ++compared;
+            if (std::memcmp(g, want, outSize) != 0) {
+              fmt::print(stderr, "kvgen run: {} {} differs at token {} head "
+                                 "{} element {}\n",
+                         what, side == Side::K ? "K" : "V", t, h, e);
+              return false;
+            }
+          }
+    }
+    return true;
+  };
+  if (!runGather(gatherRaw, dKo, dVo, es) ||
+      !checkGather(dKo, dVo, es, false, "gather"))
+    ++failures;
+  if (fp8 && (!runGather(gatherDq, dKq, dVq, 2) ||
+              !checkGather(dKq, dVq, 2, true, "dequantizing gather")))
+    ++failures;
+
+  kvgen_cache_stats stats{};
+  kvgen_context_get_stats(ctx, &stats);
+  fmt::print("kvgen run: {} on {} ({})\n", o.presetName, target,
+             kvgen_status_string(KVGEN_SUCCESS));
+  fmt::print("  layout: {}\n", layoutText);
+  fmt::print("  kernels: {} ({:.1f} ms), {} ({:.1f} ms){}\n",
+             kvgen_kernel_name(write), writeMs, kvgen_kernel_name(gatherRaw),
+             gatherMs,
+             fp8 ? fmt::format(", {} ({:.1f} ms)", kvgen_kernel_name(gatherDq),
+                               dqMs)
+                 : std::string());
+  fmt::print("  tokens: {} ({} padding), {} blocks of {}; cache bytes "
+             "compared: {} (+{} canary bytes per cache); gathered elements "
+             "compared: {}\n",
+             T, padding, numBlocks, bs, kBytes + vBytes, kSlack, compared);
+  if (failures) {
+    fmt::print("kvgen run: FAILED ({} check(s))\n", failures);
+    return 1;
+  }
+  fmt::print("kvgen run: PASSED: cache bit-exact, canaries intact, gather "
+             "round trip exact\n");
+  return 0;
+}
+
+} // namespace kvgen
