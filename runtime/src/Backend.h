@@ -48,6 +48,13 @@ public:
   /// message then holds the full log.
   virtual Status compile(const std::string &source, const std::string &entry,
                          std::string *binary) = 0;
+  /// Device memory (see kvgen_context_alloc and friends). Only called on
+  /// backends that canLaunch().
+  virtual Status alloc(uint64_t bytes, void **out) = 0;
+  virtual Status free(void *ptr) = 0;
+  virtual Status copy(void *dst, const void *src, uint64_t bytes,
+                      kvgen_copy_kind kind) = 0;
+  virtual Status synchronize() = 0;
   /// Loads `binary` and looks up the kernel `entry`.
   virtual Status load(const std::string &binary, const std::string &entry,
                       std::unique_ptr<LoadedModule> *out) = 0;
@@ -55,11 +62,9 @@ public:
 
 /// Factories. `device` < 0 with a non-empty `target` makes a compile-only
 /// backend. On failure return null and set *status.
-std::unique_ptr<Backend> createCudaBackend(int device,
-                                           const std::string &target,
-                                           Status *status);
-std::unique_ptr<Backend> createHipBackend(int device,
-                                          const std::string &target,
+std::unique_ptr<Backend>
+createCudaBackend(int device, const std::string &target, Status *status);
+std::unique_ptr<Backend> createHipBackend(int device, const std::string &target,
                                           Status *status);
 std::unique_ptr<Backend> createHostBackend(bool compileOnly, Status *status);
 

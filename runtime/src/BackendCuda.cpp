@@ -19,7 +19,7 @@ namespace rt {
 namespace {
 
 // --- CUDA driver API (cuda.h) ---------------------------------------------
-using CUresult = int;              // CUDA_SUCCESS = 0
+using CUresult = int; // CUDA_SUCCESS = 0
 constexpr CUresult kCudaSuccess = 0;
 using CUdevice = int;
 struct CUctx_st;
@@ -30,6 +30,7 @@ struct CUfunc_st;
 using CUfunction = CUfunc_st *;
 struct CUstream_st;
 using CUstream = CUstream_st *;
+using CUdeviceptr = unsigned long long; // 64-bit device address
 // CUdevice_attribute values: compute capability major / minor.
 constexpr int kCuAttrComputeCapabilityMajor = 75;
 constexpr int kCuAttrComputeCapabilityMinor = 76;
@@ -49,10 +50,16 @@ struct CudaDriver {
   CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule,
                                   const char *) = nullptr;
   CUresult (*cuModuleUnload)(CUmodule) = nullptr;
-  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
-                             unsigned, unsigned, unsigned, unsigned, CUstream,
-                             void **, void **) = nullptr;
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, unsigned, CUstream, void **,
+                             void **) = nullptr;
   CUresult (*cuGetErrorString)(CUresult, const char **) = nullptr;
+  CUresult (*cuMemAlloc)(CUdeviceptr *, size_t) = nullptr; // _v2
+  CUresult (*cuMemFree)(CUdeviceptr) = nullptr;            // _v2
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t) = nullptr;
+  CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t) = nullptr;
+  CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t) = nullptr;
+  CUresult (*cuCtxSynchronize)() = nullptr;
   std::string error; // why it is unusable; empty when usable
   CUresult initResult = kCudaSuccess;
 
@@ -87,6 +94,12 @@ const CudaDriver &cudaDriver() {
     d.lib.sym("cuModuleUnload", &d.cuModuleUnload, &missing);
     d.lib.sym("cuLaunchKernel", &d.cuLaunchKernel, &missing);
     d.lib.sym("cuGetErrorString", &d.cuGetErrorString, &missing);
+    d.lib.sym("cuMemAlloc_v2", &d.cuMemAlloc, &missing);
+    d.lib.sym("cuMemFree_v2", &d.cuMemFree, &missing);
+    d.lib.sym("cuMemcpyHtoD_v2", &d.cuMemcpyHtoD, &missing);
+    d.lib.sym("cuMemcpyDtoH_v2", &d.cuMemcpyDtoH, &missing);
+    d.lib.sym("cuMemcpyDtoD_v2", &d.cuMemcpyDtoD, &missing);
+    d.lib.sym("cuCtxSynchronize", &d.cuCtxSynchronize, &missing);
     if (!missing.empty()) {
       d.error = fmt::format("{} lacks {}", d.lib.path, missing);
       return;
@@ -107,8 +120,8 @@ using nvrtcProgram = _nvrtcProgram *;
 struct Nvrtc {
   DynLib lib;
   nvrtcResult (*nvrtcVersion)(int *, int *) = nullptr;
-  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram *, const char *,
-                                    const char *, int, const char *const *,
+  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram *, const char *, const char *,
+                                    int, const char *const *,
                                     const char *const *) = nullptr;
   nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int,
                                      const char *const *) = nullptr;
@@ -135,8 +148,8 @@ const Nvrtc &nvrtc() {
                                       "libnvrtc.so.12"};
     for (const char *var : {"CUDA_HOME", "CUDA_PATH"})
       if (const char *home = std::getenv(var); home && *home)
-        for (const char *lib : {"libnvrtc.so", "libnvrtc.so.13",
-                                "libnvrtc.so.12"})
+        for (const char *lib :
+             {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"})
           names.push_back(std::string(home) + "/lib64/" + lib);
     names.push_back("/usr/local/cuda/lib64/libnvrtc.so");
     if (!n.lib.open(names, &n.error))
@@ -212,9 +225,9 @@ public:
     // The kernel's one parameter is the args struct by value: kernelParams
     // holds one pointer to it.
     void *params[] = {const_cast<void *>(args)};
-    CUresult r = d.cuLaunchKernel(fn_, gridX, 1, 1, blockX, 1, 1, 0,
-                                  static_cast<CUstream>(stream), params,
-                                  nullptr);
+    CUresult r =
+        d.cuLaunchKernel(fn_, gridX, 1, 1, blockX, 1, 1, 0,
+                         static_cast<CUstream>(stream), params, nullptr);
     if (r != kCudaSuccess)
       return Status::error(KVGEN_ERROR_LAUNCH,
                            "cuLaunchKernel failed: " + d.describe(r));
@@ -248,7 +261,7 @@ public:
     return s;
   }
   std::vector<std::string> options() const {
-    return {"--gpu-arch=" + target_, "-std=c++17"};
+    return {"--gpu-architecture=" + target_, "-std=c++17"};
   }
 
   Status compile(const std::string &source, const std::string &entry,
@@ -259,8 +272,8 @@ public:
                            "NVRTC unavailable: " + n.error);
     nvrtcProgram prog = nullptr;
     std::string file = entry + ".cu";
-    nvrtcResult r = n.nvrtcCreateProgram(&prog, source.c_str(), file.c_str(),
-                                         0, nullptr, nullptr);
+    nvrtcResult r = n.nvrtcCreateProgram(&prog, source.c_str(), file.c_str(), 0,
+                                         nullptr, nullptr);
     if (r != kNvrtcSuccess)
       return Status::error(KVGEN_ERROR_COMPILE,
                            "nvrtcCreateProgram failed: " + n.describe(r));
@@ -303,6 +316,49 @@ public:
     return st;
   }
 
+  Status check(CUresult r, const char *what,
+               kvgen_status code = KVGEN_ERROR_INVALID_ARGUMENT) const {
+    if (r == kCudaSuccess)
+      return Status::ok();
+    return Status::error(code, std::string(what) +
+                                   " failed: " + cudaDriver().describe(r));
+  }
+  Status alloc(uint64_t bytes, void **out) override {
+    const CudaDriver &d = cudaDriver();
+    CtxScope scope(d, ctx_);
+    CUdeviceptr p = 0;
+    Status st = check(d.cuMemAlloc(&p, size_t(bytes)), "cuMemAlloc");
+    *out = reinterpret_cast<void *>(p);
+    return st;
+  }
+  Status free(void *ptr) override {
+    const CudaDriver &d = cudaDriver();
+    CtxScope scope(d, ctx_);
+    return check(d.cuMemFree(reinterpret_cast<CUdeviceptr>(ptr)), "cuMemFree");
+  }
+  Status copy(void *dst, const void *src, uint64_t bytes,
+              kvgen_copy_kind kind) override {
+    const CudaDriver &d = cudaDriver();
+    CtxScope scope(d, ctx_);
+    auto dev = [](const void *p) { return reinterpret_cast<CUdeviceptr>(p); };
+    switch (kind) {
+    case KVGEN_COPY_HOST_TO_DEVICE:
+      return check(d.cuMemcpyHtoD(dev(dst), src, size_t(bytes)),
+                   "cuMemcpyHtoD");
+    case KVGEN_COPY_DEVICE_TO_HOST:
+      return check(d.cuMemcpyDtoH(dst, dev(src), size_t(bytes)),
+                   "cuMemcpyDtoH");
+    default:
+      return check(d.cuMemcpyDtoD(dev(dst), dev(src), size_t(bytes)),
+                   "cuMemcpyDtoD");
+    }
+  }
+  Status synchronize() override {
+    const CudaDriver &d = cudaDriver();
+    CtxScope scope(d, ctx_);
+    return check(d.cuCtxSynchronize(), "cuCtxSynchronize", KVGEN_ERROR_LAUNCH);
+  }
+
   Status load(const std::string &binary, const std::string &entry,
               std::unique_ptr<LoadedModule> *out) override {
     if (!ctx_)
@@ -335,14 +391,13 @@ private:
 
 } // namespace
 
-std::unique_ptr<Backend> createCudaBackend(int device,
-                                           const std::string &target,
-                                           Status *status) {
+std::unique_ptr<Backend>
+createCudaBackend(int device, const std::string &target, Status *status) {
   if (device < 0) {
     if (!isSmTarget(target)) {
-      *status = Status::error(KVGEN_ERROR_INVALID_ARGUMENT,
-                              fmt::format("'{}' is not a CUDA target (sm_NN)",
-                                          target));
+      *status = Status::error(
+          KVGEN_ERROR_INVALID_ARGUMENT,
+          fmt::format("'{}' is not a CUDA target (sm_NN)", target));
       return nullptr;
     }
     const Nvrtc &n = nvrtc();
@@ -364,10 +419,9 @@ std::unique_ptr<Backend> createCudaBackend(int device,
   if (r != kCudaSuccess || device >= count) {
     *status = Status::error(
         KVGEN_ERROR_BACKEND_UNAVAILABLE,
-        r != kCudaSuccess
-            ? "cuDeviceGetCount failed: " + d.describe(r)
-            : fmt::format("CUDA device {} requested, {} present", device,
-                          count));
+        r != kCudaSuccess ? "cuDeviceGetCount failed: " + d.describe(r)
+                          : fmt::format("CUDA device {} requested, {} present",
+                                        device, count));
     return nullptr;
   }
   CUdevice dev = 0;
@@ -389,9 +443,9 @@ std::unique_ptr<Backend> createCudaBackend(int device,
   }
   CUcontext ctx = nullptr;
   if ((r = d.cuDevicePrimaryCtxRetain(&ctx, dev)) != kCudaSuccess) {
-    *status = Status::error(KVGEN_ERROR_BACKEND_UNAVAILABLE,
-                            "cuDevicePrimaryCtxRetain failed: " +
-                                d.describe(r));
+    *status =
+        Status::error(KVGEN_ERROR_BACKEND_UNAVAILABLE,
+                      "cuDevicePrimaryCtxRetain failed: " + d.describe(r));
     return nullptr;
   }
   return std::make_unique<CudaBackend>(fmt::format("sm_{}{}", major, minor),

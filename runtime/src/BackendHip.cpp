@@ -67,8 +67,8 @@ struct Comgr {
   comgr_status (*action_info_set_isa_name)(comgr_action_info,
                                            const char *) = nullptr;
   comgr_status (*action_info_set_language)(comgr_action_info, int) = nullptr;
-  comgr_status (*action_info_set_option_list)(comgr_action_info,
-                                              const char **, size_t) = nullptr;
+  comgr_status (*action_info_set_option_list)(comgr_action_info, const char **,
+                                              size_t) = nullptr;
   comgr_status (*action_info_set_logging)(comgr_action_info, bool) = nullptr;
   comgr_status (*do_action)(int, comgr_action_info, comgr_data_set,
                             comgr_data_set) = nullptr;
@@ -108,14 +108,13 @@ const Comgr &comgr() {
     c.lib.sym("amd_comgr_action_data_count", &c.action_data_count, &missing);
     c.lib.sym("amd_comgr_action_data_get_data", &c.action_data_get_data,
               &missing);
-    c.lib.sym("amd_comgr_create_action_info", &c.create_action_info,
-              &missing);
+    c.lib.sym("amd_comgr_create_action_info", &c.create_action_info, &missing);
     c.lib.sym("amd_comgr_destroy_action_info", &c.destroy_action_info,
               &missing);
-    c.lib.sym("amd_comgr_action_info_set_isa_name",
-              &c.action_info_set_isa_name, &missing);
-    c.lib.sym("amd_comgr_action_info_set_language",
-              &c.action_info_set_language, &missing);
+    c.lib.sym("amd_comgr_action_info_set_isa_name", &c.action_info_set_isa_name,
+              &missing);
+    c.lib.sym("amd_comgr_action_info_set_language", &c.action_info_set_language,
+              &missing);
     c.lib.sym("amd_comgr_action_info_set_option_list",
               &c.action_info_set_option_list, &missing);
     c.lib.sym("amd_comgr_action_info_set_logging", &c.action_info_set_logging,
@@ -204,6 +203,11 @@ struct Hip {
                                     unsigned, unsigned, unsigned, unsigned,
                                     void *, void **, void **) = nullptr;
   const char *(*hipGetErrorString)(hipError) = nullptr;
+  hipError (*hipMalloc)(void **, size_t) = nullptr;
+  hipError (*hipFree)(void *) = nullptr;
+  // hipMemcpyKind: 1 host->device, 2 device->host, 3 device->device.
+  hipError (*hipMemcpy)(void *, const void *, size_t, int) = nullptr;
+  hipError (*hipDeviceSynchronize)() = nullptr;
   std::string error;
   std::string describe(hipError e) const {
     const char *s = hipGetErrorString ? hipGetErrorString(e) : nullptr;
@@ -230,13 +234,16 @@ const Hip &hip() {
     // ROCm 6 renamed the entry point with the new struct layout.
     if (!h.lib.sym("hipGetDevicePropertiesR0600", &h.hipGetDeviceProperties,
                    nullptr))
-      h.lib.sym("hipGetDeviceProperties", &h.hipGetDeviceProperties,
-                &missing);
+      h.lib.sym("hipGetDeviceProperties", &h.hipGetDeviceProperties, &missing);
     h.lib.sym("hipModuleLoadData", &h.hipModuleLoadData, &missing);
     h.lib.sym("hipModuleGetFunction", &h.hipModuleGetFunction, &missing);
     h.lib.sym("hipModuleUnload", &h.hipModuleUnload, &missing);
     h.lib.sym("hipModuleLaunchKernel", &h.hipModuleLaunchKernel, &missing);
     h.lib.sym("hipGetErrorString", &h.hipGetErrorString, &missing);
+    h.lib.sym("hipMalloc", &h.hipMalloc, &missing);
+    h.lib.sym("hipFree", &h.hipFree, &missing);
+    h.lib.sym("hipMemcpy", &h.hipMemcpy, &missing);
+    h.lib.sym("hipDeviceSynchronize", &h.hipDeviceSynchronize, &missing);
     if (!missing.empty()) {
       h.error = fmt::format("{} lacks {}", h.lib.path, missing);
       return;
@@ -326,12 +333,21 @@ public:
   const std::string &compilerIdentity() const override {
     return comgr().identity;
   }
-  static std::vector<std::string> options() {
-    return {"-O3", "-nogpuinc", "-nogpulib", "-std=c++17"};
+  // Options of each action (comgr warns about options an action ignores).
+  static std::vector<std::string> compileOptions() {
+    return {"-O3", "-std=c++17", "-nogpuinc", "-nogpulib"};
   }
+  static std::vector<std::string> codegenOptions() { return {"-O3"}; }
+  static std::vector<std::string> linkOptions() { return {}; }
   std::string optionsString() const override {
-    std::string s = "comgr:src>bc>reloc>exe ";
-    for (const std::string &o : options())
+    std::string s = "comgr:src>bc:";
+    for (const std::string &o : compileOptions())
+      s += o + " ";
+    s += ";bc>reloc:";
+    for (const std::string &o : codegenOptions())
+      s += o + " ";
+    s += ";reloc>exe:";
+    for (const std::string &o : linkOptions())
       s += o + " ";
     return s;
   }
@@ -348,10 +364,10 @@ public:
     comgr_status st;
     auto fail = [&](const char *what, comgr_status code,
                     const std::string &log) {
-      return Status::error(
-          KVGEN_ERROR_COMPILE,
-          fmt::format("comgr {} failed for '{}' ({}): {}\n{}", what, entry,
-                      isa, c.describe(code), log));
+      return Status::error(KVGEN_ERROR_COMPILE,
+                           fmt::format("comgr {} failed for '{}' ({}): {}\n{}",
+                                       what, entry, isa, c.describe(code),
+                                       log));
     };
     comgr_data src;
     if ((st = c.create_data(kDataSource, &src)) != kComgrSuccess)
@@ -365,14 +381,8 @@ public:
         (st = c.create_action_info(&s.info)))
       return fail("setup", st, "");
     s.haveInfo = true;
-    std::vector<std::string> opts = options();
-    std::vector<const char *> argv;
-    for (const std::string &o : opts)
-      argv.push_back(o.c_str());
     if ((st = c.action_info_set_isa_name(s.info, isa.c_str())) ||
         (st = c.action_info_set_language(s.info, kLanguageHip)) ||
-        (st = c.action_info_set_option_list(s.info, argv.data(),
-                                            argv.size())) ||
         (st = c.action_info_set_logging(s.info, true)))
       return fail("action info", st, "");
     std::string log;
@@ -380,14 +390,22 @@ public:
       const char *name;
       int action;
       comgr_data_set in, out;
+      std::vector<std::string> options;
     } steps[] = {
-        {"COMPILE_SOURCE_TO_BC", kActionCompileSourceToBc, in, bc},
-        {"CODEGEN_BC_TO_RELOCATABLE", kActionCodegenBcToRelocatable, bc,
-         reloc},
+        {"COMPILE_SOURCE_TO_BC", kActionCompileSourceToBc, in, bc,
+         compileOptions()},
+        {"CODEGEN_BC_TO_RELOCATABLE", kActionCodegenBcToRelocatable, bc, reloc,
+         codegenOptions()},
         {"LINK_RELOCATABLE_TO_EXECUTABLE", kActionLinkRelocatableToExecutable,
-         reloc, exe},
+         reloc, exe, linkOptions()},
     };
     for (const Step &step : steps) {
+      std::vector<const char *> argv;
+      for (const std::string &o : step.options)
+        argv.push_back(o.c_str());
+      if ((st =
+               c.action_info_set_option_list(s.info, argv.data(), argv.size())))
+        return fail("set_option_list", st, "");
       st = c.do_action(step.action, s.info, step.in, step.out);
       log += logsOf(c, step.out);
       if (st != kComgrSuccess)
@@ -399,8 +417,7 @@ public:
                                        "{}; warnings are errors:\n{}",
                                        entry, isa, log));
     size_t count = 0;
-    if ((st = c.action_data_count(exe, kDataExecutable, &count)) ||
-        count != 1)
+    if ((st = c.action_data_count(exe, kDataExecutable, &count)) || count != 1)
       return fail("no executable", st, log);
     comgr_data obj;
     if ((st = c.action_data_get_data(exe, kDataExecutable, 0, &obj)))
@@ -415,6 +432,33 @@ public:
     (void)kDataBc;
     (void)kDataRelocatable;
     return Status::ok();
+  }
+
+  static Status check(hipError e, const char *what,
+                      kvgen_status code = KVGEN_ERROR_INVALID_ARGUMENT) {
+    if (e == kHipSuccess)
+      return Status::ok();
+    return Status::error(code,
+                         std::string(what) + " failed: " + hip().describe(e));
+  }
+  Status alloc(uint64_t bytes, void **out) override {
+    DeviceScope scope(hip(), device_);
+    return check(hip().hipMalloc(out, size_t(bytes)), "hipMalloc");
+  }
+  Status free(void *ptr) override {
+    DeviceScope scope(hip(), device_);
+    return check(hip().hipFree(ptr), "hipFree");
+  }
+  Status copy(void *dst, const void *src, uint64_t bytes,
+              kvgen_copy_kind kind) override {
+    DeviceScope scope(hip(), device_);
+    return check(hip().hipMemcpy(dst, src, size_t(bytes), int(kind)),
+                 "hipMemcpy");
+  }
+  Status synchronize() override {
+    DeviceScope scope(hip(), device_);
+    return check(hip().hipDeviceSynchronize(), "hipDeviceSynchronize",
+                 KVGEN_ERROR_LAUNCH);
   }
 
   Status load(const std::string &binary, const std::string &entry,
@@ -452,8 +496,7 @@ bool isGfxTarget(const std::string &t) {
 
 } // namespace
 
-std::unique_ptr<Backend> createHipBackend(int device,
-                                          const std::string &target,
+std::unique_ptr<Backend> createHipBackend(int device, const std::string &target,
                                           Status *status) {
   const Comgr &c = comgr();
   if (device < 0) {

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <dlfcn.h>
 #include <mutex>
 #include <unistd.h>
@@ -86,6 +87,25 @@ public:
     removeTempDir(*dir);
     return st;
   }
+
+  Status alloc(uint64_t bytes, void **out) override {
+    uint64_t rounded = (bytes + 255) / 256 * 256;
+    *out = std::aligned_alloc(256, size_t(rounded));
+    if (!*out)
+      return Status::error(KVGEN_ERROR_INVALID_ARGUMENT,
+                           fmt::format("cannot allocate {} bytes", bytes));
+    return Status::ok();
+  }
+  Status free(void *ptr) override {
+    std::free(ptr);
+    return Status::ok();
+  }
+  Status copy(void *dst, const void *src, uint64_t bytes,
+              kvgen_copy_kind) override {
+    std::memmove(dst, src, size_t(bytes));
+    return Status::ok();
+  }
+  Status synchronize() override { return Status::ok(); }
 
   Status load(const std::string &binary, const std::string &entry,
               std::unique_ptr<LoadedModule> *out) override {

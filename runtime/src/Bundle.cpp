@@ -39,8 +39,8 @@ std::string KernelSpec::key() const {
 std::optional<std::string> KernelSpec::validate() const {
   if (std::optional<std::string> err = layout.validate())
     return "layout: " + *err;
-  bool wide = ioType == DType::BF16 || ioType == DType::F16 ||
-              ioType == DType::F32;
+  bool wide =
+      ioType == DType::BF16 || ioType == DType::F16 || ioType == DType::F32;
   if (!wide && ioType != layout.dtype)
     return fmt::format("io_dtype {} must be bf16, f16, f32 or the cache "
                        "dtype {}",
@@ -145,9 +145,9 @@ std::string formatManifest(const std::vector<KernelEntry> &entries) {
 bool parseManifest(const std::string &text, std::vector<KernelEntry> *entries,
                    std::string *error) {
   static const char *const kKeys[] = {
-      "name",       "op",      "target",  "layout",
-      "io_dtype",   "slot_dtype", "checked", "dequantize",
-      "threads",    "tokens_per_cta", "vector_bytes", "source"};
+      "name",         "op",      "target",     "layout",  "io_dtype",
+      "slot_dtype",   "checked", "dequantize", "threads", "tokens_per_cta",
+      "vector_bytes", "source"};
   std::vector<KernelEntry> out;
   std::set<std::string> seen; // keys of the current entry
   std::set<std::pair<std::string, std::string>> names;
@@ -202,8 +202,8 @@ bool parseManifest(const std::string &text, std::vector<KernelEntry> *entries,
     }
     size_t eq = line.find('=');
     if (eq == std::string::npos)
-      return fail(lineNo, fmt::format("expected 'key = value', got '{}'",
-                                      line));
+      return fail(lineNo,
+                  fmt::format("expected 'key = value', got '{}'", line));
     if (out.empty())
       return fail(lineNo, "key before the first [kernel]");
     std::string key = trim(line.substr(0, eq));
@@ -290,8 +290,8 @@ writeBundle(const std::string &dir, const std::vector<BundleKernel> &kernels) {
     return mk;
   for (const BundleKernel &k : kernels)
     if (std::optional<std::string> werr =
-            rt::writeFileAtomic(dir + "/" + k.entry.source,
-                                k.sourceText.data(), k.sourceText.size()))
+            rt::writeFileAtomic(dir + "/" + k.entry.source, k.sourceText.data(),
+                                k.sourceText.size()))
       return werr;
   return rt::writeFileAtomic(std::string(dir) + "/" + kManifestFileName,
                              manifest.data(), manifest.size());

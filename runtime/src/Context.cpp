@@ -76,9 +76,8 @@ struct SpecRef {
   std::string_view layout, io, slot;
   int checked, dequantize;
   bool operator==(const SpecRef &o) const {
-    return op == o.op && checked == o.checked &&
-           dequantize == o.dequantize && layout == o.layout && io == o.io &&
-           slot == o.slot;
+    return op == o.op && checked == o.checked && dequantize == o.dequantize &&
+           layout == o.layout && io == o.io && slot == o.slot;
   }
 };
 struct SpecRefHash {
@@ -124,11 +123,12 @@ struct kvgen_context_s {
   std::unordered_map<std::string_view, kvgen_kernel_s *> byName;
   std::unordered_map<SpecRef, kvgen_kernel_s *, SpecRefHash> bySpec;
   std::deque<SpecAlias> specAliases;
+  std::unordered_map<std::string, kvgen_kernel_s *> byCanonicalSpec;
   std::map<Digest, kvgen_kernel_s *> byContent;
   std::chrono::milliseconds lockTimeout{60000};
 
-  std::atomic<uint64_t> memoryHits{0}, diskHits{0}, compiles{0},
-      diskWrites{0}, evictions{0};
+  std::atomic<uint64_t> memoryHits{0}, diskHits{0}, compiles{0}, diskWrites{0},
+      evictions{0};
   std::atomic<double> lastCompileMs{0}, lastLoadMs{0};
 
   void warn(const std::string &msg) {
@@ -179,9 +179,9 @@ struct kvgen_context_s {
 //===----------------------------------------------------------------------===//
 
 Status kvgen_context_s::getBinary(const KernelEntry &e,
-                                  const std::string &source,
-                                  const Digest &key, bool forceCompile,
-                                  std::string *binary, bool *fromDisk) {
+                                  const std::string &source, const Digest &key,
+                                  bool forceCompile, std::string *binary,
+                                  bool *fromDisk) {
   std::shared_ptr<DiskCache> cache;
   {
     std::lock_guard<std::mutex> g(mutex);
@@ -189,8 +189,7 @@ Status kvgen_context_s::getBinary(const KernelEntry &e,
   }
   *fromDisk = false;
   std::string why;
-  if (!forceCompile &&
-      cache->read(key, binary, &why) == DiskCache::Read::Hit) {
+  if (!forceCompile && cache->read(key, binary, &why) == DiskCache::Read::Hit) {
     ++diskHits;
     *fromDisk = true;
     return Status::ok();
@@ -351,9 +350,9 @@ kvgen_status kvgen_context_create(kvgen_backend backend, int device_ordinal,
     return fail(KVGEN_ERROR_INVALID_ARGUMENT, "out is NULL");
   *out = nullptr;
   if (device_ordinal < 0 && backend != KVGEN_BACKEND_HOST)
-    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
-                fmt::format("device_ordinal = {} must be >= 0",
-                            device_ordinal));
+    return fail(
+        KVGEN_ERROR_INVALID_ARGUMENT,
+        fmt::format("device_ordinal = {} must be >= 0", device_ordinal));
   Status st;
   std::unique_ptr<Backend> b;
   switch (backend) {
@@ -468,6 +467,58 @@ kvgen_status kvgen_context_get_stats(kvgen_context ctx,
   return succeed();
 }
 
+static kvgen_status needDevice(kvgen_context ctx, const char *what) {
+  if (!ctx)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+  if (!ctx->backend->canLaunch())
+    return fail(KVGEN_ERROR_COMPILE_ONLY,
+                fmt::format("{} needs a device; this context is compile-only "
+                            "for '{}'",
+                            what, ctx->backend->target()));
+  return KVGEN_SUCCESS;
+}
+
+kvgen_status kvgen_context_alloc(kvgen_context ctx, uint64_t bytes,
+                                 void **out) {
+  if (kvgen_status s = needDevice(ctx, "kvgen_context_alloc"))
+    return s;
+  if (!out || bytes == 0)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                "kvgen_context_alloc: out is NULL or bytes is 0");
+  *out = nullptr;
+  return report(ctx->backend->alloc(bytes, out));
+}
+
+kvgen_status kvgen_context_free(kvgen_context ctx, void *ptr) {
+  if (kvgen_status s = needDevice(ctx, "kvgen_context_free"))
+    return s;
+  if (!ptr)
+    return succeed();
+  return report(ctx->backend->free(ptr));
+}
+
+kvgen_status kvgen_context_copy(kvgen_context ctx, void *dst, const void *src,
+                                uint64_t bytes, kvgen_copy_kind kind) {
+  if (kvgen_status s = needDevice(ctx, "kvgen_context_copy"))
+    return s;
+  if (bytes == 0)
+    return succeed();
+  if (!dst || !src)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                "kvgen_context_copy: dst or src is NULL");
+  if (kind != KVGEN_COPY_HOST_TO_DEVICE && kind != KVGEN_COPY_DEVICE_TO_HOST &&
+      kind != KVGEN_COPY_DEVICE_TO_DEVICE)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                fmt::format("kvgen_context_copy: bad kind {}", int(kind)));
+  return report(ctx->backend->copy(dst, src, bytes, kind));
+}
+
+kvgen_status kvgen_context_synchronize(kvgen_context ctx) {
+  if (kvgen_status s = needDevice(ctx, "kvgen_context_synchronize"))
+    return s;
+  return report(ctx->backend->synchronize());
+}
+
 kvgen_status kvgen_context_load_bundle(kvgen_context ctx, const char *dir) {
   if (!ctx || !dir || !*dir)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT, "ctx or dir is NULL/empty");
@@ -554,7 +605,7 @@ kvgen_status kvgen_context_get_kernel_by_spec(kvgen_context ctx,
       !spec->slot_dtype)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT,
                 "ctx, spec, out or a spec string is NULL");
-  SpecRef ref{int(spec->op),     spec->layout, spec->io_dtype,
+  SpecRef ref{int(spec->op),    spec->layout,       spec->io_dtype,
               spec->slot_dtype, spec->checked != 0, spec->dequantize != 0};
   {
     std::lock_guard<std::mutex> g(ctx->mutex);
@@ -597,6 +648,19 @@ kvgen_status kvgen_context_get_kernel_by_spec(kvgen_context ctx,
   bool inBundle = false;
   {
     std::lock_guard<std::mutex> g(ctx->mutex);
+    auto it = ctx->byCanonicalSpec.find(canonical);
+    if (it != ctx->byCanonicalSpec.end()) {
+      // The same spec spelled differently: remember this spelling too.
+      ++ctx->memoryHits;
+      ctx->specAliases.push_back(
+          {spec->layout, spec->io_dtype, spec->slot_dtype});
+      const SpecAlias &a = ctx->specAliases.back();
+      ctx->bySpec.emplace(
+          SpecRef{ref.op, a.layout, a.io, a.slot, ref.checked, ref.dequantize},
+          it->second);
+      *out = it->second;
+      return succeed();
+    }
     for (const BundleItem &b : ctx->bundles)
       if (targetMatches(b.entry.target, ctx->backend->target()) &&
           b.entry.spec.key() == canonical) {
@@ -622,8 +686,7 @@ kvgen_status kvgen_context_get_kernel_by_spec(kvgen_context ctx,
     std::optional<std::string> gerr = gen(ks, ctx->backend->target(), &g);
     if (gerr)
       return fail(KVGEN_ERROR_COMPILE,
-                  fmt::format("generator failed for {}: {}", canonical,
-                              *gerr));
+                  fmt::format("generator failed for {}: {}", canonical, *gerr));
     KernelEntry e;
     e.name = g.entryName;
     e.target = ctx->backend->target();
@@ -638,11 +701,11 @@ kvgen_status kvgen_context_get_kernel_by_spec(kvgen_context ctx,
   if (status != KVGEN_SUCCESS)
     return status;
   std::lock_guard<std::mutex> g(ctx->mutex);
+  ctx->byCanonicalSpec.emplace(canonical, k);
   ctx->specAliases.push_back({spec->layout, spec->io_dtype, spec->slot_dtype});
   const SpecAlias &a = ctx->specAliases.back();
-  ctx->bySpec.emplace(SpecRef{ref.op, a.layout, a.io, a.slot, ref.checked,
-                              ref.dequantize},
-                      k);
+  ctx->bySpec.emplace(
+      SpecRef{ref.op, a.layout, a.io, a.slot, ref.checked, ref.dequantize}, k);
   *out = k;
   return succeed();
 }
@@ -660,6 +723,8 @@ const char *kvgen_kernel_layout(kvgen_kernel k) {
 int kvgen_kernel_vector_bytes(kvgen_kernel k) {
   return k ? k->entry.geometry.vectorBytes : 0;
 }
+
+} // extern "C"
 
 template <typename Args>
 static kvgen_status launchKernel(kvgen_kernel k, const Args *args,
@@ -686,15 +751,14 @@ static kvgen_status launchKernel(kvgen_kernel k, const Args *args,
                             "grid.x allows",
                             args->num_tokens, grid));
   return report(k->module->launch(args, sizeof(Args), uint32_t(grid),
-                                  uint32_t(k->entry.geometry.threads),
-                                  stream));
+                                  uint32_t(k->entry.geometry.threads), stream));
 }
 
-kvgen_status
-kvgen_launch_reshape_and_cache(kvgen_kernel k,
-                               const kvgen_reshape_and_cache_args *args,
-                               uint64_t key_cache_bytes,
-                               uint64_t value_cache_bytes, void *stream) {
+extern "C" {
+
+kvgen_status kvgen_launch_reshape_and_cache(
+    kvgen_kernel k, const kvgen_reshape_and_cache_args *args,
+    uint64_t key_cache_bytes, uint64_t value_cache_bytes, void *stream) {
   return launchKernel(k, args, key_cache_bytes, value_cache_bytes, stream);
 }
 

@@ -89,8 +89,8 @@ bool DiskCache::decode(const std::string &file, const Digest &key,
   if (std::memcmp(file.data(), kMagic, sizeof(kMagic)) != 0)
     return bad("bad magic");
   if (getLE(file, 8, 4) != kFormatVersion)
-    return bad(fmt::format("format version {} (expected {})",
-                           getLE(file, 8, 4), kFormatVersion));
+    return bad(fmt::format("format version {} (expected {})", getLE(file, 8, 4),
+                           kFormatVersion));
   if (getLE(file, 12, 4) != kHeaderSize)
     return bad("bad header size");
   if (std::memcmp(file.data() + 16, key.data(), key.size()) != 0)
@@ -119,7 +119,8 @@ DiskCache::Read DiskCache::read(const Digest &key, std::string *payload,
   if (!file) {
     if (why)
       *why = err;
-    return errno == ENOENT ? Read::Miss : Read::Invalid;
+    // Removed between access() and open() by another process: a miss.
+    return ::access(path.c_str(), F_OK) != 0 ? Read::Miss : Read::Invalid;
   }
   return decode(*file, key, payload, why) ? Read::Hit : Read::Invalid;
 }

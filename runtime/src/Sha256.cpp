@@ -32,8 +32,8 @@ Digest Sha256::finish() {
   Digest d{};
   unsigned int len = 0;
   if (ok_)
-    ok_ = EVP_DigestFinal_ex(static_cast<EVP_MD_CTX *>(ctx_), d.data(),
-                             &len) == 1 &&
+    ok_ = EVP_DigestFinal_ex(static_cast<EVP_MD_CTX *>(ctx_), d.data(), &len) ==
+              1 &&
           len == d.size();
   if (!ok_)
     d.fill(0);

@@ -157,8 +157,8 @@ std::optional<std::string> makeTempDir(std::string *error) {
   name.push_back('\0');
   if (!::mkdtemp(name.data())) {
     if (error)
-      *error = fmt::format("cannot create a temporary directory '{}': {}",
-                           tmpl, errnoText(errno));
+      *error = fmt::format("cannot create a temporary directory '{}': {}", tmpl,
+                           errnoText(errno));
     return std::nullopt;
   }
   return std::string(name.data());

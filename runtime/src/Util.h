@@ -48,8 +48,8 @@ struct DynLib {
   /// dlerror() when none opens.
   bool open(const std::vector<std::string> &names, std::string *error);
   /// dlsym; stores the missing name in *missing when not found.
-  template <typename Fn> bool sym(const char *name, Fn *out,
-                                  std::string *missing) {
+  template <typename Fn>
+  bool sym(const char *name, Fn *out, std::string *missing) {
     *out = reinterpret_cast<Fn>(rawSym(name));
     if (!*out && missing && missing->empty())
       *missing = name;

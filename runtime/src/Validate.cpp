@@ -39,13 +39,11 @@ Status checkAligned(const char *op, const char *name, const void *p,
 
 // extentBytes of `side` with overflow detection: std::nullopt on overflow.
 std::optional<int64_t> safeExtentBytes(const LayoutDesc &l, Side side,
-                                       int64_t numBlocks,
-                                       const int64_t *dyn) {
+                                       int64_t numBlocks, const int64_t *dyn) {
   SideMap m = l.map(side, dyn);
-  __int128 last = __int128(numBlocks - 1) * m.block +
-                  __int128(l.blockSize - 1) * m.token +
-                  __int128(l.numKvHeads - 1) * m.head + m.base +
-                  l.headSize(side);
+  __int128 last =
+      __int128(numBlocks - 1) * m.block + __int128(l.blockSize - 1) * m.token +
+      __int128(l.numKvHeads - 1) * m.head + m.base + l.headSize(side);
   __int128 bytes = last * elementSize(l.dtype);
   if (bytes > __int128(INT64_MAX))
     return std::nullopt;
@@ -60,13 +58,13 @@ Status validateCommon(const KernelEntry &e, const Common &c,
   bool packed = l.packing == Packing::Packed;
   *launch = false;
   if (c.numTokens < 0)
-    return invalid(fmt::format("{}: num_tokens = {} must be >= 0", c.op,
-                               c.numTokens));
+    return invalid(
+        fmt::format("{}: num_tokens = {} must be >= 0", c.op, c.numTokens));
   if (c.numTokens == 0)
     return Status::ok();
   if (c.numBlocks <= 0)
-    return invalid(fmt::format("{}: num_blocks = {} must be > 0", c.op,
-                               c.numBlocks));
+    return invalid(
+        fmt::format("{}: num_blocks = {} must be > 0", c.op, c.numBlocks));
   const std::string scaleWhy =
       fmt::format(" but the layout has scale = {}", toString(l.scale));
   struct Ptr {

@@ -1,17 +1,21 @@
 # -*- Python -*-
 # lit configuration of kvgen's FileCheck tests.
 import os
-import shutil
+import sys
 
 import lit.formats
 from lit.llvm import llvm_config
 
 config.name = "KVGEN"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
-config.suffixes = [".mlir"]
+# .mlir: dialect/pass/emitter tests; .test: tests whose input is elsewhere
+# (examples/).
+config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.kvgen_obj_root, "test", "lit")
-config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
+# Inputs/ holds helpers and inputs of other tests, not tests.
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py",
+                   "Inputs"]
 
 llvm_config.with_system_environment(["HOME", "TMP", "TEMP", "PATH"])
 llvm_config.use_default_substitutions()
@@ -21,6 +25,8 @@ llvm_config.with_environment("PATH", config.kvgen_tools_dir, append_path=True)
 tools = ["kvgen-opt", "kvgen-translate"]
 llvm_config.add_tool_substitutions(tools, [config.kvgen_tools_dir])
 config.substitutions.append(("%kvgen_src", config.kvgen_src_root))
+# The interpreter running lit also runs the helper scripts.
+config.substitutions.append(("%python", '"%s"' % sys.executable))
 
 # Vendor compilers are lit features: tests that need them say REQUIRES.
 if config.clang and os.path.exists(config.clang):

@@ -1,7 +1,7 @@
 //===- BundleTest.cpp - Manifest format and bundle I/O --------------------===//
+#include "kvgen/Bundle.h"
 #include "TestKernels.h"
 #include "Util.h"
-#include "kvgen/Bundle.h"
 
 #include <gtest/gtest.h>
 

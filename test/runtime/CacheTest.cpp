@@ -31,7 +31,8 @@ TEST(Sha256, KnownAnswers) {
 
 TEST(DiskCacheFormat, EncodeDecodeAndCorruption) {
   rt::Digest key = rt::sha256("key", 3), other = rt::sha256("other", 5);
-  std::string payload = "\x7f" "ELF payload bytes";
+  std::string payload = "\x7f"
+                        "ELF payload bytes";
   std::string file = rt::DiskCache::encode(key, payload);
   ASSERT_EQ(file.size(), rt::DiskCache::kHeaderSize + payload.size());
   std::string out, why;
@@ -39,8 +40,8 @@ TEST(DiskCacheFormat, EncodeDecodeAndCorruption) {
   EXPECT_EQ(out, payload);
   EXPECT_FALSE(rt::DiskCache::decode(file, other, &out, &why));
   EXPECT_EQ(why, "key mismatch");
-  EXPECT_FALSE(rt::DiskCache::decode(file.substr(0, file.size() - 1), key,
-                                     &out, &why));
+  EXPECT_FALSE(
+      rt::DiskCache::decode(file.substr(0, file.size() - 1), key, &out, &why));
   EXPECT_NE(why.find("payload is"), std::string::npos) << why;
   EXPECT_FALSE(rt::DiskCache::decode(file.substr(0, 20), key, &out, &why));
   EXPECT_NE(why.find("truncated"), std::string::npos) << why;
@@ -58,8 +59,8 @@ std::string makeHostBundle(const std::string &dir, const std::string &name,
   KernelSpec spec;
   spec.layout = test::mimoLayout();
   KernelEntry e = test::testEntry(name, "host", spec, name + ".cpp");
-  std::optional<std::string> err = writeBundle(
-      dir, {{e, test::hostKernelSource(name, spec) + extraSource}});
+  std::optional<std::string> err =
+      writeBundle(dir, {{e, test::hostKernelSource(name, spec) + extraSource}});
   EXPECT_FALSE(err.has_value()) << *err;
   return dir;
 }
@@ -218,6 +219,13 @@ TEST_F(HostCacheTest, UncreatableDirDegradesToMemoryWithOneWarning) {
 
 TEST_F(HostCacheTest, EightProcessesOnAColdKeyCompileOnce) {
   constexpr int kProcs = 8;
+  // A source that takes ~2 s to compile, so that all eight processes are
+  // inside the cold path at once: without the per-key lock several compile.
+  std::string slowBundle = makeHostBundle(
+      tmp.path() + "/slow", "kv_slow",
+      "#include <regex>\n#include <string>\n"
+      "bool kv_slow_match(const std::string &s) {\n"
+      "  return std::regex_match(s, std::regex(\"a+b*\"));\n}\n");
   int gate[2];
   ASSERT_EQ(::pipe(gate), 0);
   std::vector<pid_t> pids;
@@ -233,13 +241,12 @@ TEST_F(HostCacheTest, EightProcessesOnAColdKeyCompileOnce) {
       kvgen_context ctx = nullptr;
       int code = 0;
       if (kvgen_context_create(KVGEN_BACKEND_HOST, 0, &ctx) != KVGEN_SUCCESS ||
-          kvgen_context_set_cache_dir(ctx, cacheDir.c_str()) !=
-              KVGEN_SUCCESS ||
-          kvgen_context_load_bundle(ctx, bundle.c_str()) != KVGEN_SUCCESS) {
+          kvgen_context_set_cache_dir(ctx, cacheDir.c_str()) != KVGEN_SUCCESS ||
+          kvgen_context_load_bundle(ctx, slowBundle.c_str()) != KVGEN_SUCCESS) {
         ::_exit(100);
       }
       kvgen_kernel k = nullptr;
-      if (kvgen_context_get_kernel(ctx, "kv_rc", &k) != KVGEN_SUCCESS)
+      if (kvgen_context_get_kernel(ctx, "kv_slow", &k) != KVGEN_SUCCESS)
         code = 101;
       kvgen_cache_stats st{};
       kvgen_context_get_stats(ctx, &st);
@@ -276,7 +283,10 @@ TEST_F(HostCacheTest, EightProcessesOnAColdKeyCompileOnce) {
     key[i] = uint8_t(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
   std::string payload, why;
   EXPECT_TRUE(rt::DiskCache::decode(*file, key, &payload, &why)) << why;
-  EXPECT_EQ(payload.compare(0, 4, "\x7f" "ELF"), 0);
+  EXPECT_EQ(payload.compare(0, 4,
+                            "\x7f"
+                            "ELF"),
+            0);
 }
 
 } // namespace

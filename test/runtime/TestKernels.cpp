@@ -129,10 +129,9 @@ std::string cudaKernelSource(const std::string &name, const KernelSpec &spec) {
                   "#define KVGEN_DEVICE_EMBED 1\n";
   s += kvgen_kernel_abi_source();
   s += "\n";
-  s += body(spec, "extern \"C\" __global__ void " + name + "(" + argsType +
-                      " args)",
-            "  do {\n    int64_t t = blockIdx.x;\n",
-            "  } while (0);\n",
+  s += body(spec,
+            "extern \"C\" __global__ void " + name + "(" + argsType + " args)",
+            "  do {\n    int64_t t = blockIdx.x;\n", "  } while (0);\n",
             "for (int64_t e = threadIdx.x; e < {}; e += blockDim.x)");
   return s;
 }

@@ -1,4 +1,5 @@
-//===- TestKernels.h - Hand-written kernels and helpers for tests -*- C++ -*-===//
+//===- TestKernels.h - Hand-written kernels and helpers for tests -*- C++
+//-*-===//
 //
 // Plain reference kernels (one thread does everything on the host; one CTA
 // per token on CUDA) for layouts with static strides, written here by hand

@@ -116,8 +116,8 @@ struct BundleKernel {
 /// Creates `dir` (one level) if needed, writes each kernel's source to
 /// dir/entry.source and then the manifest, each file atomically (temporary
 /// file + rename). Returns std::nullopt on success, else a message.
-std::optional<std::string> writeBundle(const std::string &dir,
-                                       const std::vector<BundleKernel> &kernels);
+std::optional<std::string>
+writeBundle(const std::string &dir, const std::vector<BundleKernel> &kernels);
 /// Reads and parses dir/kvgen-manifest.txt (sources are not read).
 bool readBundle(const std::string &dir, std::vector<KernelEntry> *entries,
                 std::string *error);

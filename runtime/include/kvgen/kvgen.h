@@ -127,6 +127,29 @@ KVGEN_API void kvgen_context_set_warning_callback(kvgen_context ctx,
 KVGEN_API kvgen_status kvgen_context_get_stats(kvgen_context ctx,
                                                kvgen_cache_stats *out);
 
+typedef enum kvgen_copy_kind {
+  KVGEN_COPY_HOST_TO_DEVICE = 1,
+  KVGEN_COPY_DEVICE_TO_HOST = 2,
+  KVGEN_COPY_DEVICE_TO_DEVICE = 3
+} kvgen_copy_kind;
+
+/** Allocates `bytes` (> 0) of device memory (cuMemAlloc / hipMalloc; for
+ * HOST, 256-byte aligned host memory). The pointer is at least 256-byte
+ * aligned. KVGEN_ERROR_COMPILE_ONLY on compile-only contexts. */
+KVGEN_API kvgen_status kvgen_context_alloc(kvgen_context ctx, uint64_t bytes,
+                                           void **out);
+/** Frees memory from kvgen_context_alloc; NULL is ignored. */
+KVGEN_API kvgen_status kvgen_context_free(kvgen_context ctx, void *ptr);
+/** Copies `bytes` synchronously (with respect to the host) between host and
+ * device memory of the context's device. */
+KVGEN_API kvgen_status kvgen_context_copy(kvgen_context ctx, void *dst,
+                                          const void *src, uint64_t bytes,
+                                          kvgen_copy_kind kind);
+/** Waits until all work on the context's device is done (cuCtxSynchronize /
+ * hipDeviceSynchronize; nothing for HOST, whose launches are synchronous).
+ * Reports asynchronous kernel faults as KVGEN_ERROR_LAUNCH. */
+KVGEN_API kvgen_status kvgen_context_synchronize(kvgen_context ctx);
+
 /** Reads dir/kvgen-manifest.txt and makes its entries available to the
  * get_kernel calls (sources are read on first use). Entries for other
  * targets are kept but not served. KVGEN_ERROR_BUNDLE if the manifest is
@@ -143,8 +166,8 @@ KVGEN_API kvgen_status kvgen_context_get_kernel(kvgen_context ctx,
 /** What a kernel computes (see kvgen::KernelSpec). */
 typedef struct kvgen_kernel_spec {
   kvgen_op op;
-  const char *layout;   /**< kvgen::toString(LayoutDesc) text */
-  const char *io_dtype; /**< "bf16" | "f16" | "f32" | cache dtype */
+  const char *layout;     /**< kvgen::toString(LayoutDesc) text */
+  const char *io_dtype;   /**< "bf16" | "f16" | "f32" | cache dtype */
   const char *slot_dtype; /**< "i32" | "i64" */
   int checked;            /**< 0 | 1 */
   int dequantize;         /**< 0 | 1, gather only */

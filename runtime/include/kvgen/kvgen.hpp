@@ -62,8 +62,8 @@ public:
   /// kvgen_launch_gather.
   Status launch(const kvgen_gather_args &args, uint64_t keyCacheBytes,
                 uint64_t valueCacheBytes, void *stream = nullptr) const {
-    return Status::from(kvgen_launch_gather(k_, &args, keyCacheBytes,
-                                            valueCacheBytes, stream));
+    return Status::from(
+        kvgen_launch_gather(k_, &args, keyCacheBytes, valueCacheBytes, stream));
   }
 
 private:
@@ -137,12 +137,14 @@ public:
                          const std::string &ioDtype,
                          const std::string &slotDtype, bool checked,
                          bool dequantize, Kernel *out) {
-    kvgen_kernel_spec spec{op,      layout.c_str(), ioDtype.c_str(),
-                           slotDtype.c_str(), checked ? 1 : 0,
+    kvgen_kernel_spec spec{op,
+                           layout.c_str(),
+                           ioDtype.c_str(),
+                           slotDtype.c_str(),
+                           checked ? 1 : 0,
                            dequantize ? 1 : 0};
     kvgen_kernel k = nullptr;
-    Status s =
-        Status::from(kvgen_context_get_kernel_by_spec(c_, &spec, &k));
+    Status s = Status::from(kvgen_context_get_kernel_by_spec(c_, &spec, &k));
     if (s)
       *out = Kernel(k);
     return s;

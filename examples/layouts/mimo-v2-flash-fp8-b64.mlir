@@ -1,0 +1,23 @@
+// MiMo-V2-Flash full attention: 4 KV heads, K 192 wide, V 128 wide,
+// block 64, f8E4M3FN cache with a per_tensor scale.
+// Asymmetric heads: K rows (192) and V rows (128) have their own strides,
+// the case that broke kernels sharing one head width (see the seed report).
+//
+//   kvgen-opt --kv-plan=target=gfx942 mimo-v2-flash-fp8-b64.mlir
+//   kvgen-translate --emit-hip --kv-target=gfx942 mimo-v2-flash-fp8-b64.mlir
+
+// Writes key/value[t] ([4, 192] and [4, 128], bf16 quantized to f8E4M3FN) into
+// slot slot_mapping[t]; slots at or past the cache end raise the error flag.
+kv.reshape_and_cache @mimo_v2_flash_fp8_b64_write :
+    #kv.layout<num_kv_heads = 4, head_size_k = 192,
+      head_size_v = 128, block_size = 64, order = nhd,
+      packing = separate, dtype = f8E4M3FN, scale = per_tensor>,
+      input bf16, slots i64 checked
+
+// Reads the cached rows of the slots back into dense [4, 192] / [4, 128] rows
+// in bf16, multiplying by the scale.
+kv.gather @mimo_v2_flash_fp8_b64_read :
+    #kv.layout<num_kv_heads = 4, head_size_k = 192,
+      head_size_v = 128, block_size = 64, order = nhd,
+      packing = separate, dtype = f8E4M3FN, scale = per_tensor>,
+      output bf16, slots i64 dequantize

@@ -1,0 +1,818 @@
+"""Python binding (ctypes) of the kvgen JIT runtime C API (kvgen.h).
+
+For engine developers: load kernels emitted with `kvgen emit --bundle DIR`,
+then launch them on torch tensors (CUDA/HIP backends) or numpy arrays (the
+HOST backend, for CI)::
+
+    import kvgen, torch
+    ctx = kvgen.Context("cuda", device=0)
+    ctx.load_bundle(".dev/bundle")
+    layout = kvgen.Layout(num_kv_heads=4, head_size_k=192, head_size_v=128,
+                          block_size=16, dtype="bf16")
+    write = ctx.kernel("reshape_and_cache", layout, io_dtype="bf16")
+    write.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
+
+Shapes (T = num_tokens, H = num_kv_heads, Dk/Dv = head_size_k/v):
+  key / key_out     [T, H, Dk], last dim contiguous, any token/head strides
+  value / value_out [T, H, Dv], as key
+  slot_mapping      [T] int32 or int64 (the kernel's slot dtype); < 0 = pad
+  key_cache, value_cache: any tensor/array (any dtype, e.g. uint8 for fp8)
+      whose memory holds the layout's extent; its size in bytes is the span
+      of the view (numel * element_size for a contiguous one). A packed
+      layout uses key_cache only (value_cache may be None).
+  k_scale / v_scale float32 [1] (scale = per_tensor) or [H] (per_head)
+  error_flag        int32 [>= 1], required by checked kernels (set to 1 when
+                    a slot >= num_blocks * block_size was skipped)
+
+Every launch is validated by the runtime; failures raise KvgenError with the
+runtime's message (kvgen_last_error()). Argument mistakes the binding can see
+itself (shapes, dtypes) raise ValueError / TypeError before any C call.
+"""
+
+import ctypes
+import re
+from pathlib import Path
+
+from . import _capi
+from ._capi import GatherArgs, ReshapeAndCacheArgs
+
+__all__ = ["Context", "Kernel", "KvgenError", "Layout", "DTYPE_SIZES",
+           "library_path", "version"]
+
+#: Size in bytes of one element of each kvgen dtype.
+DTYPE_SIZES = {"bf16": 2, "f16": 2, "f32": 4, "f8E4M3FN": 1,
+               "f8E4M3FNUZ": 1, "f8E5M2": 1, "f8E5M2FNUZ": 1}
+FP8_DTYPES = ("f8E4M3FN", "f8E4M3FNUZ", "f8E5M2", "f8E5M2FNUZ")
+SLOT_DTYPES = {"i32": 4, "i64": 8}
+
+
+class KvgenError(RuntimeError):
+    """A C API call failed. Attributes: status (int), status_name
+    ("KVGEN_ERROR_OUT_OF_BOUNDS", ...), function (the C function) and
+    message (kvgen_last_error() text)."""
+
+    def __init__(self, function, status, message):
+        self.function = function
+        self.status = status
+        self.status_name = _capi.status_name(status)
+        self.message = message
+        super().__init__(f"{function} failed: {self.status_name}: {message}")
+
+
+def _check(function, status):
+    if status != _capi.SUCCESS:
+        raise KvgenError(function, status, _capi.last_error())
+
+
+def library_path():
+    """Path of the loaded libkvgen-runtime.so (see kvgen._capi)."""
+    return _capi.lib_path()
+
+
+def version():
+    """The runtime's version string, e.g. "0.1.0"."""
+    return _capi.lib().kvgen_version().decode()
+
+
+#---------------------------------------------------------------------------
+# Layout (mirror of kvgen::LayoutDesc: text form, strides, extents)
+#---------------------------------------------------------------------------
+
+_FIELDS = ("num_kv_heads", "head_size_k", "head_size_v", "block_size",
+           "order", "packing", "dtype", "scale", "k_strides", "v_strides")
+
+
+def _split_top(text):
+    """Splits at commas outside [...]."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+class Layout:
+    """A paged K/V cache layout (kvgen::LayoutDesc; docs in Layout.h).
+
+    Sizes in elements. `k_strides` / `v_strides`: optional (block, token,
+    head) element strides; an entry None is a dynamic ('?') stride, given at
+    launch time through `cache_strides`.
+    """
+
+    def __init__(self, num_kv_heads, head_size_k, head_size_v, block_size,
+                 dtype="bf16", order="nhd", packing="separate", scale=None,
+                 k_strides=None, v_strides=None):
+        if dtype not in DTYPE_SIZES:
+            raise ValueError(f"dtype {dtype!r} is not one of "
+                             f"{', '.join(DTYPE_SIZES)}")
+        if scale is None:
+            scale = "per_tensor" if dtype in FP8_DTYPES else "none"
+        if order not in ("nhd", "hnd"):
+            raise ValueError(f"order {order!r} must be 'nhd' or 'hnd'")
+        if packing not in ("separate", "packed"):
+            raise ValueError(f"packing {packing!r} must be 'separate' or "
+                             "'packed'")
+        if scale not in ("none", "per_tensor", "per_head"):
+            raise ValueError(f"scale {scale!r} must be none, per_tensor or "
+                             "per_head")
+        self.num_kv_heads = int(num_kv_heads)
+        self.head_size_k = int(head_size_k)
+        self.head_size_v = int(head_size_v)
+        self.block_size = int(block_size)
+        self.dtype = dtype
+        self.order = order
+        self.packing = packing
+        self.scale = scale
+        self.k_strides = None if k_strides is None else tuple(k_strides)
+        self.v_strides = None if v_strides is None else tuple(v_strides)
+
+    @classmethod
+    def parse(cls, text):
+        """Parses kvgen::toString(LayoutDesc) text (also accepts a
+        `#kv.layout<...>` wrapper)."""
+        t = text.strip()
+        m = re.fullmatch(r"#kv\.layout<(.*)>", t, re.S)
+        if m:
+            t = m.group(1)
+        kw = {}
+        for part in _split_top(t):
+            if "=" not in part:
+                raise ValueError(f"layout text: '{part}' is not "
+                                 f"'field = value' in {text!r}")
+            k, v = (s.strip() for s in part.split("=", 1))
+            if k not in _FIELDS:
+                raise ValueError(f"layout text: unknown field '{k}'")
+            if k in ("k_strides", "v_strides"):
+                items = [s.strip() for s in v.strip("[] ").split(",")]
+                if len(items) != 3:
+                    raise ValueError(f"layout text: {k} needs 3 entries")
+                kw[k] = tuple(None if s == "?" else int(s) for s in items)
+            elif k in ("num_kv_heads", "head_size_k", "head_size_v",
+                       "block_size"):
+                kw[k] = int(v)
+            else:
+                kw[k] = v
+        for req in ("num_kv_heads", "head_size_k", "head_size_v",
+                    "block_size", "dtype"):
+            if req not in kw:
+                raise ValueError(f"layout text lacks '{req}': {text!r}")
+        return cls(**kw)
+
+    @property
+    def text(self):
+        """The canonical text (kvgen::toString(LayoutDesc))."""
+        s = (f"num_kv_heads = {self.num_kv_heads}, "
+             f"head_size_k = {self.head_size_k}, "
+             f"head_size_v = {self.head_size_v}, "
+             f"block_size = {self.block_size}, order = {self.order}, "
+             f"packing = {self.packing}, dtype = {self.dtype}, "
+             f"scale = {self.scale}")
+
+        def fmt(st):
+            return "[" + ", ".join("?" if x is None else str(x)
+                                   for x in st) + "]"
+        if self.k_strides is not None:
+            s += ", k_strides = " + fmt(self.k_strides)
+        if self.v_strides is not None:
+            s += ", v_strides = " + fmt(self.v_strides)
+        return s
+
+    def __str__(self):
+        return self.text
+
+    def __repr__(self):
+        return f"kvgen.Layout({self.text})"
+
+    def __eq__(self, other):
+        return isinstance(other, Layout) and self.text == other.text
+
+    def __hash__(self):
+        return hash(self.text)
+
+    @property
+    def element_size(self):
+        """Bytes per cache element."""
+        return DTYPE_SIZES[self.dtype]
+
+    @property
+    def packed(self):
+        return self.packing == "packed"
+
+    def head_size(self, side):
+        """side: 'k' or 'v'."""
+        return self.head_size_k if side == "k" else self.head_size_v
+
+    def has_dynamic_strides(self):
+        return any(x is None for st in (self.k_strides, self.v_strides)
+                   if st is not None for x in st)
+
+    def strides(self, side, dynamic=None):
+        """(block, token, head) element strides of side 'k' or 'v';
+        dynamic ('?') entries taken from `dynamic` (a 3-sequence)."""
+        own = self.k_strides if side == "k" else self.v_strides
+        other = self.v_strides if side == "k" else self.k_strides
+        st = own if own is not None else (other if self.packed else None)
+        if st is None:
+            w = (self.head_size_k + self.head_size_v if self.packed
+                 else self.head_size(side))
+            h, bs = self.num_kv_heads, self.block_size
+            if self.order == "nhd":
+                return (bs * h * w, h * w, w)
+            return (bs * h * w, w, bs * w)
+        out = []
+        for i, x in enumerate(st):
+            if x is None:
+                if dynamic is None:
+                    raise ValueError(
+                        f"layout has a dynamic ('?') {side} stride: pass "
+                        "cache_strides=((kb, kt, kh), (vb, vt, vh))")
+                x = int(dynamic[i])
+            out.append(x)
+        return tuple(out)
+
+    def base(self, side):
+        """First column of the side in its row (head_size_k for packed V)."""
+        return self.head_size_k if side == "v" and self.packed else 0
+
+    def extent_bytes(self, side, num_blocks, dynamic=None):
+        """Bytes a buffer needs to hold `side` for num_blocks blocks."""
+        if num_blocks <= 0:
+            return 0
+        b, t, h = self.strides(side, dynamic)
+        last = ((num_blocks - 1) * b + (self.block_size - 1) * t +
+                (self.num_kv_heads - 1) * h + self.base(side) +
+                self.head_size(side))
+        return last * self.element_size
+
+    def max_blocks(self, side, nbytes, dynamic=None):
+        """The most blocks of `side` that fit in nbytes (may be <= 0)."""
+        b, t, h = self.strides(side, dynamic)
+        tail = ((self.block_size - 1) * t + (self.num_kv_heads - 1) * h +
+                self.base(side) + self.head_size(side))
+        elems = nbytes // self.element_size
+        if elems < tail:
+            return 0
+        return (elems - tail) // b + 1 if b > 0 else 0
+
+
+#---------------------------------------------------------------------------
+# Tensors and arrays
+#---------------------------------------------------------------------------
+
+# torch / numpy dtype names -> kvgen names (integers are raw bits / slots).
+_DTYPE_NAMES = {
+    "bfloat16": "bf16", "float16": "f16", "half": "f16", "float32": "f32",
+    "float": "f32", "float8_e4m3fn": "f8E4M3FN",
+    "float8_e4m3fnuz": "f8E4M3FNUZ", "float8_e5m2": "f8E5M2",
+    "float8_e5m2fnuz": "f8E5M2FNUZ", "int32": "i32", "int64": "i64",
+    "uint8": "u8", "int8": "i8", "int16": "i16", "uint16": "u16",
+    "uint32": "u32", "uint64": "u64",
+}
+_RAW_INTS = ("u8", "i8", "i16", "u16", "i32", "u32", "i64", "u64")
+
+
+class _Buf:
+    """What the binding needs of one tensor/array argument."""
+    __slots__ = ("what", "ptr", "shape", "strides", "itemsize", "dtype",
+                 "kind", "device")
+
+    def __init__(self, x, what):
+        self.what = what
+        mod = type(x).__module__
+        if mod.startswith("torch") and hasattr(x, "data_ptr"):
+            self.kind = "torch"
+            self.ptr = x.data_ptr()
+            self.shape = tuple(x.shape)
+            self.strides = tuple(x.stride())
+            self.itemsize = x.element_size()
+            name = str(x.dtype).replace("torch.", "")
+            self.device = x.device
+        elif hasattr(x, "__array_interface__") and hasattr(x, "ctypes"):
+            self.kind = "numpy"
+            self.ptr = x.ctypes.data
+            self.shape = tuple(x.shape)
+            self.itemsize = x.dtype.itemsize
+            for s in x.strides:
+                if s % self.itemsize:
+                    raise ValueError(f"{what}: byte stride {s} is not a "
+                                     f"multiple of the element size "
+                                     f"{self.itemsize}")
+            self.strides = tuple(s // self.itemsize for s in x.strides)
+            name = x.dtype.name
+            self.device = None
+        else:
+            raise TypeError(f"{what}: expected a torch tensor or a numpy "
+                            f"array, got {type(x).__name__}")
+        self.dtype = _DTYPE_NAMES.get(name, name)
+
+    @property
+    def is_device(self):
+        return self.kind == "torch" and self.device.type != "cpu"
+
+    def span_bytes(self):
+        """Bytes from the first element to the end of the last one."""
+        if any(s == 0 for s in self.shape):
+            return 0
+        if any(st < 0 for st in self.strides):
+            raise ValueError(f"{self.what}: negative strides are not "
+                             "supported")
+        last = sum((n - 1) * st for n, st in zip(self.shape, self.strides))
+        return (last + 1) * self.itemsize
+
+    def check_dtype(self, want):
+        """A float tensor must be `want`; an integer one is taken as raw
+        bits and must have its size."""
+        if self.dtype == want:
+            return
+        if self.dtype in _RAW_INTS and self.itemsize == DTYPE_SIZES[want]:
+            return
+        raise TypeError(f"{self.what}: dtype {self.dtype} does not match the "
+                        f"kernel's {want} (pass {want}, or an integer dtype "
+                        f"of {DTYPE_SIZES[want]} bytes as raw bits)")
+
+    def check_rows(self, t, h, d):
+        """[T, H, D] with a contiguous last dim; returns (token, head)
+        strides in elements."""
+        if len(self.shape) != 3 or self.shape[1:] != (h, d) or \
+                (t is not None and self.shape[0] != t):
+            want = f"[{'T' if t is None else t}, {h}, {d}]"
+            raise ValueError(f"{self.what}: shape {list(self.shape)}, the "
+                             f"kernel's layout needs {want}")
+        if d > 1 and self.strides[2] != 1:
+            raise ValueError(f"{self.what}: the last dimension must be "
+                             f"contiguous (stride {self.strides[2]}, need 1)")
+        return self.strides[0], self.strides[1]
+
+
+def _opt(x, what):
+    return None if x is None else _Buf(x, what)
+
+
+#---------------------------------------------------------------------------
+# Context and Kernel
+#---------------------------------------------------------------------------
+
+def _parse_manifest(path):
+    """{(name, target): entry dict} of a bundle manifest; {} on any
+    trouble (the runtime validates the manifest itself)."""
+    out = {}
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return out
+    cur = None
+    for line in lines[1:]:
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        if s == "[kernel]":
+            cur = {}
+            out[id(cur)] = cur
+            continue
+        if cur is not None and "=" in s:
+            k, v = s.split("=", 1)
+            cur[k.strip()] = v.strip()
+    return {(e.get("name"), e.get("target")): e for e in out.values()}
+
+
+class Context:
+    """A kvgen_context: a device (or the host) plus its kernel cache.
+
+    backend: 'auto' (CUDA if a device, else HIP, else host), 'cuda', 'hip',
+    'host'. device: the device ordinal. cache_dir: the JIT disk cache
+    directory (default: $KVGEN_CACHE_DIR, else ~/.cache/kvgen); "" turns the
+    disk cache off.
+    """
+
+    def __init__(self, backend="auto", device=0, cache_dir=None,
+                 _handle=None):
+        self._lib = _capi.lib()
+        self._handle = None
+        self._warning_cb = None
+        self._kernels = {}
+        self._manifest = {}
+        self._backend = None
+        if _handle is None:
+            if backend not in _capi.BACKENDS:
+                raise ValueError(f"backend {backend!r} must be one of "
+                                 f"{', '.join(_capi.BACKENDS)}")
+            h = ctypes.c_void_p()
+            _check("kvgen_context_create", self._lib.kvgen_context_create(
+                _capi.BACKENDS[backend], int(device), ctypes.byref(h)))
+            _handle = h
+        self._handle = _handle
+        self.device = int(device)
+        if cache_dir is not None:
+            self.set_cache_dir(cache_dir)
+
+    @classmethod
+    def compile_only(cls, backend, target, cache_dir=None):
+        """A context that compiles for `target` ('sm_90', 'gfx942', 'host')
+        without a device; launches raise KVGEN_ERROR_COMPILE_ONLY."""
+        lib = _capi.lib()
+        if backend not in ("cuda", "hip", "host"):
+            raise ValueError("compile-only contexts need backend cuda, hip "
+                             "or host")
+        h = ctypes.c_void_p()
+        _check("kvgen_context_create_compile_only",
+               lib.kvgen_context_create_compile_only(
+                   _capi.BACKENDS[backend], target.encode(), ctypes.byref(h)))
+        return cls(_handle=h, cache_dir=cache_dir)
+
+    # -- lifetime ---------------------------------------------------------
+    def close(self):
+        """Destroys the context; its kernels become invalid."""
+        if self._handle is not None:
+            self._lib.kvgen_context_destroy(self._handle)
+            self._handle = None
+            self._kernels.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _h(self):
+        if self._handle is None:
+            raise ValueError("kvgen.Context is closed")
+        return self._handle
+
+    # -- properties -------------------------------------------------------
+    @property
+    def backend(self):
+        """'cuda', 'hip' or 'host' (auto resolved)."""
+        if self._backend is None:
+            self._backend = _capi.BACKEND_NAMES[
+                self._lib.kvgen_context_backend(self._h())]
+        return self._backend
+
+    @property
+    def target(self):
+        """The compile target, e.g. 'sm_90', 'gfx942:sramecc+:xnack-',
+        'host'."""
+        return self._lib.kvgen_context_target(self._h()).decode()
+
+    @property
+    def cache_dir(self):
+        """The disk cache directory in use; '' when memory-only."""
+        return self._lib.kvgen_context_cache_dir(self._h()).decode()
+
+    def set_cache_dir(self, path):
+        """Sets the disk cache directory (None or '' turns it off); affects
+        later compiles only."""
+        _check("kvgen_context_set_cache_dir",
+               self._lib.kvgen_context_set_cache_dir(
+                   self._h(), str(path or "").encode()))
+
+    def set_warning_callback(self, fn):
+        """fn(message: str) receives warnings instead of stderr; None
+        restores stderr."""
+        if fn is None:
+            self._warning_cb = None
+            self._lib.kvgen_context_set_warning_callback(
+                self._h(), _capi.WARNING_FN(), None)
+            return
+        cb = _capi.WARNING_FN(lambda msg, _user: fn(msg.decode("utf-8",
+                                                               "replace")))
+        self._warning_cb = cb  # keep alive
+        self._lib.kvgen_context_set_warning_callback(self._h(), cb, None)
+
+    def stats(self):
+        """Kernel cache counters: dict with memory_hits, disk_hits,
+        compiles, disk_writes, evictions (counts) and last_compile_ms,
+        last_load_ms (milliseconds)."""
+        s = _capi.CacheStats()
+        _check("kvgen_context_get_stats",
+               self._lib.kvgen_context_get_stats(self._h(), ctypes.byref(s)))
+        return {name: getattr(s, name) for name, _ in s._fields_}
+
+    # -- device memory (newer runtimes only) -------------------------------
+    def _optional(self, name):
+        if not _capi.has(name):
+            raise NotImplementedError(f"{_capi.lib_path()} has no {name}")
+        return getattr(self._lib, name)
+
+    def synchronize(self):
+        """Waits for all work on the context's device; asynchronous kernel
+        faults raise KvgenError (KVGEN_ERROR_LAUNCH)."""
+        _check("kvgen_context_synchronize",
+               self._optional("kvgen_context_synchronize")(self._h()))
+
+    def alloc(self, nbytes):
+        """Allocates nbytes of device memory (host memory for the host
+        backend), >= 256-byte aligned; returns the address (int)."""
+        p = ctypes.c_void_p()
+        _check("kvgen_context_alloc", self._optional("kvgen_context_alloc")(
+            self._h(), int(nbytes), ctypes.byref(p)))
+        return p.value
+
+    def free(self, ptr):
+        """Frees memory from alloc()."""
+        _check("kvgen_context_free",
+               self._optional("kvgen_context_free")(self._h(), ptr))
+
+    def copy(self, dst, src, nbytes, kind):
+        """Copies nbytes between addresses (ints); kind 'h2d' | 'd2h' |
+        'd2d'. Synchronous with respect to the host."""
+        _check("kvgen_context_copy", self._optional("kvgen_context_copy")(
+            self._h(), dst, src, int(nbytes), _capi.COPY_KINDS[kind]))
+
+    # -- kernels ----------------------------------------------------------
+    def load_bundle(self, path):
+        """Makes the kernels of the bundle directory `path` (written by
+        `kvgen emit --bundle`) available to kernel()/kernel_by_name()."""
+        path = str(path)
+        _check("kvgen_context_load_bundle",
+               self._lib.kvgen_context_load_bundle(self._h(), path.encode()))
+        self._manifest.update(_parse_manifest(Path(path) /
+                                              "kvgen-manifest.txt"))
+
+    def kernel(self, op, layout, io_dtype, slot_dtype="i64", checked=False,
+               dequantize=False):
+        """The kernel for a spec, from a loaded bundle (or the registered
+        generator). op: 'reshape_and_cache' | 'gather'; layout: a Layout or
+        its text; io_dtype: the element type of key/value (write) or
+        key_out/value_out (gather): 'bf16' | 'f16' | 'f32' | the cache
+        dtype; slot_dtype: 'i32' | 'i64'."""
+        if op not in _capi.OPS:
+            raise ValueError(f"op {op!r} must be reshape_and_cache or gather")
+        lay = layout if isinstance(layout, Layout) else Layout.parse(layout)
+        key = (op, lay.text, io_dtype, slot_dtype, bool(checked),
+               bool(dequantize))
+        k = self._kernels.get(key)
+        if k is not None:
+            return k
+        spec = _capi.KernelSpecC(_capi.OPS[op], lay.text.encode(),
+                                 io_dtype.encode(), slot_dtype.encode(),
+                                 int(bool(checked)), int(bool(dequantize)))
+        h = ctypes.c_void_p()
+        _check("kvgen_context_get_kernel_by_spec",
+               self._lib.kvgen_context_get_kernel_by_spec(
+                   self._h(), ctypes.byref(spec), ctypes.byref(h)))
+        k = Kernel(self, h, io_dtype=io_dtype, slot_dtype=slot_dtype,
+                   checked=bool(checked), dequantize=bool(dequantize))
+        self._kernels[key] = k
+        return k
+
+    def kernel_by_name(self, name):
+        """The bundle kernel `name` (its extern "C" symbol)."""
+        h = ctypes.c_void_p()
+        _check("kvgen_context_get_kernel",
+               self._lib.kvgen_context_get_kernel(self._h(), name.encode(),
+                                                  ctypes.byref(h)))
+        target = self.target
+        entry = None
+        for (n, t), e in self._manifest.items():
+            if n == name and (t == target or target.startswith(t + ":")):
+                entry = e
+        if entry is None:
+            return Kernel(self, h)
+        return Kernel(self, h, io_dtype=entry.get("io_dtype"),
+                      slot_dtype=entry.get("slot_dtype"),
+                      checked=entry.get("checked") == "1",
+                      dequantize=entry.get("dequantize") == "1")
+
+
+class Kernel:
+    """A loaded kernel (valid while its Context lives). Attributes: name,
+    op, layout (Layout), vector_bytes, io_dtype, slot_dtype, checked,
+    dequantize (the last four None when unknown, e.g. a kernel_by_name of a
+    bundle the binding could not read)."""
+
+    def __init__(self, ctx, handle, io_dtype=None, slot_dtype=None,
+                 checked=None, dequantize=None):
+        self._ctx = ctx  # keeps the context alive
+        self._lib = ctx._lib
+        self._handle = handle
+        lib = self._lib
+        self.name = lib.kvgen_kernel_name(handle).decode()
+        self.op = _capi.OP_NAMES[lib.kvgen_kernel_op(handle)]
+        self.layout = Layout.parse(lib.kvgen_kernel_layout(handle).decode())
+        self.vector_bytes = lib.kvgen_kernel_vector_bytes(handle)
+        self.io_dtype = io_dtype
+        self.slot_dtype = slot_dtype
+        self.checked = checked
+        self.dequantize = dequantize
+
+    def __repr__(self):
+        return (f"<kvgen.Kernel {self.name} op={self.op} io={self.io_dtype} "
+                f"slots={self.slot_dtype}>")
+
+    # -- shared argument handling -----------------------------------------
+    def _common(self, kc, vc, slots, k_scale, v_scale, num_blocks,
+                error_flag, stream, cache_strides, cache_bytes, t, bufs):
+        """Fills what both ops share; returns a dict of struct fields plus
+        the two cache byte counts."""
+        lay = self.layout
+        backend = self._ctx.backend
+        for b in bufs:
+            if b is None:
+                continue
+            if backend == "host" and b.is_device:
+                raise TypeError(f"{b.what}: a {b.device} tensor, but the "
+                                "context's backend is host (pass numpy "
+                                "arrays or CPU tensors)")
+            if backend != "host" and not b.is_device:
+                raise TypeError(f"{b.what}: host memory ({b.kind}), but the "
+                                f"context's backend is {backend} (pass "
+                                "device tensors)")
+        # slots
+        if len(slots.shape) != 1 or slots.shape[0] != t:
+            raise ValueError(f"slot_mapping: shape {list(slots.shape)}, "
+                             f"need [{t}]")
+        if t > 1 and slots.strides[0] != 1:
+            raise ValueError("slot_mapping must be contiguous")
+        if self.slot_dtype is not None and slots.dtype != self.slot_dtype:
+            raise TypeError(f"slot_mapping: dtype {slots.dtype}, the kernel "
+                            f"takes {self.slot_dtype}")
+        # caches
+        packed = lay.packed
+        if vc is None and not packed:
+            raise ValueError("value_cache is required for a separate layout")
+        if cache_bytes is not None:
+            kbytes, vbytes = (int(x) for x in cache_bytes)
+        else:
+            kbytes = kc.span_bytes()
+            vbytes = 0 if (packed or vc is None) else vc.span_bytes()
+        # dynamic strides
+        kdyn = vdyn = (0, 0, 0)
+        if lay.has_dynamic_strides():
+            if cache_strides is None:
+                raise ValueError(
+                    f"kernel {self.name}: its layout has dynamic ('?') "
+                    "strides; pass cache_strides=((kb, kt, kh), (vb, vt, "
+                    "vh)) in elements")
+            cs = tuple(cache_strides)
+            if len(cs) == 3 and not hasattr(cs[0], "__len__"):
+                cs = (cs, cs)
+            kdyn, vdyn = (tuple(int(x) for x in s) for s in cs)
+            if len(kdyn) != 3 or len(vdyn) != 3:
+                raise ValueError("cache_strides: two (block, token, head) "
+                                 "triples")
+        elif cache_strides is not None:
+            cs = tuple(cache_strides)
+            if len(cs) == 3 and not hasattr(cs[0], "__len__"):
+                cs = (cs, cs)
+            kdyn, vdyn = (tuple(int(x) for x in s) for s in cs)
+        if num_blocks is None:
+            nk = lay.max_blocks("k", kbytes, kdyn)
+            nv = lay.max_blocks("v", kbytes if packed else vbytes, vdyn)
+            num_blocks = min(nk, nv)
+            if num_blocks <= 0 and t > 0:
+                raise ValueError(
+                    f"kernel {self.name}: the caches ({kbytes} / {vbytes} "
+                    "bytes) hold no whole block of the layout; pass "
+                    "num_blocks explicitly to get the runtime's check")
+        # scales
+        need_scales = lay.scale != "none" and (self.op == "reshape_and_cache"
+                                               or self.dequantize)
+        for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if s is None:
+                if need_scales and t > 0:
+                    raise ValueError(f"{name} is required: the layout has "
+                                     f"scale = {lay.scale}")
+                continue
+            if s.dtype != "f32":
+                raise TypeError(f"{name}: dtype {s.dtype}, need float32")
+            n = 1
+            for d in s.shape:
+                n *= d
+            need = lay.num_kv_heads if lay.scale == "per_head" else 1
+            if n < need:
+                raise ValueError(f"{name}: {n} elements, scale = {lay.scale} "
+                                 f"needs {need}")
+        if error_flag is not None:
+            if error_flag.dtype != "i32":
+                raise TypeError(f"error_flag: dtype {error_flag.dtype}, need "
+                                "int32")
+        elif self.checked and t > 0:
+            raise ValueError(f"kernel {self.name} is checked: pass "
+                             "error_flag (an int32 tensor, zeroed)")
+        # stream
+        if stream is None:
+            if any(b is not None and b.kind == "torch" and b.is_device
+                   for b in bufs):
+                import torch
+                dev = next(b.device for b in bufs
+                           if b is not None and b.is_device)
+                stream = torch.cuda.current_stream(dev).cuda_stream
+            else:
+                stream = 0
+        elif hasattr(stream, "cuda_stream"):
+            stream = stream.cuda_stream
+        fields = dict(
+            key_cache=kc.ptr,
+            value_cache=kc.ptr if (packed and vc is None) else vc.ptr,
+            slot_mapping=slots.ptr,
+            k_scale=None if k_scale is None else k_scale.ptr,
+            v_scale=None if v_scale is None else v_scale.ptr,
+            error_flag=None if error_flag is None else error_flag.ptr,
+            num_tokens=t, num_blocks=int(num_blocks))
+        return fields, kdyn, vdyn, kbytes, vbytes, int(stream)
+
+    # -- launches ---------------------------------------------------------
+    def reshape_and_cache(self, key, value, key_cache, value_cache,
+                          slot_mapping, k_scale=None, v_scale=None,
+                          num_blocks=None, error_flag=None, stream=None,
+                          cache_strides=None, cache_bytes=None):
+        """Writes key [T, H, Dk] and value [T, H, Dv] (io dtype) into the
+        caches at slot_mapping [T] (slot = block * block_size + offset;
+        < 0 skips the token); fp8 caches store saturate(x / scale).
+
+        num_blocks: cache blocks; default: the most whole blocks that fit in
+        the cache buffers. stream: a CUstream handle (int) or an object with
+        .cuda_stream; default: torch's current stream for CUDA tensors.
+        cache_strides: ((kb, kt, kh), (vb, vt, vh)) element strides for the
+        layout's '?' strides. cache_bytes: (key_cache_bytes,
+        value_cache_bytes) to override the sizes taken from the tensors.
+        Asynchronous on CUDA/HIP; raises KvgenError on a runtime failure.
+        """
+        self._need_op("reshape_and_cache")
+        lay = self.layout
+        kb, vb = _Buf(key, "key"), _Buf(value, "value")
+        kc = _Buf(key_cache, "key_cache")
+        vc = _opt(value_cache, "value_cache")
+        sl = _Buf(slot_mapping, "slot_mapping")
+        ks, vs = _opt(k_scale, "k_scale"), _opt(v_scale, "v_scale")
+        ef = _opt(error_flag, "error_flag")
+        h = lay.num_kv_heads
+        kst, ksh = kb.check_rows(None, h, lay.head_size_k)
+        t = kb.shape[0]
+        vst, vsh = vb.check_rows(t, h, lay.head_size_v)
+        if self.io_dtype is not None:
+            kb.check_dtype(self.io_dtype)
+            vb.check_dtype(self.io_dtype)
+        fields, kdyn, vdyn, kbytes, vbytes, strm = self._common(
+            kc, vc, sl, ks, vs, num_blocks, ef, stream, cache_strides,
+            cache_bytes, t, (kb, vb, kc, vc, sl, ks, vs, ef))
+        a = ReshapeAndCacheArgs(
+            key=kb.ptr, value=vb.ptr, key_stride_token=kst,
+            key_stride_head=ksh, value_stride_token=vst,
+            value_stride_head=vsh, k_cache_strides=kdyn,
+            v_cache_strides=vdyn, **fields)
+        _check("kvgen_launch_reshape_and_cache",
+               self._lib.kvgen_launch_reshape_and_cache(
+                   self._handle, ctypes.byref(a), kbytes, vbytes, strm))
+
+    def gather(self, key_cache, value_cache, slot_mapping, key_out,
+               value_out, k_scale=None, v_scale=None, num_blocks=None,
+               error_flag=None, stream=None, cache_strides=None,
+               cache_bytes=None):
+        """Reads the tokens at slot_mapping [T] back into key_out [T, H, Dk]
+        and value_out [T, H, Dv] (io dtype); rows of slots < 0 are left
+        untouched. A dequantizing kernel writes q * scale (scales required);
+        other arguments as reshape_and_cache."""
+        self._need_op("gather")
+        lay = self.layout
+        kc = _Buf(key_cache, "key_cache")
+        vc = _opt(value_cache, "value_cache")
+        sl = _Buf(slot_mapping, "slot_mapping")
+        ko, vo = _Buf(key_out, "key_out"), _Buf(value_out, "value_out")
+        ks, vs = _opt(k_scale, "k_scale"), _opt(v_scale, "v_scale")
+        ef = _opt(error_flag, "error_flag")
+        h = lay.num_kv_heads
+        kst, ksh = ko.check_rows(None, h, lay.head_size_k)
+        t = ko.shape[0]
+        vst, vsh = vo.check_rows(t, h, lay.head_size_v)
+        if self.io_dtype is not None:
+            ko.check_dtype(self.io_dtype)
+            vo.check_dtype(self.io_dtype)
+        fields, kdyn, vdyn, kbytes, vbytes, strm = self._common(
+            kc, vc, sl, ks, vs, num_blocks, ef, stream, cache_strides,
+            cache_bytes, t, (kc, vc, sl, ko, vo, ks, vs, ef))
+        a = GatherArgs(
+            key_out=ko.ptr, value_out=vo.ptr, key_out_stride_token=kst,
+            key_out_stride_head=ksh, value_out_stride_token=vst,
+            value_out_stride_head=vsh, k_cache_strides=kdyn,
+            v_cache_strides=vdyn, **fields)
+        _check("kvgen_launch_gather",
+               self._lib.kvgen_launch_gather(
+                   self._handle, ctypes.byref(a), kbytes, vbytes, strm))
+
+    def launch_raw(self, args, key_cache_bytes, value_cache_bytes, stream=0):
+        """Launches with a prebuilt kvgen._capi.ReshapeAndCacheArgs /
+        GatherArgs (no Python-side checks; for benchmarks)."""
+        fn = (self._lib.kvgen_launch_gather if isinstance(args, GatherArgs)
+              else self._lib.kvgen_launch_reshape_and_cache)
+        _check(fn.__name__, fn(self._handle, ctypes.byref(args),
+                               key_cache_bytes, value_cache_bytes, stream))
+
+    def _need_op(self, op):
+        if self.op != op:
+            raise TypeError(f"kernel {self.name} is a {self.op} kernel, "
+                            f"called as {op}")

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds kvgen into build/ and runs every test suite:
+# ctest (lit FileCheck tests, GoogleTest unit and runtime tests, anything
+# else registered with ctest), then pytest over test/python. Prints a summary
+# and exits non-zero if any step or test failed.
+#
+#   scripts/test.sh
+#
+# Environment: KVGEN_BUILD_DIR (default <repo>/build), KVGEN_PYTHON (see
+# install-deps.sh), KVGEN_SKIP_DEPS=1 to skip install-deps.sh, JOBS (build
+# parallelism, default: ninja's).
+set -uo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${KVGEN_BUILD_DIR:-$REPO_ROOT/build}"
+export KVGEN_BUILD_DIR="$BUILD_DIR"
+cd "$REPO_ROOT"
+
+declare -a SUMMARY=()
+failed=0
+note() { SUMMARY+=("$1"); }
+step() { echo; echo "=== $* ==="; }
+
+finish() {
+  echo
+  echo "=== summary ==="
+  for line in "${SUMMARY[@]}"; do
+    echo "  $line"
+  done
+  if [[ $failed -ne 0 ]]; then
+    echo "RESULT: FAILED"
+    exit 1
+  fi
+  echo "RESULT: PASSED"
+  exit 0
+}
+
+#===------------------------------------------------------------------------===#
+# Dependencies
+#===------------------------------------------------------------------------===#
+if [[ "${KVGEN_SKIP_DEPS:-0}" != 1 ]]; then
+  step "dependencies"
+  if ! "$REPO_ROOT/scripts/install-deps.sh"; then
+    failed=1
+    note "dependencies: FAILED"
+    finish
+  fi
+  note "dependencies: ok"
+fi
+PYTHON="${KVGEN_PYTHON:-python3}"
+if [[ -z "${KVGEN_PYTHON:-}" && -s "$BUILD_DIR/.kvgen-python" ]]; then
+  PYTHON="$(cat "$BUILD_DIR/.kvgen-python")"
+fi
+
+#===------------------------------------------------------------------------===#
+# Configure and build
+#===------------------------------------------------------------------------===#
+step "configure ($BUILD_DIR)"
+if ! cmake -S "$REPO_ROOT" -B "$BUILD_DIR" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir \
+    -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit \
+    -DPython3_EXECUTABLE="$(command -v "$PYTHON")"; then
+  failed=1
+  note "configure: FAILED"
+  finish
+fi
+note "configure: ok"
+
+step "build"
+if ! ninja -C "$BUILD_DIR" ${JOBS:+-j "$JOBS"}; then
+  failed=1
+  note "build: FAILED"
+  finish
+fi
+note "build: ok"
+
+#===------------------------------------------------------------------------===#
+# ctest
+#===------------------------------------------------------------------------===#
+step "ctest"
+ctest_log="$BUILD_DIR/ctest-output.log"
+(cd "$BUILD_DIR" && ctest --output-on-failure) 2>&1 | tee "$ctest_log"
+ctest_rc=${PIPESTATUS[0]}
+# "100% tests passed, 0 tests failed out of 65"
+ctest_line=$(grep -E 'tests passed, [0-9]+ tests? failed out of' "$ctest_log" |
+             tail -1)
+if [[ $ctest_rc -ne 0 ]]; then
+  failed=1
+  note "ctest: FAILED (exit $ctest_rc) ${ctest_line}"
+elif [[ -z "$ctest_line" ]]; then
+  failed=1
+  note "ctest: FAILED (no tests registered)"
+else
+  note "ctest: ok: ${ctest_line}"
+fi
+# lit runs as the single ctest test kvgen-lit; report its own counts from
+# ctest's full log.
+last_log=$(ls -t "$BUILD_DIR"/Testing/Temporary/LastTest*.log 2>/dev/null |
+           head -1)
+if [[ -n "$last_log" ]]; then
+  lit_counts=$(sed -n '/Total Discovered Tests:/,/^[^ ]/p' "$last_log" |
+               grep -E '^ +[A-Za-z ]+: +[0-9]+' | sed -E 's/ +/ /g' |
+               sed -E 's/^ //; s/ \([0-9.]+%\)//' | paste -sd, -)
+  [[ -n "$lit_counts" ]] && note "  lit: $lit_counts"
+fi
+
+#===------------------------------------------------------------------------===#
+# pytest
+#===------------------------------------------------------------------------===#
+step "pytest"
+shopt -s nullglob globstar
+py_tests=(test/python/**/test_*.py test/python/**/*_test.py)
+shopt -u nullglob globstar
+if [[ ${#py_tests[@]} -eq 0 ]]; then
+  note "pytest: skipped (no tests under test/python)"
+else
+  pytest_log="$BUILD_DIR/pytest-output.log"
+  "$PYTHON" -m pytest -q test/python 2>&1 | tee "$pytest_log"
+  pytest_rc=${PIPESTATUS[0]}
+  pytest_line=$(grep -E '(passed|failed|error|skipped|no tests ran)' \
+                "$pytest_log" | tail -1)
+  # Exit code 5 is "no tests collected": a failure, since test files exist.
+  if [[ $pytest_rc -ne 0 ]]; then
+    failed=1
+    note "pytest: FAILED (exit $pytest_rc) ${pytest_line}"
+  else
+    note "pytest: ok: ${pytest_line}"
+  fi
+fi
+
+finish

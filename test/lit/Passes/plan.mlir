@@ -1,0 +1,149 @@
+// RUN: kvgen-opt --split-input-file --kv-plan=target=sm_90 %s | FileCheck %s
+// RUN: kvgen-opt --split-input-file --kv-plan=target=gfx942 %s | FileCheck %s --check-prefix=GFX
+// RUN: kvgen-opt --split-input-file --kv-plan="target=gfx950 threads=64 tokens-per-cta=3" %s | FileCheck %s --check-prefix=FORCED
+// RUN: not kvgen-opt --kv-plan=target=gfx1234 %s 2>&1 | FileCheck %s --check-prefix=BADTARGET
+
+// Planning decisions (passes/lib/Plan.cpp):
+//   vec_elems = largest power of two n with n * max(io size, cache size) <= 16
+//               that divides both head sizes and, with all strides static,
+//               every stride and the packed V base;
+//   vector_bytes = vec_elems * cache element size;
+//   per_token = num_kv_heads * (head_size_k + head_size_v) / vec_elems;
+//   threads = 128 if per_token <= 96 else 256;
+//   tokens_per_cta = largest power of two t with t * per_token <= 2 * threads.
+
+// BADTARGET: error: kv-plan: unknown target 'gfx1234' (expected gfx90a, gfx942, gfx950, sm_80, sm_89, sm_90 or host)
+
+// MiMo 4 x 192/128 bf16: 8 bf16 = 16 bytes divides 192, 128 and all dense
+// strides -> 16 bytes, proven. per_token = 4 * 320 / 8 = 160 -> 256 threads,
+// 2 * 160 <= 512 < 4 * 160 -> 2 tokens.
+// CHECK-LABEL: kv.reshape_and_cache @mimo_bf16
+// CHECK-SAME: plan = #kv.plan<target = "sm_90", vector_bytes = 16, vec_elems = 8, threads = 256, tokens_per_cta = 2, cache_alignment = proven, input_alignment = checked, hw_fp8 = false>
+// GFX-LABEL: kv.reshape_and_cache @mimo_bf16
+// GFX-SAME: plan = #kv.plan<target = "gfx942", vector_bytes = 16, vec_elems = 8,
+// FORCED-LABEL: kv.reshape_and_cache @mimo_bf16
+// FORCED-SAME: plan = #kv.plan<target = "gfx950", vector_bytes = 16, vec_elems = 8, threads = 64, tokens_per_cta = 3, cache_alignment = proven,
+kv.reshape_and_cache @mimo_bf16 : #kv.layout<num_kv_heads = 4,
+    head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,
+    input bf16, slots i64
+
+// The gather of the same layout gets the same plan.
+// CHECK-LABEL: kv.gather @mimo_bf16_read
+// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 256, tokens_per_cta = 2, cache_alignment = proven
+kv.gather @mimo_bf16_read : #kv.layout<num_kv_heads = 4,
+    head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,
+    output bf16, slots i64
+
+// -----
+
+// fp8 cache, bf16 input: the 2-byte input limits a thread to 8 elements,
+// which are 8 cache bytes.
+// CHECK-LABEL: kv.reshape_and_cache @fp8_bf16_input
+// CHECK-SAME: vector_bytes = 8, vec_elems = 8, threads = 256, tokens_per_cta = 2, cache_alignment = proven
+kv.reshape_and_cache @fp8_bf16_input : #kv.layout<num_kv_heads = 4,
+    head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
+    scale = per_tensor>, input bf16, slots i64
+
+// f32 input into fp8: 4 elements of 4 bytes; 4 cache bytes.
+// per_token = 4 * 320 / 4 = 320 -> 256 threads; 1 * 320 <= 512 < 640 -> 1.
+// CHECK-LABEL: kv.reshape_and_cache @fp8_f32_input
+// CHECK-SAME: vector_bytes = 4, vec_elems = 4, threads = 256, tokens_per_cta = 1, cache_alignment = proven
+kv.reshape_and_cache @fp8_f32_input : #kv.layout<num_kv_heads = 4,
+    head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
+    scale = per_tensor>, input f32, slots i64
+
+// Dequantizing gather to f32: same as the f32 input.
+// CHECK-LABEL: kv.gather @fp8_to_f32
+// CHECK-SAME: vector_bytes = 4, vec_elems = 4,
+kv.gather @fp8_to_f32 : #kv.layout<num_kv_heads = 4,
+    head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
+    scale = per_tensor>, output f32, slots i64 dequantize
+
+// Raw fp8 copy: 16 one-byte elements.
+// CHECK-LABEL: kv.gather @fp8_raw
+// CHECK-SAME: vector_bytes = 16, vec_elems = 16,
+kv.gather @fp8_raw : #kv.layout<num_kv_heads = 4,
+    head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
+    scale = per_tensor>, output f8E4M3FN, slots i64
+
+// -----
+
+// Head size 46 = 2 * 23: only pairs of bf16 (4 bytes) divide a row.
+// per_token = 8 * 92 / 2 = 368 -> 256 threads, 1 token.
+// CHECK-LABEL: kv.reshape_and_cache @head46
+// CHECK-SAME: vector_bytes = 4, vec_elems = 2, threads = 256, tokens_per_cta = 1, cache_alignment = proven
+kv.reshape_and_cache @head46 : #kv.layout<num_kv_heads = 8,
+    head_size_k = 46, head_size_v = 46, block_size = 16, dtype = bf16>,
+    input bf16, slots i64
+
+// Head size 80 = 16 * 5: 8 bf16 divide it.
+// per_token = 8 * 160 / 8 = 160 -> 256 threads, 2 tokens.
+// CHECK-LABEL: kv.reshape_and_cache @head80
+// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 256, tokens_per_cta = 2, cache_alignment = proven
+kv.reshape_and_cache @head80 : #kv.layout<num_kv_heads = 8,
+    head_size_k = 80, head_size_v = 80, block_size = 16, dtype = bf16>,
+    input bf16, slots i64
+
+// -----
+
+// Any dynamic stride: alignment is checked at run time, vec_elems from the
+// head sizes only.
+// CHECK-LABEL: kv.reshape_and_cache @dynamic_strides
+// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 256, tokens_per_cta = 2, cache_alignment = checked, input_alignment = checked
+kv.reshape_and_cache @dynamic_strides : #kv.layout<num_kv_heads = 4,
+    head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16,
+    k_strides = [?, ?, ?], v_strides = [?, ?, ?]>, input bf16, slots i64
+
+// One dynamic stride on V is enough.
+// CHECK-LABEL: kv.reshape_and_cache @one_dynamic_stride
+// CHECK-SAME: cache_alignment = checked
+kv.reshape_and_cache @one_dynamic_stride : #kv.layout<num_kv_heads = 4,
+    head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16,
+    v_strides = [?, 512, 128]>, input bf16, slots i64
+
+// Static odd strides narrow the vector: a head stride of 196 (= 4 * 49)
+// admits only 4 bf16 per access.
+// CHECK-LABEL: kv.reshape_and_cache @static_odd_stride
+// CHECK-SAME: vector_bytes = 8, vec_elems = 4, {{.*}} cache_alignment = proven
+kv.reshape_and_cache @static_odd_stride : #kv.layout<num_kv_heads = 4,
+    head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16,
+    k_strides = [12544, 784, 196]>, input bf16, slots i64
+
+// -----
+
+// Packed 576-wide rows (512 + 64): V starts at column 512; 8 bf16 divide it.
+// per_token = 1 * 576 / 8 = 72 <= 96 -> 128 threads; 2 * 72 <= 256 < 4 * 72
+// -> 2 tokens.
+// CHECK-LABEL: kv.reshape_and_cache @row_576
+// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 128, tokens_per_cta = 2, cache_alignment = proven
+kv.reshape_and_cache @row_576 : #kv.layout<num_kv_heads = 1,
+    head_size_k = 512, head_size_v = 64, block_size = 64, packing = packed,
+    dtype = bf16>, input bf16, slots i64
+
+// Packed 92 + 4 row: the V base 92 = 4 * 23 limits to 4 elements.
+// per_token = 2 * 96 / 4 = 48 -> 128 threads; 4 * 48 <= 256 < 8 * 48 -> 4.
+// CHECK-LABEL: kv.reshape_and_cache @packed_base_limits
+// CHECK-SAME: vector_bytes = 8, vec_elems = 4, threads = 128, tokens_per_cta = 4, cache_alignment = proven
+kv.reshape_and_cache @packed_base_limits : #kv.layout<num_kv_heads = 2,
+    head_size_k = 92, head_size_v = 4, block_size = 16, packing = packed,
+    dtype = bf16>, input bf16, slots i64
+
+// Small work per token: GPT-OSS-like 1 head x 64/64 bf16: per_token =
+// 128 / 8 = 16 -> 128 threads; 16 * 16 = 256 <= 256 -> 16 tokens.
+// CHECK-LABEL: kv.reshape_and_cache @small_token
+// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 128, tokens_per_cta = 16,
+kv.reshape_and_cache @small_token : #kv.layout<num_kv_heads = 1,
+    head_size_k = 64, head_size_v = 64, block_size = 16, dtype = bf16>,
+    input bf16, slots i64
+
+// -----
+
+// A plan already present is replaced.
+// CHECK-LABEL: kv.reshape_and_cache @replan
+// CHECK-SAME: {plan = #kv.plan<target = "sm_90", vector_bytes = 16, vec_elems = 8, threads = 256, tokens_per_cta = 2,
+// CHECK-NOT: gfx90a
+kv.reshape_and_cache @replan : #kv.layout<num_kv_heads = 8,
+    head_size_k = 128, head_size_v = 128, block_size = 16, dtype = bf16>,
+    input bf16, slots i64 {plan = #kv.plan<target = "gfx90a",
+    vector_bytes = 2, vec_elems = 1, threads = 32, tokens_per_cta = 1,
+    cache_alignment = checked, input_alignment = checked, hw_fp8 = false>}

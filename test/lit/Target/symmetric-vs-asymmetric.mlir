@@ -1,0 +1,39 @@
+// RUN: split-file %s %t
+// RUN: kvgen-translate --emit-hip --kv-target=gfx942 %t/sym.mlir -o %t/sym.hip
+// RUN: kvgen-translate --emit-hip --kv-target=gfx942 %t/asym.mlir -o %t/asym.hip
+// RUN: not diff %t/sym.hip %t/asym.hip | FileCheck %s --implicit-check-not="{{^[<>]}}"
+// RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/sym.mlir -o %t/sym.cu
+// RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/asym.mlir -o %t/asym.cu
+// RUN: not diff %t/sym.cu %t/asym.cu | FileCheck %s --implicit-check-not="{{^[<>]}}"
+
+// The kernels for Llama-3.1-8B's symmetric 8 x 128 cache and MiMo-V2-Flash's
+// asymmetric 4 x 192/128 cache (same dtype, block size and name) differ
+// exactly in K's description and map, V's map and the head count/sizes of
+// the template arguments: the prelude, the launch geometry and V's head
+// stride (128 in both) are the same text. Every changed line is matched
+// below; --implicit-check-not rejects any other.
+
+// CHECK: < // K: head_size 128, strides [block 16384, token 1024, head 128], row base 0, 8 x 128
+// CHECK: < int64_t v2 = 16384;
+// CHECK: < int64_t v3 = 1024;
+// CHECK: < int64_t v4 = 128;
+// CHECK: > // K: head_size 192, strides [block 12288, token 768, head 192], row base 0, 4 x 192
+// CHECK: > int64_t v2 = 12288;
+// CHECK: > int64_t v3 = 768;
+// CHECK: > int64_t v4 = 192;
+// CHECK: < // V: head_size 128, strides [block 16384, token 1024, head 128], row base 0, 8 x 128
+// CHECK: < int64_t v7 = 16384;
+// CHECK: < int64_t v8 = 1024;
+// CHECK: > // V: head_size 128, strides [block 8192, token 512, head 128], row base 0, 4 x 128
+// CHECK: > int64_t v7 = 8192;
+// CHECK: > int64_t v8 = 512;
+// CHECK: < kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 8, 128, 128, 16, 8, 2, 256, 0, false, true>(v1, v6, v11);
+// CHECK: > kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 4, 192, 128, 16, 8, 2, 256, 0, false, true>(v1, v6, v11);
+
+//--- sym.mlir
+kv.reshape_and_cache @write : #kv.layout<num_kv_heads = 8, head_size_k = 128,
+    head_size_v = 128, block_size = 16, dtype = bf16>, input bf16, slots i64
+
+//--- asym.mlir
+kv.reshape_and_cache @write : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>, input bf16, slots i64

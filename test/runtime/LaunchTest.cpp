@@ -1,0 +1,641 @@
+//===- LaunchTest.cpp - Host round trips and launch validation ------------===//
+#include "TestKernels.h"
+#include "kvgen/Generator.h"
+#include "kvgen/kvgen.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <vector>
+
+using namespace kvgen;
+
+namespace {
+
+// A context with host reshape_and_cache + gather kernels for `layout`.
+class HostKernels {
+public:
+  explicit HostKernels(const LayoutDesc &layout, bool compileOnly = false,
+                       bool checked = false) {
+    KernelSpec rc;
+    rc.layout = layout;
+    rc.ioType = layout.dtype;
+    rc.checked = checked;
+    KernelSpec g = rc;
+    g.op = KernelOp::Gather;
+    std::vector<BundleKernel> ks = {
+        {test::testEntry("kv_rc", "host", rc, "rc.cpp"),
+         test::hostKernelSource("kv_rc", rc)},
+        {test::testEntry("kv_gather", "host", g, "g.cpp"),
+         test::hostKernelSource("kv_gather", g)}};
+    std::optional<std::string> err = writeBundle(tmp.path() + "/b", ks);
+    EXPECT_FALSE(err.has_value()) << *err;
+    Status s = compileOnly ? Context::createCompileOnly(KVGEN_BACKEND_HOST,
+                                                        "host", &ctx)
+                           : Context::create(KVGEN_BACKEND_HOST, 0, &ctx);
+    EXPECT_TRUE(s.ok()) << s.message;
+    EXPECT_TRUE(ctx.setCacheDir(tmp.path() + "/cache").ok());
+    s = ctx.loadBundle(tmp.path() + "/b");
+    EXPECT_TRUE(s.ok()) << s.message;
+    s = ctx.getKernel("kv_rc", &write);
+    EXPECT_TRUE(s.ok()) << s.message;
+    s = ctx.getKernel("kv_gather", &gather);
+    EXPECT_TRUE(s.ok()) << s.message;
+  }
+  test::TempDir tmp;
+  Context ctx;
+  Kernel write, gather;
+};
+
+// Buffers for the MiMo layout with `numBlocks` blocks and T tokens, aligned
+// to 64 bytes; caches get `slack` extra bytes filled with a canary.
+struct Buffers {
+  static constexpr uint8_t kCanary = 0xA5;
+  Buffers(const LayoutDesc &l, int64_t numBlocks, int64_t T, size_t slack = 64)
+      : l(l), numBlocks(numBlocks), T(T) {
+    kBytes = size_t(l.extentBytes(Side::K, numBlocks));
+    vBytes = size_t(l.extentBytes(Side::V, numBlocks));
+    kc.assign((kBytes + slack) / 2 + 64, 0);
+    vc.assign((vBytes + slack) / 2 + 64, 0);
+    std::memset(kc.data(), kCanary, kc.size() * 2);
+    std::memset(vc.data(), kCanary, vc.size() * 2);
+    key.resize(size_t(T * l.numKvHeads * l.headSizeK));
+    value.resize(size_t(T * l.numKvHeads * l.headSizeV));
+    std::mt19937 rng(7);
+    for (auto &x : key)
+      x = uint16_t(rng());
+    for (auto &x : value)
+      x = uint16_t(rng());
+    slots.resize(size_t(T));
+  }
+  kvgen_reshape_and_cache_args writeArgs() {
+    kvgen_reshape_and_cache_args a{};
+    a.key = key.data();
+    a.value = value.data();
+    a.key_cache = alignedK();
+    a.value_cache = alignedV();
+    a.slot_mapping = slots.data();
+    a.num_tokens = T;
+    a.num_blocks = numBlocks;
+    a.key_stride_token = l.numKvHeads * l.headSizeK;
+    a.key_stride_head = l.headSizeK;
+    a.value_stride_token = l.numKvHeads * l.headSizeV;
+    a.value_stride_head = l.headSizeV;
+    return a;
+  }
+  kvgen_gather_args gatherArgs(std::vector<uint16_t> &ko,
+                               std::vector<uint16_t> &vo) {
+    kvgen_gather_args a{};
+    a.key_cache = alignedK();
+    a.value_cache = alignedV();
+    a.slot_mapping = slots.data();
+    a.key_out = ko.data();
+    a.value_out = vo.data();
+    a.num_tokens = T;
+    a.num_blocks = numBlocks;
+    a.key_out_stride_token = l.numKvHeads * l.headSizeK;
+    a.key_out_stride_head = l.headSizeK;
+    a.value_out_stride_token = l.numKvHeads * l.headSizeV;
+    a.value_out_stride_head = l.headSizeV;
+    return a;
+  }
+  uint16_t *alignedK() { return align(kc); }
+  uint16_t *alignedV() { return align(vc); }
+  static uint16_t *align(std::vector<uint16_t> &v) {
+    auto p = reinterpret_cast<uintptr_t>(v.data());
+    return reinterpret_cast<uint16_t *>((p + 63) & ~uintptr_t(63));
+  }
+  // True when every byte of the cache past its extent still holds the canary.
+  bool slackIntact(std::vector<uint16_t> &buf, size_t extent) {
+    auto *base = reinterpret_cast<uint8_t *>(align(buf));
+    auto *end = reinterpret_cast<uint8_t *>(buf.data() + buf.size());
+    for (uint8_t *p = base + extent; p < end; ++p)
+      if (*p != kCanary)
+        return false;
+    return true;
+  }
+
+  LayoutDesc l;
+  int64_t numBlocks, T;
+  size_t kBytes, vBytes;
+  std::vector<uint16_t> kc, vc, key, value;
+  std::vector<int64_t> slots;
+};
+
+TEST(HostLaunch, ReshapeAndCacheThenGatherRoundTrip) {
+  for (int64_t blockSize : {16, 64}) {
+    SCOPED_TRACE(blockSize);
+    LayoutDesc l = test::mimoLayout(blockSize);
+    HostKernels hk(l);
+    ASSERT_TRUE(hk.write && hk.gather);
+    const int64_t numBlocks = 5, T = 37;
+    Buffers buf(l, numBlocks, T);
+    // Distinct slots, a few of them padding (-1).
+    std::vector<int64_t> all(size_t(numBlocks * blockSize));
+    for (size_t i = 0; i < all.size(); ++i)
+      all[i] = int64_t(i);
+    std::shuffle(all.begin(), all.end(), std::mt19937(3));
+    for (int64_t t = 0; t < T; ++t)
+      buf.slots[size_t(t)] = t % 9 == 4 ? -1 : all[size_t(t)];
+
+    Status s = hk.write.launch(buf.writeArgs(), buf.kBytes, buf.vBytes);
+    ASSERT_TRUE(s.ok()) << s.message;
+    // Every written element is where LayoutMap.h says.
+    SideMap km = l.map(Side::K), vm = l.map(Side::V);
+    const uint16_t *kc = buf.alignedK(), *vc = buf.alignedV();
+    for (int64_t t = 0; t < T; ++t) {
+      int64_t slot = buf.slots[size_t(t)];
+      if (slot < 0)
+        continue;
+      for (int64_t h = 0; h < l.numKvHeads; ++h) {
+        for (int64_t e = 0; e < l.headSizeK; ++e)
+          ASSERT_EQ(
+              kc[elementOffset(km, slot / blockSize, slot % blockSize, h, e)],
+              buf.key[size_t((t * l.numKvHeads + h) * l.headSizeK + e)])
+              << "K t=" << t << " h=" << h << " e=" << e;
+        for (int64_t e = 0; e < l.headSizeV; ++e)
+          ASSERT_EQ(
+              vc[elementOffset(vm, slot / blockSize, slot % blockSize, h, e)],
+              buf.value[size_t((t * l.numKvHeads + h) * l.headSizeV + e)])
+              << "V t=" << t << " h=" << h << " e=" << e;
+      }
+    }
+    EXPECT_TRUE(buf.slackIntact(buf.kc, buf.kBytes));
+    EXPECT_TRUE(buf.slackIntact(buf.vc, buf.vBytes));
+
+    // Gather back; padding rows stay untouched (0x7777).
+    std::vector<uint16_t> ko(buf.key.size(), 0x7777),
+        vo(buf.value.size(), 0x7777);
+    s = hk.gather.launch(buf.gatherArgs(ko, vo), buf.kBytes, buf.vBytes);
+    ASSERT_TRUE(s.ok()) << s.message;
+    size_t rowK = size_t(l.numKvHeads * l.headSizeK),
+           rowV = size_t(l.numKvHeads * l.headSizeV);
+    for (int64_t t = 0; t < T; ++t) {
+      bool pad = buf.slots[size_t(t)] < 0;
+      for (size_t i = 0; i < rowK; ++i)
+        ASSERT_EQ(ko[size_t(t) * rowK + i],
+                  pad ? 0x7777 : buf.key[size_t(t) * rowK + i]);
+      for (size_t i = 0; i < rowV; ++i)
+        ASSERT_EQ(vo[size_t(t) * rowV + i],
+                  pad ? 0x7777 : buf.value[size_t(t) * rowV + i]);
+    }
+  }
+}
+
+class Validation : public ::testing::Test {
+protected:
+  Validation() : hk(test::mimoLayout(16)), buf(test::mimoLayout(16), 4, 8) {
+    for (int64_t t = 0; t < 8; ++t)
+      buf.slots[size_t(t)] = t;
+  }
+  HostKernels hk;
+  Buffers buf;
+};
+
+TEST_F(Validation, ValueCacheOneByteTooSmallIsOutOfBounds) {
+  // The report's bug: V written with K's geometry runs past the V cache.
+  // Here the caller's V cache is one byte short of the layout's extent.
+  std::vector<uint16_t> before = buf.vc;
+  Status s = hk.write.launch(buf.writeArgs(), buf.kBytes, buf.vBytes - 1);
+  EXPECT_EQ(s.code, KVGEN_ERROR_OUT_OF_BOUNDS);
+  EXPECT_NE(s.message.find("value_cache"), std::string::npos) << s.message;
+  EXPECT_NE(s.message.find(std::to_string(buf.vBytes)), std::string::npos)
+      << s.message;
+  EXPECT_NE(s.message.find(std::to_string(buf.vBytes - 1)), std::string::npos)
+      << s.message;
+  EXPECT_EQ(before, buf.vc) << "the kernel ran";
+  // 4 heads * 128 * 16 tokens * 4 blocks * 2 bytes.
+  EXPECT_EQ(buf.vBytes, size_t(4 * 128 * 16 * 4 * 2));
+  // The same for gather, and for K.
+  std::vector<uint16_t> ko(buf.key.size()), vo(buf.value.size());
+  s = hk.gather.launch(buf.gatherArgs(ko, vo), buf.kBytes, buf.vBytes - 1);
+  EXPECT_EQ(s.code, KVGEN_ERROR_OUT_OF_BOUNDS);
+  s = hk.write.launch(buf.writeArgs(), buf.kBytes - 1, buf.vBytes);
+  EXPECT_EQ(s.code, KVGEN_ERROR_OUT_OF_BOUNDS);
+  EXPECT_NE(s.message.find("key_cache"), std::string::npos) << s.message;
+  // Exact sizes pass.
+  s = hk.write.launch(buf.writeArgs(), buf.kBytes, buf.vBytes);
+  EXPECT_TRUE(s.ok()) << s.message;
+}
+
+TEST_F(Validation, TokenAndBlockCounts) {
+  kvgen_reshape_and_cache_args a = buf.writeArgs();
+  a.num_tokens = -1;
+  Status s = hk.write.launch(a, buf.kBytes, buf.vBytes);
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("num_tokens = -1"), std::string::npos);
+  // T = 0 launches nothing, even with nothing else set.
+  kvgen_reshape_and_cache_args empty{};
+  EXPECT_TRUE(hk.write.launch(empty, 0, 0).ok());
+  a = buf.writeArgs();
+  a.num_blocks = 0;
+  s = hk.write.launch(a, buf.kBytes, buf.vBytes);
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("num_blocks = 0"), std::string::npos);
+  // More blocks than the caches hold.
+  a = buf.writeArgs();
+  a.num_blocks = 5;
+  EXPECT_EQ(hk.write.launch(a, buf.kBytes, buf.vBytes).code,
+            KVGEN_ERROR_OUT_OF_BOUNDS);
+  // An absurd block count overflows and is rejected, not wrapped.
+  a.num_blocks = INT64_MAX / 2;
+  s = hk.write.launch(a, UINT64_MAX, UINT64_MAX);
+  EXPECT_EQ(s.code, KVGEN_ERROR_OUT_OF_BOUNDS);
+  EXPECT_NE(s.message.find("overflow"), std::string::npos) << s.message;
+}
+
+TEST_F(Validation, NullAndMisalignedPointers) {
+  const char *names[] = {"key", "value", "key_cache", "value_cache",
+                         "slot_mapping"};
+  for (int i = 0; i < 5; ++i) {
+    kvgen_reshape_and_cache_args a = buf.writeArgs();
+    const void **fields[] = {
+        &a.key, &a.value, const_cast<const void **>(&a.key_cache),
+        const_cast<const void **>(&a.value_cache), &a.slot_mapping};
+    *fields[i] = nullptr;
+    Status s = hk.write.launch(a, buf.kBytes, buf.vBytes);
+    EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT) << names[i];
+    EXPECT_NE(s.message.find(std::string("'") + names[i] + "'"),
+              std::string::npos)
+        << s.message;
+  }
+  kvgen_reshape_and_cache_args a = buf.writeArgs();
+  a.key_cache = reinterpret_cast<char *>(a.key_cache) + 8; // 16 needed
+  Status s = hk.write.launch(a, buf.kBytes, buf.vBytes);
+  EXPECT_EQ(s.code, KVGEN_ERROR_MISALIGNED);
+  EXPECT_NE(s.message.find("key_cache"), std::string::npos) << s.message;
+  a = buf.writeArgs();
+  a.value = reinterpret_cast<const char *>(a.value) + 1; // bf16: 2 needed
+  s = hk.write.launch(a, buf.kBytes, buf.vBytes);
+  EXPECT_EQ(s.code, KVGEN_ERROR_MISALIGNED);
+  EXPECT_NE(s.message.find("'value'"), std::string::npos) << s.message;
+  // Wrong op.
+  std::vector<uint16_t> ko(buf.key.size()), vo(buf.value.size());
+  kvgen_gather_args g = buf.gatherArgs(ko, vo);
+  s = Status::from(
+      kvgen_launch_gather(hk.write.get(), &g, buf.kBytes, buf.vBytes, nullptr));
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("reshape_and_cache"), std::string::npos);
+}
+
+TEST(ValidationCompileOnly, ScalesErrorFlagAndPackedExtent) {
+  // fp8 per-head layout, checked kernels: validation runs, the launch then
+  // stops at KVGEN_ERROR_COMPILE_ONLY (proving validation passed).
+  LayoutDesc l = test::mimoLayout(16);
+  l.dtype = DType::F8E4M3FN;
+  l.scale = ScaleKind::PerHead;
+  HostKernels hk(l, /*compileOnly=*/true, /*checked=*/true);
+  ASSERT_TRUE(hk.write);
+  alignas(64) static uint8_t kc[4 * 16 * 4 * 192], vc[4 * 16 * 4 * 128];
+  alignas(64) static uint8_t key[8 * 4 * 192], value[8 * 4 * 128];
+  static int64_t slots[8];
+  static float scales[4];
+  static int32_t flag;
+  kvgen_reshape_and_cache_args a{};
+  a.key = key;
+  a.value = value;
+  a.key_cache = kc;
+  a.value_cache = vc;
+  a.slot_mapping = slots;
+  a.num_tokens = 8;
+  a.num_blocks = 4;
+  a.k_scale = scales;
+  a.v_scale = nullptr;
+  a.error_flag = &flag;
+  Status s = hk.write.launch(a, sizeof(kc), sizeof(vc));
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("'v_scale'"), std::string::npos) << s.message;
+  EXPECT_NE(s.message.find("per_head"), std::string::npos) << s.message;
+  a.v_scale = scales;
+  a.error_flag = nullptr;
+  s = hk.write.launch(a, sizeof(kc), sizeof(vc));
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("error_flag"), std::string::npos) << s.message;
+  a.error_flag = &flag;
+  s = hk.write.launch(a, sizeof(kc), sizeof(vc));
+  EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE_ONLY) << s.message;
+
+  // Packed: K and V share key_cache; V's extent is the larger one.
+  LayoutDesc p = test::mimoLayout(16);
+  p.packing = Packing::Packed;
+  HostKernels pk(p, /*compileOnly=*/true);
+  int64_t need = p.extentBytes(Side::V, 4);
+  EXPECT_EQ(need, 4 * 16 * 4 * (192 + 128) * 2);
+  kvgen_reshape_and_cache_args b{};
+  alignas(64) static uint16_t big[4 * 16 * 4 * 320];
+  alignas(64) static uint16_t kin[8 * 4 * 192], vin[8 * 4 * 128];
+  b.key = kin;
+  b.value = vin;
+  b.key_cache = big;
+  b.value_cache = nullptr; // ignored when packed
+  b.slot_mapping = slots;
+  b.num_tokens = 8;
+  b.num_blocks = 4;
+  s = pk.write.launch(b, uint64_t(need) - 1, 0);
+  EXPECT_EQ(s.code, KVGEN_ERROR_OUT_OF_BOUNDS);
+  EXPECT_NE(s.message.find("packed"), std::string::npos) << s.message;
+  s = pk.write.launch(b, uint64_t(need), 0);
+  EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE_ONLY) << s.message;
+}
+
+TEST(ValidationCompileOnly, DynamicStridesAreCheckedAtLaunch) {
+  LayoutDesc l = test::mimoLayout(16);
+  l.kStrides = Strides{kDynamic, kDynamic, kDynamic};
+  HostKernels hk(l, /*compileOnly=*/true);
+  ASSERT_TRUE(hk.write);
+  alignas(64) static uint16_t kc[2 * 16 * 4 * 192 * 2], vc[2 * 16 * 4 * 128];
+  alignas(64) static uint16_t kin[8 * 4 * 192], vin[8 * 4 * 128];
+  static int64_t slots[8];
+  kvgen_reshape_and_cache_args a{};
+  a.key = kin;
+  a.value = vin;
+  a.key_cache = kc;
+  a.value_cache = vc;
+  a.slot_mapping = slots;
+  a.num_tokens = 8;
+  a.num_blocks = 2;
+  // Heads overlap: head stride 100 < head size 192.
+  int64_t bad[3] = {16 * 4 * 192, 4 * 192, 100};
+  std::memcpy(a.k_cache_strides, bad, sizeof(bad));
+  Status s = hk.write.launch(a, sizeof(kc), sizeof(vc));
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("k_strides"), std::string::npos) << s.message;
+  // A padded block stride (twice dense) is valid and needs twice the bytes.
+  int64_t padded[3] = {2 * 16 * 4 * 192, 4 * 192, 192};
+  std::memcpy(a.k_cache_strides, padded, sizeof(padded));
+  s = hk.write.launch(a, sizeof(kc) / 2, sizeof(vc));
+  EXPECT_EQ(s.code, KVGEN_ERROR_OUT_OF_BOUNDS) << s.message;
+  s = hk.write.launch(a, sizeof(kc), sizeof(vc));
+  EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE_ONLY) << s.message;
+  // Repeating the launch (memoized strides) gives the same answer.
+  s = hk.write.launch(a, sizeof(kc), sizeof(vc));
+  EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE_ONLY) << s.message;
+}
+
+TEST(BySpec, FindsBundleEntryAndCachesTheAlias) {
+  LayoutDesc l = test::mimoLayout(16);
+  HostKernels hk(l);
+  Kernel k1, k2;
+  std::string text = toString(l);
+  Status s = hk.ctx.getKernelBySpec(KVGEN_OP_GATHER, text, "bf16", "i64", false,
+                                    false, &k1);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_EQ(k1.get(), hk.gather.get());
+  kvgen_cache_stats before{};
+  ASSERT_TRUE(hk.ctx.stats(&before).ok());
+  s = hk.ctx.getKernelBySpec(KVGEN_OP_GATHER, text, "bf16", "i64", false, false,
+                             &k2);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(k2.get(), k1.get());
+  kvgen_cache_stats after{};
+  ASSERT_TRUE(hk.ctx.stats(&after).ok());
+  EXPECT_EQ(after.memory_hits, before.memory_hits + 1);
+  EXPECT_EQ(after.compiles, before.compiles);
+  // A spec no bundle has, with no generator registered.
+  s = hk.ctx.getKernelBySpec(KVGEN_OP_GATHER, text, "bf16", "i32", false, false,
+                             &k2);
+  EXPECT_EQ(s.code, KVGEN_ERROR_NOT_FOUND);
+  EXPECT_NE(s.message.find("no generator"), std::string::npos) << s.message;
+}
+
+} // namespace
+
+namespace {
+
+// reshape_and_cache + gather through device memory (kvgen_context_alloc /
+// copy / synchronize) on `backend`, with the hand-written kernels for the
+// context's target; skips when the backend is unavailable.
+void deviceRoundTrip(kvgen_backend backend) {
+  Context ctx;
+  Status s = Context::create(backend, 0, &ctx);
+  if (!s)
+    GTEST_SKIP() << "backend unavailable here: " << s.message;
+  test::TempDir tmp;
+  ASSERT_TRUE(ctx.setCacheDir(tmp.path() + "/cache").ok());
+  bool host = ctx.backend() == KVGEN_BACKEND_HOST;
+  LayoutDesc l = test::mimoLayout(16);
+  l.packing = Packing::Packed; // K|V rows in one tensor
+  KernelSpec rc;
+  rc.layout = l;
+  rc.checked = true;
+  KernelSpec g = rc;
+  g.op = KernelOp::Gather;
+  auto src = host ? test::hostKernelSource : test::cudaKernelSource;
+  std::string ext = host ? ".cpp" : ".cu";
+  ASSERT_FALSE(
+      writeBundle(tmp.path() + "/b",
+                  {{test::testEntry("kv_rc", ctx.target(), rc, "rc" + ext),
+                    src("kv_rc", rc)},
+                   {test::testEntry("kv_g", ctx.target(), g, "g" + ext),
+                    src("kv_g", g)}})
+          .has_value());
+  ASSERT_TRUE(ctx.loadBundle(tmp.path() + "/b").ok());
+  Kernel w, r;
+  s = ctx.getKernel("kv_rc", &w);
+  ASSERT_TRUE(s.ok()) << s.message;
+  s = ctx.getKernel("kv_g", &r);
+  ASSERT_TRUE(s.ok()) << s.message;
+
+  const int64_t numBlocks = 6, T = 70, rowK = 4 * 192, rowV = 4 * 128;
+  uint64_t cacheBytes = uint64_t(l.extentBytes(Side::V, numBlocks));
+  std::vector<uint16_t> key(size_t(T * rowK)), value(size_t(T * rowV));
+  std::mt19937 rng(11);
+  for (auto &x : key)
+    x = uint16_t(rng());
+  for (auto &x : value)
+    x = uint16_t(rng());
+  std::vector<int64_t> slots(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t)
+    slots[size_t(t)] = t == 5 ? -1 : (t * 37) % (numBlocks * 16);
+  // Sizes of: key, value, slots, cache, key_out, value_out, error flag.
+  uint64_t sizes[7] = {key.size() * 2,
+                       value.size() * 2,
+                       slots.size() * 8,
+                       cacheBytes,
+                       key.size() * 2,
+                       value.size() * 2,
+                       4};
+  void *d[7] = {};
+  for (int i = 0; i < 7; ++i) {
+    s = Status::from(kvgen_context_alloc(ctx.get(), sizes[i], &d[i]));
+    ASSERT_TRUE(s.ok()) << s.message;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(d[i]) % 256, 0u);
+  }
+  auto up = [&](int i, const void *p) {
+    return Status::from(kvgen_context_copy(ctx.get(), d[i], p, sizes[i],
+                                           KVGEN_COPY_HOST_TO_DEVICE));
+  };
+  auto down = [&](void *p, int i) {
+    return Status::from(kvgen_context_copy(ctx.get(), p, d[i], sizes[i],
+                                           KVGEN_COPY_DEVICE_TO_HOST));
+  };
+  std::vector<uint8_t> zeros(cacheBytes, 0);
+  std::vector<uint16_t> fillK(key.size(), 0x7777), fillV(value.size(), 0x7777);
+  int32_t flag = 0;
+  ASSERT_TRUE(up(0, key.data()).ok() && up(1, value.data()).ok() &&
+              up(2, slots.data()).ok() && up(3, zeros.data()).ok() &&
+              up(4, fillK.data()).ok() && up(5, fillV.data()).ok() &&
+              up(6, &flag).ok());
+  kvgen_reshape_and_cache_args wa{};
+  wa.key = d[0];
+  wa.value = d[1];
+  wa.slot_mapping = d[2];
+  wa.key_cache = d[3];
+  wa.error_flag = static_cast<int32_t *>(d[6]);
+  wa.num_tokens = T;
+  wa.num_blocks = numBlocks;
+  wa.key_stride_token = rowK;
+  wa.key_stride_head = 192;
+  wa.value_stride_token = rowV;
+  wa.value_stride_head = 128;
+  s = w.launch(wa, cacheBytes, 0);
+  ASSERT_TRUE(s.ok()) << s.message;
+  kvgen_gather_args ga{};
+  ga.key_cache = d[3];
+  ga.slot_mapping = d[2];
+  ga.key_out = d[4];
+  ga.value_out = d[5];
+  ga.error_flag = static_cast<int32_t *>(d[6]);
+  ga.num_tokens = T;
+  ga.num_blocks = numBlocks;
+  ga.key_out_stride_token = rowK;
+  ga.key_out_stride_head = 192;
+  ga.value_out_stride_token = rowV;
+  ga.value_out_stride_head = 128;
+  s = r.launch(ga, cacheBytes, 0);
+  ASSERT_TRUE(s.ok()) << s.message;
+  ASSERT_TRUE(Status::from(kvgen_context_synchronize(ctx.get())).ok());
+  std::vector<uint16_t> ko(key.size()), vo(value.size()),
+      cache(size_t(cacheBytes / 2));
+  ASSERT_TRUE(down(ko.data(), 4).ok() && down(vo.data(), 5).ok() &&
+              down(cache.data(), 3).ok() && down(&flag, 6).ok());
+  EXPECT_EQ(flag, 0);
+  // Slot (t * 37) % 96 repeats once T > 96 only; T = 70 keeps them distinct.
+  SideMap vm = l.map(Side::V);
+  int64_t bad = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t slot = slots[size_t(t)];
+    for (int64_t i = 0; i < rowK; ++i)
+      bad += ko[size_t(t * rowK + i)] !=
+             (slot < 0 ? 0x7777 : key[size_t(t * rowK + i)]);
+    for (int64_t i = 0; i < rowV; ++i) {
+      bad += vo[size_t(t * rowV + i)] !=
+             (slot < 0 ? 0x7777 : value[size_t(t * rowV + i)]);
+      if (slot >= 0) // V sits after K in the packed row
+        bad += cache[size_t(elementOffset(vm, slot / 16, slot % 16, i / 128,
+                                          i % 128))] !=
+               value[size_t(t * rowV + i)];
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  // A slot past num_blocks * block_size sets the checked kernel's flag.
+  slots[0] = numBlocks * 16;
+  ASSERT_TRUE(up(2, slots.data()).ok());
+  ASSERT_TRUE(w.launch(wa, cacheBytes, 0).ok());
+  ASSERT_TRUE(Status::from(kvgen_context_synchronize(ctx.get())).ok());
+  ASSERT_TRUE(down(&flag, 6).ok());
+  EXPECT_EQ(flag, 1);
+  for (void *p : d)
+    EXPECT_TRUE(Status::from(kvgen_context_free(ctx.get(), p)).ok());
+}
+
+TEST(DeviceLaunch, HostPackedRoundTripThroughDeviceMemoryApi) {
+  deviceRoundTrip(KVGEN_BACKEND_HOST);
+}
+
+TEST(DeviceLaunch, CudaPackedRoundTrip) { deviceRoundTrip(KVGEN_BACKEND_CUDA); }
+
+TEST(DeviceLaunch, CompileOnlyContextHasNoMemory) {
+  Context ctx;
+  ASSERT_TRUE(
+      Context::createCompileOnly(KVGEN_BACKEND_HOST, "host", &ctx).ok());
+  void *p = nullptr;
+  Status s = Status::from(kvgen_context_alloc(ctx.get(), 64, &p));
+  EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE_ONLY);
+  EXPECT_EQ(p, nullptr);
+}
+
+} // namespace
+
+namespace {
+
+// The in-process generator hook: get_kernel_by_spec asks it when no bundle
+// entry matches, and memoizes the result by spec.
+TEST(Generator, BySpecUsesTheRegisteredGenerator) {
+  int calls = 0;
+  std::string seenTarget;
+  setKernelGenerator([&](const KernelSpec &spec, const std::string &target,
+                         GeneratedKernel *out) -> std::optional<std::string> {
+    ++calls;
+    seenTarget = target;
+    if (spec.slotType == SlotType::I32)
+      return std::string("i32 slots are not generated here");
+    out->entryName = "kv_generated";
+    out->source = test::hostKernelSource("kv_generated", spec);
+    out->geometry = {64, 1, 16};
+    return std::nullopt;
+  });
+  EXPECT_TRUE(hasKernelGenerator());
+  test::TempDir tmp;
+  Context ctx;
+  ASSERT_TRUE(Context::create(KVGEN_BACKEND_HOST, 0, &ctx).ok());
+  ASSERT_TRUE(ctx.setCacheDir(tmp.path()).ok());
+  LayoutDesc l = test::mimoLayout(16);
+  Kernel k1, k2;
+  Status s = ctx.getKernelBySpec(KVGEN_OP_RESHAPE_AND_CACHE, toString(l),
+                                 "bf16", "i64", false, false, &k1);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_STREQ(k1.name(), "kv_generated");
+  EXPECT_EQ(k1.op(), KVGEN_OP_RESHAPE_AND_CACHE);
+  EXPECT_EQ(k1.vectorBytes(), 16);
+  EXPECT_EQ(std::string(k1.layout()), toString(l));
+  EXPECT_EQ(seenTarget, "host");
+  EXPECT_EQ(calls, 1);
+  // The same spec with the layout's fields in another order: same kernel,
+  // found by its canonical spec without asking the generator again.
+  std::string reordered =
+      "scale = none, dtype = bf16, packing = separate, order = nhd, "
+      "block_size = 16, head_size_v = 128, head_size_k = 192, "
+      "num_kv_heads = 4";
+  s = ctx.getKernelBySpec(KVGEN_OP_RESHAPE_AND_CACHE, reordered, "bf16", "i64",
+                          false, false, &k2);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_EQ(k2.get(), k1.get());
+  EXPECT_EQ(calls, 1);
+  kvgen_cache_stats st{};
+  ASSERT_TRUE(ctx.stats(&st).ok());
+  EXPECT_EQ(st.compiles, 1u);
+  // A repeated identical call is a pure lookup (no generator call).
+  int before = calls;
+  ASSERT_TRUE(ctx.getKernelBySpec(KVGEN_OP_RESHAPE_AND_CACHE, reordered, "bf16",
+                                  "i64", false, false, &k2)
+                  .ok());
+  EXPECT_EQ(calls, before);
+  // The generated kernel runs.
+  Buffers buf(l, 2, 4);
+  for (int64_t t = 0; t < 4; ++t)
+    buf.slots[size_t(t)] = 31 - t;
+  s = k1.launch(buf.writeArgs(), buf.kBytes, buf.vBytes);
+  ASSERT_TRUE(s.ok()) << s.message;
+  SideMap km = l.map(Side::K);
+  EXPECT_EQ(buf.alignedK()[elementOffset(km, 1, 15, 3, 191)],
+            buf.key[size_t(0 * 4 * 192 + 3 * 192 + 191)]);
+  // Generator errors surface with their message.
+  s = ctx.getKernelBySpec(KVGEN_OP_RESHAPE_AND_CACHE, toString(l), "bf16",
+                          "i32", false, false, &k2);
+  EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE);
+  EXPECT_NE(s.message.find("i32 slots are not generated"), std::string::npos)
+      << s.message;
+  // Malformed specs are rejected before the generator.
+  before = calls;
+  s = ctx.getKernelBySpec(KVGEN_OP_GATHER, "num_kv_heads = 4", "bf16", "i64",
+                          false, false, &k2);
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(calls, before);
+  setKernelGenerator(nullptr);
+  EXPECT_FALSE(hasKernelGenerator());
+}
+
+} // namespace
