@@ -168,6 +168,9 @@ class TorchX:
     def zeros_i32(self, n):
         return self.torch.zeros(n, dtype=self.torch.int32, device=self.dev)
 
+    def zero(self, t):
+        t.zero_()
+
     def item(self, t):
         return int(t.reshape(-1)[0].item())
 
@@ -221,10 +224,13 @@ class NumpyX:
         return u.view(self.DT[dt]).reshape(shape)
 
     def rows(self, fused, c0, H, D):
+        # as_strided on integer bits (it rejects ml_dtypes' types), then
+        # back to the element type: still a view of `fused`.
         it = fused.itemsize
-        return np.lib.stride_tricks.as_strided(
-            fused[:, c0:], shape=(fused.shape[0], H, D),
+        v = np.lib.stride_tricks.as_strided(
+            fused.view(self.INT[it])[:, c0:], shape=(fused.shape[0], H, D),
             strides=(fused.strides[0], D * it, it))
+        return v.view(fused.dtype)
 
     def upload(self, a):
         return np.ascontiguousarray(a)
@@ -270,6 +276,9 @@ class NumpyX:
 
     def zeros_i32(self, n):
         return np.zeros(n, np.int32)
+
+    def zero(self, t):
+        t[...] = 0
 
     def item(self, t):
         return int(t.reshape(-1)[0])
@@ -470,8 +479,9 @@ def num_blocks_for(case, T):
 
 
 def io_buffers(X, gen, case, T, dtype, misalign, random_bits):
-    """(whole buffer, key view [T,H,Dk], value view [T,H,Dv]) in dtype:
-    slices of one fused [T, W] tensor (case.strided) or two tensors."""
+    """(whole buffer, key view [T,H,Dk], value view [T,H,Dv], (key column,
+    value column)) in dtype: slices of one fused [T, W] tensor
+    (case.strided) or two tensors."""
     H, Dk, Dv = case.H, case.Dk, case.Dv
     make = (lambda shape: X.rand_typed(gen, shape, dtype)) if random_bits \
         else (lambda shape: X.randn(gen, shape, dtype))
@@ -479,10 +489,10 @@ def io_buffers(X, gen, case, T, dtype, misalign, random_bits):
         q = H * 8 + (1 if misalign else 0)  # a query part before K
         W = q + H * Dk + H * Dv + 5
         fused = make((T, W))
-        return fused, X.rows(fused, q, H, Dk), X.rows(fused, q + H * Dk, H,
-                                                      Dv)
+        return (fused, X.rows(fused, q, H, Dk),
+                X.rows(fused, q + H * Dk, H, Dv), (q, q + H * Dk))
     k, v = make((T, H, Dk)), make((T, H, Dv))
-    return (k, v), k, v
+    return (k, v), k, v, None
 
 
 def snapshot(X, whole):
@@ -524,8 +534,8 @@ def run_case(ctx, X, case, T, seed, rec, slack):
         bshape = (1, n, 1) if n > 1 else (1, 1, 1)
         ksb, vsb = X.reshape(ks, bshape), X.reshape(vs, bshape)
     # inputs
-    whole_in, key, value = io_buffers(X, gen, case, T, case.io,
-                                      case.misalign, False)
+    whole_in, key, value, _ = io_buffers(X, gen, case, T, case.io,
+                                         case.misalign, False)
     in_snap = snapshot(X, whole_in)
     slots_np, oob = make_slots(case, T, nb, rng, caches)
     n_slots = nb * case.bs
@@ -549,7 +559,8 @@ def run_case(ctx, X, case, T, seed, rec, slack):
     except Exception as e:  # noqa: BLE001
         rec.add(case, T, "write", False, f"{type(e).__name__}: {e}")
         return
-    for side, x, sc in (("k", key, ks and ksb), ("v", value, vs and vsb)):
+    for side, x, sc in (("k", key, ksb if fp8 else None),
+                        ("v", value, vsb if fp8 else None)):
         rows = x[vtok]
         if fp8:
             vals = X.quantize(rows, sc, case.dtype)
@@ -576,15 +587,16 @@ def run_case(ctx, X, case, T, seed, rec, slack):
             continue
         k = kernels[role]
         spec = case.kernels()[role]
-        whole_out, ko, vo = io_buffers(X, gen, case, T, spec.io, False, True)
+        whole_out, ko, vo, cols = io_buffers(X, gen, case, T, spec.io,
+                                             False, True)
         exp_whole = snapshot(X, whole_out)
         if isinstance(whole_out, tuple):
             eko, evo = exp_whole
         else:
-            eko = X.rows(exp_whole, X_col(case, 0), case.H, case.Dk)
-            evo = X.rows(exp_whole, X_col(case, 1), case.H, case.Dv)
+            eko = X.rows(exp_whole, cols[0], case.H, case.Dk)
+            evo = X.rows(exp_whole, cols[1], case.H, case.Dv)
         if flag is not None:
-            flag[...] = 0 if X.name == "numpy" else flag.zero_()
+            X.zero(flag)
         try:
             k.gather(kc, vc, slots_dev, ko, vo, k_scale=ks, v_scale=vs,
                      num_blocks=nb, error_flag=flag, cache_strides=dyn)
@@ -592,7 +604,8 @@ def run_case(ctx, X, case, T, seed, rec, slack):
         except Exception as e:  # noqa: BLE001
             rec.add(case, T, role, False, f"{type(e).__name__}: {e}")
             continue
-        for side, eo, sc in (("k", eko, ks and ksb), ("v", evo, vs and vsb)):
+        for side, eo, sc in (("k", eko, ksb if fp8 else None),
+                             ("v", evo, vsb if fp8 else None)):
             off = caches.offsets(side, vslots)
             raw = caches.elems(side)[off.reshape(-1)].reshape(off.shape)
             if role == "gather":
@@ -629,13 +642,6 @@ def run_case(ctx, X, case, T, seed, rec, slack):
                     f"error_flag = {got}, want {want}")
 
 
-def X_col(case, which):
-    """First column of key (0) / value (1) inside a fused output row; must
-    match io_buffers (misalign is off for outputs)."""
-    q = case.H * 8
-    return q if which == 0 else q + case.H * case.Dk
-
-
 FP8_DTYPES = tuple(FP8_MAX)
 
 
@@ -653,7 +659,7 @@ def api_checks(ctx, X, rec, slack):
     gen, rng = X.gen(7), np.random.default_rng(7)
     T, nb = 42, 8
     caches = Caches(X, case, nb, gen, slack)
-    _, key, value = io_buffers(X, gen, case, T, "bf16", False, False)
+    _, key, value, _ = io_buffers(X, gen, case, T, "bf16", False, False)
     slots = X.upload(rng.choice(nb * case.bs, T, replace=False)
                      .astype(np.int64))
     kc, vc = caches.args()
@@ -760,6 +766,7 @@ def api_checks(ctx, X, rec, slack):
         c2 = Caches(X, case, nb, gen, slack)
         k2, v2 = c2.args()
         vt = X.arange(T)
+        s.wait_stream(torch.cuda.current_stream(X.dev))
         with torch.cuda.stream(s):
             write.reshape_and_cache(key, value, k2, v2, slots, num_blocks=nb)
         s.synchronize()

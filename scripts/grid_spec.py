@@ -10,11 +10,11 @@ needs up to three kernels (Case.kernels()):
   gather     raw gather (io = the cache dtype)
   gather_dq  fp8 caches: dequantizing gather to `gather_io` (default bf16)
   gather_cv  non-fp8 caches whose `io` differs from the cache dtype: a
-             converting gather to `io`
+             converting gather to `io` (dequantize = 1 without a scale)
 """
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Tuple
 
@@ -151,8 +151,10 @@ class Case:
             out["gather_dq"] = KSpec("gather", lt, self.gather_io, self.slots,
                                      self.checked, True)
         elif self.io != self.dtype:
+            # gather to another dtype: the dialect spells it dequantize
+            # (no scale on non-fp8 caches: a plain conversion).
             out["gather_cv"] = KSpec("gather", lt, self.io, self.slots,
-                                     self.checked)
+                                     self.checked, True)
         return out
 
 
@@ -238,7 +240,7 @@ def grid_cases():
                   gather_io="f32", Ts=(42,)))
     # -- Misaligned input views (one-element path).
     C.append(_mimo("mimo_misaligned", "strided", Ts=(7, 300), strided=True,
-                   misalign=True))
+                   misalign=True, memcheck=True))
     C.append(_mimo("mimo_misaligned_e4m3", "strided", dtype="f8E4M3FN",
                    Ts=(300,), strided=True, misalign=True))
     # -- Checked kernels.
@@ -254,7 +256,8 @@ def grid_cases():
                   interleaved=True, Ts=(42, 4096), memcheck=True))
     C.append(Case("interleaved_hnd_dyn_e4m3", "strides", 8, 128, 128, 16,
                   order="hnd", dtype="f8E4M3FN", scale="per_head",
-                  interleaved=True, dynamic=True, Ts=(42, 4096)))
+                  interleaved=True, dynamic=True, Ts=(42, 4096),
+                  memcheck=True))
     C.append(_mimo("padded_blocks", "strides", block_pad=64, Ts=(300,)))
     C.append(_mimo("padded_blocks_dyn", "strides", block_pad=256,
                    dynamic=True, Ts=(300,), strided=True))

@@ -100,8 +100,9 @@ last_log=$(ls -t "$BUILD_DIR"/Testing/Temporary/LastTest*.log 2>/dev/null |
            head -1)
 if [[ -n "$last_log" ]]; then
   lit_counts=$(sed -n '/Total Discovered Tests:/,/^[^ ]/p' "$last_log" |
-               grep -E '^ +[A-Za-z ]+: +[0-9]+' | sed -E 's/ +/ /g' |
-               sed -E 's/^ //; s/ \([0-9.]+%\)//' | paste -sd, -)
+               grep -E '^ +[A-Za-z ]+: +[0-9]+' |
+               sed -E 's/^ +([A-Za-z ]*[A-Za-z]) *: *([0-9]+).*/\1 \2/' |
+               paste -sd, - | sed 's/,/, /g')
   [[ -n "$lit_counts" ]] && note "  lit: $lit_counts"
 fi
 

@@ -168,7 +168,7 @@ KVGEN_DEVICE inline float loadScale(const float *scale, int kind,
 /// Static description of one kernel specialization.
 template <class IO, class CACHE, class SLOT, int HEADS, int HEAD_K, int HEAD_V,
           int BLOCK_SIZE, int VEC, int TOKENS_PER_CTA, int THREADS, int SCALE,
-          bool CHECKED>
+          bool CHECKED, bool PACKED>
 struct Spec {
   typedef IO io;
   typedef CACHE cache;
@@ -182,7 +182,8 @@ struct Spec {
     tokens_per_cta = TOKENS_PER_CTA,
     threads = THREADS,
     scale = SCALE,
-    checked = CHECKED
+    checked = CHECKED,
+    packed = PACKED ///< K and V share key_cache; value_cache is ignored
   };
 };
 
@@ -242,7 +243,8 @@ KVGEN_DEVICE inline void writeCta(const kvgen_reshape_and_cache_args &a,
                     token * (isK ? a.key_stride_token : a.value_stride_token) +
                     head * (isK ? a.key_stride_head : a.value_stride_head) +
                     elem;
-    CS *dst = static_cast<CS *>(isK ? a.key_cache : a.value_cache) +
+    CS *dst = static_cast<CS *>((isK || SP::packed) ? a.key_cache
+                                                    : a.value_cache) +
               elementOffset(isK ? kMap : vMap, pos.block, pos.offset, head,
                             elem);
     const float scale =
@@ -280,7 +282,9 @@ KVGEN_DEVICE inline void gatherCta(const kvgen_gather_args &a,
     const int headSize = isK ? int(SP::head_k) : int(SP::head_v);
     const int64_t head = r / (headSize / VEC);
     const int64_t elem = int64_t(r % (headSize / VEC)) * VEC;
-    const CS *src = static_cast<const CS *>(isK ? a.key_cache : a.value_cache) +
+    const CS *src = static_cast<const CS *>((isK || SP::packed)
+                                                ? a.key_cache
+                                                : a.value_cache) +
                     elementOffset(isK ? kMap : vMap, pos.block, pos.offset,
                                   head, elem);
     OS *dst = static_cast<OS *>(isK ? a.key_out : a.value_out) +
@@ -320,7 +324,9 @@ KVGEN_DEVICE inline void reshapeAndCacheSpec(const kvgen_reshape_and_cache_args 
       rowsAligned<IS, SP::vec>(a.key, a.key_stride_token, a.key_stride_head) &&
       rowsAligned<IS, SP::vec>(a.value, a.value_stride_token,
                                a.value_stride_head) &&
-      (CACHE_PROVEN || cacheAligned<SP>(a.key_cache, a.value_cache, kMap, vMap));
+      (CACHE_PROVEN ||
+       cacheAligned<SP>(a.key_cache, SP::packed ? a.key_cache : a.value_cache,
+                        kMap, vMap));
   if (SP::vec > 1 && aligned)
     writeCta<SP, SP::vec>(a, kMap, vMap, first);
   else
@@ -338,7 +344,9 @@ KVGEN_DEVICE inline void gatherSpec(const kvgen_gather_args &a,
                                a.key_out_stride_head) &&
       rowsAligned<OS, SP::vec>(a.value_out, a.value_out_stride_token,
                                a.value_out_stride_head) &&
-      (CACHE_PROVEN || cacheAligned<SP>(a.key_cache, a.value_cache, kMap, vMap));
+      (CACHE_PROVEN ||
+       cacheAligned<SP>(a.key_cache, SP::packed ? a.key_cache : a.value_cache,
+                        kMap, vMap));
   if (SP::vec > 1 && aligned)
     gatherCta<SP, SP::vec, DEQUANT>(a, kMap, vMap, first);
   else
@@ -349,21 +357,22 @@ KVGEN_DEVICE inline void gatherSpec(const kvgen_gather_args &a,
 /// specialization as a template argument (see passes/lib/LowerToEmitC.cpp).
 template <class IO, class CACHE, class SLOT, int HEADS, int HEAD_K, int HEAD_V,
           int BLOCK_SIZE, int VEC, int TOKENS_PER_CTA, int THREADS, int SCALE,
-          bool CHECKED, bool CACHE_PROVEN>
+          bool CHECKED, bool CACHE_PROVEN, bool PACKED>
 KVGEN_DEVICE inline void reshapeAndCache(const kvgen_reshape_and_cache_args &a,
                                          const SideMap &kMap,
                                          const SideMap &vMap) {
   reshapeAndCacheSpec<Spec<IO, CACHE, SLOT, HEADS, HEAD_K, HEAD_V, BLOCK_SIZE,
-                           VEC, TOKENS_PER_CTA, THREADS, SCALE, CHECKED>,
+                           VEC, TOKENS_PER_CTA, THREADS, SCALE, CHECKED,
+                           PACKED>,
                       CACHE_PROVEN>(a, kMap, vMap);
 }
 template <class IO, class CACHE, class SLOT, int HEADS, int HEAD_K, int HEAD_V,
           int BLOCK_SIZE, int VEC, int TOKENS_PER_CTA, int THREADS, int SCALE,
-          bool CHECKED, bool CACHE_PROVEN, bool DEQUANT>
+          bool CHECKED, bool CACHE_PROVEN, bool DEQUANT, bool PACKED>
 KVGEN_DEVICE inline void gather(const kvgen_gather_args &a,
                                 const SideMap &kMap, const SideMap &vMap) {
   gatherSpec<Spec<IO, CACHE, SLOT, HEADS, HEAD_K, HEAD_V, BLOCK_SIZE, VEC,
-                  TOKENS_PER_CTA, THREADS, SCALE, CHECKED>,
+                  TOKENS_PER_CTA, THREADS, SCALE, CHECKED, PACKED>,
              CACHE_PROVEN, DEQUANT>(a, kMap, vMap);
 }
 

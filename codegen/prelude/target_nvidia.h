@@ -34,10 +34,8 @@ typedef uint4 kvgen_vec16_t;
 #define KVGEN_BLOCK_ID_X __nvvm_read_ptx_sreg_ctaid_x()
 #define KVGEN_THREAD_ID_X __nvvm_read_ptx_sreg_tid_x()
 #define KVGEN_LAUNCH_BOUNDS(n) __attribute__((launch_bounds(n)))
-struct __attribute__((aligned(8))) kvgen_vec8_t { unsigned int x, y; };
-struct __attribute__((aligned(16))) kvgen_vec16_t {
-  unsigned int x, y, z, w;
-};
+typedef unsigned int kvgen_vec8_t __attribute__((ext_vector_type(2)));
+typedef unsigned int kvgen_vec16_t __attribute__((ext_vector_type(4)));
 #endif
 #define KVGEN_HD __host__ __device__
 #define KVGEN_DEVICE __device__

@@ -7,7 +7,8 @@
 //     SideMap v = sideMap(v_block, v_token, v_head, v_base); // V's own strides
 //     kvgen::reshapeAndCache<io, cache, slot, heads, head_size_k,
 //                            head_size_v, block_size, vec, tokens_per_cta,
-//                            threads, scale, checked, cache_proven>(a, k, v);
+//                            threads, scale, checked, cache_proven,
+//                            [dequantize,] packed>(a, k, v);
 //   }
 //
 // Static strides become constants; a dynamic ('?') stride is read from the
@@ -151,6 +152,7 @@ void buildKernel(OpBuilder &b, Location loc, const KernelParts &p) {
       b.getBoolAttr(p.plan.getCacheAlignment() == Alignment::proven)};
   if (p.dequantize)
     tmpl.push_back(b.getBoolAttr(*p.dequantize));
+  tmpl.push_back(b.getBoolAttr(p.layout.packing == Packing::Packed));
   emitc::CallOpaqueOp::create(b, loc, TypeRange{}, p.entry,
                                 ValueRange{args, kMap, vMap}, ArrayAttr{},
                                 b.getArrayAttr(tmpl));

@@ -7,10 +7,11 @@
 //               static row start (strides and the packed V base) - then
 //               cache alignment is `proven`; with a dynamic stride it is
 //               `checked` at run time, with a one-element fallback;
-//   threads     256 (128 when one token's work is small), so that a block
-//               has work for every thread;
-//   tokens/CTA  the power of two that gives each thread about two vector
-//               accesses, at least one token.
+//   tokens/CTA  the largest power of two whose vector accesses (heads x
+//               (head_size_k + head_size_v) / vec_elems per token) fit in
+//               512, at least one;
+//   threads     those accesses rounded up to whole warps (64..1024), so each
+//               thread makes one access per side of its item.
 //
 //===----------------------------------------------------------------------===//
 #include "kvgen/Passes/Passes.h"
@@ -60,17 +61,24 @@ PlanChoice kvgen::choosePlan(const LayoutDesc &layout, DType io,
   c.vecElems = n;
   c.vectorBytes = n * cacheSize;
   c.cacheProven = allStatic;
+  // One vector access per thread: a CTA takes the largest power-of-two
+  // number of tokens whose accesses fit in 512 threads, and has exactly that
+  // many threads (rounded up to whole warps).
   int64_t perToken =
       layout.numKvHeads * (layout.headSizeK + layout.headSizeV) / n;
-  c.threads = threads > 0 ? threads : (perToken <= 96 ? 128 : 256);
   if (tokensPerCta > 0) {
     c.tokensPerCta = tokensPerCta;
   } else {
     int64_t t = 1;
-    while (t * 2 * perToken <= 2 * c.threads)
+    while (t * 2 * perToken <= 512)
       t *= 2;
     c.tokensPerCta = t;
   }
+  if (threads > 0)
+    c.threads = threads;
+  else
+    c.threads = std::min<int64_t>(
+        1024, std::max<int64_t>(64, (perToken * c.tokensPerCta + 31) / 32 * 32));
   c.hwFp8 = false;
   (void)target;
   return c;

@@ -115,20 +115,52 @@ LayoutDesc::validateStrides(const Strides &k, const Strides &v) const {
   else
     groups = {{Side::K}, {Side::V}};
   for (const std::vector<Side> &group : groups) {
-    // Blocks are translates of block 0, so only blocks that can reach block
-    // 0's span need to be enumerated: 1 + span / (smallest block stride).
-    int64_t span = 0, minBlock = INT64_MAX;
+    std::vector<Interval> rows;
+    bool oneBlockStride = true;
     for (Side side : group) {
       const Strides &s = side == Side::K ? k : v;
-      SideMap m{s.block, s.token, s.head, base(side)};
-      span = std::max(span, elementOffset(m, 0, blockSize - 1, numKvHeads - 1,
-                                          headSize(side)));
-      minBlock = std::min(minBlock, s.block);
+      oneBlockStride &= s.block == (group[0] == Side::K ? k : v).block;
+      appendRows(*this, side, s, 1, rows);
     }
-    int64_t blocks = std::min<int64_t>(1 + span / minBlock + 1, 64);
-    std::vector<Interval> rows;
-    for (Side side : group)
-      appendRows(*this, side, side == Side::K ? k : v, blocks, rows);
+    if (oneBlockStride) {
+      // Block b holds block 0's rows shifted by b * B. With unboundedly many
+      // blocks, two positions collide exactly when they are congruent modulo
+      // B, so reduce block 0's rows modulo B (splitting rows that wrap) and
+      // look for overlap there: this covers every pair of blocks.
+      const int64_t blockStride = (group[0] == Side::K ? k : v).block;
+      std::vector<Interval> reduced;
+      for (const Interval &r : rows) {
+        if (r.end - r.begin > blockStride) {
+          reduced.push_back({0, blockStride, r.side});
+          reduced.push_back({0, blockStride, r.side});
+          continue;
+        }
+        int64_t begin = r.begin % blockStride;
+        int64_t end = begin + (r.end - r.begin);
+        if (end <= blockStride) {
+          reduced.push_back({begin, end, r.side});
+        } else {
+          reduced.push_back({begin, blockStride, r.side});
+          reduced.push_back({0, end - blockStride, r.side});
+        }
+      }
+      rows.swap(reduced);
+    } else {
+      // Packed K and V with different block strides: enumerate the blocks
+      // that can reach block 0's span.
+      int64_t span = 0, minBlock = INT64_MAX;
+      for (Side side : group) {
+        const Strides &s = side == Side::K ? k : v;
+        SideMap m{s.block, s.token, s.head, base(side)};
+        span = std::max(span, elementOffset(m, 0, blockSize - 1,
+                                            numKvHeads - 1, headSize(side)));
+        minBlock = std::min(minBlock, s.block);
+      }
+      int64_t blocks = std::min<int64_t>(2 + span / minBlock, 4096);
+      rows.clear();
+      for (Side side : group)
+        appendRows(*this, side, side == Side::K ? k : v, blocks, rows);
+    }
     if (auto clash = findOverlap(rows)) {
       if (clash->first != clash->second)
         return std::string("'v_strides' make V overlap K in the packed row");

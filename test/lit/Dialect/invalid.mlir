@@ -131,8 +131,8 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // -----
 
-// K's head stride 128 is narrower than K's 192-wide rows: the bug of the
-// seed report (V's width applied to K).
+// K's head stride 128 (V's width) is narrower than K's 192-wide rows: a
+// K/V width mix-up like the seed report's (there V was copied with K's).
 // expected-error @+1 {{'k_strides' make two K positions overlap}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16,

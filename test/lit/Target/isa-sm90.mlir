@@ -7,7 +7,7 @@
 // The emitted CUDA source compiles warning-free to PTX for sm_90 (clang's
 // CUDA device-only mode, as NVRTC would), and the chosen width reaches the
 // stores: st.global.v4 (16 bytes) for the dequantizing gather of 8 bf16,
-// 8-byte stores for the fp8 cache fed bf16, and for head size 46 no vector
+// 8-byte stores (b64 or v2.b32) for the fp8 cache fed bf16, and for head size 46 no vector
 // store, only 4-byte pairs and the 2-byte fallback.
 // (The raw 16-byte bf16 copy is covered by isa-sm90-raw-copy.mlir.)
 
@@ -17,7 +17,7 @@
 
 // VEC8: .entry mimo_write_fp8(
 // VEC8: ld.global.v4.b32
-// VEC8: st.global.b64
+// VEC8: st.global.{{b64|v2.b32}}
 // VEC8-NOT: st.global.v4
 
 // VEC4: .entry h46_write(

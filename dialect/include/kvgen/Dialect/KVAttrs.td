@@ -56,16 +56,19 @@ def KV_LayoutAttr : KV_Attr<"Layout", "layout"> {
     ```
   }];
   let parameters = (ins
-    "int64_t":$numKvHeads,
-    "int64_t":$headSizeK,
-    "int64_t":$headSizeV,
-    "int64_t":$blockSize,
-    "::kvgen::Order":$order,
-    "::kvgen::Packing":$packing,
-    "::mlir::Type":$dtype,
-    "::kvgen::ScaleKind":$scale,
-    OptionalArrayRefParameter<"int64_t">:$kStrides,
-    OptionalArrayRefParameter<"int64_t">:$vStrides
+    AttrParameter<"int64_t", "kv heads per layer">:$num_kv_heads,
+    AttrParameter<"int64_t", "elements of one K head">:$head_size_k,
+    AttrParameter<"int64_t", "elements of one V head">:$head_size_v,
+    AttrParameter<"int64_t", "tokens per cache block">:$block_size,
+    AttrParameter<"::kvgen::Order", "nhd or hnd">:$order,
+    AttrParameter<"::kvgen::Packing", "separate or packed">:$packing,
+    AttrParameter<"::mlir::Type", "cache element type">:$dtype,
+    AttrParameter<"::kvgen::ScaleKind",
+                  "none, per_tensor or per_head">:$scale,
+    OptionalArrayRefParameter<"int64_t",
+        "K element strides [block, token, head]; ? = dynamic">:$k_strides,
+    OptionalArrayRefParameter<"int64_t",
+        "V element strides [block, token, head]; ? = dynamic">:$v_strides
   );
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
@@ -84,7 +87,8 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
     Records the decisions of the `kv-plan` pass so that they are visible in
     the IR and in tests:
 
-    - `target`: `gfx90a`, `gfx942`, `gfx950`, `sm_80`, `sm_90` or `host`;
+    - `target`: `gfx90a`, `gfx942`, `gfx950`, `sm_80`, `sm_89`, `sm_90` or
+      `host`;
     - `vector_bytes`: bytes each thread moves per cache access (1..16);
     - `vec_elems`: elements per access (`vector_bytes` / cache element size);
     - `threads`: threads per block;
@@ -108,13 +112,13 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
   }];
   let parameters = (ins
     StringRefParameter<"target triple shorthand">:$target,
-    "int64_t":$vector_bytes,
-    "int64_t":$vec_elems,
-    "int64_t":$threads,
-    "int64_t":$tokens_per_cta,
+    AttrParameter<"int64_t", "bytes per cache access">:$vector_bytes,
+    AttrParameter<"int64_t", "elements per cache access">:$vec_elems,
+    AttrParameter<"int64_t", "threads per block">:$threads,
+    AttrParameter<"int64_t", "tokens per block">:$tokens_per_cta,
     EnumParameter<KV_Alignment>:$cache_alignment,
     EnumParameter<KV_Alignment>:$input_alignment,
-    "bool":$hw_fp8
+    AttrParameter<"bool", "hardware fp8 conversion">:$hw_fp8
   );
   let assemblyFormat = "`<` struct(params) `>`";
 }

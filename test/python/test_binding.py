@@ -1,0 +1,360 @@
+"""Tests of the Python binding (python/kvgen) on the HOST backend, no GPU.
+
+A small bundle is emitted for target `host` with build/bin/kvgen emit into a
+temporary directory, loaded through kvgen.Context("host"), and the kernels
+are run on numpy arrays. Results are compared bit for bit with a numpy
+reference written here (element offsets from the layout's dense strides,
+fp8 through ml_dtypes). Skipped, with the reason, when build/bin/kvgen or
+the runtime library is missing.
+
+Run:  python3 -m pytest -q test/python/test_binding.py
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python"))
+
+import kvgen  # noqa: E402
+
+BUILD = Path(os.environ.get("KVGEN_BUILD_DIR", REPO / "build"))
+KVGEN = BUILD / "bin" / "kvgen"
+
+H, DK, DV, BS = 2, 64, 32, 16
+BF16 = kvgen.Layout(H, DK, DV, BS, dtype="bf16")
+FP8 = kvgen.Layout(H, DK, DV, BS, dtype="f8E4M3FN", scale="per_head",
+                   order="hnd")
+PACKED = kvgen.Layout(H, DK, DV, BS, dtype="bf16", packing="packed")
+DYN = kvgen.Layout(H, DK, DV, BS, dtype="bf16",
+                   k_strides=(None, None, None), v_strides=(None, None, None))
+
+# (op, layout, io, slots, checked, dequantize)
+SPECS = [
+    ("reshape_and_cache", BF16, "bf16", "i64", False, False),
+    ("gather", BF16, "bf16", "i64", False, False),
+    ("reshape_and_cache", BF16, "bf16", "i32", True, False),
+    ("reshape_and_cache", FP8, "bf16", "i64", False, False),
+    ("gather", FP8, "bf16", "i64", False, True),
+    ("reshape_and_cache", PACKED, "bf16", "i64", False, False),
+    ("reshape_and_cache", DYN, "bf16", "i64", False, False),
+]
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    if not (KVGEN.is_file() and os.access(KVGEN, os.X_OK)):
+        pytest.skip(f"{KVGEN} not found: build it (ninja -C build kvgen) "
+                    "or set KVGEN_BUILD_DIR")
+    try:
+        kvgen.library_path()
+    except OSError as e:
+        pytest.skip(f"runtime library not loadable: {e}")
+    d = tmp_path_factory.mktemp("binding")
+    for i, (op, lay, io, slots, checked, dq) in enumerate(SPECS):
+        lf = d / f"layout{i}.mlir"
+        lf.write_text(f"#kv.layout<{lay.text}>\n")
+        cmd = [str(KVGEN), "emit", "--layout", str(lf), "--target", "host",
+               "--op", op, "--io", io, "--slots", slots,
+               "--bundle", str(d / "bundle")]
+        if checked:
+            cmd.append("--checked")
+        if dq:
+            cmd.append("--dequantize")
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+    return d
+
+
+@pytest.fixture(scope="module")
+def ctx(bundle):
+    c = kvgen.Context("host", cache_dir=str(bundle / "cache"))
+    c.load_bundle(str(bundle / "bundle"))
+    yield c
+    c.close()
+
+
+def spec_kernel(ctx, i):
+    op, lay, io, slots, checked, dq = SPECS[i]
+    return ctx.kernel(op, lay, io, slots, checked, dq)
+
+
+# -- numpy reference ---------------------------------------------------------
+
+def dense_strides(lay, side):
+    w = lay.head_size_k + lay.head_size_v if lay.packing == "packed" else \
+        (lay.head_size_k if side == "k" else lay.head_size_v)
+    h, bs = lay.num_kv_heads, lay.block_size
+    if lay.order == "nhd":
+        return (bs * h * w, h * w, w)
+    return (bs * h * w, w, bs * w)
+
+
+def offsets(lay, side, slots, strides=None):
+    b, t, h = strides or dense_strides(lay, side)
+    d = lay.head_size_k if side == "k" else lay.head_size_v
+    base = lay.head_size_k if (side == "v" and lay.packing == "packed") else 0
+    s = np.asarray(slots, np.int64)
+    row = (s // lay.block_size) * b + (s % lay.block_size) * t
+    return (row[:, None, None] + (np.arange(lay.num_kv_heads) * h)[None, :,
+                                                                     None]
+            + base + np.arange(d)[None, None, :])
+
+
+def extent(lay, side, nb, strides=None):
+    return int(offsets(lay, side, [nb * lay.block_size - 1],
+                       strides).max()) + 1
+
+
+def make_inputs(rng, T):
+    k = (rng.standard_normal((T, H, DK), np.float32) * 3).astype(
+        ml_dtypes.bfloat16)
+    v = (rng.standard_normal((T, H, DV), np.float32) * 3).astype(
+        ml_dtypes.bfloat16)
+    return k, v
+
+
+def make_slots(rng, T, nb, dtype=np.int64):
+    s = rng.choice(nb * BS, T, replace=False).astype(dtype)
+    s[3::5] = -1
+    return s
+
+
+# -- tests -------------------------------------------------------------------
+
+def test_context_properties(ctx):
+    assert ctx.backend == "host"
+    assert ctx.target == "host"
+    assert ctx.cache_dir.endswith("cache")
+    assert kvgen.version()
+
+
+def test_roundtrip_bf16(ctx):
+    rng = np.random.default_rng(1)
+    T, nb = 37, 6
+    key, value = make_inputs(rng, T)
+    slots = make_slots(rng, T, nb)
+    ek, ev = extent(BF16, "k", nb), extent(BF16, "v", nb)
+    kc = rng.integers(0, 2**16, ek, dtype=np.uint16)
+    vc = rng.integers(0, 2**16, ev, dtype=np.uint16)
+    want_k, want_v = kc.copy(), vc.copy()
+    ok = slots >= 0
+    want_k[offsets(BF16, "k", slots[ok])] = key[ok].view(np.uint16)
+    want_v[offsets(BF16, "v", slots[ok])] = value[ok].view(np.uint16)
+
+    w = spec_kernel(ctx, 0)
+    assert w.op == "reshape_and_cache" and w.io_dtype == "bf16"
+    w.reshape_and_cache(key, value, kc, vc, slots, num_blocks=nb)
+    assert np.array_equal(kc, want_k)
+    assert np.array_equal(vc, want_v)
+
+    # Gather back into strided views of one fused output; padding rows and
+    # the gap column stay untouched.
+    g = spec_kernel(ctx, 1)
+    fused = np.full((T, H * DK + H * DV + 3), 0x7777, np.uint16)
+    ko = fused[:, :H * DK].reshape(T, H, DK)
+    vo = fused[:, H * DK + 3:].reshape(T, H, DV)
+    assert np.shares_memory(ko, fused) and np.shares_memory(vo, fused)
+    g.gather(kc, vc, slots, ko, vo)  # num_blocks inferred from the caches
+    want = np.full_like(fused, 0x7777)
+    want[ok, :H * DK] = key[ok].view(np.uint16).reshape(-1, H * DK)
+    want[ok, H * DK + 3:] = value[ok].view(np.uint16).reshape(-1, H * DV)
+    assert np.array_equal(fused, want)
+
+
+def test_fp8_per_head_and_dequantize(ctx):
+    rng = np.random.default_rng(2)
+    T, nb = 29, 4
+    key, value = make_inputs(rng, T)
+    key[0, 0, :4] = [1e4, -1e4, 1e-9, -1e-9]  # saturate / underflow
+    slots = make_slots(rng, T, nb)
+    ks = rng.uniform(0.05, 0.5, H).astype(np.float32)
+    vs = rng.uniform(0.05, 0.5, H).astype(np.float32)
+    kc = np.zeros(extent(FP8, "k", nb), np.uint8)
+    vc = np.zeros(extent(FP8, "v", nb), np.uint8)
+    spec_kernel(ctx, 3).reshape_and_cache(key, value, kc, vc, slots,
+                                          k_scale=ks, v_scale=vs,
+                                          num_blocks=nb)
+    ok = slots >= 0
+    for x, c, s, side in ((key, kc, ks, "k"), (value, vc, vs, "v")):
+        q = np.clip(x[ok].astype(np.float32) / s[None, :, None], -448, 448)
+        q = q.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+        assert np.array_equal(c[offsets(FP8, side, slots[ok])], q), side
+        untouched = np.ones(c.size, bool)
+        untouched[offsets(FP8, side, slots[ok]).ravel()] = False
+        assert not c[untouched].any()
+    ko = np.zeros((T, H, DK), ml_dtypes.bfloat16)
+    vo = np.zeros((T, H, DV), ml_dtypes.bfloat16)
+    g = spec_kernel(ctx, 4)
+    assert g.dequantize
+    with pytest.raises(ValueError, match="k_scale"):
+        g.gather(kc, vc, slots, ko, vo, num_blocks=nb)
+    g.gather(kc, vc, slots, ko, vo, k_scale=ks, v_scale=vs, num_blocks=nb)
+    for o, c, s, side in ((ko, kc, ks, "k"), (vo, vc, vs, "v")):
+        q = c[offsets(FP8, side, slots[ok])].view(ml_dtypes.float8_e4m3fn)
+        want = (q.astype(np.float32) * s[None, :, None]).astype(
+            ml_dtypes.bfloat16)
+        assert np.array_equal(o[ok].view(np.uint16), want.view(np.uint16))
+        assert not o[~ok].view(np.uint16).any()
+
+
+def test_packed(ctx):
+    rng = np.random.default_rng(3)
+    T, nb = 20, 3
+    key, value = make_inputs(rng, T)
+    slots = make_slots(rng, T, nb)
+    n = max(extent(PACKED, "k", nb), extent(PACKED, "v", nb))
+    c = np.zeros(n, np.uint16)
+    spec_kernel(ctx, 5).reshape_and_cache(key, value, c, None, slots)
+    ok = slots >= 0
+    want = np.zeros_like(c)
+    want[offsets(PACKED, "k", slots[ok])] = key[ok].view(np.uint16)
+    want[offsets(PACKED, "v", slots[ok])] = value[ok].view(np.uint16)
+    assert np.array_equal(c, want)
+
+
+def test_dynamic_strides(ctx):
+    rng = np.random.default_rng(4)
+    T, nb = 12, 3
+    key, value = make_inputs(rng, T)
+    slots = make_slots(rng, T, nb)
+    # Blocks padded by 40 elements.
+    ks = (BS * H * DK + 40, H * DK, DK)
+    vs = (BS * H * DV + 40, H * DV, DV)
+    kc = np.zeros(extent(DYN, "k", nb, ks), np.uint16)
+    vc = np.zeros(extent(DYN, "v", nb, vs), np.uint16)
+    w = spec_kernel(ctx, 6)
+    with pytest.raises(ValueError, match="cache_strides"):
+        w.reshape_and_cache(key, value, kc, vc, slots, num_blocks=nb)
+    w.reshape_and_cache(key, value, kc, vc, slots, num_blocks=nb,
+                        cache_strides=(ks, vs))
+    ok = slots >= 0
+    want_k, want_v = np.zeros_like(kc), np.zeros_like(vc)
+    want_k[offsets(DYN, "k", slots[ok], ks)] = key[ok].view(np.uint16)
+    want_v[offsets(DYN, "v", slots[ok], vs)] = value[ok].view(np.uint16)
+    assert np.array_equal(kc, want_k) and np.array_equal(vc, want_v)
+
+
+def test_checked_out_of_range(ctx):
+    rng = np.random.default_rng(5)
+    T, nb = 10, 2
+    key, value = make_inputs(rng, T)
+    slots = make_slots(rng, T, nb, np.int32)
+    slots[1] = nb * BS  # first slot past the cache
+    kc = np.zeros(extent(BF16, "k", nb), np.uint16)
+    vc = np.zeros(extent(BF16, "v", nb), np.uint16)
+    w = spec_kernel(ctx, 2)
+    with pytest.raises(ValueError, match="error_flag"):
+        w.reshape_and_cache(key, value, kc, vc, slots, num_blocks=nb)
+    flag = np.zeros(1, np.int32)
+    w.reshape_and_cache(key, value, kc, vc, slots, num_blocks=nb,
+                        error_flag=flag)
+    assert flag[0] == 1
+    ok = (slots >= 0) & (slots < nb * BS)
+    want_k = np.zeros_like(kc)
+    want_k[offsets(BF16, "k", slots[ok])] = key[ok].view(np.uint16)
+    assert np.array_equal(kc, want_k)
+
+
+def test_out_of_bounds_cache_raises(ctx):
+    rng = np.random.default_rng(6)
+    T, nb = 8, 4
+    key, value = make_inputs(rng, T)
+    slots = make_slots(rng, T, nb)
+    need = extent(BF16, "k", nb) * 2  # bytes
+    kc = np.zeros(need // 2 - 1, np.uint16)  # one element short
+    vc = np.zeros(extent(BF16, "v", nb), np.uint16)
+    w = spec_kernel(ctx, 0)
+    with pytest.raises(kvgen.KvgenError) as e:
+        w.reshape_and_cache(key, value, kc, vc, slots, num_blocks=nb)
+    assert e.value.status_name == "KVGEN_ERROR_OUT_OF_BOUNDS"
+    assert str(need) in str(e.value), str(e.value)  # names the extent
+    assert not kc.any() and not vc.any()
+
+
+def test_misaligned_cache_raises(ctx):
+    rng = np.random.default_rng(7)
+    key, value = make_inputs(rng, 4)
+    w = spec_kernel(ctx, 0)
+    if w.vector_bytes <= 2:
+        pytest.skip("kernel needs no more than element alignment")
+    buf = np.zeros(extent(BF16, "k", 2) + 64, np.uint16)
+    kc = buf[1:]  # 2 bytes past an aligned address
+    assert kc.ctypes.data % w.vector_bytes
+    vc = np.zeros(extent(BF16, "v", 2), np.uint16)
+    with pytest.raises(kvgen.KvgenError) as e:
+        w.reshape_and_cache(key, value, kc, vc, np.arange(4, dtype=np.int64),
+                            num_blocks=2)
+    assert e.value.status_name == "KVGEN_ERROR_MISALIGNED"
+    assert "key_cache" in e.value.message
+
+
+def test_argument_errors(ctx):
+    rng = np.random.default_rng(8)
+    key, value = make_inputs(rng, 4)
+    kc = np.zeros(extent(BF16, "k", 2), np.uint16)
+    vc = np.zeros(extent(BF16, "v", 2), np.uint16)
+    slots = np.arange(4, dtype=np.int64)
+    w = spec_kernel(ctx, 0)
+    with pytest.raises(TypeError, match="int64|i64"):
+        w.reshape_and_cache(key, value, kc, vc, slots.astype(np.int32))
+    with pytest.raises(TypeError, match="bf16"):
+        w.reshape_and_cache(key.astype(np.float32), value, kc, vc, slots)
+    with pytest.raises(ValueError, match="shape"):
+        w.reshape_and_cache(value, key, kc, vc, slots)
+    with pytest.raises(TypeError, match="gather"):
+        w.gather(kc, vc, slots, key, value)
+    with pytest.raises(TypeError, match="torch tensor or a numpy"):
+        w.reshape_and_cache(key.tolist(), value, kc, vc, slots)
+    # T = 0 launches nothing.
+    w.reshape_and_cache(key[:0], value[:0], kc, vc, slots[:0])
+    assert not kc.any()
+
+
+def test_lookup_errors_and_names(ctx, bundle):
+    with pytest.raises(kvgen.KvgenError) as e:
+        ctx.kernel("gather", kvgen.Layout(3, 64, 64, 16), "bf16")
+    assert e.value.status_name == "KVGEN_ERROR_NOT_FOUND"
+    assert "num_kv_heads = 3" in e.value.message
+    with pytest.raises(kvgen.KvgenError) as e:
+        ctx.load_bundle(str(bundle / "no-such-dir"))
+    assert e.value.status_name == "KVGEN_ERROR_BUNDLE"
+    w = spec_kernel(ctx, 0)
+    byname = ctx.kernel_by_name(w.name)
+    assert byname.name == w.name and byname.io_dtype == "bf16"
+    assert byname.slot_dtype == "i64" and byname.layout == BF16
+    assert w.layout.text == BF16.text  # the runtime's canonical text
+    with pytest.raises(kvgen.KvgenError, match="NOT_FOUND"):
+        ctx.kernel_by_name("kvgen_no_such_kernel")
+
+
+def test_stats_count_hits(ctx):
+    before = ctx.stats()
+    spec_kernel(ctx, 1)
+    op, lay, io, slots, checked, dq = SPECS[1]
+    ctx._kernels.clear()  # bypass the binding's memo: ask the runtime
+    ctx.kernel(op, lay.text, io, slots, checked, dq)
+    after = ctx.stats()
+    assert after["memory_hits"] > before["memory_hits"]
+    assert after["compiles"] + after["disk_hits"] >= 1
+    assert set(after) == {"memory_hits", "disk_hits", "compiles",
+                          "disk_writes", "evictions", "last_compile_ms",
+                          "last_load_ms"}
+
+
+def test_layout_text_roundtrip():
+    for lay in (BF16, FP8, PACKED, DYN):
+        assert kvgen.Layout.parse(lay.text) == lay
+        assert kvgen.Layout.parse(f"#kv.layout<{lay.text}>") == lay
+    assert "k_strides = [?, ?, ?]" in DYN.text
+    assert DYN.extent_bytes("k", 2, (100, 10, 1)) == \
+        (100 + 15 * 10 + 1 + DK) * 2
+    assert BF16.max_blocks("k", BF16.extent_bytes("k", 5)) == 5
+    with pytest.raises(ValueError):
+        kvgen.Layout(1, 1, 1, 1, dtype="f64")
