@@ -144,12 +144,21 @@ def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log):
     rows = []
     rng = np.random.default_rng(0)
     dev = torch.device("cuda", args.device)
-    empty_graph = None
+    empty_graph = torch_graph = None
     if empty_fn is not None:
-        empty_graph = graph_per_launch(
-            torch, timer, lambda h: drv.launcher(empty_fn, 1, 1, h)())
+        def empty_launch(h):
+            r = drv.launcher(empty_fn, 1, 1, h)()
+            if r != 0:
+                raise RuntimeError(f"cuLaunchKernel(empty) returned {r}")
+        try:
+            empty_graph = graph_per_launch(torch, timer, empty_launch)
+        except Exception as e:  # noqa: BLE001
+            log(f"  empty-kernel graph baseline failed: {e}")
     x1 = torch.zeros(1, device=dev)
-    torch_graph = graph_per_launch(torch, timer, lambda h: x1.add_(1))
+    try:
+        torch_graph = graph_per_launch(torch, timer, lambda h: x1.add_(1))
+    except Exception as e:  # noqa: BLE001
+        log(f"  torch add_ graph baseline failed: {e}")
     geoms = G.bench_geometries()
     Ts = G.BENCH_T
     if args.quick:
@@ -200,14 +209,21 @@ def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log):
                        "copy_us": t_c["median"],
                        "copy_GBps": 2 * n / t_c["median"] / 1e3}
                 row["ratio_to_copy"] = row["kernel_GBps"] / row["copy_GBps"]
+                gk = None
                 if T <= 64:
-                    gk = graph_per_launch(torch, timer, launch)
+                    try:
+                        gk = graph_per_launch(torch, timer, launch)
+                    except Exception as e:  # noqa: BLE001
+                        row["graph_error"] = f"{type(e).__name__}: {e}"
+                        log(f"  {label} T={T}: graph capture failed: {e}")
+                if gk:
                     row["graph_us_per_launch"] = gk["median"]
                     if empty_graph:
                         row["empty_graph_us"] = empty_graph["median"]
                         row["graph_ratio_to_empty"] = \
                             gk["median"] / empty_graph["median"]
-                    row["torch_add_graph_us"] = torch_graph["median"]
+                    if torch_graph:
+                        row["torch_add_graph_us"] = torch_graph["median"]
                 rows.append(row)
                 log(f"  {label:26s} T={T:6d} {row['kernel_us']:9.2f} us "
                     f"{row['kernel_GBps']:8.1f} GB/s  copy "
@@ -221,7 +237,7 @@ def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log):
                 log(f"  {label} T={T}: ERROR {e}")
             torch.cuda.empty_cache()
     extra = {"empty_graph_us": empty_graph and empty_graph["median"],
-             "torch_add_graph_us": torch_graph["median"],
+             "torch_add_graph_us": torch_graph and torch_graph["median"],
              "graph_launches": GRAPH_LAUNCHES}
     return rows, extra
 

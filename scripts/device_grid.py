@@ -457,15 +457,21 @@ def make_slots(case, T, nb, rng, caches):
 #---------------------------------------------------------------------------
 
 class Recorder:
-    def __init__(self):
+    """Collects check results; each is also appended at once to
+    `partial` (JSON lines), so a run cut short still leaves its results."""
+
+    def __init__(self, partial=None):
         self.results = []
+        self.partial = open(partial, "w") if partial else None
 
     def add(self, case, T, check, ok, detail="", group=None):
-        self.results.append({"group": group or case.group,
-                             "case": case if isinstance(case, str)
-                             else case.name,
-                             "T": T, "check": check, "ok": bool(ok),
-                             "detail": detail})
+        r = {"group": group or case.group,
+             "case": case if isinstance(case, str) else case.name,
+             "T": T, "check": check, "ok": bool(ok), "detail": detail}
+        self.results.append(r)
+        if self.partial:
+            self.partial.write(json.dumps(r) + "\n")
+            self.partial.flush()
         if not ok:
             name = case if isinstance(case, str) else case.name
             print(f"FAIL {group or getattr(case, 'group', '')} {name} T={T} "
@@ -835,7 +841,7 @@ def main():
     print(f"kvgen {kvgen.version()} from {kvgen.library_path()}; backend "
           f"{ctx.backend}, target {ctx.target}, cache {ctx.cache_dir!r}",
           flush=True)
-    rec = Recorder()
+    rec = Recorder(out / "grid_results.partial.jsonl")
     t0 = time.time()
     timings = []
     for i, (case, Ts) in enumerate(select_cases(args)):

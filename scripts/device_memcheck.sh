@@ -11,7 +11,8 @@
 # and the grid leaves no slack after the caches (--slack 0), so that an
 # access past a cache's end leaves its allocation and memcheck reports it.
 # Only kernels whose name contains "kvgen" are instrumented
-# (MEMCHECK_ALL=1 checks torch's kernels too; much slower).
+# (MEMCHECK_ALL=1 checks torch's kernels too; much slower). The sanitizer
+# run is limited to $MEMCHECK_TIMEOUT seconds (default 300).
 # Writes memcheck.log (the sanitizer's report) and the grid's summary to
 # --out; prints the sanitizer's ERROR SUMMARY line. Exit status: 0 when
 # memcheck reports no error and the grid passes, 2 when compute-sanitizer
@@ -55,7 +56,8 @@ echo "device_memcheck: kernel filter: ${FILTER[*]:-none (all kernels)}"
 LIBARG=()
 [ -n "$LIB" ] && LIBARG=(--lib "$LIB")
 
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$CS" --tool memcheck "${FILTER[@]}" \
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout -k 10 "${MEMCHECK_TIMEOUT:-300}" \
+  "$CS" --tool memcheck "${FILTER[@]}" \
   --leak-check no --error-exitcode 3 --print-limit 100 \
   --log-file "$OUT/memcheck.log" \
   python3 scripts/device_grid.py --subset memcheck --slack 0 \
@@ -69,5 +71,6 @@ if [ $rc -eq 3 ]; then
   grep -m 20 -E "^========= (Invalid|Out of|Address|Misaligned|Program hit)" \
     "$OUT/memcheck.log"
 fi
-echo "memcheck: exit status $rc (0 = clean and grid passed, 3 = memcheck errors)"
+[ $rc -eq 124 ] && echo "memcheck: timed out after ${MEMCHECK_TIMEOUT:-300} s"
+echo "memcheck: exit status $rc (0 = clean and grid passed, 3 = memcheck errors, 124 = timeout)"
 [ $rc -eq 0 ] && exit 0 || exit 1

@@ -117,7 +117,7 @@ if [[ ${#py_tests[@]} -eq 0 ]]; then
   note "pytest: skipped (no tests under test/python)"
 else
   pytest_log="$BUILD_DIR/pytest-output.log"
-  "$PYTHON" -m pytest -q test/python 2>&1 | tee "$pytest_log"
+  "$PYTHON" -m pytest -q -rs test/python 2>&1 | tee "$pytest_log"
   pytest_rc=${PIPESTATUS[0]}
   pytest_line=$(grep -E '(passed|failed|error|skipped|no tests ran)' \
                 "$pytest_log" | tail -1)

@@ -392,8 +392,10 @@ int runJob(const RunOptions &o) {
 
   kvgen_cache_stats stats{};
   kvgen_context_get_stats(ctx, &stats);
-  fmt::print("kvgen run: {} on {} ({})\n", o.presetName, target,
-             kvgen_status_string(KVGEN_SUCCESS));
+  fmt::print("kvgen run: {} on {}{}\n", o.presetName, target,
+             o.backend == "auto" && target == "host"
+                 ? " (no CUDA or HIP device found; host target)"
+                 : "");
   fmt::print("  layout: {}\n", layoutText);
   fmt::print("  kernels: {} ({:.1f} ms), {} ({:.1f} ms){}\n",
              kvgen_kernel_name(write), writeMs, kvgen_kernel_name(gatherRaw),

@@ -31,7 +31,9 @@
 
 #include <fmt/core.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -251,7 +253,11 @@ int cmdEmit(const std::map<std::string, std::string> &flags) {
   }
   std::ofstream f(out->second, std::ios::binary);
   f << k->source;
-  return f ? 0 : 1;
+  if (!f) {
+    fmt::print(stderr, "kvgen emit: cannot write '{}'\n", out->second);
+    return 1;
+  }
+  return 0;
 }
 #endif
 
@@ -263,12 +269,44 @@ int cmdRun(const std::map<std::string, std::string> &flags) {
   o.layout = *layout;
   if (flags.count("--backend"))
     o.backend = flags.at("--backend");
+  if (o.backend != "auto" && o.backend != "cuda" && o.backend != "hip" &&
+      o.backend != "host") {
+    fmt::print(stderr, "kvgen run: unknown backend '{}' (auto|cuda|hip|host)\n",
+               o.backend);
+    return 2;
+  }
   if (flags.count("--bundle"))
     o.bundleDir = flags.at("--bundle");
-  if (flags.count("--tokens"))
-    o.numTokens = std::stoll(flags.at("--tokens"));
-  if (flags.count("--seed"))
-    o.seed = std::stoull(flags.at("--seed"));
+  // Whole decimal numbers only: 1 <= tokens <= 2^24, any 64-bit seed.
+  auto number = [&](const char *flag, uint64_t max, uint64_t &out) {
+    const std::string &text = flags.at(flag);
+    char *end = nullptr;
+    errno = 0;
+    unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+    if (text.empty() || text[0] == '-' || *end || errno || v > max) {
+      fmt::print(stderr, "kvgen run: {} must be a whole number in [1, {}], "
+                         "got '{}'\n",
+                 flag, max, text);
+      return false;
+    }
+    out = v;
+    return true;
+  };
+  uint64_t value = 0;
+  if (flags.count("--tokens")) {
+    if (!number("--tokens", uint64_t(1) << 24, value))
+      return 2;
+    if (value == 0) {
+      fmt::print(stderr, "kvgen run: --tokens must be at least 1\n");
+      return 2;
+    }
+    o.numTokens = int64_t(value);
+  }
+  if (flags.count("--seed")) {
+    if (!number("--seed", UINT64_MAX, value))
+      return 2;
+    o.seed = value;
+  }
 #ifdef KVGEN_HAVE_MLIR
   installRuntimeGenerator();
 #endif

@@ -64,6 +64,17 @@ struct dt_f8e5m2fnuz {
   enum { is_fp8 = 1 };
 };
 
+#ifdef KVGEN_HW_FP8
+/// fp8 stores through the target's conversion instruction (same bits as the
+/// portable path; see the target prelude). Chosen by kv-plan (hw_fp8).
+struct dt_f8e4m3fn_hw : dt_f8e4m3fn {
+  static KVGEN_DEVICE storage store(float x) { return hwFloatToF8e4m3fn(x); }
+};
+struct dt_f8e5m2_hw : dt_f8e5m2 {
+  static KVGEN_DEVICE storage store(float x) { return hwFloatToF8e5m2(x); }
+};
+#endif
+
 template <class A, class B> struct same_type { enum { value = 0 }; };
 template <class A> struct same_type<A, A> { enum { value = 1 }; };
 

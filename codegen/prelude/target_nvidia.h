@@ -37,6 +37,32 @@ typedef uint4 kvgen_vec16_t;
 typedef unsigned int kvgen_vec8_t __attribute__((ext_vector_type(2)));
 typedef unsigned int kvgen_vec16_t __attribute__((ext_vector_type(4)));
 #endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+// sm_89+ converts two floats to fp8 in one instruction (PTX ISA 7.8+,
+// cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32): round to nearest even, overflow
+// and +-inf saturate to +-max finite, NaN -> 0x7f. kvgen keeps NaN's sign
+// (as numerics.h and ml_dtypes do), so NaN is fixed up after the convert;
+// every other input gives numerics.h's bits exactly.
+#define KVGEN_HW_FP8 1
+namespace kvgen {
+__attribute__((device)) inline uint8_t hwNaNFix(float x, unsigned short r, uint8_t nan) {
+  const unsigned bits = __builtin_bit_cast(unsigned, x);
+  return (bits & 0x7fffffffu) > 0x7f800000u
+             ? uint8_t(((bits >> 24) & 0x80u) | nan)
+             : uint8_t(r & 0xffu);
+}
+__attribute__((device)) inline uint8_t hwFloatToF8e4m3fn(float x) {
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));
+  return hwNaNFix(x, r, 0x7f);
+}
+__attribute__((device)) inline uint8_t hwFloatToF8e5m2(float x) {
+  unsigned short r;
+  asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));
+  return hwNaNFix(x, r, 0x7e);
+}
+} // namespace kvgen
+#endif
 #define KVGEN_HD __host__ __device__
 #define KVGEN_DEVICE __device__
 #define KVGEN_UNROLL _Pragma("unroll")

@@ -138,7 +138,12 @@ void buildKernel(OpBuilder &b, Location loc, const KernelParts &p) {
   auto i32 = [&](int64_t v) { return b.getI32IntegerAttr(v); };
   SmallVector<Attribute> tmpl = {
       opaque(dtypeTag(p.io)),
-      opaque(dtypeTag(p.layout.dtype)),
+      // Writes quantize through the hardware convert when planned; gathers
+      // only decode, which the portable path does exactly.
+      opaque(p.plan.getHwFp8() && !p.dequantize ? (p.layout.dtype == DType::F8E4M3FN
+                                       ? "kvgen::dt_f8e4m3fn_hw"
+                                       : "kvgen::dt_f8e5m2_hw")
+                                : dtypeTag(p.layout.dtype)),
       opaque(p.slot64 ? "int64_t" : "int32_t"),
       i32(p.layout.numKvHeads),
       i32(p.layout.headSizeK),

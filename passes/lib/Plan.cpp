@@ -9,9 +9,10 @@
 //               `checked` at run time, with a one-element fallback;
 //   tokens/CTA  the largest power of two whose vector accesses (heads x
 //               (head_size_k + head_size_v) / vec_elems per token) fit in
-//               512, at least one;
-//   threads     those accesses rounded up to whole warps (64..1024), so each
-//               thread makes one access per side of its item.
+//               2048, at least one;
+//   threads     a quarter of those accesses rounded up to whole warps
+//               (64..512): about four accesses per thread;
+//   hw_fp8      sm_89+ with an e4m3fn or e5m2 cache: cvt.rn.satfinite.
 //
 //===----------------------------------------------------------------------===//
 #include "kvgen/Passes/Passes.h"
@@ -61,16 +62,17 @@ PlanChoice kvgen::choosePlan(const LayoutDesc &layout, DType io,
   c.vecElems = n;
   c.vectorBytes = n * cacheSize;
   c.cacheProven = allStatic;
-  // One vector access per thread: a CTA takes the largest power-of-two
-  // number of tokens whose accesses fit in 512 threads, and has exactly that
-  // many threads (rounded up to whole warps).
+  // About four vector accesses per thread: a CTA takes the largest
+  // power-of-two number of tokens whose accesses fit in 2048, and a quarter
+  // as many threads (whole warps, 64..512), so few, fuller CTAs stream the
+  // cache (measured on the H200, docs/performance.md).
   int64_t perToken =
       layout.numKvHeads * (layout.headSizeK + layout.headSizeV) / n;
   if (tokensPerCta > 0) {
     c.tokensPerCta = tokensPerCta;
   } else {
     int64_t t = 1;
-    while (t * 2 * perToken <= 512)
+    while (t * 2 * perToken <= 2048)
       t *= 2;
     c.tokensPerCta = t;
   }
@@ -78,9 +80,15 @@ PlanChoice kvgen::choosePlan(const LayoutDesc &layout, DType io,
     c.threads = threads;
   else
     c.threads = std::min<int64_t>(
-        1024, std::max<int64_t>(64, (perToken * c.tokensPerCta + 31) / 32 * 32));
-  c.hwFp8 = false;
-  (void)target;
+        512, std::max<int64_t>(
+                 64, ((perToken * c.tokensPerCta + 3) / 4 + 31) / 32 * 32));
+  // NVIDIA sm_89+ has cvt.rn.satfinite for e4m3 and e5m2 (not the FNUZ
+  // encodings); the AMD converts are not used yet.
+  llvm::StringRef base = target.split(':').first;
+  unsigned sm = 0;
+  c.hwFp8 = base.consume_front("sm_") && !base.getAsInteger(10, sm) &&
+            sm >= 89 &&
+            (layout.dtype == DType::F8E4M3FN || layout.dtype == DType::F8E5M2);
   return c;
 }
 

@@ -717,7 +717,9 @@ class Kernel:
             stream = stream.cuda_stream
         fields = dict(
             key_cache=kc.ptr,
-            value_cache=kc.ptr if (packed and vc is None) else vc.ptr,
+            # packed: NULL unless given (the runtime ignores it; a kernel
+            # that read it would fault rather than pass by accident)
+            value_cache=None if vc is None else vc.ptr,
             slot_mapping=slots.ptr,
             k_scale=None if k_scale is None else k_scale.ptr,
             v_scale=None if v_scale is None else v_scale.ptr,

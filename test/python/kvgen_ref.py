@@ -135,10 +135,15 @@ class Layout:
         return "#kv.layout<" + ", ".join(parts) + ">"
 
     def short(self) -> str:
-        s = (f"{self.heads}x{self.hk}/{self.hv}-bs{self.block_size}-{self.order}"
+        def st(x):
+            return "x".join("d" if v is None else str(v) for v in x)
+
+        s = (f"h{self.heads}-k{self.hk}-v{self.hv}-bs{self.block_size}-{self.order}"
              f"-{self.packing}-{self.dtype}-{self.scale}")
-        if self.k_strides is not None or self.v_strides is not None:
-            s += f"-k{self.k_strides}-v{self.v_strides}"
+        if self.k_strides is not None:
+            s += f"-ks{st(self.k_strides)}"
+        if self.v_strides is not None:
+            s += f"-vs{st(self.v_strides)}"
         return s
 
     def replace(self, **kw) -> "Layout":
@@ -334,18 +339,21 @@ def ref_gather(out_view: np.ndarray, cache_rows_fn, cache_view: np.ndarray,
 # Comparison
 # ---------------------------------------------------------------------------
 
-def mismatches(actual: np.ndarray, expected: np.ndarray, dtype) -> np.ndarray:
-    """Indices where bits differ, except where both are NaN of `dtype`."""
+def mismatches(actual: np.ndarray, expected: np.ndarray, dtype,
+               strict: bool = False) -> np.ndarray:
+    """Indices where bits differ, except (unless strict) where both are NaN
+    of `dtype`: conversions only promise that NaN stays NaN, raw copies
+    (strict) must keep every bit."""
     a = np.ascontiguousarray(actual)
     e = np.ascontiguousarray(expected)
     assert a.shape == e.shape and a.dtype == e.dtype
     diff = a != e
-    if diff.any():
+    if diff.any() and not strict:
         idx = np.nonzero(diff)
         both_nan = is_nan_bits(a[idx], dtype) & is_nan_bits(e[idx], dtype)
         keep = ~both_nan
         return np.stack([i[keep] for i in idx], axis=-1)
-    return np.zeros((0, a.ndim), np.int64)
+    return np.stack(np.nonzero(diff), axis=-1)
 
 
 def describe_mismatch(what: str, actual, expected, dtype, bad, limit=6) -> str:
@@ -358,7 +366,7 @@ def describe_mismatch(what: str, actual, expected, dtype, bad, limit=6) -> str:
     return "\n".join(lines)
 
 
-def assert_bits_equal(what: str, actual, expected, dtype) -> None:
-    bad = mismatches(actual, expected, dtype)
+def assert_bits_equal(what: str, actual, expected, dtype, strict: bool = False) -> None:
+    bad = mismatches(actual, expected, dtype, strict)
     if len(bad):
         raise AssertionError(describe_mismatch(what, actual, expected, dtype, bad))

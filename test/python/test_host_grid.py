@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +46,12 @@ from kvgen_ref import Buffer, Layout
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CXX = os.environ.get("CXX") or shutil.which("c++") or "g++"
 CXXFLAGS = ["-O2", "-std=c++17", "-shared", "-fPIC", "-Werror"]
+# UndefinedBehaviorSanitizer checks added to the kernel builds (when the
+# compiler supports them; KVGEN_TEST_UBSAN=0 turns them off). Above all
+# `alignment`: a vector access taken on a misaligned row is a fault on GPUs
+# but silently works on x86, so without it the host could not see one.
+UBSAN = ["-fsanitize=alignment,null,signed-integer-overflow,shift,"
+         "pointer-overflow,bool,enum,return,unreachable"]
 
 # ---------------------------------------------------------------------------
 # C ABI (runtime/include/kvgen/kernel_abi.h); checked by test_abi_layout.
@@ -110,6 +117,24 @@ class Spec:
         return s
 
 
+class CaptureStderr:
+    """Redirects file descriptor 2 (where UBSan reports) into a file."""
+
+    def __enter__(self):
+        self.tmp = tempfile.TemporaryFile()
+        self.saved = os.dup(2)
+        os.dup2(self.tmp.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc):
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.tmp.seek(0)
+        self.text = self.tmp.read().decode(errors="replace")
+        self.tmp.close()
+        return False
+
+
 @dataclass
 class Kernel:
     spec: Spec
@@ -117,10 +142,18 @@ class Kernel:
     threads: int
     tokens_per_cta: int
     vector_bytes: int
+    sanitized: bool = False
 
     def launch(self, args, num_tokens: int) -> None:
         grid = -(-num_tokens // self.tokens_per_cta)
-        self.fn(ctypes.byref(args), grid, self.threads)
+        if not self.sanitized:
+            self.fn(ctypes.byref(args), grid, self.threads)
+            return
+        with CaptureStderr() as cap:
+            self.fn(ctypes.byref(args), grid, self.threads)
+        if "runtime error" in cap.text:
+            raise AssertionError(f"UBSan report from kernel {self.spec.name}:\n"
+                                 f"{cap.text[:3000]}")
 
 
 HEADER_RE = re.compile(
@@ -135,6 +168,14 @@ class KernelCache:
         self.kernels: Dict[Spec, Kernel] = {}
         self.lock = threading.Lock()
         self.libs = []  # keep CDLLs alive
+        self.sanitize = os.environ.get("KVGEN_TEST_UBSAN", "1") != "0" and self._probe()
+
+    def _probe(self) -> bool:
+        src = self.workdir / "ubsan_probe.cpp"
+        src.write_text('extern "C" int f(int *p) { return *p; }\n')
+        r = subprocess.run([CXX, *CXXFLAGS, *UBSAN, str(src), "-o",
+                            str(self.workdir / "ubsan_probe.so")], capture_output=True)
+        return r.returncode == 0
 
     def _build(self, specs: List[Spec]) -> Dict[Spec, Kernel]:
         text = "\n".join(s.mlir() for s in specs) + "\n"
@@ -151,7 +192,8 @@ class KernelCache:
         cpp.write_text(r.stdout)
         header = {m.group(1): tuple(int(m.group(i)) for i in (2, 3, 4))
                   for m in HEADER_RE.finditer(r.stdout)}
-        r = subprocess.run([CXX, *CXXFLAGS, str(cpp), "-o", str(so)],
+        flags = CXXFLAGS + (UBSAN if self.sanitize else [])
+        r = subprocess.run([CXX, *flags, str(cpp), "-o", str(so)],
                            capture_output=True, text=True)
         if r.returncode != 0:
             raise AssertionError(f"host compile of {cpp} failed:\n{r.stderr[-4000:]}")
@@ -164,7 +206,7 @@ class KernelCache:
             fn = getattr(lib, s.name + "_host_launch")
             fn.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
             fn.restype = None
-            out[s] = Kernel(s, fn, threads, tpc, vb)
+            out[s] = Kernel(s, fn, threads, tpc, vb, self.sanitize)
         with self.lock:
             self.libs.append(lib)
         return out
@@ -248,11 +290,13 @@ def seed_of(*parts) -> int:
 
 class Cache:
     """A cache allocation for `layout`: buffers with canaries, the strides
-    actually used, and the pointers passed to the kernel."""
+    actually used, and the pointers passed to the kernel. For a packed
+    layout value_cache points at a decoy buffer by default (the ABI says it
+    is ignored); packed_value_cache="same" passes key_cache instead."""
 
     def __init__(self, layout: Layout, num_blocks: int, rng, dyn=None,
                  v_offset: Optional[int] = None, post: int = 256,
-                 packed_value_cache: str = "same"):
+                 packed_value_cache: str = "decoy"):
         self.layout, self.nb = layout, num_blocks
         self.isz = R.dt(layout.dtype).size
         self.strides, self.arg_strides = {}, {}
@@ -309,20 +353,27 @@ class Cache:
             a.k_cache_strides[i] = self.arg_strides["k"][i]
             a.v_cache_strides[i] = self.arg_strides["v"][i]
 
-    def check(self, what: str) -> None:
-        """The whole cache (all buffers) equals the reference, canaries too."""
+    def check(self, what: str, strict: bool = False) -> None:
+        """The whole cache (all buffers) equals the reference, canaries too.
+        strict: bit for bit even for NaNs (raw copies, untouched caches)."""
         st = R.dt(self.layout.dtype).storage
         for b, snap in zip(self.distinct, self.snapshots):
             assert b.canaries_intact(snap), f"{what}: canary bytes around the cache were overwritten"
             ref = self.ref["k"] if b is self.bufs["k"] else self.ref["v"]
             R.assert_bits_equal(f"{what}: cache buffer", b.body().view(st), ref.view(st),
-                                self.layout.dtype)
+                                self.layout.dtype, strict)
         if self.decoy is not None:
             assert np.array_equal(self.decoy.raw, self.decoy_snapshot), (
                 f"{what}: the kernel wrote to value_cache, which a packed layout must ignore")
 
     def resnapshot(self) -> None:
         self.snapshots = [b.snapshot() for b in self.distinct]
+
+    def adopt(self) -> None:
+        """After a passing check: take the actual contents as the reference
+        (they differ at most in NaN encodings), so later checks are strict."""
+        for s in "kv":
+            self.ref[s][...] = self.bufs[s].body()
 
 
 class Rows:
@@ -375,11 +426,12 @@ class Rows:
     def unchanged(self) -> bool:
         return all(np.array_equal(b.raw, s) for b, s in zip(self.distinct, self.snaps))
 
-    def check(self, what: str) -> None:
+    def check(self, what: str, strict: bool = False) -> None:
         st = R.dt(self.dtype).storage
         for b, snap in zip(self.distinct, self.snaps):
             assert b.canaries_intact(snap), f"{what}: canary bytes around the output were overwritten"
-            R.assert_bits_equal(what, b.body().view(st), self.ref[id(b)].view(st), self.dtype)
+            R.assert_bits_equal(what, b.body().view(st), self.ref[id(b)].view(st), self.dtype,
+                                strict)
 
 
 def input_values(shape, rng, cache_dtype: str) -> np.ndarray:
@@ -407,11 +459,15 @@ def fill_inputs(rows: Rows, layout: Layout, rng) -> None:
 
 
 def make_scales(layout: Layout, rng):
-    """(arrays to keep alive, {'k': np array | None, 'v': ...})."""
+    """{'k': float32 scales or None, 'v': ...}: 1 (per_tensor) or one per
+    kv head (per_head), random in [0.05, 2)."""
     if layout.scale == "none":
         return {"k": None, "v": None}
     n = layout.heads if layout.scale == "per_head" else 1
     return {s: rng.uniform(0.05, 2.0, n).astype(np.float32) for s in "kv"}
+
+
+NO_SCALES = {"k": None, "v": None}
 
 
 def scale_ptr(a: Optional[np.ndarray]):
@@ -506,28 +562,30 @@ def run_roundtrip(g: Group, T: int, in_mode: str, slot_t: str, seed: int,
     scales = make_scales(lay, rng)
     slots = make_slots(T, cache, rng, slot_t)
 
-    # 1. reshape_and_cache.
+    # 1. reshape_and_cache (raw bits when the input type is the cache type).
     do_write(g.write(slot_t), cache, rows, slots, scales)
     conv = ref_write(cache, rows, slots, scales)
     assert rows.unchanged(), "reshape_and_cache modified its key/value inputs"
-    cache.check("reshape_and_cache")
+    cache.check("reshape_and_cache", strict=io == lay.dtype)
+    cache.adopt()
 
-    # 2. Raw gather of the same slots: exactly what was stored.
+    # 2. Raw gather of the same slots: exactly what was stored. Raw gathers
+    #    need no scales: pass NULL.
     out_mode = out_mode or OUT_MODE[in_mode]
     out = Rows(T, lay, lay.dtype, out_mode, rng)
     out.snapshot()
     cache.resnapshot()
-    do_gather(g.gather(slot_t), cache, out, slots, scales)
+    do_gather(g.gather(slot_t), cache, out, slots, NO_SCALES)
     ref_gather(cache, out, slots, scales, dequantize=False)
-    out.check("raw gather output")
-    cache.check("raw gather (cache must stay unchanged)")
+    out.check("raw gather output", strict=True)
+    cache.check("raw gather (cache must stay unchanged)", strict=True)
     valid = np.asarray(slots) >= 0
     for s in "kv":  # Round trip against the stored rows, independently of views.
         got = np.ascontiguousarray(out.views[s])[valid]
         R.assert_bits_equal(f"round trip {s.upper()}", got, conv[s][valid], lay.dtype)
         if io == lay.dtype:
             R.assert_bits_equal(f"round trip {s.upper()} vs input", got,
-                                np.ascontiguousarray(rows.views[s])[valid], io)
+                                np.ascontiguousarray(rows.views[s])[valid], io, strict=True)
 
     # 3. Dequantizing gather over the whole cache (written and unwritten
     #    slots, padding), into the I/O type.
@@ -536,8 +594,9 @@ def run_roundtrip(g: Group, T: int, in_mode: str, slot_t: str, seed: int,
     out2.snapshot()
     do_gather(g.gather(slot_t, dequantize=True), cache, out2, slots2, scales)
     ref_gather(cache, out2, slots2, scales, dequantize=True)
-    out2.check("dequantizing gather output")
-    cache.check("dequantizing gather (cache must stay unchanged)")
+    out2.check("dequantizing gather output",
+               strict=io == lay.dtype)  # bf16 -> bf16 'dequantize' is a raw copy
+    cache.check("dequantizing gather (cache must stay unchanged)", strict=True)
 
 
 # ---------------------------------------------------------------------------
@@ -589,6 +648,16 @@ OTHER_LAYOUTS = [
     Layout(4, 192, 128, 16, "nhd", "separate", "f8E5M2FNUZ", "per_head"),
     Layout(4, 192, 128, 256, "hnd", "separate", "bf16", "none"),
     Layout(4, 128, 192, 16, "nhd", "packed", "f8E4M3FN", "per_tensor"),
+    # Many vector accesses per token (more than one CTA's threads) and very
+    # few (many tokens per CTA).
+    Layout(16, 512, 512, 8, "nhd", "separate", "bf16", "none"),
+    Layout(32, 128, 128, 16, "hnd", "packed", "f8E4M3FN", "per_head"),
+    Layout(1, 8, 8, 16, "nhd", "separate", "bf16", "none"),
+    Layout(1, 4, 2, 16, "hnd", "packed", "f8E4M3FNUZ", "per_tensor"),
+    # Block sizes that are not powers of two.
+    Layout(4, 192, 128, 24, "hnd", "separate", "f8E4M3FN", "per_head"),
+    Layout(4, 192, 128, 48, "nhd", "packed", "bf16", "none"),
+    Layout(2, 80, 46, 5, "nhd", "separate", "f8E5M2", "per_tensor"),
 ]
 OTHER_CASES = [(1, "dense", "i64"), (42, "fused", "i32"), (300, "padded", "i64"),
                (42, "misaligned", "i64")]
@@ -614,6 +683,8 @@ IO_CASES = [
     (Layout(2, 46, 46, 16, "nhd", "separate", "f16", "none"), "f16"),
     (Layout(2, 46, 80, 16, "hnd", "separate", "f32", "none"), "f32"),
     (Layout(2, 80, 80, 16, "nhd", "packed", "f16", "none"), "bf16"),
+    # e5m2 max 57344 * scale up to 2 overflows f16 on dequantize: +-inf.
+    (Layout(4, 192, 128, 16, "nhd", "separate", "f8E5M2", "per_head"), "f16"),
 ]
 
 
@@ -716,12 +787,14 @@ PACKED_LAYOUTS = [
 
 
 @pytest.mark.parametrize("layout", PACKED_LAYOUTS, ids=lid)
-def test_packed_ignores_value_cache(kcache, layout):
-    """value_cache points at a decoy buffer: K and V must both land in (and be
-    read from) key_cache, and the decoy must stay untouched."""
+@pytest.mark.parametrize("value_cache", ["decoy", "same"])
+def test_packed_value_cache(kcache, layout, value_cache):
+    """value_cache points at a decoy buffer (K and V must both land in, and
+    be read from, key_cache; the decoy stays untouched) or at key_cache
+    itself (what cautious callers pass)."""
     run_roundtrip(Group(kcache, layout, "bf16"), 42, "dense", "i64",
-                  seed_of("decoy", layout),
-                  cache_kw=dict(packed_value_cache="decoy"))
+                  seed_of("decoy", layout, value_cache),
+                  cache_kw=dict(packed_value_cache=value_cache))
 
 
 # ---------------------------------------------------------------------------
@@ -765,6 +838,7 @@ def test_checked(kcache, layout, slot_t):
     do_write(g.write(slot_t, checked=True), cache, rows, ok_slots, scales, flag)
     ref_write(cache, rows, ok_slots, scales)
     cache.check("checked reshape_and_cache, valid slots")
+    cache.adopt()
     assert flag[0] == 0, "error_flag set although every slot was in range"
 
     # Out-of-range slots: flag set, nothing written for them, others written.
@@ -776,6 +850,7 @@ def test_checked(kcache, layout, slot_t):
     ref_write(cache, rows2, slots, scales, limit=lim)
     assert flag[0] == 1, "checked reshape_and_cache did not set error_flag"
     cache.check("checked reshape_and_cache, out-of-range slots")
+    cache.adopt()
 
     # Gathers: rows of out-of-range slots untouched, flag set.
     for deq, sl in ((False, "i64"), (True, "i32")):
@@ -786,11 +861,11 @@ def test_checked(kcache, layout, slot_t):
         out.snapshot()
         flag[0] = 0
         do_gather(g.gather(sl, dequantize=deq, checked=True), cache, out, sl_arr,
-                  scales, flag)
+                  scales if deq else NO_SCALES, flag)
         ref_gather(cache, out, sl_arr, scales, dequantize=deq, limit=lim)
         assert flag[0] == 1, f"checked gather (dequantize={deq}) did not set error_flag"
-        out.check(f"checked gather (dequantize={deq})")
-        cache.check("checked gather (cache must stay unchanged)")
+        out.check(f"checked gather (dequantize={deq})", strict=not deq)
+        cache.check("checked gather (cache must stay unchanged)", strict=True)
         # And without bad slots the flag stays 0.
         flag[0] = 0
         ok = np.where(bad, -1, sl_arr).astype(sl_arr.dtype)

@@ -76,7 +76,7 @@ kv.gather @fp8_read : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 // CHECK-NEXT: "emitc.constant"() <{value = 5120 : i64}>
 // CHECK-NEXT: "emitc.constant"() <{value = 192 : i64}>
 // CHECK: call_opaque "kvgen::reshapeAndCache"
-// CHECK-SAME: #emitc.opaque<"kvgen::dt_f16">, #emitc.opaque<"kvgen::dt_f8e5m2">, #emitc.opaque<"int64_t">, 4 : i32, 192 : i32, 128 : i32, 16 : i32, 8 : i32, [[N]] : i32, [[T]] : i32, 1 : i32, true, true, true]
+// CHECK-SAME: #emitc.opaque<"kvgen::dt_f16">, #emitc.opaque<"kvgen::dt_f8e5m2_hw">, #emitc.opaque<"int64_t">, 4 : i32, 192 : i32, 128 : i32, 16 : i32, 8 : i32, [[N]] : i32, [[T]] : i32, 1 : i32, true, true, true]
 kv.reshape_and_cache @packed_write : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, order = hnd,
     packing = packed, dtype = f8E5M2, scale = per_tensor>,

@@ -11,9 +11,10 @@
 //   vector_bytes = vec_elems * cache element size;
 //   per_token = num_kv_heads * (head_size_k + head_size_v) / vec_elems
 //               (vector accesses per token);
-//   tokens_per_cta = largest power of two t >= 1 with t * per_token <= 512;
-//   threads = t * per_token rounded up to a multiple of 32, within
-//             [64, 1024] (one access per thread).
+//   tokens_per_cta = largest power of two t >= 1 with t * per_token <= 2048;
+//   threads = ceil(t * per_token / 4) rounded up to a multiple of 32, within
+//             [64, 512] (about four accesses per thread);
+//   hw_fp8 = sm_89+ and an f8E4M3FN or f8E5M2 cache.
 
 // BADTARGET: error: kv-plan: unknown target 'gfx1234' (expected gfx90a, gfx942, gfx950, sm_80, sm_89, sm_90 or host)
 
@@ -21,7 +22,7 @@
 // strides -> 16 bytes, proven. per_token = 4 * 320 / 8 = 160;
 // 2 * 160 = 320 <= 512 < 4 * 160 -> 2 tokens, 320 threads.
 // CHECK-LABEL: kv.reshape_and_cache @mimo_bf16
-// CHECK-SAME: plan = #kv.plan<target = "sm_90", vector_bytes = 16, vec_elems = 8, threads = 320, tokens_per_cta = 2, cache_alignment = proven, input_alignment = checked, hw_fp8 = false>
+// CHECK-SAME: plan = #kv.plan<target = "sm_90", vector_bytes = 16, vec_elems = 8, threads = 320, tokens_per_cta = 8, cache_alignment = proven, input_alignment = checked, hw_fp8 = false>
 // GFX-LABEL: kv.reshape_and_cache @mimo_bf16
 // GFX-SAME: plan = #kv.plan<target = "gfx942", vector_bytes = 16, vec_elems = 8,
 // FORCED-LABEL: kv.reshape_and_cache @mimo_bf16
@@ -32,7 +33,7 @@ kv.reshape_and_cache @mimo_bf16 : #kv.layout<num_kv_heads = 4,
 
 // The gather of the same layout gets the same plan.
 // CHECK-LABEL: kv.gather @mimo_bf16_read
-// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 320, tokens_per_cta = 2, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 320, tokens_per_cta = 8, cache_alignment = proven
 kv.gather @mimo_bf16_read : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,
     output bf16, slots i64
@@ -42,7 +43,7 @@ kv.gather @mimo_bf16_read : #kv.layout<num_kv_heads = 4,
 // fp8 cache, bf16 input: the 2-byte input limits a thread to 8 elements,
 // which are 8 cache bytes. per_token = 160 as above -> 2 tokens, 320 threads.
 // CHECK-LABEL: kv.reshape_and_cache @fp8_bf16_input
-// CHECK-SAME: vector_bytes = 8, vec_elems = 8, threads = 320, tokens_per_cta = 2, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 8, vec_elems = 8, threads = 320, tokens_per_cta = 8, cache_alignment = proven
 kv.reshape_and_cache @fp8_bf16_input : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
     scale = per_tensor>, input bf16, slots i64
@@ -50,7 +51,7 @@ kv.reshape_and_cache @fp8_bf16_input : #kv.layout<num_kv_heads = 4,
 // f32 input into fp8: 4 elements of 4 bytes; 4 cache bytes.
 // per_token = 4 * 320 / 4 = 320; 320 <= 512 < 640 -> 1 token, 320 threads.
 // CHECK-LABEL: kv.reshape_and_cache @fp8_f32_input
-// CHECK-SAME: vector_bytes = 4, vec_elems = 4, threads = 320, tokens_per_cta = 1, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 4, vec_elems = 4, threads = 320, tokens_per_cta = 4, cache_alignment = proven
 kv.reshape_and_cache @fp8_f32_input : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
     scale = per_tensor>, input f32, slots i64
@@ -65,7 +66,7 @@ kv.gather @fp8_to_f32 : #kv.layout<num_kv_heads = 4,
 // Raw fp8 copy: 16 one-byte elements. per_token = 4 * 320 / 16 = 80;
 // 4 * 80 = 320 <= 512 < 640 -> 4 tokens, 320 threads.
 // CHECK-LABEL: kv.gather @fp8_raw
-// CHECK-SAME: vector_bytes = 16, vec_elems = 16, threads = 320, tokens_per_cta = 4,
+// CHECK-SAME: vector_bytes = 16, vec_elems = 16, threads = 320, tokens_per_cta = 16,
 kv.gather @fp8_raw : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
     scale = per_tensor>, output f8E4M3FN, slots i64
@@ -76,7 +77,7 @@ kv.gather @fp8_raw : #kv.layout<num_kv_heads = 4,
 // per_token = 8 * 92 / 2 = 368 -> 1 token; 368 rounds up to 12 * 32 = 384
 // threads.
 // CHECK-LABEL: kv.reshape_and_cache @head46
-// CHECK-SAME: vector_bytes = 4, vec_elems = 2, threads = 384, tokens_per_cta = 1, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 4, vec_elems = 2, threads = 384, tokens_per_cta = 4, cache_alignment = proven
 kv.reshape_and_cache @head46 : #kv.layout<num_kv_heads = 8,
     head_size_k = 46, head_size_v = 46, block_size = 16, dtype = bf16>,
     input bf16, slots i64
@@ -84,7 +85,7 @@ kv.reshape_and_cache @head46 : #kv.layout<num_kv_heads = 8,
 // Head size 80 = 16 * 5: 8 bf16 divide it.
 // per_token = 8 * 160 / 8 = 160 -> 2 tokens, 320 threads.
 // CHECK-LABEL: kv.reshape_and_cache @head80
-// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 320, tokens_per_cta = 2, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 320, tokens_per_cta = 8, cache_alignment = proven
 kv.reshape_and_cache @head80 : #kv.layout<num_kv_heads = 8,
     head_size_k = 80, head_size_v = 80, block_size = 16, dtype = bf16>,
     input bf16, slots i64
@@ -94,7 +95,7 @@ kv.reshape_and_cache @head80 : #kv.layout<num_kv_heads = 8,
 // Any dynamic stride: alignment is checked at run time, vec_elems from the
 // head sizes only.
 // CHECK-LABEL: kv.reshape_and_cache @dynamic_strides
-// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 320, tokens_per_cta = 2, cache_alignment = checked, input_alignment = checked
+// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 320, tokens_per_cta = 8, cache_alignment = checked, input_alignment = checked
 kv.reshape_and_cache @dynamic_strides : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16,
     k_strides = [?, ?, ?], v_strides = [?, ?, ?]>, input bf16, slots i64
@@ -120,7 +121,7 @@ kv.reshape_and_cache @static_odd_stride : #kv.layout<num_kv_heads = 4,
 // per_token = 1 * 576 / 8 = 72; 4 * 72 = 288 <= 512 < 8 * 72 -> 4 tokens,
 // 288 threads.
 // CHECK-LABEL: kv.reshape_and_cache @row_576
-// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 288, tokens_per_cta = 4, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 288, tokens_per_cta = 16, cache_alignment = proven
 kv.reshape_and_cache @row_576 : #kv.layout<num_kv_heads = 1,
     head_size_k = 512, head_size_v = 64, block_size = 64, packing = packed,
     dtype = bf16>, input bf16, slots i64
@@ -129,7 +130,7 @@ kv.reshape_and_cache @row_576 : #kv.layout<num_kv_heads = 1,
 // per_token = 2 * 96 / 4 = 48; 8 * 48 = 384 <= 512 < 16 * 48 -> 8 tokens,
 // 384 threads.
 // CHECK-LABEL: kv.reshape_and_cache @packed_base_limits
-// CHECK-SAME: vector_bytes = 8, vec_elems = 4, threads = 384, tokens_per_cta = 8, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 8, vec_elems = 4, threads = 384, tokens_per_cta = 32, cache_alignment = proven
 kv.reshape_and_cache @packed_base_limits : #kv.layout<num_kv_heads = 2,
     head_size_k = 92, head_size_v = 4, block_size = 16, packing = packed,
     dtype = bf16>, input bf16, slots i64
@@ -137,7 +138,7 @@ kv.reshape_and_cache @packed_base_limits : #kv.layout<num_kv_heads = 2,
 // Small work per token: 1 head x 64/64 bf16: per_token = 128 / 8 = 16;
 // 32 * 16 = 512 -> 32 tokens, 512 threads.
 // CHECK-LABEL: kv.reshape_and_cache @small_token
-// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 512, tokens_per_cta = 32,
+// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 512, tokens_per_cta = 128,
 // With one token forced: 16 accesses, rounded up to 32 and raised to the
 // minimum of 64 threads.
 // ONETOKEN-LABEL: kv.reshape_and_cache @small_token
@@ -149,7 +150,7 @@ kv.reshape_and_cache @small_token : #kv.layout<num_kv_heads = 1,
 // Tiny rows: 1 head x 8/8 bf16: per_token = 16 / 8 = 2; 256 * 2 = 512 ->
 // 256 tokens, 512 threads.
 // CHECK-LABEL: kv.reshape_and_cache @tiny_rows
-// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 512, tokens_per_cta = 256,
+// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 512, tokens_per_cta = 1024,
 kv.reshape_and_cache @tiny_rows : #kv.layout<num_kv_heads = 1,
     head_size_k = 8, head_size_v = 8, block_size = 16, dtype = bf16>,
     input bf16, slots i64
@@ -157,7 +158,7 @@ kv.reshape_and_cache @tiny_rows : #kv.layout<num_kv_heads = 1,
 // Huge rows: 16 heads x 1024/1024 bf16: per_token = 16 * 2048 / 8 = 4096 >
 // 512 -> 1 token; 4096 accesses are capped at 1024 threads.
 // CHECK-LABEL: kv.reshape_and_cache @huge_rows
-// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 1024, tokens_per_cta = 1,
+// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 512, tokens_per_cta = 1,
 kv.reshape_and_cache @huge_rows : #kv.layout<num_kv_heads = 16,
     head_size_k = 1024, head_size_v = 1024, block_size = 16, dtype = bf16>,
     input bf16, slots i64
@@ -167,7 +168,7 @@ kv.reshape_and_cache @huge_rows : #kv.layout<num_kv_heads = 16,
 // A plan already present is replaced.
 // CHECK-LABEL: kv.reshape_and_cache @replan
 // 8 x 128: per_token = 8 * 256 / 8 = 256 -> 2 tokens, 512 threads.
-// CHECK-SAME: {plan = #kv.plan<target = "sm_90", vector_bytes = 16, vec_elems = 8, threads = 512, tokens_per_cta = 2,
+// CHECK-SAME: {plan = #kv.plan<target = "sm_90", vector_bytes = 16, vec_elems = 8, threads = 512, tokens_per_cta = 8,
 // CHECK-NOT: gfx90a
 kv.reshape_and_cache @replan : #kv.layout<num_kv_heads = 8,
     head_size_k = 128, head_size_v = 128, block_size = 16, dtype = bf16>,

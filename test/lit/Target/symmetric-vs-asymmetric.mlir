@@ -15,8 +15,8 @@
 // width and V's head stride (128 in both) are the same text. Every changed
 // line is matched below; --implicit-check-not rejects any other.
 
-// CHECK: < // kvgen-kernel: name=write threads=512 tokens_per_cta=2 vector_bytes=16
-// CHECK: > // kvgen-kernel: name=write threads=320 tokens_per_cta=2 vector_bytes=16
+// CHECK: < // kvgen-kernel: name=write threads=512 tokens_per_cta=8 vector_bytes=16
+// CHECK: > // kvgen-kernel: name=write threads=320 tokens_per_cta=8 vector_bytes=16
 // CHECK: < extern "C" __global__ KVGEN_LAUNCH_BOUNDS(512) void write(
 // CHECK: < // K: head_size 128, strides [block 16384, token 1024, head 128], row base 0, 8 x 128
 // CHECK: < int64_t v2 = 16384;
@@ -33,8 +33,8 @@
 // CHECK: > // V: head_size 128, strides [block 8192, token 512, head 128], row base 0, 4 x 128
 // CHECK: > int64_t v7 = 8192;
 // CHECK: > int64_t v8 = 512;
-// CHECK: < kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 8, 128, 128, 16, 8, 2, 512, 0, false, true, false>(v1, v6, v11);
-// CHECK: > kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 4, 192, 128, 16, 8, 2, 320, 0, false, true, false>(v1, v6, v11);
+// CHECK: < kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 8, 128, 128, 16, 8, 8, 512, 0, false, true, false>(v1, v6, v11);
+// CHECK: > kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 4, 192, 128, 16, 8, 8, 320, 0, false, true, false>(v1, v6, v11);
 
 //--- sym.mlir
 kv.reshape_and_cache @write : #kv.layout<num_kv_heads = 8, head_size_k = 128,
