@@ -41,9 +41,9 @@ Status checkAligned(const char *op, const char *name, const void *p,
 std::optional<int64_t> safeExtentBytes(const LayoutDesc &l, Side side,
                                        int64_t numBlocks, const int64_t *dyn) {
   SideMap m = l.map(side, dyn);
-  __int128 last =
-      __int128(numBlocks - 1) * m.block + __int128(l.blockSize - 1) * m.token +
-      __int128(l.numKvHeads - 1) * m.head + m.base + l.headSize(side);
+  // One past the last element, in 128-bit arithmetic (LayoutMap.h).
+  __int128 last = elementOffsetAs<__int128>(m, numBlocks - 1, l.blockSize - 1,
+                                            l.numKvHeads - 1, l.headSize(side));
   __int128 bytes = last * elementSize(l.dtype);
   if (bytes > __int128(INT64_MAX))
     return std::nullopt;

@@ -39,12 +39,22 @@ struct SideMap {
 };
 
 /// The element offset of element `elem` of kv head `head` of token `token`
-/// (0 <= token < block_size) of cache block `block`. This is the only
-/// definition of the address formula in kvgen.
+/// (0 <= token < block_size) of cache block `block`, computed in integer
+/// type I. This is the only definition of the address formula in kvgen.
+/// Kernels use I = int64_t; the runtime's bounds check uses a 128-bit type
+/// to detect offsets that do not fit in 64 bits.
+template <class I>
+KVGEN_HD inline I elementOffsetAs(const SideMap &m, I block, I token, I head,
+                                  I elem) {
+  return block * I(m.block) + token * I(m.token) + head * I(m.head) +
+         I(m.base) + elem;
+}
+
+/// elementOffsetAs in 64-bit arithmetic: what every kernel computes.
 KVGEN_HD inline int64_t elementOffset(const SideMap &m, int64_t block,
                                       int64_t token, int64_t head,
                                       int64_t elem) {
-  return block * m.block + token * m.token + head * m.head + m.base + elem;
+  return elementOffsetAs<int64_t>(m, block, token, head, elem);
 }
 
 } // namespace kvgen
