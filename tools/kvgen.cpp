@@ -1,12 +1,16 @@
 //===- kvgen.cpp - The kvgen command-line tool ----------------------------===//
 //
 //   kvgen emit  (--preset NAME | --layout FILE) --op reshape_and_cache|gather
-//               --target gfx90a|gfx942|gfx950|sm_80|sm_90|host
+//               --target gfx90a|gfx942|gfx950|sm_80|sm_89|sm_90|host
 //               [--io bf16] [--slots i64] [--checked] [--dequantize]
 //               [-o FILE | --bundle DIR]
 //   kvgen run   [--preset NAME | --layout FILE] [--backend auto|cuda|hip|host]
 //               [--bundle DIR] [--tokens N] [--seed N]
 //   kvgen presets
+//   kvgen help | --help | -h
+//
+// kUsage below is the full description. Usage errors exit 2 with a one-line
+// message on stderr; a later repeat of an option overrides an earlier one.
 //
 // `emit` and `--layout` need the MLIR build; the runtime-only build
 // (KVGEN_ENABLE_MLIR=OFF) runs presets from bundles emitted elsewhere.
@@ -20,8 +24,11 @@
 #ifdef KVGEN_HAVE_MLIR
 #include "kvgen/Codegen/Emit.h"
 #include "kvgen/InitAll.h"
+#include "kvgen/Plan.h"
 
 #include "mlir/AsmParser/AsmParser.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Location.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "llvm/ADT/StringExtras.h"
@@ -31,6 +38,7 @@
 
 #include <fmt/core.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -38,74 +46,213 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace kvgen;
 
 namespace {
 
-int usage() {
-  std::fputs(
-      "usage:\n"
-      "  kvgen emit (--preset NAME | --layout FILE) --op "
-      "reshape_and_cache|gather\n"
-      "             --target gfx90a|gfx942|gfx950|sm_80|sm_90|host\n"
-      "             [--io bf16|f16|f32|<cache dtype>] [--slots i32|i64]\n"
-      "             [--checked] [--dequantize] [-o FILE | --bundle DIR]\n"
-      "  kvgen run [--preset NAME | --layout FILE] [--backend "
-      "auto|cuda|hip|host]\n"
-      "            [--bundle DIR] [--tokens N] [--seed N]\n"
-      "  kvgen presets\n",
-      stderr);
+const char kUsage[] =
+    "usage:\n"
+    "  kvgen emit    (--preset NAME | --layout FILE) --op OP --target TARGET\n"
+    "                [--io TYPE] [--slots i32|i64] [--checked] [--dequantize]\n"
+    "                [-o FILE | --bundle DIR]\n"
+    "  kvgen run     [--preset NAME | --layout FILE] [--backend BACKEND]\n"
+    "                [--bundle DIR] [--tokens N] [--seed N]\n"
+    "  kvgen presets\n"
+    "  kvgen help | --help | -h\n"
+    "\n"
+    "Options take their value as the next argument or after '='\n"
+    "(--target=gfx942).\n"
+    "\n"
+    "emit: plans, lowers and prints the source of one kernel.\n"
+    "  --preset NAME    a built-in layout ('kvgen presets' lists them)\n"
+    "  --layout FILE    a file holding a #kv.layout<...> attribute, or an "
+    "MLIR\n"
+    "                   module whose first kv op gives the layout\n"
+    "  (exactly one of --preset and --layout is required)\n"
+    "  --op OP          reshape_and_cache (write tokens into the cache) or\n"
+    "                   gather (read them back); required\n"
+    "  --target TARGET  gfx90a, gfx942, gfx950 (HIP), sm_80, sm_89, sm_90\n"
+    "                   (CUDA, for NVRTC) or host (C++); AMD targets may add\n"
+    "                   feature flags (gfx90a:xnack-); required\n"
+    "  --io TYPE        element type of the dense token rows: bf16, f16 or "
+    "f32;\n"
+    "                   a gather without --dequantize uses the cache dtype.\n"
+    "                   Default: bf16 for reshape_and_cache and dequantizing\n"
+    "                   gathers, else the cache dtype\n"
+    "  --slots TYPE     slot_mapping element type: i32 or i64 (default i64)\n"
+    "  --checked        slots at or past the cache end set the error flag\n"
+    "                   instead of being accessed (default: not checked)\n"
+    "  --dequantize     gather only: convert each cache element to --io; for\n"
+    "                   fp8 caches q * scale, for bf16/f16/f32 caches a plain\n"
+    "                   dtype conversion (allowed)\n"
+    "  -o FILE          write the source to FILE (default: stdout)\n"
+    "  --bundle DIR     add the kernel (source + manifest entry) to the "
+    "bundle\n"
+    "                   in DIR, creating it if needed; not with -o\n"
+    "\n"
+    "run: the end-to-end job: emits (or loads from --bundle), compiles and\n"
+    "launches reshape_and_cache then gather on random tokens and checks the\n"
+    "cache and the gathered rows bit for bit against a host reference.\n"
+    "  --preset NAME    a built-in layout (default: mimo-v2-flash)\n"
+    "  --layout FILE    as for emit (MLIR build only); not with --preset\n"
+    "  --backend B      auto (CUDA, else HIP, else host; default), cuda, hip\n"
+    "                   or host\n"
+    "  --bundle DIR     serve kernels from this bundle (kvgen emit --bundle)\n"
+    "  --tokens N       number of tokens, 1 to 16777216 (default 300)\n"
+    "  --seed N         random seed, a 64-bit whole number (default 1)\n"
+    "\n"
+    "presets: lists the built-in layouts.\n"
+    "\n"
+    "Exit status: 0 success, 1 failure, 2 usage error.\n";
+
+/// `kvgen help`: the usage on stdout, success.
+int help() {
+  std::fputs(kUsage, stdout);
+  return 0;
+}
+
+/// A usage error: the message and a pointer to --help on stderr, exit 2.
+/// `who` is "kvgen" or "kvgen CMD".
+template <typename... Args>
+int usageError(const char *who, fmt::format_string<Args...> f, Args &&...args) {
+  fmt::print(stderr, "{}: {}\n", who,
+             fmt::format(f, std::forward<Args>(args)...));
+  std::fputs("run 'kvgen --help' for usage\n", stderr);
   return 2;
 }
 
-/// --flag value / --flag parsing; flags without value map to "1".
-bool parseFlags(int argc, char **argv, int first,
-                std::map<std::string, std::string> &flags) {
-  static const char *kSwitches[] = {"--checked", "--dequantize"};
+using Flags = std::map<std::string, std::string>;
+
+struct FlagSpec {
+  const char *name;
+  bool takesValue;
+};
+const FlagSpec kEmitFlags[] = {{"--preset", true},   {"--layout", true},
+                               {"--op", true},       {"--target", true},
+                               {"--io", true},       {"--slots", true},
+                               {"--checked", false}, {"--dequantize", false},
+                               {"-o", true},         {"--bundle", true}};
+const FlagSpec kRunFlags[] = {{"--preset", true},  {"--layout", true},
+                              {"--backend", true}, {"--bundle", true},
+                              {"--tokens", true},  {"--seed", true}};
+
+/// Parses `cmd`'s options (argv[first..]) into `flags`; switches map to "1".
+/// Returns 0, or the exit status of a usage error (already reported).
+template <size_t N>
+int parseFlags(const std::string &cmd, int argc, char **argv, int first,
+               const FlagSpec (&specs)[N], Flags &flags) {
   for (int i = first; i < argc; ++i) {
     std::string a = argv[i];
-    bool isSwitch = false;
-    for (const char *s : kSwitches)
-      isSwitch |= a == s;
-    if (isSwitch) {
+    std::string value;
+    bool inlineValue = false;
+    if (size_t eq = a.find('=');
+        a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+      inlineValue = true;
+    }
+    const FlagSpec *spec = nullptr;
+    for (const FlagSpec &s : specs)
+      if (a == s.name)
+        spec = &s;
+    if (!spec) {
+      if (a.empty() || a[0] != '-')
+        return usageError(("kvgen " + cmd).c_str(), "unexpected argument '{}'",
+                          a);
+      return usageError(("kvgen " + cmd).c_str(), "unknown option '{}'", a);
+    }
+    if (!spec->takesValue) {
+      if (inlineValue)
+        return usageError("kvgen", "{} takes no value", a);
       flags[a] = "1";
       continue;
     }
-    if ((a.rfind("--", 0) != 0 && a != "-o") || i + 1 >= argc) {
-      fmt::print(stderr, "kvgen: unexpected argument '{}'\n", a);
-      return false;
+    if (!inlineValue) {
+      if (i + 1 >= argc)
+        return usageError("kvgen", "{} needs a value", a);
+      value = argv[i + 1];
+      if (value.rfind("--", 0) == 0)
+        return usageError("kvgen", "{} needs a value (got the option '{}')", a,
+                          value);
+      ++i;
     }
-    flags[a] = argv[++i];
+    if (value.empty())
+      return usageError("kvgen", "{} needs a value", a);
+    flags[a] = value;
   }
-  return true;
+  if (flags.count("--preset") && flags.count("--layout"))
+    return usageError("kvgen", "give one of --preset or --layout, not both");
+  return 0;
 }
 
 #ifdef KVGEN_HAVE_MLIR
-/// Reads a layout from FILE: either a `#kv.layout<...>` attribute (comment
-/// lines allowed) or a module whose first kv op's layout is taken.
+/// The offset of `text`'s first token past blanks and `//` comments.
+size_t firstTokenOffset(llvm::StringRef text) {
+  llvm::StringRef rest = text;
+  while (true) {
+    rest = rest.ltrim();
+    if (!rest.starts_with("//"))
+      return text.size() - rest.size();
+    rest = rest.drop_until([](char c) { return c == '\n'; });
+  }
+}
+
+/// Reads a layout from FILE: either a `#kv.layout<...>` attribute (comments
+/// allowed) or a module whose first kv op's layout is taken. Diagnostics
+/// read FILE:LINE:COL.
 std::optional<LayoutDesc> readLayoutFile(mlir::MLIRContext &ctx,
                                          const std::string &path) {
-  auto buf = llvm::MemoryBuffer::getFile(path);
+  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
   if (!buf) {
-    fmt::print(stderr, "kvgen: cannot read '{}'\n", path);
-    return std::nullopt;
-  }
-  std::string text;
-  for (llvm::StringRef line : llvm::split((*buf)->getBuffer(), '\n'))
-    if (!line.ltrim().starts_with("//"))
-      text += line.str() + "\n";
-  llvm::StringRef trimmed = llvm::StringRef(text).trim();
-  if (trimmed.starts_with("#kv.layout")) {
-    if (auto a = llvm::dyn_cast_or_null<kv::LayoutAttr>(
-            mlir::parseAttribute(trimmed, &ctx)))
-      return a.getDesc();
+    fmt::print(stderr, "kvgen: cannot read '{}': {}\n", path,
+               buf.getError().message());
     return std::nullopt;
   }
   llvm::SourceMgr sm;
-  sm.AddNewSourceBuffer(std::move(*buf), llvm::SMLoc());
+  unsigned bufferId = sm.AddNewSourceBuffer(std::move(*buf), llvm::SMLoc());
+  llvm::StringRef text = sm.getMemoryBuffer(bufferId)->getBuffer();
   mlir::SourceMgrDiagnosticHandler handler(sm, &ctx);
+  const size_t start = firstTokenOffset(text);
+  if (text.drop_front(start).starts_with("#kv.layout")) {
+    // A bare attribute. parseAttribute names its locations after the text
+    // it parses; the whole file goes in, so its line:col are the file's and
+    // only the name is replaced.
+    auto inFile = [&](mlir::Location loc) -> mlir::Location {
+      if (auto fl = llvm::dyn_cast<mlir::FileLineColLoc>(loc))
+        if (fl.getFilename() == text)
+          return mlir::FileLineColLoc::get(&ctx, path, fl.getLine(),
+                                           fl.getColumn());
+      return loc;
+    };
+    mlir::ScopedDiagnosticHandler remap(&ctx, [&](mlir::Diagnostic &d) {
+      handler.emitDiagnostic(inFile(d.getLocation()), d.str(), d.getSeverity());
+      for (mlir::Diagnostic &note : d.getNotes())
+        handler.emitDiagnostic(inFile(note.getLocation()), note.str(),
+                               note.getSeverity());
+      return mlir::success();
+    });
+    // numRead counts from the first token, so leading comments are fine;
+    // anything but blanks and comments after the attribute is not.
+    size_t numRead = 0;
+    auto a = llvm::dyn_cast_or_null<kv::LayoutAttr>(
+        mlir::parseAttribute(text, &ctx, mlir::Type(), &numRead,
+                             /*isKnownNullTerminated=*/true));
+    if (!a)
+      return std::nullopt;
+    size_t end = start + numRead;
+    if (size_t next = end + firstTokenOffset(text.drop_front(end));
+        next < text.size()) {
+      sm.PrintMessage(llvm::SMLoc::getFromPointer(text.data() + next),
+                      llvm::SourceMgr::DK_Error,
+                      "expected only comments after the #kv.layout "
+                      "attribute");
+      return std::nullopt;
+    }
+    return a.getDesc();
+  }
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceFile<mlir::ModuleOp>(sm, &ctx);
   if (!module)
@@ -135,8 +282,11 @@ mlir::MLIRContext &mlirContext() {
 }
 #endif
 
-std::optional<LayoutDesc> layoutFromFlags(
-    const std::map<std::string, std::string> &flags, std::string *name) {
+/// The layout of --preset or --layout; on failure (reported) sets *rc to
+/// the exit status: 2 for an unknown preset, 1 for a bad layout file.
+std::optional<LayoutDesc> layoutFromFlags(const Flags &flags, std::string *name,
+                                          int *rc) {
+  *rc = 1;
   auto layoutFile = flags.find("--layout");
   if (layoutFile != flags.end()) {
 #ifdef KVGEN_HAVE_MLIR
@@ -152,9 +302,11 @@ std::optional<LayoutDesc> layoutFromFlags(
   *name = preset == flags.end() ? presets().front().name : preset->second;
   std::optional<LayoutDesc> l = findPreset(*name);
   if (!l) {
-    fmt::print(stderr, "kvgen: unknown preset '{}' (kvgen presets lists "
-                       "them)\n",
+    fmt::print(stderr,
+               "kvgen: unknown preset '{}' ('kvgen presets' lists "
+               "them)\n",
                *name);
+    *rc = 2;
   }
   return l;
 }
@@ -167,43 +319,76 @@ int cmdPresets() {
 }
 
 #ifdef KVGEN_HAVE_MLIR
-int cmdEmit(const std::map<std::string, std::string> &flags) {
-  std::string layoutName;
-  std::optional<LayoutDesc> layout = layoutFromFlags(flags, &layoutName);
-  if (!layout)
-    return 1;
-  auto get = [&](const char *k, const char *def) {
+int cmdEmit(const Flags &flags) {
+  auto get = [&](const char *k, const std::string &def) {
     auto it = flags.find(k);
-    return it == flags.end() ? std::string(def) : it->second;
+    return it == flags.end() ? def : it->second;
   };
+  // Usage errors first, before any file is read.
+  if (!flags.count("--preset") && !flags.count("--layout"))
+    return usageError("kvgen emit",
+                      "--preset NAME or --layout FILE is required");
+  if (!flags.count("--op"))
+    return usageError("kvgen emit",
+                      "--op is required (reshape_and_cache or gather)");
+  std::optional<KernelOp> op = parseKernelOp(get("--op", ""));
+  if (!op)
+    return usageError("kvgen emit",
+                      "--op must be reshape_and_cache or gather, got "
+                      "'{}'",
+                      get("--op", ""));
+  std::string target = get("--target", "");
+  if (target.empty())
+    return usageError("kvgen emit",
+                      "--target is required (gfx90a, gfx942, gfx950, "
+                      "sm_80, sm_89, sm_90 or host)");
+  if (!isKnownTarget(target))
+    return usageError("kvgen emit",
+                      "unknown --target '{}' (expected gfx90a, gfx942, "
+                      "gfx950, sm_80, sm_89, sm_90 or host)",
+                      target);
+  std::optional<SlotType> slots = parseSlotType(get("--slots", "i64"));
+  if (!slots)
+    return usageError("kvgen emit", "--slots must be i32 or i64, got '{}'",
+                      get("--slots", ""));
+  const bool dequantize = flags.count("--dequantize");
+  if (dequantize && *op != KernelOp::Gather)
+    return usageError("kvgen emit", "--dequantize applies to --op gather only");
+  if (flags.count("-o") && flags.count("--bundle"))
+    return usageError("kvgen emit", "give one of -o or --bundle, not both");
+  const bool ioFloat = *op == KernelOp::ReshapeAndCache || dequantize;
+  std::optional<DType> io;
+  if (flags.count("--io")) {
+    io = parseDType(get("--io", ""));
+    if (!io || (ioFloat && isFp8(*io)))
+      return usageError(
+          "kvgen emit", "--io must be {}, got '{}'",
+          ioFloat ? "bf16, f16 or f32"
+                  : "the cache dtype for a gather without --dequantize "
+                    "(bf16, f16, f32, f8E4M3FN, f8E4M3FNUZ, f8E5M2 or "
+                    "f8E5M2FNUZ)",
+          get("--io", ""));
+  }
+
+  std::string layoutName;
+  int rc = 1;
+  std::optional<LayoutDesc> layout = layoutFromFlags(flags, &layoutName, &rc);
+  if (!layout)
+    return rc;
   KernelSpec spec;
   spec.layout = *layout;
-  std::optional<KernelOp> op = parseKernelOp(get("--op", ""));
-  if (!op) {
-    fmt::print(stderr, "kvgen emit: --op must be reshape_and_cache or "
-                       "gather\n");
-    return 2;
-  }
   spec.op = *op;
-  spec.dequantize = flags.count("--dequantize");
+  spec.dequantize = dequantize;
   spec.checked = flags.count("--checked");
   // Default io: bf16 for writes and dequantizing gathers, else the cache's.
-  const char *defaultIo = spec.op == KernelOp::Gather && !spec.dequantize
-                              ? toString(layout->dtype)
-                              : "bf16";
-  std::optional<DType> io = parseDType(get("--io", defaultIo));
-  std::optional<SlotType> slots = parseSlotType(get("--slots", "i64"));
-  if (!io || !slots) {
-    fmt::print(stderr, "kvgen emit: bad --io or --slots\n");
-    return 2;
-  }
-  spec.ioType = *io;
+  spec.ioType = io ? *io : ioFloat ? DType::BF16 : layout->dtype;
+  if (!ioFloat && spec.ioType != layout->dtype)
+    return usageError("kvgen emit",
+                      "--io of a gather without --dequantize must be "
+                      "the cache dtype {}, got '{}' (add --dequantize to "
+                      "convert)",
+                      toString(layout->dtype), get("--io", ""));
   spec.slotType = *slots;
-  std::string target = get("--target", "");
-  if (target.empty()) {
-    fmt::print(stderr, "kvgen emit: --target is required\n");
-    return 2;
-  }
   std::string error;
   mlir::FailureOr<EmittedKernel> k =
       emitKernel(&mlirContext(), spec, target, "", &error);
@@ -220,8 +405,8 @@ int cmdEmit(const std::map<std::string, std::string> &flags) {
     bk.entry.geometry = {int(k->threads), int(k->tokensPerCta),
                          int(k->vectorBytes)};
     bk.entry.source =
-        k->name + (target == "host" ? ".cpp" : (target[0] == 's' ? ".cu"
-                                                                 : ".hip"));
+        k->name +
+        (target == "host" ? ".cpp" : (target[0] == 's' ? ".cu" : ".hip"));
     bk.sourceText = k->source;
     // Append to an existing bundle.
     std::vector<KernelEntry> existing;
@@ -261,32 +446,29 @@ int cmdEmit(const std::map<std::string, std::string> &flags) {
 }
 #endif
 
-int cmdRun(const std::map<std::string, std::string> &flags) {
+int cmdRun(const Flags &flags) {
   RunOptions o;
-  std::optional<LayoutDesc> layout = layoutFromFlags(flags, &o.presetName);
-  if (!layout)
-    return 1;
-  o.layout = *layout;
   if (flags.count("--backend"))
     o.backend = flags.at("--backend");
   if (o.backend != "auto" && o.backend != "cuda" && o.backend != "hip" &&
-      o.backend != "host") {
-    fmt::print(stderr, "kvgen run: unknown backend '{}' (auto|cuda|hip|host)\n",
-               o.backend);
-    return 2;
-  }
+      o.backend != "host")
+    return usageError("kvgen run",
+                      "--backend must be auto, cuda, hip or host, got "
+                      "'{}'",
+                      o.backend);
   if (flags.count("--bundle"))
     o.bundleDir = flags.at("--bundle");
   // Whole decimal numbers only: 1 <= tokens <= 2^24, any 64-bit seed.
-  auto number = [&](const char *flag, uint64_t max, uint64_t &out) {
+  auto number = [&](const char *flag, uint64_t min, uint64_t max,
+                    uint64_t &out) {
     const std::string &text = flags.at(flag);
     char *end = nullptr;
     errno = 0;
     unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-    if (text.empty() || text[0] == '-' || *end || errno || v > max) {
-      fmt::print(stderr, "kvgen run: {} must be a whole number in [1, {}], "
-                         "got '{}'\n",
-                 flag, max, text);
+    if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])) ||
+        *end || errno || v < min || v > max) {
+      usageError("kvgen run", "{} must be a whole number in [{}, {}], got '{}'",
+                 flag, min, max, text);
       return false;
     }
     out = v;
@@ -294,19 +476,20 @@ int cmdRun(const std::map<std::string, std::string> &flags) {
   };
   uint64_t value = 0;
   if (flags.count("--tokens")) {
-    if (!number("--tokens", uint64_t(1) << 24, value))
+    if (!number("--tokens", 1, uint64_t(1) << 24, value))
       return 2;
-    if (value == 0) {
-      fmt::print(stderr, "kvgen run: --tokens must be at least 1\n");
-      return 2;
-    }
     o.numTokens = int64_t(value);
   }
   if (flags.count("--seed")) {
-    if (!number("--seed", UINT64_MAX, value))
+    if (!number("--seed", 0, UINT64_MAX, value))
       return 2;
     o.seed = value;
   }
+  int rc = 1;
+  std::optional<LayoutDesc> layout = layoutFromFlags(flags, &o.presetName, &rc);
+  if (!layout)
+    return rc;
+  o.layout = *layout;
 #ifdef KVGEN_HAVE_MLIR
   installRuntimeGenerator();
 #endif
@@ -316,17 +499,31 @@ int cmdRun(const std::map<std::string, std::string> &flags) {
 } // namespace
 
 int main(int argc, char **argv) {
-  if (argc < 2)
-    return usage();
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
   std::string cmd = argv[1];
-  std::map<std::string, std::string> flags;
-  if (!parseFlags(argc, argv, 2, flags))
-    return usage();
-  if (cmd == "presets")
+  if (cmd == "help" || cmd == "--help" || cmd == "-h")
+    return help();
+  for (int i = 2; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h"))
+      return help();
+  Flags flags;
+  if (cmd == "presets") {
+    if (argc > 2)
+      return usageError("kvgen presets", "takes no arguments, got '{}'",
+                        argv[2]);
     return cmdPresets();
-  if (cmd == "run")
+  }
+  if (cmd == "run") {
+    if (int rc = parseFlags(cmd, argc, argv, 2, kRunFlags, flags))
+      return rc;
     return cmdRun(flags);
+  }
   if (cmd == "emit") {
+    if (int rc = parseFlags(cmd, argc, argv, 2, kEmitFlags, flags))
+      return rc;
 #ifdef KVGEN_HAVE_MLIR
     return cmdEmit(flags);
 #else
@@ -335,5 +532,6 @@ int main(int argc, char **argv) {
     return 1;
 #endif
   }
-  return usage();
+  return usageError("kvgen",
+                    "unknown command '{}' (emit, run, presets or help)", cmd);
 }

@@ -217,9 +217,10 @@ FailureOr<EmittedKernel> kvgen::emitKernel(MLIRContext *ctx,
 
 void kvgen::registerEmitHipTranslation() {
   static llvm::cl::opt<std::string> target(
-      "kv-target", llvm::cl::desc("target for --emit-hip (gfx942, sm_90, host, "
-                                  "...)"),
-      llvm::cl::init("gfx942"));
+      "kv-target",
+      llvm::cl::desc("target for --emit-hip: gfx90a, gfx942, gfx950, sm_80, "
+                     "sm_89, sm_90 or host (default: gfx942)"),
+      llvm::cl::value_desc("target"), llvm::cl::init("gfx942"));
   TranslateFromMLIRRegistration reg(
       "emit-hip", "plan, lower and print kv kernels as self-contained source",
       [](Operation *op, raw_ostream &os) -> LogicalResult {

@@ -107,51 +107,109 @@ KVGEN_DEVICE inline void storeFrag(T *p, const Frag<T, VEC> &f) {
 /// quantizing (write to fp8): D::store(x / scale), saturating and rounding
 /// to nearest even inside D::store; dequantizing (read from fp8):
 /// D::store(S::load(q) * scale).
-template <bool RAW> struct Mover;
-/// Same element type, no scaling: move the raw bits.
-template <> struct Mover<true> {
-  template <class S, class D, int VEC, bool QUANT, bool DEQUANT>
-  static KVGEN_DEVICE inline void run(const typename S::storage *src,
-                                      typename D::storage *dst, float) {
-    typedef typename S::storage SS;
-    Frag<SS, VEC> in;
-    loadFrag<SS, VEC>(in, src);
-    storeFrag<SS, VEC>(reinterpret_cast<SS *>(dst), in);
-  }
-};
-/// Convert each element through float.
-template <> struct Mover<false> {
-  template <class S, class D, int VEC, bool QUANT, bool DEQUANT>
-  static KVGEN_DEVICE inline void run(const typename S::storage *src,
-                                      typename D::storage *dst, float scale) {
-    typedef typename S::storage SS;
-    typedef typename D::storage DS;
-    Frag<SS, VEC> in;
-    loadFrag<SS, VEC>(in, src);
-    Frag<DS, VEC> out;
-    KVGEN_UNROLL
-    for (int i = 0; i < VEC; ++i) {
-      float x = S::load(in.e[i]);
-      if (QUANT)
-        x = x / scale;
-      if (DEQUANT)
-        x = x * scale;
-      out.e[i] = D::store(x);
-    }
-    storeFrag<DS, VEC>(dst, out);
+/// x / scale rounded exactly as IEEE division, from recip = 1 / scale
+/// (itself correctly rounded): q0 = x * recip is within one ulp of x / scale,
+/// r = x - q0 * scale is exact with an FMA, and q0 + r * recip rounds to the
+/// correctly rounded quotient (Markstein's theorem; Muller et al., Handbook
+/// of Floating-Point Arithmetic, 2nd ed., sec. 4.9). Exact quotients, zeros
+/// (keeping their sign), infinities and NaN return q0. Where q0 would be
+/// subnormal the step may be off by one subnormal ulp, which no fp8
+/// encoding can see (their smallest magnitude is 2^-17 or larger). One
+/// multiply and two FMAs instead of a division per element.
+KVGEN_HD inline float divideBy(float x, float scale, float recip) {
+  const float q0 = x * recip;
+  const float r = KVGEN_FMAF(-q0, scale, x);
+  if (r == 0.0f || !(q0 - q0 == 0.0f))
+    return q0;
+  return KVGEN_FMAF(r, recip, q0);
+}
+
+/// Stores two converted elements; the hardware fp8 tags convert both with
+/// one instruction.
+template <class D> struct PairStore {
+  static KVGEN_DEVICE inline void run(typename D::storage *o, float a,
+                                      float b) {
+    o[0] = D::store(a);
+    o[1] = D::store(b);
   }
 };
 
-/// Copies VEC elements from `src` (type S) to `dst` (type D). Equal types with
-/// no scale move raw bits; otherwise each element goes through float:
-/// quantizing (write to fp8): D::store(x / scale), saturating and rounding
-/// to nearest even inside D::store; dequantizing (read from fp8):
-/// D::store(S::load(q) * scale).
+#ifdef KVGEN_HW_FP8
+template <> struct PairStore<dt_f8e4m3fn_hw> {
+  static KVGEN_DEVICE inline void run(uint8_t *o, float a, float b) {
+    hwFloat2ToF8e4m3fn(o, a, b);
+  }
+};
+template <> struct PairStore<dt_f8e5m2_hw> {
+  static KVGEN_DEVICE inline void run(uint8_t *o, float a, float b) {
+    hwFloat2ToF8e5m2(o, a, b);
+  }
+};
+#endif
+
+/// Converts a fragment of VEC elements: equal types with no scaling move raw
+/// bits; otherwise each element goes through float: quantizing (write to
+/// fp8): D::store(x / scale), saturating and rounding to nearest even in
+/// D::store; dequantizing (read from fp8): D::store(S::load(q) * scale).
+template <class S, class D, int VEC, bool QUANT, bool DEQUANT, bool RAW>
+struct Converter;
+template <class S, class D, int VEC, bool QUANT, bool DEQUANT>
+struct Converter<S, D, VEC, QUANT, DEQUANT, true> {
+  static KVGEN_DEVICE inline void
+  store(typename D::storage *dst, const Frag<typename S::storage, VEC> &in,
+        float, float) {
+    storeFrag<typename D::storage, VEC>(
+        dst, reinterpret_cast<const Frag<typename D::storage, VEC> &>(in));
+  }
+};
+template <class S, class D, int VEC, bool QUANT, bool DEQUANT>
+struct Converter<S, D, VEC, QUANT, DEQUANT, false> {
+  static KVGEN_DEVICE inline float one(typename S::storage v, float scale,
+                                       float recip) {
+    float x = S::load(v);
+    if (QUANT)
+      x = divideBy(x, scale, recip);
+    if (DEQUANT)
+      x = x * scale;
+    return x;
+  }
+  static KVGEN_DEVICE inline void
+  store(typename D::storage *dst, const Frag<typename S::storage, VEC> &in,
+        float scale, float recip) {
+    Frag<typename D::storage, VEC> out;
+    if (VEC % 2 == 0) {
+      KVGEN_UNROLL
+      for (int i = 0; i < VEC; i += 2)
+        PairStore<D>::run(&out.e[i], one(in.e[i], scale, recip),
+                          one(in.e[(i + 1) % VEC], scale, recip));
+    } else {
+      KVGEN_UNROLL
+      for (int i = 0; i < VEC; ++i)
+        out.e[i] = D::store(one(in.e[i], scale, recip));
+    }
+    storeFrag<typename D::storage, VEC>(dst, out);
+  }
+};
+
+template <class S, class D, int VEC, bool QUANT, bool DEQUANT>
+KVGEN_DEVICE inline void storeConverted(typename D::storage *dst,
+                                        const Frag<typename S::storage, VEC> &in,
+                                        float scale, float recip) {
+  Converter<S, D, VEC, QUANT, DEQUANT,
+            same_type<typename S::storage, typename D::storage>::value &&
+                !QUANT && !DEQUANT &&
+                (same_type<S, D>::value || S::is_fp8)>::store(dst, in, scale,
+                                                              recip);
+}
+
+/// Copies VEC elements from `src` (type S) to `dst` (type D); see Converter.
 template <class S, class D, int VEC, bool QUANT, bool DEQUANT>
 KVGEN_DEVICE inline void moveVec(const typename S::storage *src,
                                  typename D::storage *dst, float scale) {
-  Mover<same_type<S, D>::value && !QUANT && !DEQUANT>::template run<
-      S, D, VEC, QUANT, DEQUANT>(src, dst, scale);
+  Frag<typename S::storage, VEC> in;
+  loadFrag<typename S::storage, VEC>(in, src);
+  storeConverted<S, D, VEC, QUANT, DEQUANT>(dst, in, scale,
+                                            QUANT ? 1.0f / scale : 1.0f);
 }
 
 /// True when `p` and both strides keep every VEC-element access of a row of
@@ -222,47 +280,120 @@ KVGEN_DEVICE inline SlotPos locate(const void *slots, int64_t token,
 
 /// One CTA of kv.reshape_and_cache: tokens [first, first + tokens_per_cta),
 /// each K row (head_k elements) and V row (head_v elements) of every head,
-/// VEC elements per thread step. K and V each use their own map, head size
-/// and scale: nothing of one side is derived from the other.
-template <class SP, int VEC>
-KVGEN_DEVICE inline void writeCta(const kvgen_reshape_and_cache_args &a,
-                                  const SideMap &kMap, const SideMap &vMap,
-                                  int64_t first) {
+/// VEC elements per access. K and V each use their own map, head size and
+/// scale: nothing of one side is derived from the other. Each thread makes
+/// N = ceil(accesses / threads) accesses; with BATCHED it first loads all its
+/// input fragments, scales and slots (independent loads in flight together)
+/// and then stores, so a decode-size write waits for one memory latency
+/// rather than N chains of two.
+template <class SP, int VEC, bool BATCHED> struct WriteCta {
+  enum {
+    kItems = SP::heads * (SP::head_k / VEC),
+    perToken = kItems + SP::heads * (SP::head_v / VEC),
+    total = SP::tokens_per_cta * perToken,
+    N = (total + SP::threads - 1) / SP::threads
+  };
   typedef typename SP::io::storage IS;
   typedef typename SP::cache::storage CS;
-  const bool quant = SP::cache::is_fp8;
-  const int kItems = SP::heads * (SP::head_k / VEC);
-  const int vItems = SP::heads * (SP::head_v / VEC);
-  const int perToken = kItems + vItems;
-  for (int i = KVGEN_THREAD_ID_X; i < SP::tokens_per_cta * perToken;
-       i += SP::threads) {
+
+  struct Item {
+    const IS *src;
+    CS *dst;
+    float scale;
+    bool live;
+  };
+
+  /// Where access i of the CTA reads and writes; live = false for tokens
+  /// past T, padding and (checked) rejected slots.
+  static KVGEN_DEVICE inline Item locateItem(
+      const kvgen_reshape_and_cache_args &a, const SideMap &kMap,
+      const SideMap &vMap, int64_t first, int i) {
+    Item it;
     const int64_t token = first + i / perToken;
     int r = i % perToken;
-    if (token >= a.num_tokens)
-      break;
-    const SlotPos pos = locate<SP>(a.slot_mapping, token, a.num_blocks,
-                                   a.error_flag);
-    if (pos.block < 0)
-      continue;
+    it.live = i < total && token < a.num_tokens;
     const bool isK = r < kItems;
     if (!isK)
       r -= kItems;
     const int headSize = isK ? int(SP::head_k) : int(SP::head_v);
     const int64_t head = r / (headSize / VEC);
     const int64_t elem = int64_t(r % (headSize / VEC)) * VEC;
-    const IS *src = static_cast<const IS *>(isK ? a.key : a.value) +
-                    token * (isK ? a.key_stride_token : a.value_stride_token) +
-                    head * (isK ? a.key_stride_head : a.value_stride_head) +
-                    elem;
-    CS *dst = static_cast<CS *>((isK || SP::packed) ? a.key_cache
-                                                    : a.value_cache) +
-              elementOffset(isK ? kMap : vMap, pos.block, pos.offset, head,
-                            elem);
-    const float scale =
-        quant ? loadScale(isK ? a.k_scale : a.v_scale, SP::scale, head) : 1.0f;
-    moveVec<typename SP::io, typename SP::cache, VEC, quant, false>(src, dst,
-                                                                   scale);
+    it.src = static_cast<const IS *>(isK ? a.key : a.value) +
+             token * (isK ? a.key_stride_token : a.value_stride_token) +
+             head * (isK ? a.key_stride_head : a.value_stride_head) + elem;
+    it.scale = 1.0f;
+    it.dst = nullptr;
+    if (!it.live)
+      return it;
+    if (SP::cache::is_fp8)
+      it.scale = loadScale(isK ? a.k_scale : a.v_scale, SP::scale, head);
+    const SlotPos pos =
+        locate<SP>(a.slot_mapping, token, a.num_blocks, a.error_flag);
+    it.live = pos.block >= 0;
+    it.dst = static_cast<CS *>((isK || SP::packed) ? a.key_cache
+                                                   : a.value_cache) +
+             elementOffset(isK ? kMap : vMap, pos.block, pos.offset, head,
+                           elem);
+    return it;
   }
+
+  static KVGEN_DEVICE inline void
+  store(const Item &it, const Frag<IS, VEC> &in) {
+    const bool quant = SP::cache::is_fp8;
+    storeConverted<typename SP::io, typename SP::cache, VEC, quant, false>(
+        it.dst, in, it.scale, quant ? 1.0f / it.scale : 1.0f);
+  }
+
+  template <bool B> struct Tag {};
+
+  /// All loads first, then all stores.
+  static KVGEN_DEVICE inline void go(const kvgen_reshape_and_cache_args &a,
+                                     const SideMap &kMap, const SideMap &vMap,
+                                     int64_t first, Tag<true>) {
+    Item items[N];
+    Frag<IS, VEC> in[N];
+    KVGEN_UNROLL
+    for (int k = 0; k < N; ++k) {
+      items[k] = locateItem(a, kMap, vMap, first,
+                            int(KVGEN_THREAD_ID_X) + k * SP::threads);
+      if (items[k].live)
+        loadFrag<IS, VEC>(in[k], items[k].src);
+    }
+    KVGEN_UNROLL
+    for (int k = 0; k < N; ++k)
+      if (items[k].live)
+        store(items[k], in[k]);
+  }
+
+  /// One access at a time.
+  static KVGEN_DEVICE inline void go(const kvgen_reshape_and_cache_args &a,
+                                     const SideMap &kMap, const SideMap &vMap,
+                                     int64_t first, Tag<false>) {
+    for (int i = KVGEN_THREAD_ID_X; i < total; i += SP::threads) {
+      const Item it = locateItem(a, kMap, vMap, first, i);
+      if (!it.live)
+        continue;
+      Frag<IS, VEC> in;
+      loadFrag<IS, VEC>(in, it.src);
+      store(it, in);
+    }
+  }
+
+  static KVGEN_DEVICE inline void run(const kvgen_reshape_and_cache_args &a,
+                                      const SideMap &kMap, const SideMap &vMap,
+                                      int64_t first) {
+    go(a, kMap, vMap, first, Tag<BATCHED>());
+  }
+};
+
+template <class SP, int VEC>
+KVGEN_DEVICE inline void writeCta(const kvgen_reshape_and_cache_args &a,
+                                  const SideMap &kMap, const SideMap &vMap,
+                                  int64_t first) {
+  // Batch the vector path when a thread has at most 8 accesses; the
+  // one-element fallback keeps the plain loop (few registers).
+  WriteCta<SP, VEC, (VEC > 1 && WriteCta<SP, VEC, false>::N <= 8)>::run(
+      a, kMap, vMap, first);
 }
 
 /// One CTA of kv.gather: the reverse of writeCta. With DEQUANT each element

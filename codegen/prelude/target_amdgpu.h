@@ -19,11 +19,12 @@ typedef unsigned long long uint64_t;
 #define __global__ __attribute__((global))
 #endif
 #define KVGEN_HD __attribute__((host)) __attribute__((device))
-#define KVGEN_DEVICE __attribute__((device))
+#define KVGEN_DEVICE __attribute__((device, always_inline))
 #define KVGEN_BLOCK_ID_X __builtin_amdgcn_workgroup_id_x()
 #define KVGEN_THREAD_ID_X __builtin_amdgcn_workitem_id_x()
 #define KVGEN_LAUNCH_BOUNDS(n)                                                 \
   __attribute__((amdgpu_flat_work_group_size(1, n)))
+#define KVGEN_FMAF(a, b, c) __builtin_fmaf(a, b, c)
 #define KVGEN_UNROLL _Pragma("unroll")
 
 namespace kvgen {

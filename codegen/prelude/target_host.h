@@ -20,10 +20,11 @@ typedef unsigned long long uint64_t;
 
 #define __global__
 #define KVGEN_HD
-#define KVGEN_DEVICE
+#define KVGEN_DEVICE __attribute__((always_inline))
 #define KVGEN_BLOCK_ID_X kvgen_host_block_id
 #define KVGEN_THREAD_ID_X kvgen_host_thread_id
 #define KVGEN_LAUNCH_BOUNDS(n)
+#define KVGEN_FMAF(a, b, c) __builtin_fmaf(a, b, c)
 #define KVGEN_UNROLL
 
 static thread_local unsigned kvgen_host_block_id;

@@ -22,6 +22,7 @@ typedef long long int64_t;
 typedef unsigned long long uint64_t;
 
 #if defined(__CUDACC_RTC__)
+#define KVGEN_FMAF(a, b, c) __fmaf_rn(a, b, c)
 #define KVGEN_BLOCK_ID_X blockIdx.x
 #define KVGEN_THREAD_ID_X threadIdx.x
 #define KVGEN_LAUNCH_BOUNDS(n) __launch_bounds__(n)
@@ -31,6 +32,7 @@ typedef uint4 kvgen_vec16_t;
 #define __global__ __attribute__((global))
 #define __device__ __attribute__((device))
 #define __host__ __attribute__((host))
+#define KVGEN_FMAF(a, b, c) __builtin_fmaf(a, b, c)
 #define KVGEN_BLOCK_ID_X __nvvm_read_ptx_sreg_ctaid_x()
 #define KVGEN_THREAD_ID_X __nvvm_read_ptx_sreg_tid_x()
 #define KVGEN_LAUNCH_BOUNDS(n) __attribute__((launch_bounds(n)))
@@ -56,6 +58,22 @@ __attribute__((device)) inline uint8_t hwFloatToF8e4m3fn(float x) {
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));
   return hwNaNFix(x, r, 0x7f);
 }
+/// Two elements in one convert: element 0 in the low byte (PTX puts the
+/// first source operand in the upper byte).
+__attribute__((device)) inline void hwFloat2ToF8e4m3fn(uint8_t *o, float a,
+                                                       float b) {
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(b), "f"(a));
+  o[0] = hwNaNFix(a, r, 0x7f);
+  o[1] = hwNaNFix(b, (unsigned short)(r >> 8), 0x7f);
+}
+__attribute__((device)) inline void hwFloat2ToF8e5m2(uint8_t *o, float a,
+                                                     float b) {
+  unsigned short r;
+  asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(b), "f"(a));
+  o[0] = hwNaNFix(a, r, 0x7e);
+  o[1] = hwNaNFix(b, (unsigned short)(r >> 8), 0x7e);
+}
 __attribute__((device)) inline uint8_t hwFloatToF8e5m2(float x) {
   unsigned short r;
   asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));
@@ -64,7 +82,7 @@ __attribute__((device)) inline uint8_t hwFloatToF8e5m2(float x) {
 } // namespace kvgen
 #endif
 #define KVGEN_HD __host__ __device__
-#define KVGEN_DEVICE __device__
+#define KVGEN_DEVICE __device__ __attribute__((always_inline))
 #define KVGEN_UNROLL _Pragma("unroll")
 
 namespace kvgen {

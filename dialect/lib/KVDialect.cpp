@@ -221,8 +221,20 @@ Attribute LayoutAttr::parse(AsmParser &p, Type) {
       return parseWord(parsePacking, packing, "separate or packed");
     if (key == "scale")
       return parseWord(parseScaleKind, scale, "none, per_tensor or per_head");
-    if (key == "dtype")
-      return p.parseType(dtype);
+    if (key == "dtype") {
+      SMLoc typeLoc = p.getCurrentLocation();
+      mlir::OptionalParseResult parsed = p.parseOptionalType(dtype);
+      if (parsed.has_value())
+        return *parsed;
+      // Not a type at all (e.g. `int8`): name the allowed ones.
+      StringRef word;
+      auto diag = p.emitError(typeLoc)
+                  << "'dtype' must be one of bf16, f16, f32, f8E4M3FN, "
+                     "f8E4M3FNUZ, f8E5M2, f8E5M2FNUZ";
+      if (succeeded(p.parseOptionalKeyword(&word)))
+        diag << ", got '" << word << "'";
+      return diag;
+    }
     if (key == "k_strides") {
       seenK = true;
       return parseStrideList(p, kStrides);

@@ -22,7 +22,7 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.kvgen_tools_dir, append_path=True)
 
-tools = ["kvgen-opt", "kvgen-translate"]
+tools = ["kvgen-opt", "kvgen-translate", "kvgen"]
 llvm_config.add_tool_substitutions(tools, [config.kvgen_tools_dir])
 config.substitutions.append(("%kvgen_src", config.kvgen_src_root))
 # The interpreter running lit also runs the helper scripts.
