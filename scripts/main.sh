@@ -8,4 +8,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
-./build/bin/kvgen run --preset mimo-v2-flash "$@"
+./build/bin/kvgen run "$@"

@@ -64,7 +64,7 @@ const char kUsage[] =
     "  kvgen help | --help | -h\n"
     "\n"
     "Options take their value as the next argument or after '='\n"
-    "(--target=gfx942).\n"
+    "(--target=gfx942); a repeated option takes its last value.\n"
     "\n"
     "emit: plans, lowers and prints the source of one kernel.\n"
     "  --preset NAME    a built-in layout ('kvgen presets' lists them)\n"

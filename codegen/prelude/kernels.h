@@ -281,119 +281,50 @@ KVGEN_DEVICE inline SlotPos locate(const void *slots, int64_t token,
 /// One CTA of kv.reshape_and_cache: tokens [first, first + tokens_per_cta),
 /// each K row (head_k elements) and V row (head_v elements) of every head,
 /// VEC elements per access. K and V each use their own map, head size and
-/// scale: nothing of one side is derived from the other. Each thread makes
-/// N = ceil(accesses / threads) accesses; with BATCHED it first loads all its
-/// input fragments, scales and slots (independent loads in flight together)
-/// and then stores, so a decode-size write waits for one memory latency
-/// rather than N chains of two.
-template <class SP, int VEC, bool BATCHED> struct WriteCta {
-  enum {
-    kItems = SP::heads * (SP::head_k / VEC),
-    perToken = kItems + SP::heads * (SP::head_v / VEC),
-    total = SP::tokens_per_cta * perToken,
-    N = (total + SP::threads - 1) / SP::threads
-  };
+/// scale: nothing of one side is derived from the other. Each access loads
+/// its input fragment and its scale before it waits for the slot, so the
+/// two loads are in flight together (the input does not depend on the slot).
+template <class SP, int VEC>
+KVGEN_DEVICE inline void writeCta(const kvgen_reshape_and_cache_args &a,
+                                  const SideMap &kMap, const SideMap &vMap,
+                                  int64_t first) {
   typedef typename SP::io::storage IS;
   typedef typename SP::cache::storage CS;
-
-  struct Item {
-    const IS *src;
-    CS *dst;
-    float scale;
-    bool live;
-  };
-
-  /// Where access i of the CTA reads and writes; live = false for tokens
-  /// past T, padding and (checked) rejected slots.
-  static KVGEN_DEVICE inline Item locateItem(
-      const kvgen_reshape_and_cache_args &a, const SideMap &kMap,
-      const SideMap &vMap, int64_t first, int i) {
-    Item it;
+  const bool quant = SP::cache::is_fp8;
+  const int kItems = SP::heads * (SP::head_k / VEC);
+  const int vItems = SP::heads * (SP::head_v / VEC);
+  const int perToken = kItems + vItems;
+  for (int i = KVGEN_THREAD_ID_X; i < SP::tokens_per_cta * perToken;
+       i += SP::threads) {
     const int64_t token = first + i / perToken;
     int r = i % perToken;
-    it.live = i < total && token < a.num_tokens;
+    if (token >= a.num_tokens)
+      break;
     const bool isK = r < kItems;
     if (!isK)
       r -= kItems;
     const int headSize = isK ? int(SP::head_k) : int(SP::head_v);
     const int64_t head = r / (headSize / VEC);
     const int64_t elem = int64_t(r % (headSize / VEC)) * VEC;
-    it.src = static_cast<const IS *>(isK ? a.key : a.value) +
-             token * (isK ? a.key_stride_token : a.value_stride_token) +
-             head * (isK ? a.key_stride_head : a.value_stride_head) + elem;
-    it.scale = 1.0f;
-    it.dst = nullptr;
-    if (!it.live)
-      return it;
-    if (SP::cache::is_fp8)
-      it.scale = loadScale(isK ? a.k_scale : a.v_scale, SP::scale, head);
-    const SlotPos pos =
-        locate<SP>(a.slot_mapping, token, a.num_blocks, a.error_flag);
-    it.live = pos.block >= 0;
-    it.dst = static_cast<CS *>((isK || SP::packed) ? a.key_cache
-                                                   : a.value_cache) +
-             elementOffset(isK ? kMap : vMap, pos.block, pos.offset, head,
-                           elem);
-    return it;
-  }
-
-  static KVGEN_DEVICE inline void
-  store(const Item &it, const Frag<IS, VEC> &in) {
-    const bool quant = SP::cache::is_fp8;
+    const IS *src = static_cast<const IS *>(isK ? a.key : a.value) +
+                    token * (isK ? a.key_stride_token : a.value_stride_token) +
+                    head * (isK ? a.key_stride_head : a.value_stride_head) +
+                    elem;
+    Frag<IS, VEC> in;
+    loadFrag<IS, VEC>(in, src);
+    const float scale =
+        quant ? loadScale(isK ? a.k_scale : a.v_scale, SP::scale, head) : 1.0f;
+    const SlotPos pos = locate<SP>(a.slot_mapping, token, a.num_blocks,
+                                   a.error_flag);
+    if (pos.block < 0)
+      continue;
+    CS *dst = static_cast<CS *>((isK || SP::packed) ? a.key_cache
+                                                    : a.value_cache) +
+              elementOffset(isK ? kMap : vMap, pos.block, pos.offset, head,
+                            elem);
     storeConverted<typename SP::io, typename SP::cache, VEC, quant, false>(
-        it.dst, in, it.scale, quant ? 1.0f / it.scale : 1.0f);
+        dst, in, scale, quant ? 1.0f / scale : 1.0f);
   }
-
-  template <bool B> struct Tag {};
-
-  /// All loads first, then all stores.
-  static KVGEN_DEVICE inline void go(const kvgen_reshape_and_cache_args &a,
-                                     const SideMap &kMap, const SideMap &vMap,
-                                     int64_t first, Tag<true>) {
-    Item items[N];
-    Frag<IS, VEC> in[N];
-    KVGEN_UNROLL
-    for (int k = 0; k < N; ++k) {
-      items[k] = locateItem(a, kMap, vMap, first,
-                            int(KVGEN_THREAD_ID_X) + k * SP::threads);
-      if (items[k].live)
-        loadFrag<IS, VEC>(in[k], items[k].src);
-    }
-    KVGEN_UNROLL
-    for (int k = 0; k < N; ++k)
-      if (items[k].live)
-        store(items[k], in[k]);
-  }
-
-  /// One access at a time.
-  static KVGEN_DEVICE inline void go(const kvgen_reshape_and_cache_args &a,
-                                     const SideMap &kMap, const SideMap &vMap,
-                                     int64_t first, Tag<false>) {
-    for (int i = KVGEN_THREAD_ID_X; i < total; i += SP::threads) {
-      const Item it = locateItem(a, kMap, vMap, first, i);
-      if (!it.live)
-        continue;
-      Frag<IS, VEC> in;
-      loadFrag<IS, VEC>(in, it.src);
-      store(it, in);
-    }
-  }
-
-  static KVGEN_DEVICE inline void run(const kvgen_reshape_and_cache_args &a,
-                                      const SideMap &kMap, const SideMap &vMap,
-                                      int64_t first) {
-    go(a, kMap, vMap, first, Tag<BATCHED>());
-  }
-};
-
-template <class SP, int VEC>
-KVGEN_DEVICE inline void writeCta(const kvgen_reshape_and_cache_args &a,
-                                  const SideMap &kMap, const SideMap &vMap,
-                                  int64_t first) {
-  // Batch the vector path when a thread has at most 8 accesses; the
-  // one-element fallback keeps the plain loop (few registers).
-  WriteCta<SP, VEC, (VEC > 1 && WriteCta<SP, VEC, false>::N <= 8)>::run(
-      a, kMap, vMap, first);
 }
 
 /// One CTA of kv.gather: the reverse of writeCta. With DEQUANT each element
