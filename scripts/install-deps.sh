@@ -21,7 +21,7 @@ APT_PACKAGES=(
   llvm-22-dev libmlir-22-dev mlir-22-tools clang-22
   libamd-comgr-dev libfmt-dev libgtest-dev libssl-dev
 )
-PIP_PACKAGES=(numpy ml_dtypes pytest)
+PIP_PACKAGES=('numpy>=1.26,<3' 'ml_dtypes>=0.5,<0.7' 'pytest>=8,<10')
 # Import names of PIP_PACKAGES, in the same order.
 PIP_MODULES=(numpy ml_dtypes pytest)
 

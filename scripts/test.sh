@@ -104,6 +104,10 @@ if [[ -n "$last_log" ]]; then
                sed -E 's/^ +([A-Za-z ]*[A-Za-z]) *: *([0-9]+).*/\1 \2/' |
                paste -sd, - | sed 's/,/, /g')
   [[ -n "$lit_counts" ]] && note "  lit: $lit_counts"
+  # Each skipped GoogleTest with its reason (GTEST_SKIP message).
+  while IFS= read -r s; do note "  skipped: $s"; done < <(awk \
+    '/^[0-9]+\/[0-9]+ Test: /{name=$3} /^[^ ].*: Skipped$/{if ((getline m) > 0) print name ": " m}' \
+    "$last_log")
 fi
 
 #===------------------------------------------------------------------------===#

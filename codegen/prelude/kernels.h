@@ -213,11 +213,12 @@ KVGEN_DEVICE inline void moveVec(const typename S::storage *src,
 }
 
 /// True when `p` and both strides keep every VEC-element access of a row of
-/// T aligned to VEC * sizeof(T) bytes.
+/// T aligned to VEC * sizeof(T) bytes (at most 16: a 32-byte fragment is
+/// moved as two 16-byte accesses).
 template <class T, int VEC>
 KVGEN_DEVICE inline bool rowsAligned(const void *p, int64_t strideA,
                                      int64_t strideB) {
-  const uint64_t bytes = sizeof(T) * VEC;
+  const uint64_t bytes = sizeof(T) * VEC < 16 ? sizeof(T) * VEC : 16;
   return (reinterpret_cast<uint64_t>(p) % bytes) == 0 &&
          (uint64_t(strideA) * sizeof(T)) % bytes == 0 &&
          (uint64_t(strideB) * sizeof(T)) % bytes == 0;

@@ -36,4 +36,9 @@ template <> struct VecBytes<2> { typedef uint16_t type; };
 template <> struct VecBytes<4> { typedef uint32_t type; };
 template <> struct VecBytes<8> { typedef u32x2 type; };
 template <> struct VecBytes<16> { typedef u32x4 type; };
+/// 32 bytes as two 16-byte accesses (16-byte alignment suffices).
+struct vec32_t {
+  u32x4 lo, hi;
+};
+template <> struct VecBytes<32> { typedef vec32_t type; };
 } // namespace kvgen

@@ -92,4 +92,9 @@ template <> struct VecBytes<2> { typedef uint16_t type; };
 template <> struct VecBytes<4> { typedef uint32_t type; };
 template <> struct VecBytes<8> { typedef kvgen_vec8_t type; };
 template <> struct VecBytes<16> { typedef kvgen_vec16_t type; };
+/// 32 bytes as two 16-byte accesses (16-byte alignment suffices).
+struct vec32_t {
+  kvgen_vec16_t lo, hi;
+};
+template <> struct VecBytes<32> { typedef vec32_t type; };
 } // namespace kvgen

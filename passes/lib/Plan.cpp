@@ -1,15 +1,17 @@
 //===- Plan.cpp - Choose per-target execution plans for kv kernels --------===//
 //
 // The plan decides how a kernel moves its rows:
-//   vec_elems   the largest power of two n with n * max(io, cache element
-//               size) <= 16 bytes that divides both head sizes (so rows
+//   vec_elems   the largest power of two n with n * cache element size <= 16
+//               and n * io element size <= 32 bytes that divides both head
+//               sizes (so rows
 //               have no tail) and, when every cache stride is static, every
 //               static row start (strides and the packed V base) - then
 //               cache alignment is `proven`; with a dynamic stride it is
 //               `checked` at run time, with a one-element fallback;
-//   tokens/CTA  the largest power of two whose vector accesses (heads x
-//               (head_size_k + head_size_v) / vec_elems per token) fit in
-//               2048, at least one;
+//   tokens/CTA  the largest power of two, at most 8, whose vector accesses
+//               (heads x (head_size_k + head_size_v) / vec_elems per token)
+//               fit in 2048, at least one (more tokens per CTA starve
+//               decode-size launches of CTAs: measured on the H200);
 //   threads     a quarter of those accesses rounded up to whole warps
 //               (64..512): about four accesses per thread;
 //   hw_fp8      sm_89+ with an e4m3fn or e5m2 cache: cvt.rn.satfinite.
@@ -46,7 +48,6 @@ PlanChoice kvgen::choosePlan(const LayoutDesc &layout, DType io,
                              int64_t tokensPerCta) {
   PlanChoice c;
   const int64_t cacheSize = elementSize(layout.dtype);
-  const int64_t widest = std::max(cacheSize, elementSize(io));
   // Divisibility the vector width must respect, in elements.
   int64_t g = std::gcd(layout.headSizeK, layout.headSizeV);
   Strides k = layout.strides(Side::K), v = layout.strides(Side::V);
@@ -57,22 +58,26 @@ PlanChoice kvgen::choosePlan(const LayoutDesc &layout, DType io,
       g = std::gcd(g, s);
   }
   int64_t n = 1;
-  while (n * 2 * widest <= 16 && g % (n * 2) == 0)
+  // Cache accesses up to 16 bytes; the key/value (or gather output) side
+  // may take 32 (two 16-byte accesses), so an fp8 cache fed bf16 moves 16
+  // elements per access.
+  const int64_t ioSize = elementSize(io);
+  while (n * 2 * cacheSize <= 16 && n * 2 * ioSize <= 32 && g % (n * 2) == 0)
     n *= 2;
   c.vecElems = n;
   c.vectorBytes = n * cacheSize;
   c.cacheProven = allStatic;
   // About four vector accesses per thread: a CTA takes the largest
-  // power-of-two number of tokens whose accesses fit in 2048, and a quarter
-  // as many threads (whole warps, 64..512), so few, fuller CTAs stream the
-  // cache (measured on the H200, docs/performance.md).
+  // power-of-two number of tokens (at most 8) whose accesses fit in 2048,
+  // and a quarter as many threads (whole warps, 64..512), so few, fuller
+  // CTAs stream the cache (measured on the H200, docs/performance.md).
   int64_t perToken =
       layout.numKvHeads * (layout.headSizeK + layout.headSizeV) / n;
   if (tokensPerCta > 0) {
     c.tokensPerCta = tokensPerCta;
   } else {
     int64_t t = 1;
-    while (t * 2 * perToken <= 2048)
+    while (t * 2 * perToken <= 2048 && t * 2 <= 8)
       t *= 2;
     c.tokensPerCta = t;
   }

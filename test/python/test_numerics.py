@@ -459,9 +459,11 @@ _CLANG_TARGETS = {
     # -Wno-unknown-cuda-version: clang-22 knows CUDA <= 12.9 and warns about
     # the toolkit installed on this machine; that driver diagnostic concerns
     # the environment, not the code being compiled (-nocudainc/-nocudalib
-    # mean nothing from the toolkit is used anyway).
+    # mean nothing from the toolkit is used anyway, but a detected toolkit
+    # still sets the PTX version, so it is given: 7.8, sm_90's minimum).
     "cuda_sm90": ["-x", "cuda", "--cuda-device-only", "-nocudainc", "-nocudalib",
-                  "-Wno-unknown-cuda-version", "--cuda-gpu-arch=sm_90"],
+                  "-Wno-unknown-cuda-version", "--cuda-feature=+ptx78",
+                  "--cuda-gpu-arch=sm_90"],
 }
 
 

@@ -5,13 +5,13 @@
 // RUN: not kvgen-opt --kv-plan=target=gfx1234 %s 2>&1 | FileCheck %s --check-prefix=BADTARGET
 
 // Planning decisions (passes/lib/Plan.cpp):
-//   vec_elems = largest power of two n with n * max(io size, cache size) <= 16
-//               that divides both head sizes and, with all strides static,
+//   vec_elems = largest power of two n with n * cache size <= 16 and
+//               n * io size <= 32 that divides both head sizes and, with all strides static,
 //               every stride and the packed V base;
 //   vector_bytes = vec_elems * cache element size;
 //   per_token = num_kv_heads * (head_size_k + head_size_v) / vec_elems
 //               (vector accesses per token);
-//   tokens_per_cta = largest power of two t >= 1 with t * per_token <= 2048;
+//   tokens_per_cta = largest power of two 1 <= t <= 8 with t * per_token <= 2048;
 //   threads = ceil(t * per_token / 4) rounded up to a multiple of 32, within
 //             [64, 512] (about four accesses per thread);
 //   hw_fp8 = sm_89+ and an f8E4M3FN or f8E5M2 cache.
@@ -20,7 +20,7 @@
 
 // MiMo 4 x 192/128 bf16: 8 bf16 = 16 bytes divides 192, 128 and all dense
 // strides -> 16 bytes, proven. per_token = 4 * 320 / 8 = 160;
-// 2 * 160 = 320 <= 512 < 4 * 160 -> 2 tokens, 320 threads.
+// 8 * 160 = 1280 <= 2048 -> 8 tokens (the cap); 1280 / 4 = 320 threads.
 // CHECK-LABEL: kv.reshape_and_cache @mimo_bf16
 // CHECK-SAME: plan = #kv.plan<target = "sm_90", vector_bytes = 16, vec_elems = 8, threads = 320, tokens_per_cta = 8, cache_alignment = proven, input_alignment = checked, hw_fp8 = false>
 // GFX-LABEL: kv.reshape_and_cache @mimo_bf16
@@ -40,33 +40,34 @@ kv.gather @mimo_bf16_read : #kv.layout<num_kv_heads = 4,
 
 // -----
 
-// fp8 cache, bf16 input: the 2-byte input limits a thread to 8 elements,
-// which are 8 cache bytes. per_token = 160 as above -> 2 tokens, 320 threads.
+// fp8 cache, bf16 input: 16 one-byte cache elements (16 cache bytes) read
+// as 32 input bytes. per_token = 4 * 320 / 16 = 80 -> 8 tokens, 640 / 4 =
+// 160 threads.
 // CHECK-LABEL: kv.reshape_and_cache @fp8_bf16_input
-// CHECK-SAME: vector_bytes = 8, vec_elems = 8, threads = 320, tokens_per_cta = 8, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 16, vec_elems = 16, threads = 160, tokens_per_cta = 8, cache_alignment = proven
 kv.reshape_and_cache @fp8_bf16_input : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
     scale = per_tensor>, input bf16, slots i64
 
-// f32 input into fp8: 4 elements of 4 bytes; 4 cache bytes.
-// per_token = 4 * 320 / 4 = 320; 320 <= 512 < 640 -> 1 token, 320 threads.
+// f32 input into fp8: 8 elements of 4 bytes (32 input bytes); 8 cache
+// bytes. per_token = 4 * 320 / 8 = 160 -> 8 tokens, 320 threads.
 // CHECK-LABEL: kv.reshape_and_cache @fp8_f32_input
-// CHECK-SAME: vector_bytes = 4, vec_elems = 4, threads = 320, tokens_per_cta = 4, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 8, vec_elems = 8, threads = 320, tokens_per_cta = 8, cache_alignment = proven
 kv.reshape_and_cache @fp8_f32_input : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
     scale = per_tensor>, input f32, slots i64
 
 // Dequantizing gather to f32: same as the f32 input.
 // CHECK-LABEL: kv.gather @fp8_to_f32
-// CHECK-SAME: vector_bytes = 4, vec_elems = 4,
+// CHECK-SAME: vector_bytes = 8, vec_elems = 8,
 kv.gather @fp8_to_f32 : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
     scale = per_tensor>, output f32, slots i64 dequantize
 
-// Raw fp8 copy: 16 one-byte elements. per_token = 4 * 320 / 16 = 80;
-// 4 * 80 = 320 <= 512 < 640 -> 4 tokens, 320 threads.
+// Raw fp8 copy: 16 one-byte elements. per_token = 4 * 320 / 16 = 80
+// -> 8 tokens, 640 / 4 = 160 threads.
 // CHECK-LABEL: kv.gather @fp8_raw
-// CHECK-SAME: vector_bytes = 16, vec_elems = 16, threads = 320, tokens_per_cta = 16,
+// CHECK-SAME: vector_bytes = 16, vec_elems = 16, threads = 160, tokens_per_cta = 8,
 kv.gather @fp8_raw : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
     scale = per_tensor>, output f8E4M3FN, slots i64
@@ -74,8 +75,8 @@ kv.gather @fp8_raw : #kv.layout<num_kv_heads = 4,
 // -----
 
 // Head size 46 = 2 * 23: only pairs of bf16 (4 bytes) divide a row.
-// per_token = 8 * 92 / 2 = 368 -> 1 token; 368 rounds up to 12 * 32 = 384
-// threads.
+// per_token = 8 * 92 / 2 = 368; 4 * 368 = 1472 <= 2048 < 8 * 368 -> 4
+// tokens; 1472 / 4 = 368 rounds up to 12 * 32 = 384 threads.
 // CHECK-LABEL: kv.reshape_and_cache @head46
 // CHECK-SAME: vector_bytes = 4, vec_elems = 2, threads = 384, tokens_per_cta = 4, cache_alignment = proven
 kv.reshape_and_cache @head46 : #kv.layout<num_kv_heads = 8,
@@ -83,7 +84,7 @@ kv.reshape_and_cache @head46 : #kv.layout<num_kv_heads = 8,
     input bf16, slots i64
 
 // Head size 80 = 16 * 5: 8 bf16 divide it.
-// per_token = 8 * 160 / 8 = 160 -> 2 tokens, 320 threads.
+// per_token = 8 * 160 / 8 = 160 -> 8 tokens, 320 threads.
 // CHECK-LABEL: kv.reshape_and_cache @head80
 // CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 320, tokens_per_cta = 8, cache_alignment = proven
 kv.reshape_and_cache @head80 : #kv.layout<num_kv_heads = 8,
@@ -118,27 +119,26 @@ kv.reshape_and_cache @static_odd_stride : #kv.layout<num_kv_heads = 4,
 // -----
 
 // Packed 576-wide rows (512 + 64): V starts at column 512; 8 bf16 divide it.
-// per_token = 1 * 576 / 8 = 72; 4 * 72 = 288 <= 512 < 8 * 72 -> 4 tokens,
-// 288 threads.
+// per_token = 1 * 576 / 8 = 72 -> 8 tokens (the cap); 576 / 4 = 144 rounds
+// up to 160 threads.
 // CHECK-LABEL: kv.reshape_and_cache @row_576
-// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 288, tokens_per_cta = 16, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 160, tokens_per_cta = 8, cache_alignment = proven
 kv.reshape_and_cache @row_576 : #kv.layout<num_kv_heads = 1,
     head_size_k = 512, head_size_v = 64, block_size = 64, packing = packed,
     dtype = bf16>, input bf16, slots i64
 
 // Packed 92 + 4 row: the V base 92 = 4 * 23 limits to 4 elements.
-// per_token = 2 * 96 / 4 = 48; 8 * 48 = 384 <= 512 < 16 * 48 -> 8 tokens,
-// 384 threads.
+// per_token = 2 * 96 / 4 = 48 -> 8 tokens; 384 / 4 = 96 threads.
 // CHECK-LABEL: kv.reshape_and_cache @packed_base_limits
-// CHECK-SAME: vector_bytes = 8, vec_elems = 4, threads = 384, tokens_per_cta = 32, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 8, vec_elems = 4, threads = 96, tokens_per_cta = 8, cache_alignment = proven
 kv.reshape_and_cache @packed_base_limits : #kv.layout<num_kv_heads = 2,
     head_size_k = 92, head_size_v = 4, block_size = 16, packing = packed,
     dtype = bf16>, input bf16, slots i64
 
-// Small work per token: 1 head x 64/64 bf16: per_token = 128 / 8 = 16;
-// 32 * 16 = 512 -> 32 tokens, 512 threads.
+// Small work per token: 1 head x 64/64 bf16: per_token = 128 / 8 = 16
+// -> 8 tokens (the cap); 128 / 4 = 32 -> the minimum of 64 threads.
 // CHECK-LABEL: kv.reshape_and_cache @small_token
-// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 512, tokens_per_cta = 128,
+// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 64, tokens_per_cta = 8,
 // With one token forced: 16 accesses, rounded up to 32 and raised to the
 // minimum of 64 threads.
 // ONETOKEN-LABEL: kv.reshape_and_cache @small_token
@@ -147,16 +147,16 @@ kv.reshape_and_cache @small_token : #kv.layout<num_kv_heads = 1,
     head_size_k = 64, head_size_v = 64, block_size = 16, dtype = bf16>,
     input bf16, slots i64
 
-// Tiny rows: 1 head x 8/8 bf16: per_token = 16 / 8 = 2; 256 * 2 = 512 ->
-// 256 tokens, 512 threads.
+// Tiny rows: 1 head x 8/8 bf16: per_token = 16 / 8 = 2 -> 8 tokens;
+// 16 / 4 = 4 -> the minimum of 64 threads.
 // CHECK-LABEL: kv.reshape_and_cache @tiny_rows
-// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 512, tokens_per_cta = 1024,
+// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 64, tokens_per_cta = 8,
 kv.reshape_and_cache @tiny_rows : #kv.layout<num_kv_heads = 1,
     head_size_k = 8, head_size_v = 8, block_size = 16, dtype = bf16>,
     input bf16, slots i64
 
 // Huge rows: 16 heads x 1024/1024 bf16: per_token = 16 * 2048 / 8 = 4096 >
-// 512 -> 1 token; 4096 accesses are capped at 1024 threads.
+// 2048 -> 1 token; 4096 / 4 = 1024 is capped at 512 threads.
 // CHECK-LABEL: kv.reshape_and_cache @huge_rows
 // CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 512, tokens_per_cta = 1,
 kv.reshape_and_cache @huge_rows : #kv.layout<num_kv_heads = 16,
@@ -167,7 +167,7 @@ kv.reshape_and_cache @huge_rows : #kv.layout<num_kv_heads = 16,
 
 // A plan already present is replaced.
 // CHECK-LABEL: kv.reshape_and_cache @replan
-// 8 x 128: per_token = 8 * 256 / 8 = 256 -> 2 tokens, 512 threads.
+// 8 x 128: per_token = 8 * 256 / 8 = 256 -> 8 tokens, 512 threads.
 // CHECK-SAME: {plan = #kv.plan<target = "sm_90", vector_bytes = 16, vec_elems = 8, threads = 512, tokens_per_cta = 8,
 // CHECK-NOT: gfx90a
 kv.reshape_and_cache @replan : #kv.layout<num_kv_heads = 8,

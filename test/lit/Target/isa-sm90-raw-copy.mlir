@@ -1,5 +1,5 @@
 // REQUIRES: clang
-// RUN: kvgen-translate --emit-hip --kv-target=sm_90 %s | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version -O3 -S -Werror -o - - | FileCheck %s
+// RUN: kvgen-translate --emit-hip --kv-target=sm_90 %s | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s
 
 // A raw bf16 -> bf16 cache write with proven 16-byte alignment stores with
 // st.global.v4 (clang's CUDA mode spells the 16-byte vector with

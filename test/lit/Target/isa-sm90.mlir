@@ -1,18 +1,20 @@
 // REQUIRES: clang
 // RUN: split-file %s %t
-// RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/gather.mlir | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC16
-// RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/fp8.mlir | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC8
-// RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/h46.mlir | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC4 --implicit-check-not=st.global.v
+// RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/gather.mlir | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC16
+// RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/fp8.mlir | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC8
+// RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/fp8bf16.mlir | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC16
+// RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/h46.mlir | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC4 --implicit-check-not=st.global.v
 
 // The emitted CUDA source compiles warning-free to PTX for sm_90 (clang's
 // CUDA device-only mode, as NVRTC would), and the chosen width reaches the
 // stores: st.global.v4 (16 bytes) for the dequantizing gather of 8 bf16,
-// 8-byte stores (b64 or v2.b32) for the fp8 cache fed bf16, and for head size 46 no vector
+// 8-byte stores (b64 or v2.b32) for the fp8 cache fed f32 (16-byte ones
+// when fed bf16), and for head size 46 no vector
 // store, only 4-byte pairs and the 2-byte fallback.
 // (The raw 16-byte bf16 copy is covered by isa-sm90-raw-copy.mlir.)
 
 // VEC16: .target sm_90
-// VEC16: .entry mimo_read_fp8(
+// VEC16: .entry {{mimo_read_fp8|mimo_write_fp8_bf16}}(
 // VEC16: st.global.v4.b32
 
 // VEC8: .entry mimo_write_fp8(
@@ -32,9 +34,14 @@ kv.gather @mimo_read_fp8 : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 //--- fp8.mlir
 kv.reshape_and_cache @mimo_write_fp8 : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
-    scale = per_tensor>, input bf16, slots i64
+    scale = per_tensor>, input f32, slots i64
 
 //--- h46.mlir
 kv.reshape_and_cache @h46_write : #kv.layout<num_kv_heads = 8,
     head_size_k = 46, head_size_v = 46, block_size = 16, dtype = bf16>,
     input bf16, slots i64
+
+//--- fp8bf16.mlir
+kv.reshape_and_cache @mimo_write_fp8_bf16 : #kv.layout<num_kv_heads = 4,
+    head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
+    scale = per_tensor>, input bf16, slots i64
