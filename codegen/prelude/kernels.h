@@ -21,48 +21,27 @@ namespace kvgen {
 // Element types: storage type and conversion to/from float.
 //===----------------------------------------------------------------------===//
 
-struct dt_bf16 {
-  typedef uint16_t storage;
-  static KVGEN_HD float load(storage s) { return bf16_to_float(s); }
-  static KVGEN_HD storage store(float x) { return float_to_bf16(x); }
-  enum { is_fp8 = 0 };
-};
-struct dt_f16 {
-  typedef uint16_t storage;
-  static KVGEN_HD float load(storage s) { return f16_to_float(s); }
-  static KVGEN_HD storage store(float x) { return float_to_f16(x); }
-  enum { is_fp8 = 0 };
-};
-struct dt_f32 {
-  typedef float storage;
-  static KVGEN_HD float load(storage s) { return s; }
-  static KVGEN_HD storage store(float x) { return x; }
-  enum { is_fp8 = 0 };
-};
-struct dt_f8e4m3fn {
-  typedef uint8_t storage;
-  static KVGEN_HD float load(storage s) { return f8e4m3fn_to_float(s); }
-  static KVGEN_HD storage store(float x) { return float_to_f8e4m3fn(x); }
-  enum { is_fp8 = 1 };
-};
-struct dt_f8e4m3fnuz {
-  typedef uint8_t storage;
-  static KVGEN_HD float load(storage s) { return f8e4m3fnuz_to_float(s); }
-  static KVGEN_HD storage store(float x) { return float_to_f8e4m3fnuz(x); }
-  enum { is_fp8 = 1 };
-};
-struct dt_f8e5m2 {
-  typedef uint8_t storage;
-  static KVGEN_HD float load(storage s) { return f8e5m2_to_float(s); }
-  static KVGEN_HD storage store(float x) { return float_to_f8e5m2(x); }
-  enum { is_fp8 = 1 };
-};
-struct dt_f8e5m2fnuz {
-  typedef uint8_t storage;
-  static KVGEN_HD float load(storage s) { return f8e5m2fnuz_to_float(s); }
-  static KVGEN_HD storage store(float x) { return float_to_f8e5m2fnuz(x); }
-  enum { is_fp8 = 1 };
-};
+KVGEN_HD inline float identity(float x) { return x; }
+
+/// One element type: its storage and its conversions through float.
+#define KVGEN_ELEMENT_TYPE(NAME, STORAGE, LOAD, STORE, FP8)                    \
+  struct NAME {                                                                \
+    typedef STORAGE storage;                                                   \
+    static KVGEN_HD float load(storage s) { return LOAD(s); }                  \
+    static KVGEN_HD storage store(float x) { return STORE(x); }                \
+    enum { is_fp8 = FP8 };                                                     \
+  };
+KVGEN_ELEMENT_TYPE(dt_bf16, uint16_t, bf16_to_float, float_to_bf16, 0)
+KVGEN_ELEMENT_TYPE(dt_f16, uint16_t, f16_to_float, float_to_f16, 0)
+KVGEN_ELEMENT_TYPE(dt_f32, float, identity, identity, 0)
+KVGEN_ELEMENT_TYPE(dt_f8e4m3fn, uint8_t, f8e4m3fn_to_float, float_to_f8e4m3fn,
+                   1)
+KVGEN_ELEMENT_TYPE(dt_f8e4m3fnuz, uint8_t, f8e4m3fnuz_to_float,
+                   float_to_f8e4m3fnuz, 1)
+KVGEN_ELEMENT_TYPE(dt_f8e5m2, uint8_t, f8e5m2_to_float, float_to_f8e5m2, 1)
+KVGEN_ELEMENT_TYPE(dt_f8e5m2fnuz, uint8_t, f8e5m2fnuz_to_float,
+                   float_to_f8e5m2fnuz, 1)
+#undef KVGEN_ELEMENT_TYPE
 
 #ifdef KVGEN_HW_FP8
 /// fp8 stores through the target's conversion instruction (same bits as the
@@ -279,6 +258,35 @@ KVGEN_DEVICE inline SlotPos locate(const void *slots, int64_t token,
   return pos;
 }
 
+/// Vector access i of a CTA that starts at token `first`: its token, side,
+/// kv head and first element. A token's accesses are its K rows (heads x
+/// head_k / VEC) then its V rows (heads x head_v / VEC).
+struct Access {
+  int64_t token;
+  bool isK;
+  int64_t head;
+  int64_t elem;
+};
+template <class SP, int VEC> struct AccessMap {
+  enum {
+    kItems = SP::heads * (SP::head_k / VEC),
+    perToken = kItems + SP::heads * (SP::head_v / VEC),
+    total = SP::tokens_per_cta * perToken
+  };
+  static KVGEN_DEVICE inline Access at(int64_t first, int i) {
+    Access x;
+    x.token = first + i / perToken;
+    int r = i % perToken;
+    x.isK = r < kItems;
+    if (!x.isK)
+      r -= kItems;
+    const int rowAccesses = (x.isK ? int(SP::head_k) : int(SP::head_v)) / VEC;
+    x.head = r / rowAccesses;
+    x.elem = int64_t(r % rowAccesses) * VEC;
+    return x;
+  }
+};
+
 /// One CTA of kv.reshape_and_cache: tokens [first, first + tokens_per_cta),
 /// each K row (head_k elements) and V row (head_v elements) of every head,
 /// VEC elements per access. K and V each use their own map, head size and
@@ -292,21 +300,13 @@ KVGEN_DEVICE inline void writeCta(const kvgen_reshape_and_cache_args &a,
   typedef typename SP::io::storage IS;
   typedef typename SP::cache::storage CS;
   const bool quant = SP::cache::is_fp8;
-  const int kItems = SP::heads * (SP::head_k / VEC);
-  const int vItems = SP::heads * (SP::head_v / VEC);
-  const int perToken = kItems + vItems;
-  for (int i = KVGEN_THREAD_ID_X; i < SP::tokens_per_cta * perToken;
-       i += SP::threads) {
-    const int64_t token = first + i / perToken;
-    int r = i % perToken;
+  typedef AccessMap<SP, VEC> Map;
+  for (int i = KVGEN_THREAD_ID_X; i < int(Map::total); i += SP::threads) {
+    const Access x = Map::at(first, i);
+    const int64_t token = x.token, head = x.head, elem = x.elem;
+    const bool isK = x.isK;
     if (token >= a.num_tokens)
       break;
-    const bool isK = r < kItems;
-    if (!isK)
-      r -= kItems;
-    const int headSize = isK ? int(SP::head_k) : int(SP::head_v);
-    const int64_t head = r / (headSize / VEC);
-    const int64_t elem = int64_t(r % (headSize / VEC)) * VEC;
     const IS *src = static_cast<const IS *>(isK ? a.key : a.value) +
                     token * (isK ? a.key_stride_token : a.value_stride_token) +
                     head * (isK ? a.key_stride_head : a.value_stride_head) +
@@ -337,25 +337,17 @@ KVGEN_DEVICE inline void gatherCta(const kvgen_gather_args &a,
   typedef typename SP::io::storage OS;
   typedef typename SP::cache::storage CS;
   const bool scaled = DEQUANT && SP::cache::is_fp8;
-  const int kItems = SP::heads * (SP::head_k / VEC);
-  const int vItems = SP::heads * (SP::head_v / VEC);
-  const int perToken = kItems + vItems;
-  for (int i = KVGEN_THREAD_ID_X; i < SP::tokens_per_cta * perToken;
-       i += SP::threads) {
-    const int64_t token = first + i / perToken;
-    int r = i % perToken;
+  typedef AccessMap<SP, VEC> Map;
+  for (int i = KVGEN_THREAD_ID_X; i < int(Map::total); i += SP::threads) {
+    const Access x = Map::at(first, i);
+    const int64_t token = x.token, head = x.head, elem = x.elem;
+    const bool isK = x.isK;
     if (token >= a.num_tokens)
       break;
     const SlotPos pos = locate<SP>(a.slot_mapping, token, a.num_blocks,
                                    a.error_flag);
     if (pos.block < 0)
       continue;
-    const bool isK = r < kItems;
-    if (!isK)
-      r -= kItems;
-    const int headSize = isK ? int(SP::head_k) : int(SP::head_v);
-    const int64_t head = r / (headSize / VEC);
-    const int64_t elem = int64_t(r % (headSize / VEC)) * VEC;
     const CS *src = static_cast<const CS *>((isK || SP::packed)
                                                 ? a.key_cache
                                                 : a.value_cache) +
