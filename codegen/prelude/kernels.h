@@ -8,14 +8,27 @@
 // size here is a compile-time constant of the specialization.
 //
 // The target prelude provides: KVGEN_HD, KVGEN_DEVICE, KVGEN_BLOCK_ID_X,
-// KVGEN_THREAD_ID_X, the fixed-width integer types and kvgen::VecBytes<N>
-// (an N-byte vector type for N in {1, 2, 4, 8, 16}).
+// KVGEN_THREAD_ID_X, KVGEN_FMAF, KVGEN_UNROLL, the fixed-width integer types
+// and the access types kvgen_v1_t .. kvgen_v16_t (N bytes, N-byte aligned).
 //
 //===----------------------------------------------------------------------===//
 #ifndef KVGEN_PRELUDE_KERNELS_H
 #define KVGEN_PRELUDE_KERNELS_H
 
 namespace kvgen {
+
+/// The type of an N-byte access; 32 bytes are two 16-byte accesses (16-byte
+/// alignment suffices).
+template <int N> struct VecBytes;
+template <> struct VecBytes<1> { typedef kvgen_v1_t type; };
+template <> struct VecBytes<2> { typedef kvgen_v2_t type; };
+template <> struct VecBytes<4> { typedef kvgen_v4_t type; };
+template <> struct VecBytes<8> { typedef kvgen_v8_t type; };
+template <> struct VecBytes<16> { typedef kvgen_v16_t type; };
+struct vec32_t {
+  kvgen_v16_t lo, hi;
+};
+template <> struct VecBytes<32> { typedef vec32_t type; };
 
 //===----------------------------------------------------------------------===//
 // Element types: storage type and conversion to/from float.

@@ -27,18 +27,10 @@ typedef unsigned long long uint64_t;
 #define KVGEN_FMAF(a, b, c) __builtin_fmaf(a, b, c)
 #define KVGEN_UNROLL _Pragma("unroll")
 
-namespace kvgen {
-typedef unsigned int u32x2 __attribute__((ext_vector_type(2)));
-typedef unsigned int u32x4 __attribute__((ext_vector_type(4)));
-template <int N> struct VecBytes;
-template <> struct VecBytes<1> { typedef uint8_t type; };
-template <> struct VecBytes<2> { typedef uint16_t type; };
-template <> struct VecBytes<4> { typedef uint32_t type; };
-template <> struct VecBytes<8> { typedef u32x2 type; };
-template <> struct VecBytes<16> { typedef u32x4 type; };
-/// 32 bytes as two 16-byte accesses (16-byte alignment suffices).
-struct vec32_t {
-  u32x4 lo, hi;
-};
-template <> struct VecBytes<32> { typedef vec32_t type; };
-} // namespace kvgen
+// The 1/2/4/8/16-byte access types (kernels.h maps sizes to them).
+typedef uint8_t kvgen_v1_t;
+typedef uint16_t kvgen_v2_t;
+typedef uint32_t kvgen_v4_t;
+typedef unsigned int kvgen_v8_t __attribute__((ext_vector_type(2)));
+typedef unsigned int kvgen_v16_t __attribute__((ext_vector_type(4)));
+

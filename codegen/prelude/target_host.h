@@ -30,25 +30,17 @@ typedef unsigned long long uint64_t;
 static thread_local unsigned kvgen_host_block_id;
 static thread_local unsigned kvgen_host_thread_id;
 
-namespace kvgen {
+// The 1/2/4/8/16-byte access types (kernels.h maps sizes to them);
 // may_alias: the kernels read rows of any element type through these.
-struct __attribute__((aligned(8), may_alias)) u32x2 { unsigned x, y; };
-struct __attribute__((aligned(16), may_alias)) u32x4 { unsigned x, y, z, w; };
-typedef unsigned char __attribute__((may_alias)) u8a;
-typedef unsigned short __attribute__((may_alias)) u16a;
-typedef unsigned int __attribute__((may_alias)) u32a;
-template <int N> struct VecBytes;
-template <> struct VecBytes<1> { typedef u8a type; };
-template <> struct VecBytes<2> { typedef u16a type; };
-template <> struct VecBytes<4> { typedef u32a type; };
-template <> struct VecBytes<8> { typedef u32x2 type; };
-template <> struct VecBytes<16> { typedef u32x4 type; };
-/// 32 bytes as two 16-byte accesses (16-byte alignment suffices).
-struct vec32_t {
-  u32x4 lo, hi;
+typedef unsigned char __attribute__((may_alias)) kvgen_v1_t;
+typedef unsigned short __attribute__((may_alias)) kvgen_v2_t;
+typedef unsigned int __attribute__((may_alias)) kvgen_v4_t;
+struct __attribute__((aligned(8), may_alias)) kvgen_v8_t { unsigned x, y; };
+struct __attribute__((aligned(16), may_alias)) kvgen_v16_t {
+  unsigned x, y, z, w;
 };
-template <> struct VecBytes<32> { typedef vec32_t type; };
 
+namespace kvgen {
 /// Runs `kernel` over a grid of gridX blocks of blockX threads, in order.
 template <class Args>
 inline void hostLaunch(void (*kernel)(Args), const void *args, unsigned gridX,

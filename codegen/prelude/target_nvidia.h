@@ -26,8 +26,8 @@ typedef unsigned long long uint64_t;
 #define KVGEN_BLOCK_ID_X blockIdx.x
 #define KVGEN_THREAD_ID_X threadIdx.x
 #define KVGEN_LAUNCH_BOUNDS(n) __launch_bounds__(n)
-typedef uint2 kvgen_vec8_t;
-typedef uint4 kvgen_vec16_t;
+typedef uint2 kvgen_v8_t;
+typedef uint4 kvgen_v16_t;
 #else // clang CUDA device-only, no CUDA headers
 #define __global__ __attribute__((global))
 #define __device__ __attribute__((device))
@@ -36,8 +36,8 @@ typedef uint4 kvgen_vec16_t;
 #define KVGEN_BLOCK_ID_X __nvvm_read_ptx_sreg_ctaid_x()
 #define KVGEN_THREAD_ID_X __nvvm_read_ptx_sreg_tid_x()
 #define KVGEN_LAUNCH_BOUNDS(n) __attribute__((launch_bounds(n)))
-typedef unsigned int kvgen_vec8_t __attribute__((ext_vector_type(2)));
-typedef unsigned int kvgen_vec16_t __attribute__((ext_vector_type(4)));
+typedef unsigned int kvgen_v8_t __attribute__((ext_vector_type(2)));
+typedef unsigned int kvgen_v16_t __attribute__((ext_vector_type(4)));
 #endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 // sm_89+ converts two floats to fp8 in one instruction (PTX ISA 7.8+,
@@ -85,16 +85,8 @@ __attribute__((device)) inline uint8_t hwFloatToF8e5m2(float x) {
 #define KVGEN_DEVICE __device__ __attribute__((always_inline))
 #define KVGEN_UNROLL _Pragma("unroll")
 
-namespace kvgen {
-template <int N> struct VecBytes;
-template <> struct VecBytes<1> { typedef uint8_t type; };
-template <> struct VecBytes<2> { typedef uint16_t type; };
-template <> struct VecBytes<4> { typedef uint32_t type; };
-template <> struct VecBytes<8> { typedef kvgen_vec8_t type; };
-template <> struct VecBytes<16> { typedef kvgen_vec16_t type; };
-/// 32 bytes as two 16-byte accesses (16-byte alignment suffices).
-struct vec32_t {
-  kvgen_vec16_t lo, hi;
-};
-template <> struct VecBytes<32> { typedef vec32_t type; };
-} // namespace kvgen
+// The 1/2/4-byte access types (8 and 16 above; kernels.h maps sizes to them).
+typedef uint8_t kvgen_v1_t;
+typedef uint16_t kvgen_v2_t;
+typedef uint32_t kvgen_v4_t;
+
