@@ -101,19 +101,20 @@ KVGEN_DEVICE inline void storeFrag(T *p, const Frag<T, VEC> &f) {
 /// D::store(S::load(q) * scale).
 /// x / scale rounded exactly as IEEE division, from recip = 1 / scale
 /// (itself correctly rounded): q0 = x * recip is within one ulp of x / scale,
-/// r = x - q0 * scale is exact with an FMA, and q0 + r * recip rounds to the
-/// correctly rounded quotient (Markstein's theorem; Muller et al., Handbook
-/// of Floating-Point Arithmetic, 2nd ed., sec. 4.9). Exact quotients, zeros
-/// (keeping their sign), infinities and NaN return q0. Where q0 would be
-/// subnormal the step may be off by one subnormal ulp, which no fp8
-/// encoding can see (their smallest magnitude is 2^-17 or larger). One
-/// multiply and two FMAs instead of a division per element.
+/// the residual q0 * scale - x is exact with an FMA, and q0 - residual *
+/// recip rounds to the correctly rounded quotient (Markstein's theorem;
+/// Muller et al., Handbook of Floating-Point Arithmetic, 2nd ed., sec. 4.9).
+/// Zero residuals (exact quotients, +-0 with either sign of scale) return q0,
+/// which keeps the sign of zero; a NaN correction (x or q0 infinite, x NaN)
+/// returns q0. Where q0 would be subnormal the step may be off by one
+/// subnormal ulp, which no fp8 encoding can see (their smallest magnitude is
+/// 2^-17 or larger). One multiply, two FMAs and a select per element
+/// instead of a division.
 KVGEN_HD inline float divideBy(float x, float scale, float recip) {
   const float q0 = x * recip;
-  const float r = KVGEN_FMAF(-q0, scale, x);
-  if (r == 0.0f || !(q0 - q0 == 0.0f))
-    return q0;
-  return KVGEN_FMAF(r, recip, q0);
+  const float r = KVGEN_FMAF(q0, scale, -x);
+  const float q1 = KVGEN_FMAF(-r, recip, q0);
+  return (r == 0.0f || q1 != q1) ? q0 : q1;
 }
 
 /// Stores two converted elements; the hardware fp8 tags convert both with
@@ -194,16 +195,6 @@ KVGEN_DEVICE inline void storeConverted(typename D::storage *dst,
                                                               recip);
 }
 
-/// Copies VEC elements from `src` (type S) to `dst` (type D); see Converter.
-template <class S, class D, int VEC, bool QUANT, bool DEQUANT>
-KVGEN_DEVICE inline void moveVec(const typename S::storage *src,
-                                 typename D::storage *dst, float scale) {
-  Frag<typename S::storage, VEC> in;
-  loadFrag<typename S::storage, VEC>(in, src);
-  storeConverted<S, D, VEC, QUANT, DEQUANT>(dst, in, scale,
-                                            QUANT ? 1.0f / scale : 1.0f);
-}
-
 /// True when `p` and both strides keep every VEC-element access of a row of
 /// T aligned to VEC * sizeof(T) bytes (at most 16: a 32-byte fragment is
 /// moved as two 16-byte accesses).
@@ -254,10 +245,12 @@ struct SlotPos {
   int64_t block, offset;
 };
 
+/// The cache position of `slot`: block < 0 for padding (negative slots) and,
+/// in checked kernels, for slots past the cache (which also set the error
+/// flag).
 template <class SP>
-KVGEN_DEVICE inline SlotPos locate(const void *slots, int64_t token,
-                                   int64_t numBlocks, int32_t *errorFlag) {
-  int64_t slot = loadSlot<typename SP::slot>(slots, token);
+KVGEN_DEVICE inline SlotPos place(int64_t slot, int64_t numBlocks,
+                                  int32_t *errorFlag) {
   SlotPos pos = {-1, 0};
   if (slot < 0)
     return pos; // padding
@@ -284,18 +277,27 @@ template <class SP, int VEC> struct AccessMap {
   enum {
     kItems = SP::heads * (SP::head_k / VEC),
     perToken = kItems + SP::heads * (SP::head_v / VEC),
-    total = SP::tokens_per_cta * perToken
+    total = SP::tokens_per_cta * perToken,
+    /// Accesses per thread: access i of a CTA belongs to thread
+    /// i % threads, as its round i / threads.
+    rounds = (total + SP::threads - 1) / SP::threads,
+    /// Rounds whose loads a thread issues before its first store (see
+    /// writeCta); bounds the registers of the one-element fallback.
+    batch = rounds < 4 ? rounds : 4
   };
   static KVGEN_DEVICE inline Access at(int64_t first, int i) {
     Access x;
-    x.token = first + i / perToken;
-    int r = i % perToken;
-    x.isK = r < kItems;
-    if (!x.isK)
-      r -= kItems;
-    const int rowAccesses = (x.isK ? int(SP::head_k) : int(SP::head_v)) / VEC;
-    x.head = r / rowAccesses;
-    x.elem = int64_t(r % rowAccesses) * VEC;
+    // Unsigned (i >= 0): divisions by constants without sign fix-ups.
+    const unsigned u = unsigned(i);
+    x.token = first + int64_t(u / unsigned(perToken));
+    const unsigned r = u % unsigned(perToken);
+    x.isK = r < unsigned(kItems);
+    // Both sides' divisions by their constant row lengths, then a select (a
+    // division by a selected divisor would be a run-time division).
+    const unsigned kRow = SP::head_k / VEC, vRow = SP::head_v / VEC;
+    const unsigned rv = r - unsigned(kItems);
+    x.head = x.isK ? r / kRow : rv / vRow;
+    x.elem = int64_t(x.isK ? r % kRow : rv % vRow) * VEC;
     return x;
   }
 };
@@ -303,9 +305,13 @@ template <class SP, int VEC> struct AccessMap {
 /// One CTA of kv.reshape_and_cache: tokens [first, first + tokens_per_cta),
 /// each K row (head_k elements) and V row (head_v elements) of every head,
 /// VEC elements per access. K and V each use their own map, head size and
-/// scale: nothing of one side is derived from the other. Each access loads
-/// its input fragment and its scale before it waits for the slot, so the
-/// two loads are in flight together (the input does not depend on the slot).
+/// scale: nothing of one side is derived from the other.
+///
+/// A thread takes its accesses `batch` rounds at a time and issues all loads
+/// of a batch (input fragments, scales, slots; none depends on another)
+/// before its first store. Interleaving them instead makes each round wait
+/// for the previous round's loads, since the compiler may not move a load
+/// above a store that might alias it.
 template <class SP, int VEC>
 KVGEN_DEVICE inline void writeCta(const kvgen_reshape_and_cache_args &a,
                                   const SideMap &kMap, const SideMap &vMap,
@@ -314,35 +320,57 @@ KVGEN_DEVICE inline void writeCta(const kvgen_reshape_and_cache_args &a,
   typedef typename SP::cache::storage CS;
   const bool quant = SP::cache::is_fp8;
   typedef AccessMap<SP, VEC> Map;
-  for (int i = KVGEN_THREAD_ID_X; i < int(Map::total); i += SP::threads) {
-    const Access x = Map::at(first, i);
-    const int64_t token = x.token, head = x.head, elem = x.elem;
-    const bool isK = x.isK;
-    if (token >= a.num_tokens)
-      break;
-    const IS *src = static_cast<const IS *>(isK ? a.key : a.value) +
-                    token * (isK ? a.key_stride_token : a.value_stride_token) +
-                    head * (isK ? a.key_stride_head : a.value_stride_head) +
-                    elem;
-    Frag<IS, VEC> in;
-    loadFrag<IS, VEC>(in, src);
-    const float scale =
-        quant ? loadScale(isK ? a.k_scale : a.v_scale, SP::scale, head) : 1.0f;
-    const SlotPos pos = locate<SP>(a.slot_mapping, token, a.num_blocks,
-                                   a.error_flag);
-    if (pos.block < 0)
-      continue;
-    CS *dst = static_cast<CS *>((isK || SP::packed) ? a.key_cache
-                                                    : a.value_cache) +
-              elementOffset(isK ? kMap : vMap, pos.block, pos.offset, head,
-                            elem);
-    storeConverted<typename SP::io, typename SP::cache, VEC, quant, false>(
-        dst, in, scale, quant ? 1.0f / scale : 1.0f);
+  // A per-tensor scale and its reciprocal once per thread; per-head scales
+  // per access.
+  const bool perTensor = quant && int(SP::scale) == int(SCALE_PER_TENSOR);
+  const float kScale = perTensor ? a.k_scale[0] : 1.0f;
+  const float vScale = perTensor ? a.v_scale[0] : 1.0f;
+  const float kRecip = 1.0f / kScale, vRecip = 1.0f / vScale;
+  for (int r0 = 0; r0 < int(Map::rounds); r0 += Map::batch) {
+    Frag<IS, VEC> in[Map::batch];
+    float scale[Map::batch];
+    int64_t slot[Map::batch];
+    KVGEN_UNROLL
+    for (int j = 0; j < int(Map::batch); ++j) {
+      const int i = KVGEN_THREAD_ID_X + (r0 + j) * SP::threads;
+      const Access x = Map::at(first, i);
+      slot[j] = -1; // nothing to store
+      scale[j] = 1.0f;
+      if (i >= int(Map::total) || x.token >= a.num_tokens)
+        continue;
+      const IS *src = static_cast<const IS *>(x.isK ? a.key : a.value) +
+                      x.token * (x.isK ? a.key_stride_token
+                                       : a.value_stride_token) +
+                      x.head * (x.isK ? a.key_stride_head
+                                      : a.value_stride_head) +
+                      x.elem;
+      loadFrag<IS, VEC>(in[j], src);
+      if (quant && !perTensor)
+        scale[j] = loadScale(x.isK ? a.k_scale : a.v_scale, SP::scale, x.head);
+      slot[j] = loadSlot<typename SP::slot>(a.slot_mapping, x.token);
+    }
+    KVGEN_UNROLL
+    for (int j = 0; j < int(Map::batch); ++j) {
+      const Access x = Map::at(first, KVGEN_THREAD_ID_X + (r0 + j) * SP::threads);
+      const SlotPos pos = place<SP>(slot[j], a.num_blocks, a.error_flag);
+      if (pos.block < 0)
+        continue;
+      CS *dst = static_cast<CS *>((x.isK || SP::packed) ? a.key_cache
+                                                        : a.value_cache) +
+                elementOffset(x.isK ? kMap : vMap, pos.block, pos.offset,
+                              x.head, x.elem);
+      const float sc = perTensor ? (x.isK ? kScale : vScale) : scale[j];
+      const float rc = perTensor ? (x.isK ? kRecip : vRecip)
+                                 : (quant ? 1.0f / sc : 1.0f);
+      storeConverted<typename SP::io, typename SP::cache, VEC, quant, false>(
+          dst, in[j], sc, rc);
+    }
   }
 }
 
 /// One CTA of kv.gather: the reverse of writeCta. With DEQUANT each element
-/// is converted to the output type (times the side's scale for fp8).
+/// is converted to the output type (times the side's scale for fp8). Per
+/// batch: slots and scales, then every cache load, then every store.
 template <class SP, int VEC, bool DEQUANT>
 KVGEN_DEVICE inline void gatherCta(const kvgen_gather_args &a,
                                    const SideMap &kMap, const SideMap &vMap,
@@ -351,29 +379,50 @@ KVGEN_DEVICE inline void gatherCta(const kvgen_gather_args &a,
   typedef typename SP::cache::storage CS;
   const bool scaled = DEQUANT && SP::cache::is_fp8;
   typedef AccessMap<SP, VEC> Map;
-  for (int i = KVGEN_THREAD_ID_X; i < int(Map::total); i += SP::threads) {
-    const Access x = Map::at(first, i);
-    const int64_t token = x.token, head = x.head, elem = x.elem;
-    const bool isK = x.isK;
-    if (token >= a.num_tokens)
-      break;
-    const SlotPos pos = locate<SP>(a.slot_mapping, token, a.num_blocks,
-                                   a.error_flag);
-    if (pos.block < 0)
-      continue;
-    const CS *src = static_cast<const CS *>((isK || SP::packed)
-                                                ? a.key_cache
-                                                : a.value_cache) +
-                    elementOffset(isK ? kMap : vMap, pos.block, pos.offset,
-                                  head, elem);
-    OS *dst = static_cast<OS *>(isK ? a.key_out : a.value_out) +
-              token * (isK ? a.key_out_stride_token : a.value_out_stride_token) +
-              head * (isK ? a.key_out_stride_head : a.value_out_stride_head) +
-              elem;
-    const float scale =
-        scaled ? loadScale(isK ? a.k_scale : a.v_scale, SP::scale, head) : 1.0f;
-    moveVec<typename SP::cache, typename SP::io, VEC, false, scaled>(src, dst,
-                                                                    scale);
+  for (int r0 = 0; r0 < int(Map::rounds); r0 += Map::batch) {
+    Frag<CS, VEC> in[Map::batch];
+    float scale[Map::batch];
+    int64_t slot[Map::batch];
+    KVGEN_UNROLL
+    for (int j = 0; j < int(Map::batch); ++j) {
+      const int i = KVGEN_THREAD_ID_X + (r0 + j) * SP::threads;
+      const Access x = Map::at(first, i);
+      slot[j] = -1; // nothing to move
+      scale[j] = 1.0f;
+      if (i >= int(Map::total) || x.token >= a.num_tokens)
+        continue;
+      if (scaled)
+        scale[j] = loadScale(x.isK ? a.k_scale : a.v_scale, SP::scale, x.head);
+      slot[j] = loadSlot<typename SP::slot>(a.slot_mapping, x.token);
+    }
+    KVGEN_UNROLL
+    for (int j = 0; j < int(Map::batch); ++j) {
+      const Access x = Map::at(first, KVGEN_THREAD_ID_X + (r0 + j) * SP::threads);
+      const SlotPos pos = place<SP>(slot[j], a.num_blocks, a.error_flag);
+      slot[j] = pos.block; // < 0: skipped below
+      if (pos.block < 0)
+        continue;
+      loadFrag<CS, VEC>(in[j],
+                        static_cast<const CS *>((x.isK || SP::packed)
+                                                    ? a.key_cache
+                                                    : a.value_cache) +
+                            elementOffset(x.isK ? kMap : vMap, pos.block,
+                                          pos.offset, x.head, x.elem));
+    }
+    KVGEN_UNROLL
+    for (int j = 0; j < int(Map::batch); ++j) {
+      if (slot[j] < 0)
+        continue;
+      const Access x = Map::at(first, KVGEN_THREAD_ID_X + (r0 + j) * SP::threads);
+      OS *dst = static_cast<OS *>(x.isK ? a.key_out : a.value_out) +
+                x.token * (x.isK ? a.key_out_stride_token
+                                 : a.value_out_stride_token) +
+                x.head * (x.isK ? a.key_out_stride_head
+                                : a.value_out_stride_head) +
+                x.elem;
+      storeConverted<typename SP::cache, typename SP::io, VEC, false, scaled>(
+          dst, in[j], scale[j], 1.0f);
+    }
   }
 }
 

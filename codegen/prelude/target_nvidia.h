@@ -59,13 +59,18 @@ __attribute__((device)) inline uint8_t hwFloatToF8e4m3fn(float x) {
   return hwNaNFix(x, r, 0x7f);
 }
 /// Two elements in one convert: element 0 in the low byte (PTX puts the
-/// first source operand in the upper byte).
+/// first source operand in the upper byte). The convert gives every non-NaN
+/// input its own sign bit and every NaN 0x7f, kvgen's e4m3fn NaN, so or-ing
+/// each input's sign bit into its byte is the whole NaN fix-up.
 __attribute__((device)) inline void hwFloat2ToF8e4m3fn(uint8_t *o, float a,
                                                        float b) {
   unsigned short r;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(b), "f"(a));
-  o[0] = hwNaNFix(a, r, 0x7f);
-  o[1] = hwNaNFix(b, (unsigned short)(r >> 8), 0x7f);
+  const unsigned s = ((__builtin_bit_cast(unsigned, a) >> 24) & 0x80u) |
+                     ((__builtin_bit_cast(unsigned, b) >> 16) & 0x8000u);
+  const unsigned short w = (unsigned short)(r | s);
+  o[0] = uint8_t(w & 0xffu);
+  o[1] = uint8_t(w >> 8);
 }
 __attribute__((device)) inline void hwFloat2ToF8e5m2(uint8_t *o, float a,
                                                      float b) {
