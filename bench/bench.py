@@ -164,6 +164,11 @@ def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log):
     if args.quick:
         geoms = geoms[:2] + geoms[5:7]
         Ts = (1, 64, 4096, 32768)
+    if args.geoms:
+        want = args.geoms.split(",")
+        geoms = [g for g in geoms if g[0] in want]
+    if args.tokens:
+        Ts = tuple(int(t) for t in args.tokens.split(","))
     for label, lay in geoms:
         k = ctx.kernel("reshape_and_cache", lay, "bf16")
         H, Dk, Dv, bs = (lay.num_kv_heads, lay.head_size_k, lay.head_size_v,
@@ -304,9 +309,12 @@ def bench_overhead(torch, ctx, drv, shim, manifest, bundle, args, log):
     src = (Path(bundle) / e["source"]).read_text()
     cubin = drv.compile(src, k.name, arch=ctx.target)
     fn = drv.function(cubin, k.name)
-    grid = -(-T // int(e["tokens_per_cta"]))
+    if T <= int(e.get("small_max_tokens", 0)):
+        grid, block = T, int(e["small_threads"])
+    else:
+        grid, block = -(-T // int(e["tokens_per_cta"])), int(e["threads"])
     params = (ctypes.c_void_p * 1)(ctypes.addressof(args_b))
-    raw = drv.launcher(fn, grid, int(e["threads"]), stream, params)
+    raw = drv.launcher(fn, grid, block, stream, params)
     # Same result both ways.
     k.launch_raw(args_a, kb, vb, stream)
     if raw() != 0:
@@ -642,6 +650,11 @@ def main():
                     help="write a 256 MiB buffer before each timed op "
                     "(cold L2; default: warm, as in an engine right after "
                     "the QKV projection)")
+    ap.add_argument("--geoms", default="",
+                    help="comma list of geometry labels to run "
+                    "(mimo_b16_bf16, h8x128_b16_f8E4M3FN, ...)")
+    ap.add_argument("--tokens", default="",
+                    help="comma list of T values (default: all)")
     ap.add_argument("--skip", default="",
                     help="comma list of sections to skip: bandwidth, "
                     "overhead, jit")

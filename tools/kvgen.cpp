@@ -403,7 +403,8 @@ int cmdEmit(const Flags &flags) {
     bk.entry.target = target;
     bk.entry.spec = spec;
     bk.entry.geometry = {int(k->threads), int(k->tokensPerCta),
-                         int(k->vectorBytes)};
+                         int(k->vectorBytes), int(k->smallMaxTokens),
+                         int(k->smallThreads)};
     bk.entry.source =
         k->name +
         (target == "host" ? ".cpp" : (target[0] == 's' ? ".cu" : ".hip"));

@@ -154,7 +154,10 @@ LogicalResult kvgen::printSource(ModuleOp module, StringRef target,
        << " threads=" << plan.getThreads()
        << " tokens_per_cta=" << plan.getTokensPerCta()
        << " vector_bytes=" << plan.getVectorBytes()
-       << " grid=ceil(num_tokens/tokens_per_cta)\n";
+       << " small_max_tokens=" << plan.getSmallMaxTokens()
+       << " small_threads=" << plan.getSmallThreads()
+       << " grid=(num_tokens<=small_max_tokens ? num_tokens x small_threads "
+          ": ceil(num_tokens/tokens_per_cta) x threads)\n";
   });
   os << preludeFor(target) << "\n";
   return emitc::translateToCpp(module, os);
@@ -203,6 +206,8 @@ FailureOr<EmittedKernel> kvgen::emitKernel(MLIRContext *ctx,
       k.threads = p.getThreads();
       k.tokensPerCta = p.getTokensPerCta();
       k.vectorBytes = p.getVectorBytes();
+      k.smallMaxTokens = p.getSmallMaxTokens();
+      k.smallThreads = p.getSmallThreads();
     }
   });
   PassManager lower(ctx);
@@ -259,7 +264,8 @@ void kvgen::installRuntimeGenerator() {
     out->source = std::move(k->source);
     out->entryName = k->name;
     out->geometry = {int(k->threads), int(k->tokensPerCta),
-                     int(k->vectorBytes)};
+                     int(k->vectorBytes), int(k->smallMaxTokens),
+                     int(k->smallThreads)};
     return std::nullopt;
   });
 }

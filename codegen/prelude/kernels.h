@@ -483,25 +483,44 @@ KVGEN_DEVICE inline void gatherSpec(const kvgen_gather_args &a,
 
 /// The entry points the emitted kernels call, with every size of the
 /// specialization as a template argument (see passes/lib/LowerToEmitC.cpp).
+/// A launch of T <= SMALL_MAX tokens takes the small shape (one token per
+/// CTA, SMALL_THREADS threads), any other the bulk shape (TOKENS_PER_CTA,
+/// THREADS); the runtime sizes the grid and block by the same rule
+/// (runtime/src/Context.cpp).
 template <class IO, class CACHE, class SLOT, int HEADS, int HEAD_K, int HEAD_V,
-          int BLOCK_SIZE, int VEC, int TOKENS_PER_CTA, int THREADS, int SCALE,
-          bool CHECKED, bool CACHE_PROVEN, bool PACKED>
+          int BLOCK_SIZE, int VEC, int TOKENS_PER_CTA, int THREADS,
+          int SMALL_MAX, int SMALL_THREADS, int SCALE, bool CHECKED,
+          bool CACHE_PROVEN, bool PACKED>
 KVGEN_DEVICE inline void reshapeAndCache(const kvgen_reshape_and_cache_args &a,
                                          const SideMap &kMap,
                                          const SideMap &vMap) {
-  reshapeAndCacheSpec<Spec<IO, CACHE, SLOT, HEADS, HEAD_K, HEAD_V, BLOCK_SIZE,
-                           VEC, TOKENS_PER_CTA, THREADS, SCALE, CHECKED,
-                           PACKED>,
-                      CACHE_PROVEN>(a, kMap, vMap);
+  if (SMALL_MAX > 0 && a.num_tokens <= SMALL_MAX)
+    reshapeAndCacheSpec<Spec<IO, CACHE, SLOT, HEADS, HEAD_K, HEAD_V,
+                             BLOCK_SIZE, VEC, 1,
+                             (SMALL_THREADS > 0 ? SMALL_THREADS : 32), SCALE,
+                             CHECKED, PACKED>,
+                        CACHE_PROVEN>(a, kMap, vMap);
+  else
+    reshapeAndCacheSpec<Spec<IO, CACHE, SLOT, HEADS, HEAD_K, HEAD_V,
+                             BLOCK_SIZE, VEC, TOKENS_PER_CTA, THREADS, SCALE,
+                             CHECKED, PACKED>,
+                        CACHE_PROVEN>(a, kMap, vMap);
 }
 template <class IO, class CACHE, class SLOT, int HEADS, int HEAD_K, int HEAD_V,
-          int BLOCK_SIZE, int VEC, int TOKENS_PER_CTA, int THREADS, int SCALE,
-          bool CHECKED, bool CACHE_PROVEN, bool DEQUANT, bool PACKED>
+          int BLOCK_SIZE, int VEC, int TOKENS_PER_CTA, int THREADS,
+          int SMALL_MAX, int SMALL_THREADS, int SCALE, bool CHECKED,
+          bool CACHE_PROVEN, bool DEQUANT, bool PACKED>
 KVGEN_DEVICE inline void gather(const kvgen_gather_args &a,
                                 const SideMap &kMap, const SideMap &vMap) {
-  gatherSpec<Spec<IO, CACHE, SLOT, HEADS, HEAD_K, HEAD_V, BLOCK_SIZE, VEC,
-                  TOKENS_PER_CTA, THREADS, SCALE, CHECKED, PACKED>,
-             CACHE_PROVEN, DEQUANT>(a, kMap, vMap);
+  if (SMALL_MAX > 0 && a.num_tokens <= SMALL_MAX)
+    gatherSpec<Spec<IO, CACHE, SLOT, HEADS, HEAD_K, HEAD_V, BLOCK_SIZE, VEC,
+                    1, (SMALL_THREADS > 0 ? SMALL_THREADS : 32), SCALE,
+                    CHECKED, PACKED>,
+               CACHE_PROVEN, DEQUANT>(a, kMap, vMap);
+  else
+    gatherSpec<Spec<IO, CACHE, SLOT, HEADS, HEAD_K, HEAD_V, BLOCK_SIZE, VEC,
+                    TOKENS_PER_CTA, THREADS, SCALE, CHECKED, PACKED>,
+               CACHE_PROVEN, DEQUANT>(a, kMap, vMap);
 }
 
 /// The cache strides the kernel reads for a dynamic ('?') stride: element i

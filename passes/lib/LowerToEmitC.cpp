@@ -2,12 +2,13 @@
 //
 // Each planned kv.reshape_and_cache / kv.gather becomes one emitc.func:
 //
-//   extern "C" __global__ KVGEN_LAUNCH_BOUNDS(threads) void name(ARGS a) {
+//   extern "C" __global__ KVGEN_LAUNCH_BOUNDS(max threads) void name(ARGS a) {
 //     SideMap k = sideMap(k_block, k_token, k_head, k_base); // K's own strides
 //     SideMap v = sideMap(v_block, v_token, v_head, v_base); // V's own strides
 //     kvgen::reshapeAndCache<io, cache, slot, heads, head_size_k,
 //                            head_size_v, block_size, vec, tokens_per_cta,
-//                            threads, scale, checked, cache_proven,
+//                            threads, small_max_tokens, small_threads,
+//                            scale, checked, cache_proven,
 //                            [dequantize,] packed>(a, k, v);
 //   }
 //
@@ -118,7 +119,9 @@ void buildKernel(OpBuilder &b, Location loc, const KernelParts &p) {
   auto fnType = b.getFunctionType({argsType}, {});
   auto fn = emitc::FuncOp::create(b, loc, p.name, fnType);
   std::string bounds =
-      llvm::formatv("KVGEN_LAUNCH_BOUNDS({0})", p.plan.getThreads()).str();
+      llvm::formatv("KVGEN_LAUNCH_BOUNDS({0})",
+                    std::max(p.plan.getThreads(), p.plan.getSmallThreads()))
+          .str();
   // Keep the plan on the kernel: printers and runtimes read the launch
   // geometry from it.
   fn->setAttr("kv.plan", p.plan);
@@ -152,6 +155,8 @@ void buildKernel(OpBuilder &b, Location loc, const KernelParts &p) {
       i32(p.plan.getVecElems()),
       i32(p.plan.getTokensPerCta()),
       i32(p.plan.getThreads()),
+      i32(p.plan.getSmallMaxTokens()),
+      i32(p.plan.getSmallThreads()),
       i32(scaleCode(p.layout.scale)),
       b.getBoolAttr(p.checked),
       b.getBoolAttr(p.plan.getCacheAlignment() == Alignment::proven)};

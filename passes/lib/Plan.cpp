@@ -14,6 +14,14 @@
 //               decode-size launches of CTAs: measured on the H200);
 //   threads     a quarter of those accesses rounded up to whole warps
 //               (64..512): about four accesses per thread;
+//   small       launches of T <= small_max_tokens take one token per CTA
+//               and small_threads = its accesses rounded up to whole warps
+//               (at most 512) threads, about one access each: the most
+//               CTAs and the shortest chain of dependent loads per thread.
+//               small_max_tokens: T * accesses per token <= 2^20 (a few
+//               waves of 1-access threads on a 132-SM H200; past it the
+//               4-access shape was faster there, docs/performance.md); on
+//               the host target 8, so small tests run both shapes;
 //   hw_fp8      sm_89+ with an e4m3fn or e5m2 cache: cvt.rn.satfinite.
 //
 //===----------------------------------------------------------------------===//
@@ -45,7 +53,7 @@ bool kvgen::isKnownTarget(llvm::StringRef fullTarget) {
 
 PlanChoice kvgen::choosePlan(const LayoutDesc &layout, DType io,
                              llvm::StringRef target, int64_t threads,
-                             int64_t tokensPerCta) {
+                             int64_t tokensPerCta, int64_t smallMaxTokens) {
   PlanChoice c;
   const int64_t cacheSize = elementSize(layout.dtype);
   // Divisibility the vector width must respect, in elements.
@@ -87,6 +95,15 @@ PlanChoice kvgen::choosePlan(const LayoutDesc &layout, DType io,
     c.threads = std::min<int64_t>(
         512, std::max<int64_t>(
                  64, ((perToken * c.tokensPerCta + 3) / 4 + 31) / 32 * 32));
+  c.smallThreads = std::min<int64_t>(512, (perToken + 31) / 32 * 32);
+  if (smallMaxTokens >= 0)
+    c.smallMaxTokens = smallMaxTokens;
+  else if (target.split(':').first == "host")
+    c.smallMaxTokens = 8;
+  else
+    c.smallMaxTokens = (int64_t(1) << 20) / perToken;
+  if (c.smallMaxTokens == 0)
+    c.smallThreads = 0;
   // NVIDIA sm_89+ has cvt.rn.satfinite for e4m3 and e5m2 (not the FNUZ
   // encodings); the AMD converts are not used yet.
   llvm::StringRef base = target.split(':').first;
@@ -112,9 +129,10 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
     MLIRContext *ctx = &getContext();
     auto planFor = [&](LayoutAttr layout, Type io) {
       PlanChoice c = choosePlan(layout.getDesc(), *fromMlirType(io), target,
-                                threads, tokensPerCta);
+                                threads, tokensPerCta, smallMaxTokens);
       return PlanAttr::get(
           ctx, target, c.vectorBytes, c.vecElems, c.threads, c.tokensPerCta,
+          c.smallMaxTokens, c.smallThreads,
           c.cacheProven ? Alignment::proven : Alignment::checked,
           Alignment::checked, c.hwFp8);
     };

@@ -75,7 +75,7 @@ std::string trim(const std::string &s) {
   size_t e = s.find_last_not_of(" \t\r");
   return s.substr(b, e - b + 1);
 }
-bool parsePositive(const std::string &s, int *out) {
+bool parseNonNegative(const std::string &s, int *out) {
   if (s.empty() || s.size() > 9)
     return false;
   int v = 0;
@@ -85,7 +85,10 @@ bool parsePositive(const std::string &s, int *out) {
     v = v * 10 + (c - '0');
   }
   *out = v;
-  return v > 0;
+  return true;
+}
+bool parsePositive(const std::string &s, int *out) {
+  return parseNonNegative(s, out) && *out > 0;
 }
 bool parseBool(const std::string &s, bool *out) {
   if (s != "0" && s != "1")
@@ -110,6 +113,12 @@ std::optional<std::string> validateEntry(const KernelEntry &e) {
   if (g.tokensPerCta < 1)
     return fmt::format("kernel '{}': tokens_per_cta {} must be positive",
                        e.name, g.tokensPerCta);
+  if (g.smallThreads < 0 || g.smallThreads > 1024 || g.smallMaxTokens < 0 ||
+      (g.smallThreads == 0) != (g.smallMaxTokens == 0))
+    return fmt::format("kernel '{}': small_max_tokens {} and small_threads "
+                       "{} must both be 0 or both positive (threads "
+                       "at most 1024)",
+                       e.name, g.smallMaxTokens, g.smallThreads);
   if (g.vectorBytes < 1 || g.vectorBytes > 256 ||
       (g.vectorBytes & (g.vectorBytes - 1)) != 0)
     return fmt::format("kernel '{}': vector_bytes {} is not a power of two "
@@ -136,6 +145,10 @@ std::string formatManifest(const std::vector<KernelEntry> &entries) {
     out += fmt::format("dequantize = {}\n", int(e.spec.dequantize));
     out += fmt::format("threads = {}\n", e.geometry.threads);
     out += fmt::format("tokens_per_cta = {}\n", e.geometry.tokensPerCta);
+    if (e.geometry.smallMaxTokens > 0) {
+      out += fmt::format("small_max_tokens = {}\n", e.geometry.smallMaxTokens);
+      out += fmt::format("small_threads = {}\n", e.geometry.smallThreads);
+    }
     out += fmt::format("vector_bytes = {}\n", e.geometry.vectorBytes);
     out += fmt::format("source = {}\n", e.source);
   }
@@ -250,6 +263,12 @@ bool parseManifest(const std::string &text, std::vector<KernelEntry> *entries,
         return bad();
     } else if (key == "tokens_per_cta") {
       if (!parsePositive(value, &e.geometry.tokensPerCta))
+        return bad();
+    } else if (key == "small_max_tokens") {
+      if (!parseNonNegative(value, &e.geometry.smallMaxTokens))
+        return bad();
+    } else if (key == "small_threads") {
+      if (!parseNonNegative(value, &e.geometry.smallThreads))
         return bad();
     } else if (key == "vector_bytes") {
       if (!parsePositive(value, &e.geometry.vectorBytes))

@@ -743,15 +743,16 @@ static kvgen_status launchKernel(kvgen_kernel k, const Args *args,
     return fail(KVGEN_ERROR_COMPILE_ONLY,
                 fmt::format("kernel '{}' belongs to a compile-only context",
                             k->entry.name));
-  int64_t per = k->entry.geometry.tokensPerCta;
-  int64_t grid = (args->num_tokens + per - 1) / per;
+  int64_t grid = 0;
+  int block = 0;
+  launchShape(k->entry.geometry, args->num_tokens, &grid, &block);
   if (grid > INT32_MAX)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT,
                 fmt::format("num_tokens = {} needs {} CTAs, more than "
                             "grid.x allows",
                             args->num_tokens, grid));
   return report(k->module->launch(args, sizeof(Args), uint32_t(grid),
-                                  uint32_t(k->entry.geometry.threads), stream));
+                                  uint32_t(block), stream));
 }
 
 extern "C" {

@@ -142,15 +142,23 @@ class Kernel:
     threads: int
     tokens_per_cta: int
     vector_bytes: int
+    small_max_tokens: int = 0
+    small_threads: int = 0
     sanitized: bool = False
 
+    def shape(self, num_tokens: int):
+        """(grid.x, block.x), the rule of the kernel header line."""
+        if 0 < num_tokens <= self.small_max_tokens:
+            return num_tokens, self.small_threads
+        return -(-num_tokens // self.tokens_per_cta), self.threads
+
     def launch(self, args, num_tokens: int) -> None:
-        grid = -(-num_tokens // self.tokens_per_cta)
+        grid, block = self.shape(num_tokens)
         if not self.sanitized:
-            self.fn(ctypes.byref(args), grid, self.threads)
+            self.fn(ctypes.byref(args), grid, block)
             return
         with CaptureStderr() as cap:
-            self.fn(ctypes.byref(args), grid, self.threads)
+            self.fn(ctypes.byref(args), grid, block)
         if "runtime error" in cap.text:
             raise AssertionError(f"UBSan report from kernel {self.spec.name}:\n"
                                  f"{cap.text[:3000]}")
@@ -158,7 +166,9 @@ class Kernel:
 
 HEADER_RE = re.compile(
     r"^// kvgen-kernel: name=(\S+) threads=(\d+) tokens_per_cta=(\d+) "
-    r"vector_bytes=(\d+) grid=ceil\(num_tokens/tokens_per_cta\)$", re.M)
+    r"vector_bytes=(\d+) small_max_tokens=(\d+) small_threads=(\d+) "
+    r"grid=\(num_tokens<=small_max_tokens \? num_tokens x small_threads : "
+    r"ceil\(num_tokens/tokens_per_cta\) x threads\)$", re.M)
 
 
 class KernelCache:
@@ -190,7 +200,7 @@ class KernelCache:
             raise AssertionError(f"kvgen-translate failed ({r.returncode}):\n"
                                  f"{r.stderr[-4000:]}\ninput:\n{text}")
         cpp.write_text(r.stdout)
-        header = {m.group(1): tuple(int(m.group(i)) for i in (2, 3, 4))
+        header = {m.group(1): tuple(int(m.group(i)) for i in (2, 3, 4, 5, 6))
                   for m in HEADER_RE.finditer(r.stdout)}
         flags = CXXFLAGS + (UBSAN if self.sanitize else [])
         r = subprocess.run([CXX, *flags, str(cpp), "-o", str(so)],
@@ -201,12 +211,14 @@ class KernelCache:
         out = {}
         for s in specs:
             assert s.name in header, f"no kvgen-kernel header line for {s.name}"
-            threads, tpc, vb = header[s.name]
+            threads, tpc, vb, smax, sthreads = header[s.name]
             assert threads > 0 and tpc > 0 and vb > 0
+            assert (smax > 0) == (sthreads > 0)
             fn = getattr(lib, s.name + "_host_launch")
             fn.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
             fn.restype = None
-            out[s] = Kernel(s, fn, threads, tpc, vb, self.sanitize)
+            out[s] = Kernel(s, fn, threads, tpc, vb, smax, sthreads,
+                            self.sanitize)
         with self.lock:
             self.libs.append(lib)
         return out

@@ -30,6 +30,8 @@ std::vector<KernelEntry> sampleEntries() {
   b.geometry.threads = 256;
   b.geometry.tokensPerCta = 4;
   b.geometry.vectorBytes = 8;
+  b.geometry.smallMaxTokens = 512;
+  b.geometry.smallThreads = 96;
   return {a, b};
 }
 
@@ -40,6 +42,8 @@ void expectSameEntry(const KernelEntry &a, const KernelEntry &b) {
   EXPECT_EQ(a.geometry.threads, b.geometry.threads);
   EXPECT_EQ(a.geometry.tokensPerCta, b.geometry.tokensPerCta);
   EXPECT_EQ(a.geometry.vectorBytes, b.geometry.vectorBytes);
+  EXPECT_EQ(a.geometry.smallMaxTokens, b.geometry.smallMaxTokens);
+  EXPECT_EQ(a.geometry.smallThreads, b.geometry.smallThreads);
   EXPECT_EQ(a.source, b.source);
 }
 
@@ -59,7 +63,33 @@ TEST(Manifest, FormatParseRoundTrip) {
   EXPECT_EQ(out[1].spec.slotType, SlotType::I32);
   EXPECT_TRUE(out[1].spec.dequantize);
   EXPECT_EQ(out[1].spec.layout.dtype, DType::F8E4M3FN);
+  EXPECT_EQ(out[1].geometry.smallMaxTokens, 512);
+  EXPECT_EQ(out[1].geometry.smallThreads, 96);
+  // Without the optional pair: no small-launch shape.
+  EXPECT_EQ(out[0].geometry.smallMaxTokens, 0);
+  EXPECT_EQ(text.find("small_max_tokens"), text.rfind("small_max_tokens"));
   EXPECT_EQ(formatManifest(out), text);
+}
+
+TEST(Manifest, LaunchShapeFollowsTheSmallBound) {
+  LaunchGeometry g;
+  g.threads = 320;
+  g.tokensPerCta = 8;
+  g.vectorBytes = 16;
+  g.smallMaxTokens = 100;
+  g.smallThreads = 160;
+  int64_t grid = 0;
+  int block = 0;
+  launchShape(g, 100, &grid, &block);
+  EXPECT_EQ(grid, 100);
+  EXPECT_EQ(block, 160);
+  launchShape(g, 101, &grid, &block);
+  EXPECT_EQ(grid, 13); // ceil(101 / 8)
+  EXPECT_EQ(block, 320);
+  g.smallMaxTokens = g.smallThreads = 0;
+  launchShape(g, 1, &grid, &block);
+  EXPECT_EQ(grid, 1);
+  EXPECT_EQ(block, 320);
 }
 
 TEST(Manifest, IgnoresCommentsAndKeyOrder) {
@@ -96,6 +126,10 @@ TEST(Manifest, RejectsMalformedManifests) {
       {replace("threads = 128\n", ""), "lacks 'threads'"},
       {replace("threads = 128", "threads = 0"), "threads"},
       {replace("threads = 128", "threads = 2048"), "threads"},
+      {replace("threads = 128", "threads = 128\nsmall_max_tokens = 64"),
+       "small_max_tokens 64 and small_threads 0"},
+      {replace("threads = 128", "threads = 128\nsmall_threads = -1"),
+       "small_threads"},
       {replace("vector_bytes = 16", "vector_bytes = 12"), "vector_bytes"},
       {replace("op = reshape_and_cache", "op = scatter"), "op"},
       {replace("source = rc.cu", "source = ../rc.cu"), "source"},

@@ -13,6 +13,8 @@ struct PlanChoice {
   int64_t vecElems = 1;    ///< elements per access
   int64_t threads = 256;
   int64_t tokensPerCta = 1;
+  int64_t smallMaxTokens = 0; ///< T <= this: one token per CTA (0: never)
+  int64_t smallThreads = 0;   ///< threads per CTA of that shape
   bool cacheProven = false; ///< cache alignment proven statically
   bool hwFp8 = false;       ///< hardware fp8 conversion instructions
 };
@@ -21,10 +23,11 @@ struct PlanChoice {
 bool isKnownTarget(llvm::StringRef target);
 
 /// Chooses the plan of a kernel over `layout` whose key/value (or gather
-/// output) element type is `io`. threads / tokensPerCta > 0 force a value.
+/// output) element type is `io`. threads / tokensPerCta > 0 force a value;
+/// smallMaxTokens >= 0 forces the small-launch bound (0 disables it).
 PlanChoice choosePlan(const LayoutDesc &layout, DType io,
                       llvm::StringRef target, int64_t threads = 0,
-                      int64_t tokensPerCta = 0);
+                      int64_t tokensPerCta = 0, int64_t smallMaxTokens = -1);
 
 } // namespace kvgen
 

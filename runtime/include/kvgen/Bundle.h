@@ -20,6 +20,8 @@
 //   dequantize = 0                       # 0 | 1 (gather only)
 //   threads = 128                        # block.x
 //   tokens_per_cta = 1                   # grid.x = ceil(T / tokens_per_cta)
+//   small_max_tokens = 6553              # optional: T <= it launches
+//   small_threads = 160                  #   grid.x = T, block.x = small_threads
 //   vector_bytes = 16                    # alignment needed of cache pointers
 //   source = kvgen_rc_mimo_bf16.cu       # file name inside the bundle
 //   [kernel]
@@ -27,7 +29,8 @@
 //
 // The first line is the magic word and format version. Each `[kernel]` line
 // starts one entry; every key above is required exactly once per entry, in any
-// order; a value runs from the first '=' to the end of the line (trimmed), so
+// order, except the optional pair small_max_tokens / small_threads (absent:
+// 0, the kernel has no small-launch shape); a value runs from the first '=' to the end of the line (trimmed), so
 // `layout` holds kvgen::toString(LayoutDesc) verbatim. '#' starts a comment
 // only at the beginning of a line. Unknown keys are errors (a typo must not
 // silently drop a field). (name, target) pairs are unique in a manifest.
@@ -86,7 +89,23 @@ struct LaunchGeometry {
   int threads = 0;      ///< block.x, 1..1024
   int tokensPerCta = 0; ///< tokens handled by one CTA; grid.x = ceil(T / it)
   int vectorBytes = 0;  ///< power of two 1..256: cache pointer alignment
+  /// Launches of T <= smallMaxTokens (> 0) use one token per CTA:
+  /// grid.x = T, block.x = smallThreads. 0 and 0: no such shape.
+  int smallMaxTokens = 0;
+  int smallThreads = 0;
 };
+
+/// grid.x and block.x of a launch of `numTokens` tokens (numTokens >= 1).
+inline void launchShape(const LaunchGeometry &g, int64_t numTokens,
+                        int64_t *grid, int *block) {
+  if (g.smallMaxTokens > 0 && numTokens <= g.smallMaxTokens) {
+    *grid = numTokens;
+    *block = g.smallThreads;
+  } else {
+    *grid = (numTokens + g.tokensPerCta - 1) / g.tokensPerCta;
+    *block = g.threads;
+  }
+}
 
 /// One manifest entry.
 struct KernelEntry {

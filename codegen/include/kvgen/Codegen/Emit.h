@@ -43,6 +43,8 @@ struct EmittedKernel {
   int64_t threads = 0;
   int64_t tokensPerCta = 0;
   int64_t vectorBytes = 0;
+  int64_t smallMaxTokens = 0; ///< see kv.plan's small_max_tokens
+  int64_t smallThreads = 0;
 };
 
 /// Builds, plans, lowers and prints the kernel of `spec` for `target`.

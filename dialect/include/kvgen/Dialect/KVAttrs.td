@@ -93,6 +93,11 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
     - `vec_elems`: elements per access (`vector_bytes` / cache element size);
     - `threads`: threads per block;
     - `tokens_per_cta`: tokens one block handles;
+    - `small_max_tokens`, `small_threads`: launches of at most
+      `small_max_tokens` tokens use the small-launch shape instead: one
+      token per block, `small_threads` threads (about one access each), so
+      decode-size batches spread over as many SMs as they have tokens and
+      each thread waits for one round of loads; 0 disables it;
     - `cache_alignment`: `proven` when static strides and head sizes make
       every cache access `vector_bytes`-aligned (given an aligned base
       pointer, checked at launch), `checked` when the kernel tests alignment
@@ -106,7 +111,8 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
 
     ```mlir
     #kv.plan<target = "sm_90", vector_bytes = 16, vec_elems = 8,
-             threads = 128, tokens_per_cta = 1, cache_alignment = proven,
+             threads = 320, tokens_per_cta = 8, small_max_tokens = 6553,
+             small_threads = 160, cache_alignment = proven,
              input_alignment = checked, hw_fp8 = false>
     ```
   }];
@@ -116,6 +122,8 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
     AttrParameter<"int64_t", "elements per cache access">:$vec_elems,
     AttrParameter<"int64_t", "threads per block">:$threads,
     AttrParameter<"int64_t", "tokens per block">:$tokens_per_cta,
+    AttrParameter<"int64_t", "largest T of the small-launch shape">:$small_max_tokens,
+    AttrParameter<"int64_t", "threads per block of the small-launch shape">:$small_threads,
     EnumParameter<KV_Alignment>:$cache_alignment,
     EnumParameter<KV_Alignment>:$input_alignment,
     AttrParameter<"bool", "hardware fp8 conversion">:$hw_fp8

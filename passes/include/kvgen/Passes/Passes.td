@@ -33,6 +33,9 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
            "threads per block; 0 lets the pass choose">,
     Option<"tokensPerCta", "tokens-per-cta", "int64_t", /*default=*/"0",
            "tokens per block; 0 lets the pass choose">,
+    Option<"smallMaxTokens", "small-max-tokens", "int64_t", /*default=*/"-1",
+           "largest T launched one token per block; 0 never, -1 lets the "
+           "pass choose">,
   ];
   let dependentDialects = ["::kvgen::kv::KVDialect"];
 }
