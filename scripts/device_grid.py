@@ -108,6 +108,12 @@ class TorchX:
             idx.numel(), device=self.dev) % len(SPECIALS)]
         return x.to(self.DT[io])
 
+    def allbits(self, shape, io, start):
+        """Every 16-bit pattern of io in order from `start` (wrapping), NaN
+        patterns replaced by the infinity of their sign (see allbits_np)."""
+        b = self.torch.from_numpy(allbits_np(math.prod(shape), io, start))
+        return b.to(self.dev).view(self.DT[io]).view(shape)
+
     def rand_typed(self, gen, shape, dt):
         n = math.prod(shape)
         u = self.u8(n * ESIZE[dt])
@@ -218,6 +224,10 @@ class NumpyX:
         flat[idx] = self.specials[np.arange(idx.size) % len(SPECIALS)]
         return x.astype(self.DT[io])
 
+    def allbits(self, shape, io, start):
+        return allbits_np(math.prod(shape), io, start).view(
+            self.DT[io]).reshape(shape)
+
     def rand_typed(self, gen, shape, dt):
         n = math.prod(shape)
         u = gen.integers(0, 256, size=n * ESIZE[dt], dtype=np.uint8)
@@ -249,7 +259,8 @@ class NumpyX:
 
     def quantize(self, x, scale, dt):
         m = np.float32(FP8_MAX[dt])
-        y = np.clip(x.astype(np.float32) / scale, -m, m)
+        with np.errstate(over="ignore", invalid="ignore"):
+            y = np.clip(x.astype(np.float32) / scale, -m, m)
         return y.astype(self.DT[dt]).view(np.uint8)
 
     def convert(self, x, dt):
@@ -478,6 +489,19 @@ class Recorder:
                   f"{check}: {detail}", flush=True)
 
 
+def allbits_np(n, io, start):
+    """n 16-bit patterns of io (bf16 or f16) counting up from `start`,
+    wrapping, with each NaN pattern replaced by the infinity of its sign.
+    NaN is left out because torch, the device reference, canonicalizes NaN
+    (bf16 0x7fc0, e5m2 0x7f) where kvgen keeps the sign and uses ml_dtypes'
+    encodings; the host grid checks kvgen's NaN bits against ml_dtypes."""
+    b = ((np.arange(n, dtype=np.int64) + start) % 65536).astype(np.uint16)
+    exp = np.uint16(0x7F80 if io == "bf16" else 0x7C00)
+    nan = ((b & exp) == exp) & ((b & np.uint16(0x7FFF)) != exp)
+    b[nan] = (b[nan] & np.uint16(0x8000)) | exp
+    return b.view(np.int16)
+
+
 def num_blocks_for(case, T):
     if case.num_blocks:
         return case.num_blocks
@@ -491,6 +515,9 @@ def io_buffers(X, gen, case, T, dtype, misalign, random_bits):
     H, Dk, Dv = case.H, case.Dk, case.Dv
     make = (lambda shape: X.rand_typed(gen, shape, dtype)) if random_bits \
         else (lambda shape: X.randn(gen, shape, dtype))
+    if case.allbits and not random_bits:
+        starts = iter((0, 40000))  # K and V start at different patterns
+        make = (lambda shape: X.allbits(shape, dtype, next(starts)))
     if case.strided:
         q = H * 8 + (1 if misalign else 0)  # a query part before K
         W = q + H * Dk + H * Dv + 5

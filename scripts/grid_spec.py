@@ -101,6 +101,9 @@ class Case:
     dynamic: bool = False   # layout strides '?' (passed at launch)
     block_pad: int = 0      # extra elements per block (static strides)
     memcheck: bool = False  # part of the compute-sanitizer subset
+    # inputs: every non-NaN 16-bit pattern (inf, subnormals included) in
+    # order instead of random normals (16-bit io only)
+    allbits: bool = False
 
     @property
     def scale_kind(self):
@@ -191,6 +194,15 @@ def grid_cases():
                            slots="i32" if i % 3 == 0 else "i64",
                            memcheck=(dt == "f8E5M2" and sc == "per_head")))
             i += 1
+    # -- Every non-NaN bf16 / f16 bit pattern (inf, subnormals, huge values;
+    # NaN: scripts/device_grid.py allbits_np) into each fp8 encoding: the
+    # fast and the exact quantizing paths on sm_89+.
+    for dt in FP8_DTYPES:
+        C.append(_mimo(f"mimo_allbits_{dt}", "allbits", dtype=dt,
+                       scale="per_head" if "E5" in dt else "per_tensor",
+                       allbits=True, Ts=(52, 205)))
+    C.append(_mimo("mimo_allbits_f16_e4m3fn", "allbits", dtype="f8E4M3FN",
+                   io="f16", allbits=True, Ts=(52,)))
     C.append(_mimo("mimo_f16", "mimo-dtype", dtype="f16", io="f16",
                    Ts=(300,), strided=True))
     C.append(_mimo("mimo_f32_hnd", "mimo-dtype", dtype="f32", io="f32",

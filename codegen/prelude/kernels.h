@@ -42,7 +42,7 @@ KVGEN_HD inline float identity(float x) { return x; }
     typedef STORAGE storage;                                                   \
     static KVGEN_HD float load(storage s) { return LOAD(s); }                  \
     static KVGEN_HD storage store(float x) { return STORE(x); }                \
-    enum { is_fp8 = FP8 };                                                     \
+    enum { is_fp8 = FP8, is_hw = 0 };                                          \
   };
 KVGEN_ELEMENT_TYPE(dt_bf16, uint16_t, bf16_to_float, float_to_bf16, 0)
 KVGEN_ELEMENT_TYPE(dt_f16, uint16_t, f16_to_float, float_to_f16, 0)
@@ -60,10 +60,19 @@ KVGEN_ELEMENT_TYPE(dt_f8e5m2fnuz, uint8_t, f8e5m2fnuz_to_float,
 /// fp8 stores through the target's conversion instruction (same bits as the
 /// portable path; see the target prelude). Chosen by kv-plan (hw_fp8).
 struct dt_f8e4m3fn_hw : dt_f8e4m3fn {
+  enum { is_hw = 1, nan_byte = 0x7f };
   static KVGEN_DEVICE storage store(float x) { return hwFloatToF8e4m3fn(x); }
+  /// Four finite values, element 0 in the low byte; see HwQuantize.
+  static KVGEN_DEVICE uint32_t pack4(float a, float b, float c, float d) {
+    return hwPack4F8e4m3fn(a, b, c, d);
+  }
 };
 struct dt_f8e5m2_hw : dt_f8e5m2 {
+  enum { is_hw = 1, nan_byte = 0x7e };
   static KVGEN_DEVICE storage store(float x) { return hwFloatToF8e5m2(x); }
+  static KVGEN_DEVICE uint32_t pack4(float a, float b, float c, float d) {
+    return hwPack4F8e5m2(a, b, c, d);
+  }
 };
 #endif
 
@@ -184,15 +193,84 @@ struct Converter<S, D, VEC, QUANT, DEQUANT, false> {
   }
 };
 
+/// Picks the conversion of a fragment: HwQuantize for quantizing stores
+/// through a hardware fp8 convert in whole 4-byte words, else Converter.
+template <class S, class D, int VEC, bool QUANT, bool DEQUANT, bool HW_WORDS>
+struct PickConverter {
+  static KVGEN_DEVICE inline void
+  store(typename D::storage *dst, const Frag<typename S::storage, VEC> &in,
+        float scale, float recip) {
+    Converter<S, D, VEC, QUANT, DEQUANT,
+              same_type<typename S::storage, typename D::storage>::value &&
+                  !QUANT && !DEQUANT &&
+                  (same_type<S, D>::value || S::is_fp8)>::store(dst, in, scale,
+                                                                recip);
+  }
+};
+
+#ifdef KVGEN_HW_FP8
+/// Quantizing store through the hardware convert, in whole 4-byte words.
+///
+/// Fast path, for a positive scale and finite quotients: divideBy's
+/// Markstein step without its special-case select, q = q0 - r * recip with
+/// r = q0 * scale - x. For finite quotients that step is exact (see
+/// divideBy), and with a positive scale it also keeps the sign of zero (x =
+/// +-0 gives r = +0 and q = q0 + -0 = q0); every non-NaN input then converts
+/// to the bits numerics.h gives, sign included, so no per-element fix-up is
+/// needed. A fragment with any non-finite q (NaN or infinite input, overflow;
+/// detected as a non-finite sum of the fragment) or a thread with a
+/// non-positive scale takes the exact path: divideBy for every element, the
+/// same converts, then NaN bytes set to the NaN's sign and the encoding's
+/// NaN (as numerics.h; the convert alone gives 0x7f). Per element: one
+/// multiply, two FMAs and one add; four elements per two converts and one
+/// word.
+template <class S, class D, int VEC> struct HwQuantize {
+  static KVGEN_DEVICE inline void
+  store(typename D::storage *dst, const Frag<typename S::storage, VEC> &in,
+        float scale, float recip) {
+    float q[VEC];
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    KVGEN_UNROLL
+    for (int i = 0; i < VEC; ++i) {
+      const float x = S::load(in.e[i]);
+      const float q0 = x * recip;
+      const float r = KVGEN_FMAF(q0, scale, -x);
+      q[i] = KVGEN_FMAF(-r, recip, q0);
+      sum[i % 4] += q[i];
+    }
+    const float all = (sum[0] + sum[1]) + (sum[2] + sum[3]);
+    if (!(all - all == 0.0f) || !(scale > 0.0f)) { // rare
+      exact(dst, in, scale, recip);
+      return;
+    }
+    union {
+      typename VecBytes<VEC>::type v;
+      uint32_t w[VEC / 4];
+    } out;
+    KVGEN_UNROLL
+    for (int i = 0; i < VEC; i += 4)
+      out.w[i / 4] = D::pack4(q[i], q[i + 1], q[i + 2], q[i + 3]);
+    *reinterpret_cast<typename VecBytes<VEC>::type *>(dst) = out.v;
+  }
+  /// The exact path, out of line: it keeps the fast path's registers few.
+  static __device__ __attribute__((noinline)) void
+  exact(typename D::storage *dst, const Frag<typename S::storage, VEC> in,
+        float scale, float recip) {
+    Converter<S, D, VEC, true, false, false>::store(dst, in, scale, recip);
+  }
+};
+template <class S, class D, int VEC>
+struct PickConverter<S, D, VEC, true, false, true> : HwQuantize<S, D, VEC> {};
+#endif
+
 template <class S, class D, int VEC, bool QUANT, bool DEQUANT>
 KVGEN_DEVICE inline void storeConverted(typename D::storage *dst,
                                         const Frag<typename S::storage, VEC> &in,
                                         float scale, float recip) {
-  Converter<S, D, VEC, QUANT, DEQUANT,
-            same_type<typename S::storage, typename D::storage>::value &&
-                !QUANT && !DEQUANT &&
-                (same_type<S, D>::value || S::is_fp8)>::store(dst, in, scale,
-                                                              recip);
+  PickConverter<S, D, VEC, QUANT, DEQUANT,
+                D::is_hw && QUANT && !DEQUANT && VEC % 4 == 0>::store(dst, in,
+                                                                       scale,
+                                                                       recip);
 }
 
 /// True when `p` and both strides keep every VEC-element access of a row of
@@ -282,8 +360,13 @@ template <class SP, int VEC> struct AccessMap {
     /// i % threads, as its round i / threads.
     rounds = (total + SP::threads - 1) / SP::threads,
     /// Rounds whose loads a thread issues before its first store (see
-    /// writeCta); bounds the registers of the one-element fallback.
-    batch = rounds < 4 ? rounds : 4
+    /// writeCta): at most 4 and at most 64 bytes of io rows (an fp8 cache
+    /// fed bf16 moves 32 per access: 2). On the H200 4 x 16 bytes and 2 x 32
+    /// were the fastest (docs/performance.md).
+    ioBytes = VEC * sizeof(typename SP::io::storage),
+    byBytes = ioBytes >= 64 ? 1 : 64 / ioBytes,
+    cap = byBytes < 4 ? byBytes : 4,
+    batch = rounds < cap ? rounds : cap
   };
   static KVGEN_DEVICE inline Access at(int64_t first, int i) {
     Access x;

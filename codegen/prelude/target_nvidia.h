@@ -79,6 +79,22 @@ __attribute__((device)) inline void hwFloat2ToF8e5m2(uint8_t *o, float a,
   o[0] = hwNaNFix(a, r, 0x7e);
   o[1] = hwNaNFix(b, (unsigned short)(r >> 8), 0x7e);
 }
+/// Four non-NaN floats in two converts, element 0 in the low byte (for
+/// non-NaN inputs the convert's bits need no fix-up).
+__attribute__((device)) inline uint32_t hwPack4F8e4m3fn(float a, float b,
+                                                        float c, float d) {
+  unsigned short lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(b), "f"(a));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(d), "f"(c));
+  return uint32_t(lo) | (uint32_t(hi) << 16);
+}
+__attribute__((device)) inline uint32_t hwPack4F8e5m2(float a, float b,
+                                                      float c, float d) {
+  unsigned short lo, hi;
+  asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(b), "f"(a));
+  asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(d), "f"(c));
+  return uint32_t(lo) | (uint32_t(hi) << 16);
+}
 __attribute__((device)) inline uint8_t hwFloatToF8e5m2(float x) {
   unsigned short r;
   asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));

@@ -3,6 +3,7 @@
 // RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/gather.mlir | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC16
 // RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/fp8.mlir | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC8
 // RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/fp8bf16.mlir | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC16
+// RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/fp8bf16.mlir | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=HWQ
 // RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/h46.mlir | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC4 --implicit-check-not=st.global.v
 
 // The emitted CUDA source compiles warning-free to PTX for sm_90 (clang's
@@ -21,6 +22,15 @@
 // VEC8: ld.global.v4.b32
 // VEC8: st.global.{{b64|v2.b32}}
 // VEC8-NOT: st.global.v4
+
+// Quantizing fp8 writes on sm_89+ (kernels.h HwQuantize): the hardware
+// convert, whole 16-byte stores, and the exact path (non-finite values,
+// non-positive scales) as an out-of-line function called from the kernel.
+// HWQ: .func {{.*}}HwQuantize{{.*}}exact
+// HWQ: .entry mimo_write_fp8_bf16(
+// HWQ: cvt.rn.satfinite.e4m3x2.f32
+// HWQ: st.global.v4.b32
+// HWQ: call.uni {{.*}}HwQuantize{{.*}}exact
 
 // VEC4: .entry h46_write(
 // VEC4-DAG: st.global.b32
