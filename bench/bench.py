@@ -65,6 +65,13 @@ def moved_bytes(lay, T, io="bf16", slot_bytes=8):
     return read, written
 
 
+def gather_bytes(lay, T, io="bf16", slot_bytes=8):
+    """(bytes read, bytes written) by a gather of T valid tokens: slots and
+    cache rows read, output rows written."""
+    row = lay.num_kv_heads * (lay.head_size_k + lay.head_size_v)
+    return T * row * ESIZE[lay.dtype] + T * slot_bytes, T * row * ESIZE[io]
+
+
 def make_slots(T, bs, nb, rng):
     """Decode-like (T <= 64): one token in each of T random blocks at a
     random offset. Prefill-like: consecutive slots in shuffled blocks."""
@@ -204,7 +211,8 @@ def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log):
                 src.random_(0, 256)
                 dst = torch.empty_like(src)
                 t_c = timer(lambda: dst.copy_(src))
-                row = {"geometry": label.rsplit("_", 1)[0],
+                row = {"op": "reshape_and_cache",
+                       "geometry": label.rsplit("_", 1)[0],
                        "dtype": lay.dtype, "layout": lay.text, "T": T,
                        "bytes_read": rd, "bytes_written": wr,
                        "bytes_total": total,
@@ -236,8 +244,35 @@ def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log):
                     f"{row['ratio_to_copy']:.3f}"
                     + (f"  graph {row['graph_us_per_launch']:.2f} us"
                        if "graph_us_per_launch" in row else ""))
+                # gather of the rows just written (fp8: dequantized to bf16)
+                fp8 = lay.dtype != "bf16"
+                gk = ctx.kernel("gather", lay, "bf16", dequantize=fp8)
+                ko = torch.empty_like(key)
+                vo = torch.empty_like(value)
+
+                def glaunch():
+                    gk.gather(kc, vc, slots, ko, vo, num_blocks=nb,
+                              **scales)
+                t_g = timer(glaunch)
+                grd, gwr = gather_bytes(lay, T)
+                gn = -(-(grd + gwr) // 2)
+                gsrc, gdst = src[:gn], dst[:gn]
+                t_gc = timer(lambda: gdst.copy_(gsrc))
+                g = {"op": "gather", "geometry": row["geometry"],
+                     "dtype": lay.dtype, "layout": lay.text, "T": T,
+                     "bytes_read": grd, "bytes_written": gwr,
+                     "bytes_total": grd + gwr,
+                     "kernel_us": t_g["median"], "kernel_us_min": t_g["min"],
+                     "kernel_GBps": (grd + gwr) / t_g["median"] / 1e3,
+                     "copy_us": t_gc["median"],
+                     "copy_GBps": 2 * gn / t_gc["median"] / 1e3}
+                g["ratio_to_copy"] = g["kernel_GBps"] / g["copy_GBps"]
+                rows.append(g)
+                log(f"  {label:26s} T={T:6d} gather {g['kernel_us']:9.2f} us"
+                    f" ratio {g['ratio_to_copy']:.3f}")
             except Exception as e:  # noqa: BLE001
-                rows.append({"geometry": label, "dtype": lay.dtype, "T": T,
+                rows.append({"op": "reshape_and_cache", "geometry": label,
+                             "dtype": lay.dtype, "T": T,
                              "error": f"{type(e).__name__}: {e}"})
                 log(f"  {label} T={T}: ERROR {e}")
             torch.cuda.empty_cache()
@@ -448,11 +483,13 @@ def goals(rows, ovh, jit):
     """[(goal text, target text, measured text, met: True/False/None)]."""
     out = []
     ok_rows = [r for r in rows if "error" not in r]
-    big = [r for r in ok_rows if r["T"] >= 4096]
-    if big:
+    for op in ("reshape_and_cache", "gather"):
+        big = [r for r in ok_rows if r["T"] >= 4096 and r.get("op") == op]
+        if not big:
+            continue
         worst = min(big, key=lambda r: r["ratio_to_copy"])
-        out.append(("reshape_and_cache T >= 4096: bandwidth vs same-run "
-                    "device copy", f">= {GOALS['bandwidth']:.0%}",
+        out.append((f"{op} T >= 4096: bandwidth vs same-run device copy",
+                    f">= {GOALS['bandwidth']:.0%}",
                     f"worst {worst['ratio_to_copy']:.1%} ({worst['geometry']}"
                     f" {worst['dtype']} T={worst['T']}); median "
                     f"{statistics.median(r['ratio_to_copy'] for r in big):.1%}",
@@ -492,7 +529,7 @@ def goals(rows, ovh, jit):
     return out
 
 
-COLS = ["geometry", "dtype", "T", "bytes_read", "bytes_written",
+COLS = ["op", "geometry", "dtype", "T", "bytes_read", "bytes_written",
         "bytes_total", "kernel_us", "kernel_GBps", "copy_us", "copy_GBps",
         "ratio_to_copy", "graph_us_per_launch", "empty_graph_us",
         "graph_ratio_to_empty", "torch_add_graph_us", "error"]
@@ -523,24 +560,26 @@ def write_md(rows, extra, ovh, jit, env, errors, path):
                  f"{'yes' if ok else 'no' if ok is not None else '-'} |")
     if errors:
         L += ["", "Sections that failed: " + "; ".join(errors)]
-    L += ["", "## reshape_and_cache", "",
+    L += ["", "## reshape_and_cache and gather", "",
           "Bytes = input rows read (bf16) + slots read (i64) + cache rows "
-          "written; GB/s = bytes / median kernel time. The copy baseline is "
+          "written (gather: cache rows and slots read, bf16 rows written; "
+          "fp8 caches are dequantized); GB/s = bytes / median kernel time. The copy baseline is "
           "`dst.copy_(src)` of bytes/2 uint8 (reads and writes bytes/2 each),"
           " timed the same way in the same run. Graph columns: per-launch "
           f"time of {GRAPH_LAUNCHES} launches captured in one CUDA graph; "
           "the empty kernel is `extern \"C\" __global__ void f(){}` (NVRTC, "
           "raw cuLaunchKernel, 1x1), torch add_ is `x.add_(1)` on 1 "
           "element.", "",
-          "| geometry | dtype | T | MB moved | kernel us | GB/s | copy GB/s"
-          " | ratio | graph us/launch | empty us | graph ratio |",
-          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+          "| op | geometry | dtype | T | MB moved | kernel us | GB/s | copy "
+          "GB/s | ratio | graph us/launch | empty us | graph ratio |",
+          "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if "error" in r:
-            L.append(f"| {r['geometry']} | {r['dtype']} | {r['T']} | "
-                     f"error: {r['error']} |||||||| ")
+            L.append(f"| {r.get('op', '')} | {r['geometry']} | {r['dtype']}"
+                     f" | {r['T']} | error: {r['error']} |||||||| ")
             continue
-        L.append(f"| {r['geometry']} | {r['dtype']} | {r['T']} | "
+        L.append(f"| {r.get('op', '')} | {r['geometry']} | {r['dtype']} | "
+                 f"{r['T']} | "
                  f"{r['bytes_total'] / 1e6:.3f} | {r['kernel_us']:.2f} | "
                  f"{r['kernel_GBps']:.1f} | {r['copy_GBps']:.1f} | "
                  f"{r['ratio_to_copy']:.3f} | "
@@ -596,7 +635,8 @@ def write_png(rows, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    ok = [r for r in rows if "error" not in r]
+    ok = [r for r in rows
+          if "error" not in r and r.get("op") == "reshape_and_cache"]
     dtypes = sorted({r["dtype"] for r in ok})
     if not dtypes:
         return

@@ -304,8 +304,12 @@ def bench_geometries():
 
 
 def bench_kernels():
-    return [KSpec("reshape_and_cache", lay.text, "bf16")
-            for _, lay in bench_geometries()]
+    out = []
+    for _, lay in bench_geometries():
+        out.append(KSpec("reshape_and_cache", lay.text, "bf16"))
+        out.append(KSpec("gather", lay.text, "bf16",
+                         dequantize=lay.dtype != "bf16"))
+    return out
 
 
 def all_kernels(which="all"):

@@ -66,12 +66,19 @@ struct dt_f8e4m3fn_hw : dt_f8e4m3fn {
   static KVGEN_DEVICE uint32_t pack4(float a, float b, float c, float d) {
     return hwPack4F8e4m3fn(a, b, c, d);
   }
+  /// Two elements (element 0 in the low byte) to floats, exactly.
+  static KVGEN_DEVICE void unpack2(uint16_t p, float &a, float &b) {
+    hwF8e4m3fnx2ToFloat2(p, a, b);
+  }
 };
 struct dt_f8e5m2_hw : dt_f8e5m2 {
   enum { is_hw = 1, nan_byte = 0x7e };
   static KVGEN_DEVICE storage store(float x) { return hwFloatToF8e5m2(x); }
   static KVGEN_DEVICE uint32_t pack4(float a, float b, float c, float d) {
     return hwPack4F8e5m2(a, b, c, d);
+  }
+  static KVGEN_DEVICE void unpack2(uint16_t p, float &a, float &b) {
+    hwF8e5m2x2ToFloat2(p, a, b);
   }
 };
 #endif
@@ -193,9 +200,11 @@ struct Converter<S, D, VEC, QUANT, DEQUANT, false> {
   }
 };
 
-/// Picks the conversion of a fragment: HwQuantize for quantizing stores
-/// through a hardware fp8 convert in whole 4-byte words, else Converter.
-template <class S, class D, int VEC, bool QUANT, bool DEQUANT, bool HW_WORDS>
+/// How a fragment is converted: Converter, or on sm_89+ the hardware fp8
+/// converts (HwQuantize for fp8 writes, HwDequantize for dequantizing fp8
+/// reads).
+enum { CONVERT_PORTABLE = 0, CONVERT_HW_QUANT = 1, CONVERT_HW_DEQUANT = 2 };
+template <class S, class D, int VEC, bool QUANT, bool DEQUANT, int HOW>
 struct PickConverter {
   static KVGEN_DEVICE inline void
   store(typename D::storage *dst, const Frag<typename S::storage, VEC> &in,
@@ -260,7 +269,77 @@ template <class S, class D, int VEC> struct HwQuantize {
   }
 };
 template <class S, class D, int VEC>
-struct PickConverter<S, D, VEC, true, false, true> : HwQuantize<S, D, VEC> {};
+struct PickConverter<S, D, VEC, true, false, CONVERT_HW_QUANT>
+    : HwQuantize<S, D, VEC> {};
+
+/// Output packing of HwDequantize: two floats (element 0 first) into the
+/// 16-bit output type with one round-to-nearest-even convert (sm_80+), or
+/// stored as they are (f32).
+template <class D> struct HwPair;
+template <> struct HwPair<dt_bf16> {
+  static KVGEN_DEVICE inline void run(uint16_t *o, float a, float b) {
+    const uint32_t w = hwFloat2ToBf16x2(a, b);
+    o[0] = uint16_t(w);
+    o[1] = uint16_t(w >> 16);
+  }
+};
+template <> struct HwPair<dt_f16> {
+  static KVGEN_DEVICE inline void run(uint16_t *o, float a, float b) {
+    const uint32_t w = hwFloat2ToF16x2(a, b);
+    o[0] = uint16_t(w);
+    o[1] = uint16_t(w >> 16);
+  }
+};
+template <> struct HwPair<dt_f32> {
+  static KVGEN_DEVICE inline void run(float *o, float a, float b) {
+    o[0] = a;
+    o[1] = b;
+  }
+};
+
+/// Dequantizing read through the hardware converts: each pair of fp8 bytes
+/// becomes two f16 (every e4m3fn and e5m2 value is an f16, so exactly), then
+/// f32 (exact), times the scale as in Converter, then the output type with
+/// one round-to-nearest-even convert per pair, the rounding numerics.h
+/// does for every non-NaN value (overflow to inf, subnormals kept). A
+/// fragment with a NaN or infinite product (detected as a non-finite sum)
+/// takes the portable path, out of line, so NaN keeps numerics.h's
+/// encoding.
+template <class S, class D, int VEC> struct HwDequantize {
+  static KVGEN_DEVICE inline void
+  store(typename D::storage *dst, const Frag<typename S::storage, VEC> &in,
+        float scale, float) {
+    float v[VEC];
+    float sum[2] = {0.0f, 0.0f};
+    KVGEN_UNROLL
+    for (int i = 0; i < VEC; i += 2) {
+      S::unpack2(uint16_t(in.e[i] | (uint16_t(in.e[i + 1]) << 8)), v[i],
+                 v[i + 1]);
+      v[i] *= scale;
+      v[i + 1] *= scale;
+      sum[0] += v[i];
+      sum[1] += v[i + 1];
+    }
+    const float all = sum[0] + sum[1];
+    if (!(all - all == 0.0f)) { // rare
+      exact(dst, in, scale);
+      return;
+    }
+    Frag<typename D::storage, VEC> out;
+    KVGEN_UNROLL
+    for (int i = 0; i < VEC; i += 2)
+      HwPair<D>::run(&out.e[i], v[i], v[i + 1]);
+    storeFrag<typename D::storage, VEC>(dst, out);
+  }
+  static __device__ __attribute__((noinline)) void
+  exact(typename D::storage *dst, const Frag<typename S::storage, VEC> in,
+        float scale) {
+    Converter<S, D, VEC, false, true, false>::store(dst, in, scale, 1.0f);
+  }
+};
+template <class S, class D, int VEC>
+struct PickConverter<S, D, VEC, false, true, CONVERT_HW_DEQUANT>
+    : HwDequantize<S, D, VEC> {};
 #endif
 
 template <class S, class D, int VEC, bool QUANT, bool DEQUANT>
@@ -268,9 +347,12 @@ KVGEN_DEVICE inline void storeConverted(typename D::storage *dst,
                                         const Frag<typename S::storage, VEC> &in,
                                         float scale, float recip) {
   PickConverter<S, D, VEC, QUANT, DEQUANT,
-                D::is_hw && QUANT && !DEQUANT && VEC % 4 == 0>::store(dst, in,
-                                                                       scale,
-                                                                       recip);
+                (D::is_hw && QUANT && !DEQUANT && VEC % 4 == 0)
+                    ? int(CONVERT_HW_QUANT)
+                    : (S::is_hw && DEQUANT && !QUANT && VEC % 2 == 0)
+                          ? int(CONVERT_HW_DEQUANT)
+                          : int(CONVERT_PORTABLE)>::store(dst, in, scale,
+                                                          recip);
 }
 
 /// True when `p` and both strides keep every VEC-element access of a row of

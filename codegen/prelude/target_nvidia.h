@@ -95,6 +95,38 @@ __attribute__((device)) inline uint32_t hwPack4F8e5m2(float a, float b,
   asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(d), "f"(c));
   return uint32_t(lo) | (uint32_t(hi) << 16);
 }
+/// Two fp8 elements (element 0 in the low byte) to two floats, exactly:
+/// every e4m3fn / e5m2 value is an f16 (cvt.rn.f16x2.{e4m3x2,e5m2x2}, the
+/// upper byte to the upper half), and every f16 a float.
+__attribute__((device)) inline void hwHalf2ToFloat2(unsigned h, float &a,
+                                                    float &b) {
+  asm("cvt.f32.f16 %0, %1;" : "=f"(a) : "h"((unsigned short)(h & 0xffffu)));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(b) : "h"((unsigned short)(h >> 16)));
+}
+__attribute__((device)) inline void hwF8e4m3fnx2ToFloat2(unsigned short p,
+                                                         float &a, float &b) {
+  unsigned h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(p));
+  hwHalf2ToFloat2(h, a, b);
+}
+__attribute__((device)) inline void hwF8e5m2x2ToFloat2(unsigned short p,
+                                                       float &a, float &b) {
+  unsigned h;
+  asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h) : "h"(p));
+  hwHalf2ToFloat2(h, a, b);
+}
+/// Two floats to bf16x2 / f16x2, round to nearest even (sm_80+), element 0
+/// (a) in the low half (PTX puts the first source operand in the upper half).
+__attribute__((device)) inline uint32_t hwFloat2ToBf16x2(float a, float b) {
+  uint32_t w;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(b), "f"(a));
+  return w;
+}
+__attribute__((device)) inline uint32_t hwFloat2ToF16x2(float a, float b) {
+  uint32_t w;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(b), "f"(a));
+  return w;
+}
 __attribute__((device)) inline uint8_t hwFloatToF8e5m2(float x) {
   unsigned short r;
   asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));

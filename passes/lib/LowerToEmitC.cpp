@@ -141,9 +141,9 @@ void buildKernel(OpBuilder &b, Location loc, const KernelParts &p) {
   auto i32 = [&](int64_t v) { return b.getI32IntegerAttr(v); };
   SmallVector<Attribute> tmpl = {
       opaque(dtypeTag(p.io)),
-      // Writes quantize through the hardware convert when planned; gathers
-      // only decode, which the portable path does exactly.
-      opaque(p.plan.getHwFp8() && !p.dequantize ? (p.layout.dtype == DType::F8E4M3FN
+      // Planned hardware fp8 converts serve quantizing writes and
+      // dequantizing gathers (raw gathers copy bits).
+      opaque(p.plan.getHwFp8() && (!p.dequantize || *p.dequantize) ? (p.layout.dtype == DType::F8E4M3FN
                                        ? "kvgen::dt_f8e4m3fn_hw"
                                        : "kvgen::dt_f8e5m2_hw")
                                 : dtypeTag(p.layout.dtype)),

@@ -42,7 +42,8 @@ kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
 // Dynamic strides are read from the kernel arguments with kvgen::kStride
 // (K) / kvgen::vStride (V), index 0 = block, 1 = token, 2 = head; static
 // ones stay constants. fp8 per-head scale = 2, checked, gather adds the
-// dequantize flag.
+// dequantize flag; a dequantizing gather on sm_90 uses the hardware-convert
+// tag (dt_f8e4m3fn_hw).
 // CHECK-LABEL: emitc.func @fp8_read(
 // CHECK-SAME: %[[ARGS:.*]]: !emitc.opaque<"kvgen_gather_args">)
 // CHECK-SAME: vector_bytes = 8, vec_elems = 8, threads = [[T:[0-9]+]], tokens_per_cta = [[N:[0-9]+]], small_max_tokens = [[SN:[0-9]+]], small_threads = [[ST:[0-9]+]], cache_alignment = checked
@@ -57,7 +58,7 @@ kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
 // CHECK-NEXT: call_opaque "kvgen::vStride"(%[[ARGS]]) {args = [0 : index, 1 : i32]}
 // CHECK-NEXT: call_opaque "kvgen::vStride"(%[[ARGS]]) {args = [0 : index, 2 : i32]}
 // CHECK: %[[VMAP:.*]] = call_opaque "kvgen::sideMap"
-// CHECK-NEXT: call_opaque "kvgen::gather"(%[[ARGS]], %[[KMAP]], %[[VMAP]]) {template_args = [#emitc.opaque<"kvgen::dt_f32">, #emitc.opaque<"kvgen::dt_f8e4m3fn">, #emitc.opaque<"int32_t">, 4 : i32, 192 : i32, 128 : i32, 64 : i32, 8 : i32, [[N]] : i32, [[T]] : i32, [[SN]] : i32, [[ST]] : i32, 2 : i32, true, false, true, false]}
+// CHECK-NEXT: call_opaque "kvgen::gather"(%[[ARGS]], %[[KMAP]], %[[VMAP]]) {template_args = [#emitc.opaque<"kvgen::dt_f32">, #emitc.opaque<"kvgen::dt_f8e4m3fn_hw">, #emitc.opaque<"int32_t">, 4 : i32, 192 : i32, 128 : i32, 64 : i32, 8 : i32, [[N]] : i32, [[T]] : i32, [[SN]] : i32, [[ST]] : i32, 2 : i32, true, false, true, false]}
 kv.gather @fp8_read : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 64, dtype = f8E4M3FN, scale = per_head,
     k_strides = [?, 768, ?], v_strides = [?, ?, ?]>,

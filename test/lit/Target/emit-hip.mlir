@@ -75,7 +75,12 @@ kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
 // CHECK-LABEL: void mimo_read_fp8(kvgen_gather_args
 // CHECK: // K: head_size 192, strides [block 49152, token 768, head 192], row base 0, 4 x 192
 // CHECK: // V: head_size 128, strides [block 32768, token 512, head 128], row base 0, 4 x 128
-// CHECK: kvgen::gather<kvgen::dt_bf16, kvgen::dt_f8e4m3fn, int32_t, 4, 192, 128, 64, 16, [[MR_N]], [[MR_T]], [[MR_SN]], [[MR_ST]], 1, true, true, true, false>(
+// On sm_90 the dequantizing gather reads through the hardware converts
+// (the _hw tag); elsewhere through the portable decoder.
+// SM90: kvgen::gather<kvgen::dt_bf16, kvgen::dt_f8e4m3fn_hw, int32_t, 4, 192, 128, 64, 16, [[MR_N]], [[MR_T]], [[MR_SN]], [[MR_ST]], 1, true, true, true, false>(
+// GFX942: kvgen::gather<kvgen::dt_bf16, kvgen::dt_f8e4m3fn, int32_t, 4, 192, 128, 64, 16, [[MR_N]], [[MR_T]], [[MR_SN]], [[MR_ST]], 1, true, true, true, false>(
+// GFX950: kvgen::gather<kvgen::dt_bf16, kvgen::dt_f8e4m3fn, int32_t, 4, 192, 128, 64, 16, [[MR_N]], [[MR_T]], [[MR_SN]], [[MR_ST]], 1, true, true, true, false>(
+// HOST: kvgen::gather<kvgen::dt_bf16, kvgen::dt_f8e4m3fn, int32_t, 4, 192, 128, 64, 16, [[MR_N]], [[MR_T]], [[MR_SN]], [[MR_ST]], 1, true, true, true, false>(
 kv.gather @mimo_read_fp8 : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
     scale = per_tensor>, output bf16, slots i32 dequantize checked

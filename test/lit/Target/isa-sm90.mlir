@@ -1,6 +1,7 @@
 // REQUIRES: clang
 // RUN: split-file %s %t
 // RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/gather.mlir | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC16
+// RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/gather.mlir | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=HWD
 // RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/fp8.mlir | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC8
 // RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/fp8bf16.mlir | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC16
 // RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/fp8bf16.mlir | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=HWQ
@@ -31,6 +32,14 @@
 // HWQ: cvt.rn.satfinite.e4m3x2.f32
 // HWQ: st.global.v4.b32
 // HWQ: call.uni {{.*}}HwQuantize{{.*}}exact
+
+// Dequantizing fp8 reads on sm_89+ (kernels.h HwDequantize): fp8 pairs to
+// f16x2, floats to bf16x2, and the portable path out of line.
+// HWD: .func {{.*}}HwDequantize{{.*}}exact
+// HWD: .entry mimo_read_fp8(
+// HWD: cvt.rn.f16x2.e4m3x2
+// HWD: cvt.rn.bf16x2.f32
+// HWD: call.uni {{.*}}HwDequantize{{.*}}exact
 
 // VEC4: .entry h46_write(
 // VEC4-DAG: st.global.b32
