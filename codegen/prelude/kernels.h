@@ -30,6 +30,27 @@ struct vec32_t {
 };
 template <> struct VecBytes<32> { typedef vec32_t type; };
 
+/// Stores one N-byte access; STREAM: with the target's cache-streaming
+/// store (kvgenStoreStreaming; 32 bytes as two 16-byte stores).
+template <int N, bool STREAM> struct StoreAccess {
+  typedef typename VecBytes<N>::type V;
+  static KVGEN_DEVICE inline void run(void *p, const V &v) {
+    *reinterpret_cast<V *>(p) = v;
+  }
+};
+template <int N> struct StoreAccess<N, true> {
+  typedef typename VecBytes<N>::type V;
+  static KVGEN_DEVICE inline void run(void *p, const V &v) {
+    ::kvgenStoreStreaming(reinterpret_cast<V *>(p), v);
+  }
+};
+template <> struct StoreAccess<32, true> {
+  static KVGEN_DEVICE inline void run(void *p, const vec32_t &v) {
+    StoreAccess<16, true>::run(p, v.lo);
+    StoreAccess<16, true>::run(static_cast<char *>(p) + 16, v.hi);
+  }
+};
+
 //===----------------------------------------------------------------------===//
 // Element types: storage type and conversion to/from float.
 //===----------------------------------------------------------------------===//
@@ -105,9 +126,12 @@ template <class T, int VEC>
 KVGEN_DEVICE inline void loadFrag(Frag<T, VEC> &f, const T *p) {
   f.v = *reinterpret_cast<const typename VecBytes<sizeof(T) * VEC>::type *>(p);
 }
-template <class T, int VEC>
+/// Stores a fragment; STREAM: with the target's cache-streaming store
+/// (kvgenStoreStreaming in the target prelude: st.global.cs on NVIDIA, a
+/// plain store elsewhere), chosen by kv-plan (streaming_stores).
+template <class T, int VEC, bool STREAM>
 KVGEN_DEVICE inline void storeFrag(T *p, const Frag<T, VEC> &f) {
-  *reinterpret_cast<typename VecBytes<sizeof(T) * VEC>::type *>(p) = f.v;
+  StoreAccess<int(sizeof(T)) * VEC, STREAM>::run(p, f.v);
 }
 
 /// Copies VEC elements from `src` (type S) to `dst` (type D). Equal types with
@@ -164,11 +188,9 @@ template <class S, class D, int VEC, bool QUANT, bool DEQUANT, bool RAW>
 struct Converter;
 template <class S, class D, int VEC, bool QUANT, bool DEQUANT>
 struct Converter<S, D, VEC, QUANT, DEQUANT, true> {
-  static KVGEN_DEVICE inline void
-  store(typename D::storage *dst, const Frag<typename S::storage, VEC> &in,
-        float, float) {
-    storeFrag<typename D::storage, VEC>(
-        dst, reinterpret_cast<const Frag<typename D::storage, VEC> &>(in));
+  static KVGEN_DEVICE inline Frag<typename D::storage, VEC>
+  run(const Frag<typename S::storage, VEC> &in, float, float) {
+    return reinterpret_cast<const Frag<typename D::storage, VEC> &>(in);
   }
 };
 template <class S, class D, int VEC, bool QUANT, bool DEQUANT>
@@ -182,9 +204,8 @@ struct Converter<S, D, VEC, QUANT, DEQUANT, false> {
       x = x * scale;
     return x;
   }
-  static KVGEN_DEVICE inline void
-  store(typename D::storage *dst, const Frag<typename S::storage, VEC> &in,
-        float scale, float recip) {
+  static KVGEN_DEVICE inline Frag<typename D::storage, VEC>
+  run(const Frag<typename S::storage, VEC> &in, float scale, float recip) {
     Frag<typename D::storage, VEC> out;
     if (VEC % 2 == 0) {
       KVGEN_UNROLL
@@ -196,7 +217,7 @@ struct Converter<S, D, VEC, QUANT, DEQUANT, false> {
       for (int i = 0; i < VEC; ++i)
         out.e[i] = D::store(one(in.e[i], scale, recip));
     }
-    storeFrag<typename D::storage, VEC>(dst, out);
+    return out;
   }
 };
 
@@ -206,14 +227,14 @@ struct Converter<S, D, VEC, QUANT, DEQUANT, false> {
 enum { CONVERT_PORTABLE = 0, CONVERT_HW_QUANT = 1, CONVERT_HW_DEQUANT = 2 };
 template <class S, class D, int VEC, bool QUANT, bool DEQUANT, int HOW>
 struct PickConverter {
-  static KVGEN_DEVICE inline void
-  store(typename D::storage *dst, const Frag<typename S::storage, VEC> &in,
-        float scale, float recip) {
-    Converter<S, D, VEC, QUANT, DEQUANT,
-              same_type<typename S::storage, typename D::storage>::value &&
-                  !QUANT && !DEQUANT &&
-                  (same_type<S, D>::value || S::is_fp8)>::store(dst, in, scale,
-                                                                recip);
+  static KVGEN_DEVICE inline Frag<typename D::storage, VEC>
+  run(const Frag<typename S::storage, VEC> &in, float scale, float recip) {
+    return Converter<S, D, VEC, QUANT, DEQUANT,
+                     same_type<typename S::storage,
+                               typename D::storage>::value &&
+                         !QUANT && !DEQUANT &&
+                         (same_type<S, D>::value || S::is_fp8)>::run(in, scale,
+                                                                     recip);
   }
 };
 
@@ -234,9 +255,8 @@ struct PickConverter {
 /// multiply, two FMAs and one add; four elements per two converts and one
 /// word.
 template <class S, class D, int VEC> struct HwQuantize {
-  static KVGEN_DEVICE inline void
-  store(typename D::storage *dst, const Frag<typename S::storage, VEC> &in,
-        float scale, float recip) {
+  static KVGEN_DEVICE inline Frag<typename D::storage, VEC>
+  run(const Frag<typename S::storage, VEC> &in, float scale, float recip) {
     float q[VEC];
     float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     KVGEN_UNROLL
@@ -248,10 +268,8 @@ template <class S, class D, int VEC> struct HwQuantize {
       sum[i % 4] += q[i];
     }
     const float all = (sum[0] + sum[1]) + (sum[2] + sum[3]);
-    if (!(all - all == 0.0f) || !(scale > 0.0f)) { // rare
-      exact(dst, in, scale, recip);
-      return;
-    }
+    if (!(all - all == 0.0f) || !(scale > 0.0f)) // rare
+      return exact(in, scale, recip);
     union {
       typename VecBytes<VEC>::type v;
       uint32_t w[VEC / 4];
@@ -259,13 +277,14 @@ template <class S, class D, int VEC> struct HwQuantize {
     KVGEN_UNROLL
     for (int i = 0; i < VEC; i += 4)
       out.w[i / 4] = D::pack4(q[i], q[i + 1], q[i + 2], q[i + 3]);
-    *reinterpret_cast<typename VecBytes<VEC>::type *>(dst) = out.v;
+    Frag<typename D::storage, VEC> f;
+    f.v = out.v;
+    return f;
   }
   /// The exact path, out of line: it keeps the fast path's registers few.
-  static __device__ __attribute__((noinline)) void
-  exact(typename D::storage *dst, const Frag<typename S::storage, VEC> in,
-        float scale, float recip) {
-    Converter<S, D, VEC, true, false, false>::store(dst, in, scale, recip);
+  static __device__ __attribute__((noinline)) Frag<typename D::storage, VEC>
+  exact(const Frag<typename S::storage, VEC> in, float scale, float recip) {
+    return Converter<S, D, VEC, true, false, false>::run(in, scale, recip);
   }
 };
 template <class S, class D, int VEC>
@@ -306,9 +325,8 @@ template <> struct HwPair<dt_f32> {
 /// takes the portable path, out of line, so NaN keeps numerics.h's
 /// encoding.
 template <class S, class D, int VEC> struct HwDequantize {
-  static KVGEN_DEVICE inline void
-  store(typename D::storage *dst, const Frag<typename S::storage, VEC> &in,
-        float scale, float) {
+  static KVGEN_DEVICE inline Frag<typename D::storage, VEC>
+  run(const Frag<typename S::storage, VEC> &in, float scale, float) {
     float v[VEC];
     float sum[2] = {0.0f, 0.0f};
     KVGEN_UNROLL
@@ -321,20 +339,17 @@ template <class S, class D, int VEC> struct HwDequantize {
       sum[1] += v[i + 1];
     }
     const float all = sum[0] + sum[1];
-    if (!(all - all == 0.0f)) { // rare
-      exact(dst, in, scale);
-      return;
-    }
+    if (!(all - all == 0.0f)) // rare
+      return exact(in, scale);
     Frag<typename D::storage, VEC> out;
     KVGEN_UNROLL
     for (int i = 0; i < VEC; i += 2)
       HwPair<D>::run(&out.e[i], v[i], v[i + 1]);
-    storeFrag<typename D::storage, VEC>(dst, out);
+    return out;
   }
-  static __device__ __attribute__((noinline)) void
-  exact(typename D::storage *dst, const Frag<typename S::storage, VEC> in,
-        float scale) {
-    Converter<S, D, VEC, false, true, false>::store(dst, in, scale, 1.0f);
+  static __device__ __attribute__((noinline)) Frag<typename D::storage, VEC>
+  exact(const Frag<typename S::storage, VEC> in, float scale) {
+    return Converter<S, D, VEC, false, true, false>::run(in, scale, 1.0f);
   }
 };
 template <class S, class D, int VEC>
@@ -342,17 +357,19 @@ struct PickConverter<S, D, VEC, false, true, CONVERT_HW_DEQUANT>
     : HwDequantize<S, D, VEC> {};
 #endif
 
+/// Converts a fragment of VEC elements of S to D (see Converter; scale and
+/// recip = 1 / scale are used by quantizing and dequantizing conversions).
 template <class S, class D, int VEC, bool QUANT, bool DEQUANT>
-KVGEN_DEVICE inline void storeConverted(typename D::storage *dst,
-                                        const Frag<typename S::storage, VEC> &in,
-                                        float scale, float recip) {
-  PickConverter<S, D, VEC, QUANT, DEQUANT,
-                (D::is_hw && QUANT && !DEQUANT && VEC % 4 == 0)
-                    ? int(CONVERT_HW_QUANT)
-                    : (S::is_hw && DEQUANT && !QUANT && VEC % 2 == 0)
-                          ? int(CONVERT_HW_DEQUANT)
-                          : int(CONVERT_PORTABLE)>::store(dst, in, scale,
-                                                          recip);
+KVGEN_DEVICE inline Frag<typename D::storage, VEC>
+convertFrag(const Frag<typename S::storage, VEC> &in, float scale,
+            float recip) {
+  return PickConverter<S, D, VEC, QUANT, DEQUANT,
+                       (D::is_hw && QUANT && !DEQUANT && VEC % 4 == 0)
+                           ? int(CONVERT_HW_QUANT)
+                           : (S::is_hw && DEQUANT && !QUANT && VEC % 2 == 0)
+                                 ? int(CONVERT_HW_DEQUANT)
+                                 : int(CONVERT_PORTABLE)>::run(in, scale,
+                                                               recip);
 }
 
 /// True when `p` and both strides keep every VEC-element access of a row of
@@ -381,7 +398,7 @@ KVGEN_DEVICE inline float loadScale(const float *scale, int kind,
 /// Static description of one kernel specialization.
 template <class IO, class CACHE, class SLOT, int HEADS, int HEAD_K, int HEAD_V,
           int BLOCK_SIZE, int VEC, int TOKENS_PER_CTA, int THREADS, int SCALE,
-          bool CHECKED, bool PACKED>
+          bool CHECKED, bool PACKED, bool STREAM>
 struct Spec {
   typedef IO io;
   typedef CACHE cache;
@@ -396,7 +413,8 @@ struct Spec {
     threads = THREADS,
     scale = SCALE,
     checked = CHECKED,
-    packed = PACKED ///< K and V share key_cache; value_cache is ignored
+    packed = PACKED, ///< K and V share key_cache; value_cache is ignored
+    streaming = STREAM ///< cache (write) / output (gather) streaming stores
   };
 };
 
@@ -527,8 +545,9 @@ KVGEN_DEVICE inline void writeCta(const kvgen_reshape_and_cache_args &a,
       const float sc = perTensor ? (x.isK ? kScale : vScale) : scale[j];
       const float rc = perTensor ? (x.isK ? kRecip : vRecip)
                                  : (quant ? 1.0f / sc : 1.0f);
-      storeConverted<typename SP::io, typename SP::cache, VEC, quant, false>(
-          dst, in[j], sc, rc);
+      storeFrag<CS, VEC, SP::streaming>(
+          dst, convertFrag<typename SP::io, typename SP::cache, VEC, quant,
+                           false>(in[j], sc, rc));
     }
   }
 }
@@ -585,8 +604,9 @@ KVGEN_DEVICE inline void gatherCta(const kvgen_gather_args &a,
                 x.head * (x.isK ? a.key_out_stride_head
                                 : a.value_out_stride_head) +
                 x.elem;
-      storeConverted<typename SP::cache, typename SP::io, VEC, false, scaled>(
-          dst, in[j], scale[j], 1.0f);
+      storeFrag<OS, VEC, SP::streaming>(
+          dst, convertFrag<typename SP::cache, typename SP::io, VEC, false,
+                           scaled>(in[j], scale[j], 1.0f));
     }
   }
 }
@@ -655,7 +675,7 @@ KVGEN_DEVICE inline void gatherSpec(const kvgen_gather_args &a,
 template <class IO, class CACHE, class SLOT, int HEADS, int HEAD_K, int HEAD_V,
           int BLOCK_SIZE, int VEC, int TOKENS_PER_CTA, int THREADS,
           int SMALL_MAX, int SMALL_THREADS, int SCALE, bool CHECKED,
-          bool CACHE_PROVEN, bool PACKED>
+          bool CACHE_PROVEN, bool PACKED, bool STREAM>
 KVGEN_DEVICE inline void reshapeAndCache(const kvgen_reshape_and_cache_args &a,
                                          const SideMap &kMap,
                                          const SideMap &vMap) {
@@ -663,28 +683,28 @@ KVGEN_DEVICE inline void reshapeAndCache(const kvgen_reshape_and_cache_args &a,
     reshapeAndCacheSpec<Spec<IO, CACHE, SLOT, HEADS, HEAD_K, HEAD_V,
                              BLOCK_SIZE, VEC, 1,
                              (SMALL_THREADS > 0 ? SMALL_THREADS : 32), SCALE,
-                             CHECKED, PACKED>,
+                             CHECKED, PACKED, STREAM>,
                         CACHE_PROVEN>(a, kMap, vMap);
   else
     reshapeAndCacheSpec<Spec<IO, CACHE, SLOT, HEADS, HEAD_K, HEAD_V,
                              BLOCK_SIZE, VEC, TOKENS_PER_CTA, THREADS, SCALE,
-                             CHECKED, PACKED>,
+                             CHECKED, PACKED, STREAM>,
                         CACHE_PROVEN>(a, kMap, vMap);
 }
 template <class IO, class CACHE, class SLOT, int HEADS, int HEAD_K, int HEAD_V,
           int BLOCK_SIZE, int VEC, int TOKENS_PER_CTA, int THREADS,
           int SMALL_MAX, int SMALL_THREADS, int SCALE, bool CHECKED,
-          bool CACHE_PROVEN, bool DEQUANT, bool PACKED>
+          bool CACHE_PROVEN, bool DEQUANT, bool PACKED, bool STREAM>
 KVGEN_DEVICE inline void gather(const kvgen_gather_args &a,
                                 const SideMap &kMap, const SideMap &vMap) {
   if (SMALL_MAX > 0 && a.num_tokens <= SMALL_MAX)
     gatherSpec<Spec<IO, CACHE, SLOT, HEADS, HEAD_K, HEAD_V, BLOCK_SIZE, VEC,
                     1, (SMALL_THREADS > 0 ? SMALL_THREADS : 32), SCALE,
-                    CHECKED, PACKED>,
+                    CHECKED, PACKED, STREAM>,
                CACHE_PROVEN, DEQUANT>(a, kMap, vMap);
   else
     gatherSpec<Spec<IO, CACHE, SLOT, HEADS, HEAD_K, HEAD_V, BLOCK_SIZE, VEC,
-                    TOKENS_PER_CTA, THREADS, SCALE, CHECKED, PACKED>,
+                    TOKENS_PER_CTA, THREADS, SCALE, CHECKED, PACKED, STREAM>,
                CACHE_PROVEN, DEQUANT>(a, kMap, vMap);
 }
 

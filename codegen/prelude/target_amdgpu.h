@@ -34,3 +34,10 @@ typedef uint32_t kvgen_v4_t;
 typedef unsigned int kvgen_v8_t __attribute__((ext_vector_type(2)));
 typedef unsigned int kvgen_v16_t __attribute__((ext_vector_type(4)));
 
+/// Cache-streaming stores: not used on AMD yet (kv-plan plans them for
+/// NVIDIA only); a plain store.
+template <class V>
+__attribute__((device)) inline void kvgenStoreStreaming(V *p, const V &v) {
+  *p = v;
+}
+

@@ -40,6 +40,9 @@ struct __attribute__((aligned(16), may_alias)) kvgen_v16_t {
   unsigned x, y, z, w;
 };
 
+/// Cache-streaming stores (planned for NVIDIA only): a plain store.
+template <class V> inline void kvgenStoreStreaming(V *p, const V &v) { *p = v; }
+
 namespace kvgen {
 /// Runs `kernel` over a grid of gridX blocks of blockX threads, in order.
 template <class Args>

@@ -143,3 +143,23 @@ typedef uint8_t kvgen_v1_t;
 typedef uint16_t kvgen_v2_t;
 typedef uint32_t kvgen_v4_t;
 
+/// Cache-streaming stores (st.global.cs: likely accessed once, evict first)
+/// of the 4-, 8- and 16-byte access types; other sizes store plainly.
+template <class V> __device__ inline void kvgenStoreStreaming(V *p, const V &v) {
+  *p = v;
+}
+__device__ inline void kvgenStoreStreaming(kvgen_v4_t *p, const kvgen_v4_t &v) {
+  asm volatile("st.global.cs.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ inline void kvgenStoreStreaming(kvgen_v8_t *p, const kvgen_v8_t &v) {
+  asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x),
+               "r"(v.y)
+               : "memory");
+}
+__device__ inline void kvgenStoreStreaming(kvgen_v16_t *p,
+                                           const kvgen_v16_t &v) {
+  asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+

@@ -9,7 +9,7 @@
 //                            head_size_v, block_size, vec, tokens_per_cta,
 //                            threads, small_max_tokens, small_threads,
 //                            scale, checked, cache_proven,
-//                            [dequantize,] packed>(a, k, v);
+//                            [dequantize,] packed, streaming>(a, k, v);
 //   }
 //
 // Static strides become constants; a dynamic ('?') stride is read from the
@@ -163,6 +163,7 @@ void buildKernel(OpBuilder &b, Location loc, const KernelParts &p) {
   if (p.dequantize)
     tmpl.push_back(b.getBoolAttr(*p.dequantize));
   tmpl.push_back(b.getBoolAttr(p.layout.packing == Packing::Packed));
+  tmpl.push_back(b.getBoolAttr(p.plan.getStreamingStores()));
   emitc::CallOpaqueOp::create(b, loc, TypeRange{}, p.entry,
                                 ValueRange{args, kMap, vMap}, ArrayAttr{},
                                 b.getArrayAttr(tmpl));

@@ -23,6 +23,9 @@
 //               4-access shape was faster there, docs/performance.md); on
 //               the host target 8, so small tests run both shapes;
 //   hw_fp8      sm_89+ with an e4m3fn or e5m2 cache: cvt.rn.satfinite.
+//   streaming   NVIDIA targets: the rows a kernel writes use st.global.cs
+//               (on the H200 +0 to +17% of copy bandwidth, most at T =
+//               4096; docs/performance.md). Not measured on AMD: off there.
 //
 //===----------------------------------------------------------------------===//
 #include "kvgen/Passes/Passes.h"
@@ -108,6 +111,7 @@ PlanChoice kvgen::choosePlan(const LayoutDesc &layout, DType io,
   // encodings); the AMD converts are not used yet.
   llvm::StringRef base = target.split(':').first;
   unsigned sm = 0;
+  c.streamingStores = base.starts_with("sm_");
   c.hwFp8 = base.consume_front("sm_") && !base.getAsInteger(10, sm) &&
             sm >= 89 &&
             (layout.dtype == DType::F8E4M3FN || layout.dtype == DType::F8E5M2);
@@ -134,7 +138,7 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
           ctx, target, c.vectorBytes, c.vecElems, c.threads, c.tokensPerCta,
           c.smallMaxTokens, c.smallThreads,
           c.cacheProven ? Alignment::proven : Alignment::checked,
-          Alignment::checked, c.hwFp8);
+          Alignment::checked, c.hwFp8, c.streamingStores);
     };
     getOperation().walk([&](Operation *op) {
       if (auto w = dyn_cast<ReshapeAndCacheOp>(op))

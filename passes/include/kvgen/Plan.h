@@ -17,6 +17,7 @@ struct PlanChoice {
   int64_t smallThreads = 0;   ///< threads per CTA of that shape
   bool cacheProven = false; ///< cache alignment proven statically
   bool hwFp8 = false;       ///< hardware fp8 conversion instructions
+  bool streamingStores = false; ///< st.global.cs for the rows written
 };
 
 /// True for the targets kvgen generates code for.

@@ -27,8 +27,8 @@
 // CHECK-NEXT: %[[VMAP:.*]] = call_opaque "kvgen::sideMap"(%[[VB]], %[[VT]], %[[VH]], %[[V0]])
 // Template args: io, cache, slot type, heads, head_size_k, head_size_v,
 // block_size, vec_elems, tokens_per_cta, threads, small_max_tokens,
-// small_threads, scale, checked, cache_proven.
-// CHECK-NEXT: call_opaque "kvgen::reshapeAndCache"(%[[ARGS]], %[[KMAP]], %[[VMAP]]) {template_args = [#emitc.opaque<"kvgen::dt_bf16">, #emitc.opaque<"kvgen::dt_bf16">, #emitc.opaque<"int64_t">, 4 : i32, 192 : i32, 128 : i32, 16 : i32, 8 : i32, [[N]] : i32, [[T]] : i32, [[SN]] : i32, [[ST]] : i32, 0 : i32, false, true, false]}
+// small_threads, scale, checked, cache_proven, packed, streaming_stores.
+// CHECK-NEXT: call_opaque "kvgen::reshapeAndCache"(%[[ARGS]], %[[KMAP]], %[[VMAP]]) {template_args = [#emitc.opaque<"kvgen::dt_bf16">, #emitc.opaque<"kvgen::dt_bf16">, #emitc.opaque<"int64_t">, 4 : i32, 192 : i32, 128 : i32, 16 : i32, 8 : i32, [[N]] : i32, [[T]] : i32, [[SN]] : i32, [[ST]] : i32, 0 : i32, false, true, false, true]}
 // CHECK-NEXT: return
 // CHECK-NOT: kv.reshape_and_cache
 // HOST-LABEL: emitc.func @mimo_write(
@@ -58,7 +58,7 @@ kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
 // CHECK-NEXT: call_opaque "kvgen::vStride"(%[[ARGS]]) {args = [0 : index, 1 : i32]}
 // CHECK-NEXT: call_opaque "kvgen::vStride"(%[[ARGS]]) {args = [0 : index, 2 : i32]}
 // CHECK: %[[VMAP:.*]] = call_opaque "kvgen::sideMap"
-// CHECK-NEXT: call_opaque "kvgen::gather"(%[[ARGS]], %[[KMAP]], %[[VMAP]]) {template_args = [#emitc.opaque<"kvgen::dt_f32">, #emitc.opaque<"kvgen::dt_f8e4m3fn_hw">, #emitc.opaque<"int32_t">, 4 : i32, 192 : i32, 128 : i32, 64 : i32, 8 : i32, [[N]] : i32, [[T]] : i32, [[SN]] : i32, [[ST]] : i32, 2 : i32, true, false, true, false]}
+// CHECK-NEXT: call_opaque "kvgen::gather"(%[[ARGS]], %[[KMAP]], %[[VMAP]]) {template_args = [#emitc.opaque<"kvgen::dt_f32">, #emitc.opaque<"kvgen::dt_f8e4m3fn_hw">, #emitc.opaque<"int32_t">, 4 : i32, 192 : i32, 128 : i32, 64 : i32, 8 : i32, [[N]] : i32, [[T]] : i32, [[SN]] : i32, [[ST]] : i32, 2 : i32, true, false, true, false, true]}
 kv.gather @fp8_read : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 64, dtype = f8E4M3FN, scale = per_head,
     k_strides = [?, 768, ?], v_strides = [?, ?, ?]>,
@@ -78,7 +78,7 @@ kv.gather @fp8_read : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 // CHECK-NEXT: "emitc.constant"() <{value = 5120 : i64}>
 // CHECK-NEXT: "emitc.constant"() <{value = 192 : i64}>
 // CHECK: call_opaque "kvgen::reshapeAndCache"
-// CHECK-SAME: #emitc.opaque<"kvgen::dt_f16">, #emitc.opaque<"kvgen::dt_f8e5m2_hw">, #emitc.opaque<"int64_t">, 4 : i32, 192 : i32, 128 : i32, 16 : i32, 16 : i32, [[N]] : i32, [[T]] : i32, [[SN]] : i32, [[ST]] : i32, 1 : i32, true, true, true]
+// CHECK-SAME: #emitc.opaque<"kvgen::dt_f16">, #emitc.opaque<"kvgen::dt_f8e5m2_hw">, #emitc.opaque<"int64_t">, 4 : i32, 192 : i32, 128 : i32, 16 : i32, 16 : i32, [[N]] : i32, [[T]] : i32, [[SN]] : i32, [[ST]] : i32, 1 : i32, true, true, true, true]
 kv.reshape_and_cache @packed_write : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, order = hnd,
     packing = packed, dtype = f8E5M2, scale = per_tensor>,

@@ -20,7 +20,8 @@
 //                   (one token per CTA, about one access per thread);
 //   small_max_tokens = floor(2^20 / per_token) (8 on the host target; 0
 //                   when forced off, and then small_threads = 0);
-//   hw_fp8 = sm_89+ and an f8E4M3FN or f8E5M2 cache.
+//   hw_fp8 = sm_89+ and an f8E4M3FN or f8E5M2 cache;
+//   streaming_stores = NVIDIA (sm_*) targets.
 
 // BADTARGET: error: kv-plan: unknown target 'gfx1234' (expected gfx90a, gfx942, gfx950, sm_80, sm_89, sm_90 or host)
 
@@ -29,13 +30,15 @@
 // 8 * 160 = 1280 <= 2048 -> 8 tokens (the cap); 1280 / 4 = 320 threads.
 // Small launches: 2^20 / 160 = 6553 tokens, 160 threads.
 // CHECK-LABEL: kv.reshape_and_cache @mimo_bf16
-// CHECK-SAME: plan = #kv.plan<target = "sm_90", vector_bytes = 16, vec_elems = 8, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven, input_alignment = checked, hw_fp8 = false>
+// CHECK-SAME: plan = #kv.plan<target = "sm_90", vector_bytes = 16, vec_elems = 8, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven, input_alignment = checked, hw_fp8 = false, streaming_stores = true>
 // NOSMALL-LABEL: kv.reshape_and_cache @mimo_bf16
 // NOSMALL-SAME: threads = 320, tokens_per_cta = 8, small_max_tokens = 0, small_threads = 0,
 // HOST-LABEL: kv.reshape_and_cache @mimo_bf16
 // HOST-SAME: threads = 320, tokens_per_cta = 8, small_max_tokens = 8, small_threads = 160,
+// HOST-SAME: streaming_stores = false>
 // GFX-LABEL: kv.reshape_and_cache @mimo_bf16
 // GFX-SAME: plan = #kv.plan<target = "gfx942", vector_bytes = 16, vec_elems = 8,
+// GFX-SAME: streaming_stores = false>
 // FORCED-LABEL: kv.reshape_and_cache @mimo_bf16
 // FORCED-SAME: plan = #kv.plan<target = "gfx950", vector_bytes = 16, vec_elems = 8, threads = 64, tokens_per_cta = 3, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven,
 kv.reshape_and_cache @mimo_bf16 : #kv.layout<num_kv_heads = 4,
@@ -188,4 +191,5 @@ kv.reshape_and_cache @replan : #kv.layout<num_kv_heads = 8,
     head_size_k = 128, head_size_v = 128, block_size = 16, dtype = bf16>,
     input bf16, slots i64 {plan = #kv.plan<target = "gfx90a",
     vector_bytes = 2, vec_elems = 1, threads = 32, tokens_per_cta = 1,
-    small_max_tokens = 0, small_threads = 0, cache_alignment = checked, input_alignment = checked, hw_fp8 = false>}
+    small_max_tokens = 0, small_threads = 0, cache_alignment = checked, input_alignment = checked, hw_fp8 = false,
+    streaming_stores = false>}

@@ -10,7 +10,9 @@
 // then one kernel per spec with K's and V's own maps and the plan as
 // template arguments <io, cache, slot, heads, head_size_k, head_size_v,
 // block_size, vec_elems, tokens_per_cta, threads, small_max_tokens,
-// small_threads, scale, checked, cache_proven[, dequantize], packed>.
+// small_threads, scale, checked, cache_proven[, dequantize], packed,
+// streaming_stores> (streaming_stores: true on sm_90 only, see the
+// mimo_read_fp8 lines).
 
 // BAD: error: kv-plan: unknown target 'gfx1234'
 
@@ -65,7 +67,7 @@
 // CHECK-NEXT: = 128;
 // CHECK-NEXT: = 0;
 // CHECK-NEXT: kvgen::SideMap [[VMAP:v[0-9]+]] = kvgen::sideMap(
-// CHECK-NEXT: kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 4, 192, 128, 16, 8, [[MW_N]], [[MW_T]], [[MW_SN]], [[MW_ST]], 0, false, true, false>(v1, [[KMAP]], [[VMAP]]);
+// CHECK-NEXT: kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 4, 192, 128, 16, 8, [[MW_N]], [[MW_T]], [[MW_SN]], [[MW_ST]], 0, false, true, false, {{(true|false)}}>(v1, [[KMAP]], [[VMAP]]);
 // HOST: extern "C" void mimo_write_host_launch(
 kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,
@@ -77,28 +79,28 @@ kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
 // CHECK: // V: head_size 128, strides [block 32768, token 512, head 128], row base 0, 4 x 128
 // On sm_90 the dequantizing gather reads through the hardware converts
 // (the _hw tag); elsewhere through the portable decoder.
-// SM90: kvgen::gather<kvgen::dt_bf16, kvgen::dt_f8e4m3fn_hw, int32_t, 4, 192, 128, 64, 16, [[MR_N]], [[MR_T]], [[MR_SN]], [[MR_ST]], 1, true, true, true, false>(
-// GFX942: kvgen::gather<kvgen::dt_bf16, kvgen::dt_f8e4m3fn, int32_t, 4, 192, 128, 64, 16, [[MR_N]], [[MR_T]], [[MR_SN]], [[MR_ST]], 1, true, true, true, false>(
-// GFX950: kvgen::gather<kvgen::dt_bf16, kvgen::dt_f8e4m3fn, int32_t, 4, 192, 128, 64, 16, [[MR_N]], [[MR_T]], [[MR_SN]], [[MR_ST]], 1, true, true, true, false>(
-// HOST: kvgen::gather<kvgen::dt_bf16, kvgen::dt_f8e4m3fn, int32_t, 4, 192, 128, 64, 16, [[MR_N]], [[MR_T]], [[MR_SN]], [[MR_ST]], 1, true, true, true, false>(
+// SM90: kvgen::gather<kvgen::dt_bf16, kvgen::dt_f8e4m3fn_hw, int32_t, 4, 192, 128, 64, 16, [[MR_N]], [[MR_T]], [[MR_SN]], [[MR_ST]], 1, true, true, true, false, true>(
+// GFX942: kvgen::gather<kvgen::dt_bf16, kvgen::dt_f8e4m3fn, int32_t, 4, 192, 128, 64, 16, [[MR_N]], [[MR_T]], [[MR_SN]], [[MR_ST]], 1, true, true, true, false, false>(
+// GFX950: kvgen::gather<kvgen::dt_bf16, kvgen::dt_f8e4m3fn, int32_t, 4, 192, 128, 64, 16, [[MR_N]], [[MR_T]], [[MR_SN]], [[MR_ST]], 1, true, true, true, false, false>(
+// HOST: kvgen::gather<kvgen::dt_bf16, kvgen::dt_f8e4m3fn, int32_t, 4, 192, 128, 64, 16, [[MR_N]], [[MR_T]], [[MR_SN]], [[MR_ST]], 1, true, true, true, false, false>(
 kv.gather @mimo_read_fp8 : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
     scale = per_tensor>, output bf16, slots i32 dequantize checked
 
 // CHECK-LABEL: void fp8_f32_write(kvgen_reshape_and_cache_args
-// CHECK: kvgen::reshapeAndCache<kvgen::dt_f32, kvgen::dt_f8e5m2fnuz, int64_t, 4, 192, 128, 16, 8, [[FW_N]], [[FW_T]], [[FW_SN]], [[FW_ST]], 2, false, true, false>(
+// CHECK: kvgen::reshapeAndCache<kvgen::dt_f32, kvgen::dt_f8e5m2fnuz, int64_t, 4, 192, 128, 16, 8, [[FW_N]], [[FW_T]], [[FW_SN]], [[FW_ST]], 2, false, true, false, {{(true|false)}}>(
 kv.reshape_and_cache @fp8_f32_write : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16,
     dtype = f8E5M2FNUZ, scale = per_head>, input f32, slots i64
 
 // CHECK-LABEL: void h46_write(kvgen_reshape_and_cache_args
-// CHECK: kvgen::reshapeAndCache<kvgen::dt_f16, kvgen::dt_f16, int64_t, 8, 46, 46, 16, 2, [[H46_N]], [[H46_T]], [[H46_SN]], [[H46_ST]], 0, false, true, false>(
+// CHECK: kvgen::reshapeAndCache<kvgen::dt_f16, kvgen::dt_f16, int64_t, 8, 46, 46, 16, 2, [[H46_N]], [[H46_T]], [[H46_SN]], [[H46_ST]], 0, false, true, false, {{(true|false)}}>(
 kv.reshape_and_cache @h46_write : #kv.layout<num_kv_heads = 8,
     head_size_k = 46, head_size_v = 46, block_size = 16, dtype = f16>,
     input f16, slots i64
 
 // CHECK-LABEL: void h80_write(kvgen_reshape_and_cache_args
-// CHECK: kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 8, 80, 80, 16, 8, [[H80_N]], [[H80_T]], [[H80_SN]], [[H80_ST]], 0, false, true, false>(
+// CHECK: kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 8, 80, 80, 16, 8, [[H80_N]], [[H80_T]], [[H80_SN]], [[H80_ST]], 0, false, true, false, {{(true|false)}}>(
 kv.reshape_and_cache @h80_write : #kv.layout<num_kv_heads = 8,
     head_size_k = 80, head_size_v = 80, block_size = 16, dtype = bf16>,
     input bf16, slots i64
@@ -111,14 +113,14 @@ kv.reshape_and_cache @h80_write : #kv.layout<num_kv_heads = 8,
 // CHECK: = kvgen::vStride(v1, 0);
 // CHECK-NEXT: = kvgen::vStride(v1, 1);
 // CHECK-NEXT: = kvgen::vStride(v1, 2);
-// CHECK: kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 4, 192, 128, 16, 8, [[DYN_N]], [[DYN_T]], [[DYN_SN]], [[DYN_ST]], 0, true, false, false>(
+// CHECK: kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 4, 192, 128, 16, 8, [[DYN_N]], [[DYN_T]], [[DYN_SN]], [[DYN_ST]], 0, true, false, false, {{(true|false)}}>(
 kv.reshape_and_cache @dyn_write : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16,
     k_strides = [?, ?, ?], v_strides = [?, ?, ?]>,
     input bf16, slots i64 checked
 
 // CHECK-LABEL: void small_write(kvgen_reshape_and_cache_args
-// CHECK: kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int32_t, 1, 64, 64, 16, 8, [[SM_N]], [[SM_T]], [[SM_SN]], [[SM_ST]], 0, false, true, false>(
+// CHECK: kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int32_t, 1, 64, 64, 16, 8, [[SM_N]], [[SM_T]], [[SM_SN]], [[SM_ST]], 0, false, true, false, {{(true|false)}}>(
 kv.reshape_and_cache @small_write : #kv.layout<num_kv_heads = 1,
     head_size_k = 64, head_size_v = 64, block_size = 16, dtype = bf16>,
     input bf16, slots i32

@@ -1,12 +1,14 @@
 // REQUIRES: clang
 // RUN: kvgen-translate --emit-hip --kv-target=sm_90 %s | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s
 
-// A raw bf16 -> bf16 cache write with proven 16-byte alignment stores with
-// st.global.v4 (clang's CUDA mode spells the 16-byte vector with
-// ext_vector_type; NVRTC's build uses CUDA's uint4).
+// A raw bf16 -> bf16 cache write with proven 16-byte alignment loads with
+// ld.global.v4 and stores with the cache-streaming st.global.cs.v4 (the
+// plan's streaming_stores on sm_90; clang's CUDA mode spells the 16-byte
+// vector with ext_vector_type; NVRTC's build uses CUDA's uint4).
 
 // CHECK: .entry mimo_write(
-// CHECK: st.global.v4.b32
+// CHECK: ld.global.v4.b32
+// CHECK: st.global.cs.v4.u32
 
 kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,

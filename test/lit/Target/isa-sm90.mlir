@@ -9,19 +9,20 @@
 
 // The emitted CUDA source compiles warning-free to PTX for sm_90 (clang's
 // CUDA device-only mode, as NVRTC would), and the chosen width reaches the
-// stores: st.global.v4 (16 bytes) for the dequantizing gather of 8 bf16,
-// 8-byte stores (b64 or v2.b32) for the fp8 cache fed f32 (16-byte ones
+// stores (cache-streaming, st.global.cs, as planned for sm_90):
+// 16 bytes for the dequantizing gather of 8 bf16,
+// 8-byte stores (v2.u32) for the fp8 cache fed f32 (16-byte ones
 // when fed bf16), and for head size 46 no vector
 // store, only 4-byte pairs and the 2-byte fallback.
 // (The raw 16-byte bf16 copy is covered by isa-sm90-raw-copy.mlir.)
 
 // VEC16: .target sm_90
 // VEC16: .entry {{mimo_read_fp8|mimo_write_fp8_bf16}}(
-// VEC16: st.global.v4.b32
+// VEC16: st.global.cs.v4.u32
 
 // VEC8: .entry mimo_write_fp8(
 // VEC8: ld.global.v4.b32
-// VEC8: st.global.{{b64|v2.b32}}
+// VEC8: st.global.cs.v2.u32
 // VEC8-NOT: st.global.v4
 
 // Quantizing fp8 writes on sm_89+ (kernels.h HwQuantize): the hardware
@@ -30,7 +31,7 @@
 // HWQ: .func {{.*}}HwQuantize{{.*}}exact
 // HWQ: .entry mimo_write_fp8_bf16(
 // HWQ: cvt.rn.satfinite.e4m3x2.f32
-// HWQ: st.global.v4.b32
+// HWQ: st.global.cs.v4.u32
 // HWQ: call.uni {{.*}}HwQuantize{{.*}}exact
 
 // Dequantizing fp8 reads on sm_89+ (kernels.h HwDequantize): fp8 pairs to
@@ -42,7 +43,7 @@
 // HWD: call.uni {{.*}}HwDequantize{{.*}}exact
 
 // VEC4: .entry h46_write(
-// VEC4-DAG: st.global.b32
+// VEC4-DAG: st.global.cs.u32
 // VEC4-DAG: st.global.b16
 
 //--- gather.mlir

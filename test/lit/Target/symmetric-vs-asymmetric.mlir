@@ -33,8 +33,8 @@
 // CHECK: > // V: head_size 128, strides [block 8192, token 512, head 128], row base 0, 4 x 128
 // CHECK: > int64_t v7 = 8192;
 // CHECK: > int64_t v8 = 512;
-// CHECK: < kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 8, 128, 128, 16, 8, 8, 512, 4096, 256, 0, false, true, false>(v1, v6, v11);
-// CHECK: > kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 4, 192, 128, 16, 8, 8, 320, 6553, 160, 0, false, true, false>(v1, v6, v11);
+// CHECK: < kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 8, 128, 128, 16, 8, 8, 512, 4096, 256, 0, false, true, false, {{true|false}}>(v1, v6, v11);
+// CHECK: > kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 4, 192, 128, 16, 8, 8, 320, 6553, 160, 0, false, true, false, {{true|false}}>(v1, v6, v11);
 
 //--- sym.mlir
 kv.reshape_and_cache @write : #kv.layout<num_kv_heads = 8, head_size_k = 128,

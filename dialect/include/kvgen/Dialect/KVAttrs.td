@@ -105,7 +105,10 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
     - `input_alignment`: the same for the key/value (or output) views, whose
       strides are always run-time values, hence always `checked`;
     - `hw_fp8`: whether fp8 conversion uses the target's conversion
-      instructions (else kvgen's portable software rounding).
+      instructions (else kvgen's portable software rounding);
+    - `streaming_stores`: whether the rows a kernel writes (the cache of a
+      write, the output of a gather) use cache-streaming stores
+      (`st.global.cs`: written once, evicted first).
 
     Example:
 
@@ -113,7 +116,8 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
     #kv.plan<target = "sm_90", vector_bytes = 16, vec_elems = 8,
              threads = 320, tokens_per_cta = 8, small_max_tokens = 6553,
              small_threads = 160, cache_alignment = proven,
-             input_alignment = checked, hw_fp8 = false>
+             input_alignment = checked, hw_fp8 = false,
+             streaming_stores = true>
     ```
   }];
   let parameters = (ins
@@ -126,7 +130,8 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
     AttrParameter<"int64_t", "threads per block of the small-launch shape">:$small_threads,
     EnumParameter<KV_Alignment>:$cache_alignment,
     EnumParameter<KV_Alignment>:$input_alignment,
-    AttrParameter<"bool", "hardware fp8 conversion">:$hw_fp8
+    AttrParameter<"bool", "hardware fp8 conversion">:$hw_fp8,
+    AttrParameter<"bool", "cache-streaming stores">:$streaming_stores
   );
   let assemblyFormat = "`<` struct(params) `>`";
 }
