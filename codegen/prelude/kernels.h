@@ -468,6 +468,14 @@ template <class SP, int VEC> struct AccessMap {
     cap = byBytes < 4 ? byBytes : 4,
     batch = rounds < cap ? rounds : cap
   };
+  /// Access of round r of the calling thread in the CTA starting at token
+  /// `first`; false when it lies past the CTA's accesses or past numTokens.
+  static KVGEN_DEVICE inline bool round(int64_t first, int r,
+                                       int64_t numTokens, Access &x) {
+    const int i = KVGEN_THREAD_ID_X + r * SP::threads;
+    x = at(first, i);
+    return i < int(total) && x.token < numTokens;
+  }
   static KVGEN_DEVICE inline Access at(int64_t first, int i) {
     Access x;
     // Unsigned (i >= 0): divisions by constants without sign fix-ups.
@@ -482,6 +490,39 @@ template <class SP, int VEC> struct AccessMap {
     x.head = x.isK ? r / kRow : rv / vRow;
     x.elem = int64_t(x.isK ? r % kRow : rv % vRow) * VEC;
     return x;
+  }
+};
+
+/// The registers of one batch of a thread's accesses: each access's loaded
+/// fragment, scale and slot (slot < 0: nothing to store).
+template <class T, int VEC, int N> struct Batch {
+  Frag<T, VEC> in[N];
+  float scale[N];
+  int64_t slot[N];
+  /// Clears access j (round r of the thread, see AccessMap::round) and
+  /// says whether it has anything to move.
+  template <class Map>
+  KVGEN_DEVICE inline bool start(int j, int64_t first, int r,
+                                 int64_t numTokens, Access &x) {
+    slot[j] = -1;
+    scale[j] = 1.0f;
+    return Map::round(first, r, numTokens, x);
+  }
+  /// Loads access j's slot and, when `scaled`, its side's scale.
+  template <class SP, class A>
+  KVGEN_DEVICE inline void loadSlotAndScale(int j, const A &a, const Access &x,
+                                            bool scaled) {
+    if (scaled)
+      scale[j] = loadScale(x.isK ? a.k_scale : a.v_scale, SP::scale, x.head);
+    slot[j] = loadSlot<typename SP::slot>(a.slot_mapping, x.token);
+  }
+  /// Access j (round r) again, and where its slot points (block < 0:
+  /// nothing to move; see place).
+  template <class SP, class Map, class A>
+  KVGEN_DEVICE inline SlotPos position(int j, int64_t first, int r,
+                                       const A &a, Access &x) {
+    Map::round(first, r, a.num_tokens, x);
+    return place<SP>(slot[j], a.num_blocks, a.error_flag);
   }
 };
 
@@ -510,16 +551,11 @@ KVGEN_DEVICE inline void writeCta(const kvgen_reshape_and_cache_args &a,
   const float vScale = perTensor ? a.v_scale[0] : 1.0f;
   const float kRecip = 1.0f / kScale, vRecip = 1.0f / vScale;
   for (int r0 = 0; r0 < int(Map::rounds); r0 += Map::batch) {
-    Frag<IS, VEC> in[Map::batch];
-    float scale[Map::batch];
-    int64_t slot[Map::batch];
+    Batch<IS, VEC, Map::batch> b;
     KVGEN_UNROLL
     for (int j = 0; j < int(Map::batch); ++j) {
-      const int i = KVGEN_THREAD_ID_X + (r0 + j) * SP::threads;
-      const Access x = Map::at(first, i);
-      slot[j] = -1; // nothing to store
-      scale[j] = 1.0f;
-      if (i >= int(Map::total) || x.token >= a.num_tokens)
+      Access x;
+      if (!b.template start<Map>(j, first, r0 + j, a.num_tokens, x))
         continue;
       const IS *src = static_cast<const IS *>(x.isK ? a.key : a.value) +
                       x.token * (x.isK ? a.key_stride_token
@@ -527,27 +563,26 @@ KVGEN_DEVICE inline void writeCta(const kvgen_reshape_and_cache_args &a,
                       x.head * (x.isK ? a.key_stride_head
                                       : a.value_stride_head) +
                       x.elem;
-      loadFrag<IS, VEC>(in[j], src);
-      if (quant && !perTensor)
-        scale[j] = loadScale(x.isK ? a.k_scale : a.v_scale, SP::scale, x.head);
-      slot[j] = loadSlot<typename SP::slot>(a.slot_mapping, x.token);
+      loadFrag<IS, VEC>(b.in[j], src);
+      b.template loadSlotAndScale<SP>(j, a, x, quant && !perTensor);
     }
     KVGEN_UNROLL
     for (int j = 0; j < int(Map::batch); ++j) {
-      const Access x = Map::at(first, KVGEN_THREAD_ID_X + (r0 + j) * SP::threads);
-      const SlotPos pos = place<SP>(slot[j], a.num_blocks, a.error_flag);
+      Access x;
+      const SlotPos pos =
+          b.template position<SP, Map>(j, first, r0 + j, a, x);
       if (pos.block < 0)
         continue;
       CS *dst = static_cast<CS *>((x.isK || SP::packed) ? a.key_cache
                                                         : a.value_cache) +
                 elementOffset(x.isK ? kMap : vMap, pos.block, pos.offset,
                               x.head, x.elem);
-      const float sc = perTensor ? (x.isK ? kScale : vScale) : scale[j];
+      const float sc = perTensor ? (x.isK ? kScale : vScale) : b.scale[j];
       const float rc = perTensor ? (x.isK ? kRecip : vRecip)
                                  : (quant ? 1.0f / sc : 1.0f);
       storeFrag<CS, VEC, SP::streaming>(
           dst, convertFrag<typename SP::io, typename SP::cache, VEC, quant,
-                           false>(in[j], sc, rc));
+                           false>(b.in[j], sc, rc));
     }
   }
 }
@@ -564,29 +599,23 @@ KVGEN_DEVICE inline void gatherCta(const kvgen_gather_args &a,
   const bool scaled = DEQUANT && SP::cache::is_fp8;
   typedef AccessMap<SP, VEC> Map;
   for (int r0 = 0; r0 < int(Map::rounds); r0 += Map::batch) {
-    Frag<CS, VEC> in[Map::batch];
-    float scale[Map::batch];
-    int64_t slot[Map::batch];
+    Batch<CS, VEC, Map::batch> b;
     KVGEN_UNROLL
     for (int j = 0; j < int(Map::batch); ++j) {
-      const int i = KVGEN_THREAD_ID_X + (r0 + j) * SP::threads;
-      const Access x = Map::at(first, i);
-      slot[j] = -1; // nothing to move
-      scale[j] = 1.0f;
-      if (i >= int(Map::total) || x.token >= a.num_tokens)
+      Access x;
+      if (!b.template start<Map>(j, first, r0 + j, a.num_tokens, x))
         continue;
-      if (scaled)
-        scale[j] = loadScale(x.isK ? a.k_scale : a.v_scale, SP::scale, x.head);
-      slot[j] = loadSlot<typename SP::slot>(a.slot_mapping, x.token);
+      b.template loadSlotAndScale<SP>(j, a, x, scaled);
     }
     KVGEN_UNROLL
     for (int j = 0; j < int(Map::batch); ++j) {
-      const Access x = Map::at(first, KVGEN_THREAD_ID_X + (r0 + j) * SP::threads);
-      const SlotPos pos = place<SP>(slot[j], a.num_blocks, a.error_flag);
-      slot[j] = pos.block; // < 0: skipped below
+      Access x;
+      const SlotPos pos =
+          b.template position<SP, Map>(j, first, r0 + j, a, x);
+      b.slot[j] = pos.block; // < 0: skipped below
       if (pos.block < 0)
         continue;
-      loadFrag<CS, VEC>(in[j],
+      loadFrag<CS, VEC>(b.in[j],
                         static_cast<const CS *>((x.isK || SP::packed)
                                                     ? a.key_cache
                                                     : a.value_cache) +
@@ -595,9 +624,10 @@ KVGEN_DEVICE inline void gatherCta(const kvgen_gather_args &a,
     }
     KVGEN_UNROLL
     for (int j = 0; j < int(Map::batch); ++j) {
-      if (slot[j] < 0)
+      if (b.slot[j] < 0)
         continue;
-      const Access x = Map::at(first, KVGEN_THREAD_ID_X + (r0 + j) * SP::threads);
+      Access x;
+      Map::round(first, r0 + j, a.num_tokens, x); // b.slot[j] < 0 if outside
       OS *dst = static_cast<OS *>(x.isK ? a.key_out : a.value_out) +
                 x.token * (x.isK ? a.key_out_stride_token
                                  : a.value_out_stride_token) +
@@ -606,7 +636,7 @@ KVGEN_DEVICE inline void gatherCta(const kvgen_gather_args &a,
                 x.elem;
       storeFrag<OS, VEC, SP::streaming>(
           dst, convertFrag<typename SP::cache, typename SP::io, VEC, false,
-                           scaled>(in[j], scale[j], 1.0f));
+                           scaled>(b.in[j], b.scale[j], 1.0f));
     }
   }
 }

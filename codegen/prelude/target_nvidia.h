@@ -80,21 +80,19 @@ __attribute__((device)) inline void hwFloat2ToF8e5m2(uint8_t *o, float a,
   o[1] = hwNaNFix(b, (unsigned short)(r >> 8), 0x7e);
 }
 /// Four non-NaN floats in two converts, element 0 in the low byte (for
-/// non-NaN inputs the convert's bits need no fix-up).
-__attribute__((device)) inline uint32_t hwPack4F8e4m3fn(float a, float b,
-                                                        float c, float d) {
-  unsigned short lo, hi;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(b), "f"(a));
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(d), "f"(c));
-  return uint32_t(lo) | (uint32_t(hi) << 16);
-}
-__attribute__((device)) inline uint32_t hwPack4F8e5m2(float a, float b,
-                                                      float c, float d) {
-  unsigned short lo, hi;
-  asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(b), "f"(a));
-  asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(d), "f"(c));
-  return uint32_t(lo) | (uint32_t(hi) << 16);
-}
+/// non-NaN inputs the convert's bits need no fix-up): hwPack4F8e4m3fn,
+/// hwPack4F8e5m2.
+#define KVGEN_HW_PACK4(NAME, FMT)                                              \
+  __attribute__((device)) inline uint32_t NAME(float a, float b, float c,      \
+                                               float d) {                      \
+    unsigned short lo, hi;                                                     \
+    asm("cvt.rn.satfinite." FMT ".f32 %0, %1, %2;" : "=h"(lo) : "f"(b), "f"(a)); \
+    asm("cvt.rn.satfinite." FMT ".f32 %0, %1, %2;" : "=h"(hi) : "f"(d), "f"(c)); \
+    return uint32_t(lo) | (uint32_t(hi) << 16);                                \
+  }
+KVGEN_HW_PACK4(hwPack4F8e4m3fn, "e4m3x2")
+KVGEN_HW_PACK4(hwPack4F8e5m2, "e5m2x2")
+#undef KVGEN_HW_PACK4
 /// Two fp8 elements (element 0 in the low byte) to two floats, exactly:
 /// every e4m3fn / e5m2 value is an f16 (cvt.rn.f16x2.{e4m3x2,e5m2x2}, the
 /// upper byte to the upper half), and every f16 a float.
