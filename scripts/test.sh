@@ -104,10 +104,16 @@ if [[ -n "$last_log" ]]; then
                sed -E 's/^ +([A-Za-z ]*[A-Za-z]) *: *([0-9]+).*/\1 \2/' |
                paste -sd, - | sed 's/,/, /g')
   [[ -n "$lit_counts" ]] && note "  lit: $lit_counts"
-  # Each skipped GoogleTest with its reason (GTEST_SKIP message).
-  while IFS= read -r s; do note "  skipped: $s"; done < <(awk \
-    '/^[0-9]+\/[0-9]+ Test: /{name=$3} /^[^ ].*: Skipped$/{if ((getline m) > 0) print name ": " m}' \
-    "$last_log")
+  # Each skipped GoogleTest with its reason (the GTEST_SKIP message, its
+  # lines joined). A temporary file, not process substitution: that needs
+  # /proc, which a bare chroot may lack.
+  skips="$BUILD_DIR/ctest-skipped.txt"
+  awk '/^[0-9]+\/[0-9]+ Test: /{name=$3}
+       /^[^ ].*: Skipped$/{msg=""
+         while ((getline m) > 0 && m != "" && m !~ /^\[/ && m !~ /^[0-9]+\/[0-9]+ Test/)
+           { sub(/^ +/, "", m); msg = msg (msg == "" ? "" : " ") m }
+         print name ": " msg}' "$last_log" > "$skips"
+  while IFS= read -r s; do note "  skipped: $s"; done < "$skips"
 fi
 
 #===------------------------------------------------------------------------===#
@@ -132,6 +138,9 @@ else
   else
     note "pytest: ok: ${pytest_line}"
   fi
+  # Each skipped pytest case with its reason (pytest -rs lines).
+  grep -E '^SKIPPED \[' "$pytest_log" > "$BUILD_DIR/pytest-skipped.txt" || true
+  while IFS= read -r s; do note "  $s"; done < "$BUILD_DIR/pytest-skipped.txt"
 fi
 
 finish

@@ -397,6 +397,19 @@ int runJob(const RunOptions &o) {
                  ? " (no CUDA or HIP device found; host target)"
                  : "");
   fmt::print("  layout: {}\n", layoutText);
+  if (!o.bundleDir.empty()) {
+    // get_kernel_by_spec falls back to the in-process generator; say which
+    // kernels the bundle did not have (get_kernel by name serves bundles
+    // only).
+    for (kvgen_kernel k : {write, gatherRaw, gatherDq}) {
+      kvgen_kernel fromBundle = nullptr;
+      if (k && kvgen_context_get_kernel(ctx, kvgen_kernel_name(k),
+                                        &fromBundle) != KVGEN_SUCCESS)
+        fmt::print("  note: {} is not in bundle '{}' for {}; generated in "
+                   "process\n",
+                   kvgen_kernel_name(k), o.bundleDir, target);
+    }
+  }
   fmt::print("  kernels: {} ({:.1f} ms), {} ({:.1f} ms){}\n",
              kvgen_kernel_name(write), writeMs, kvgen_kernel_name(gatherRaw),
              gatherMs,

@@ -8,12 +8,15 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
   let summary = "Choose the execution plan of every kv kernel for a target";
   let description = [{
     For each `kv.reshape_and_cache` and `kv.gather`, chooses the vector
-    width in bytes, threads per block, tokens per block, whether alignment of
-    cache accesses is proven statically (static strides and head sizes whose
-    byte sizes are multiples of the vector width) or must be checked at run
-    time with a one-element fallback, and whether fp8 conversion uses
-    hardware instructions. The decisions are recorded as a `#kv.plan`
-    attribute on the op. An existing plan is replaced.
+    width in bytes, threads per block, tokens per block, the small-launch
+    shape (the largest T launched one token per block, and that block's
+    threads), whether alignment of cache accesses is proven statically
+    (static strides and head sizes whose byte sizes are multiples of the
+    vector width) or must be checked at run time with a one-element
+    fallback, whether fp8 conversion uses hardware instructions, and
+    whether the rows a kernel writes use cache-streaming stores. The
+    decisions are recorded as a `#kv.plan` attribute on the op (rules:
+    passes/lib/Plan.cpp, docs/codegen.md). An existing plan is replaced.
 
     Example: `kvgen-opt --kv-plan=target=gfx942 in.mlir` turns
 
@@ -28,7 +31,8 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"target", "target", "std::string", /*default=*/"\"sm_90\"",
-           "gfx90a, gfx942, gfx950, sm_80, sm_90 or host">,
+           "gfx90a, gfx942, gfx950, sm_80, sm_89, sm_90 or host "
+           "(default: sm_90)">,
     Option<"threads", "threads", "int64_t", /*default=*/"0",
            "threads per block; 0 lets the pass choose">,
     Option<"tokensPerCta", "tokens-per-cta", "int64_t", /*default=*/"0",
