@@ -26,25 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import grid_spec as G  # noqa: E402
-
-
-def read_manifest(path):
-    """[(entry dict)] of a bundle manifest (format: runtime Bundle.h)."""
-    entries, cur = [], None
-    lines = Path(path).read_text().splitlines()
-    if not lines or lines[0].split() != ["kvgen-bundle", "1"]:
-        raise ValueError(f"{path}: not a version-1 kvgen bundle manifest")
-    for line in lines[1:]:
-        s = line.strip()
-        if not s or s.startswith("#"):
-            continue
-        if s == "[kernel]":
-            cur = {}
-            entries.append(cur)
-        elif "=" in s and cur is not None:
-            k, v = s.split("=", 1)
-            cur[k.strip()] = v.strip()
-    return entries
+from kvgen import read_manifest  # noqa: E402
 
 
 def spec_of(e):

@@ -74,7 +74,7 @@ std::string kvgen::preludeFor(StringRef target) {
   StringRef targetFile = target.starts_with("gfx")  ? "target_amdgpu.h"
                          : target.starts_with("sm_") ? "target_nvidia.h"
                                                      : "target_host.h";
-  for (StringRef f : {targetFile, StringRef("numerics.h"),
+  for (StringRef f : {StringRef("common.h"), targetFile, StringRef("numerics.h"),
                       StringRef("LayoutMap.h"), StringRef("kernel_abi.h"),
                       StringRef("kernels.h")})
     appendWithoutIncludes(out, preludeText(f));

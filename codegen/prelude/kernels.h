@@ -150,11 +150,20 @@ KVGEN_DEVICE inline void storeFrag(T *p, const Frag<T, VEC> &f) {
 /// subnormal ulp, which no fp8 encoding can see (their smallest magnitude is
 /// 2^-17 or larger). One multiply, two FMAs and a select per element
 /// instead of a division.
+struct Quotient {
+  float q0, r, q1; ///< x * recip, q0 * scale - x (exact), q0 - r * recip
+};
+KVGEN_HD inline Quotient marksteinQuotient(float x, float scale,
+                                           float recip) {
+  Quotient q;
+  q.q0 = x * recip;
+  q.r = KVGEN_FMAF(q.q0, scale, -x);
+  q.q1 = KVGEN_FMAF(-q.r, recip, q.q0);
+  return q;
+}
 KVGEN_HD inline float divideBy(float x, float scale, float recip) {
-  const float q0 = x * recip;
-  const float r = KVGEN_FMAF(q0, scale, -x);
-  const float q1 = KVGEN_FMAF(-r, recip, q0);
-  return (r == 0.0f || q1 != q1) ? q0 : q1;
+  const Quotient q = marksteinQuotient(x, scale, recip);
+  return (q.r == 0.0f || q.q1 != q.q1) ? q.q0 : q.q1;
 }
 
 /// Stores two converted elements; the hardware fp8 tags convert both with
@@ -242,7 +251,7 @@ struct PickConverter {
 /// Quantizing store through the hardware convert, in whole 4-byte words.
 ///
 /// Fast path, for a positive scale and finite quotients: divideBy's
-/// Markstein step without its special-case select, q = q0 - r * recip with
+/// Markstein step (marksteinQuotient().q1) without its select, q = q0 - r * recip with
 /// r = q0 * scale - x. For finite quotients that step is exact (see
 /// divideBy), and with a positive scale it also keeps the sign of zero (x =
 /// +-0 gives r = +0 and q = q0 + -0 = q0); every non-NaN input then converts
@@ -261,10 +270,7 @@ template <class S, class D, int VEC> struct HwQuantize {
     float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     KVGEN_UNROLL
     for (int i = 0; i < VEC; ++i) {
-      const float x = S::load(in.e[i]);
-      const float q0 = x * recip;
-      const float r = KVGEN_FMAF(q0, scale, -x);
-      q[i] = KVGEN_FMAF(-r, recip, q0);
+      q[i] = marksteinQuotient(S::load(in.e[i]), scale, recip).q1;
       sum[i % 4] += q[i];
     }
     const float all = (sum[0] + sum[1]) + (sum[2] + sum[3]);

@@ -1,19 +1,11 @@
 //===- target_amdgpu.h - kvgen prelude for AMD GPUs (HIP) -------*- C++ -*-===//
 //
-// First part of every kernel source emitted for a gfx target. The source is
+// Target part of every kernel source emitted for a gfx target. The source is
 // compiled as HIP by comgr or clang with -nogpuinc -nogpulib: no HIP headers,
 // so attributes and thread ids are spelled with clang's own builtins.
 //
 //===----------------------------------------------------------------------===//
-#define KVGEN_DEVICE_EMBED 1
-typedef signed char int8_t;
-typedef unsigned char uint8_t;
-typedef short int16_t;
-typedef unsigned short uint16_t;
-typedef int int32_t;
-typedef unsigned int uint32_t;
-typedef long long int64_t;
-typedef unsigned long long uint64_t;
+// (Integer types and KVGEN_DEVICE_EMBED: common.h, embedded before this.)
 
 #ifndef __global__
 #define __global__ __attribute__((global))

@@ -8,15 +8,7 @@
 // includes.
 //
 //===----------------------------------------------------------------------===//
-#define KVGEN_DEVICE_EMBED 1
-typedef signed char int8_t;
-typedef unsigned char uint8_t;
-typedef short int16_t;
-typedef unsigned short uint16_t;
-typedef int int32_t;
-typedef unsigned int uint32_t;
-typedef long long int64_t;
-typedef unsigned long long uint64_t;
+// (Integer types and KVGEN_DEVICE_EMBED: common.h, embedded before this.)
 
 #define __global__
 #define KVGEN_HD

@@ -1,6 +1,6 @@
 //===- target_nvidia.h - kvgen prelude for NVIDIA (NVRTC) -------*- C++ -*-===//
 //
-// First part of every kernel source emitted for an sm_XX target. NVRTC
+// Target part of every kernel source emitted for an sm_XX target. NVRTC
 // compiles it with no include path: it relies only on what NVRTC predefines
 // (blockIdx, threadIdx, __launch_bounds__ and CUDA's vector types such as
 // uint4). CUDA's own vector types are used on purpose: NVRTC ignores clang's
@@ -11,15 +11,7 @@
 // absent and clang's own spellings are used instead.
 //
 //===----------------------------------------------------------------------===//
-#define KVGEN_DEVICE_EMBED 1
-typedef signed char int8_t;
-typedef unsigned char uint8_t;
-typedef short int16_t;
-typedef unsigned short uint16_t;
-typedef int int32_t;
-typedef unsigned int uint32_t;
-typedef long long int64_t;
-typedef unsigned long long uint64_t;
+// (Integer types and KVGEN_DEVICE_EMBED: common.h, embedded before this.)
 
 #if defined(__CUDACC_RTC__)
 #define KVGEN_FMAF(a, b, c) __fmaf_rn(a, b, c)

@@ -360,27 +360,37 @@ def _opt(x, what):
 # Context and Kernel
 #---------------------------------------------------------------------------
 
-def _parse_manifest(path):
-    """{(name, target): entry dict} of a bundle manifest; {} on any
-    trouble (the runtime validates the manifest itself)."""
-    out = {}
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError:
-        return out
-    cur = None
+def read_manifest(path):
+    """The `[kernel]` entries of a bundle manifest (format: runtime
+    Bundle.h), in file order, each a dict of its `key = value` lines.
+    Raises OSError when unreadable and ValueError when the first line is not
+    the version-1 header; the entries themselves are validated by the
+    runtime (kvgen_context_load_bundle)."""
+    lines = Path(path).read_text().splitlines()
+    if not lines or lines[0].split() != ["kvgen-bundle", "1"]:
+        raise ValueError(f"{path}: not a version-1 kvgen bundle manifest")
+    entries, cur = [], None
     for line in lines[1:]:
         s = line.strip()
         if not s or s.startswith("#"):
             continue
         if s == "[kernel]":
             cur = {}
-            out[id(cur)] = cur
-            continue
-        if cur is not None and "=" in s:
+            entries.append(cur)
+        elif cur is not None and "=" in s:
             k, v = s.split("=", 1)
             cur[k.strip()] = v.strip()
-    return {(e.get("name"), e.get("target")): e for e in out.values()}
+    return entries
+
+
+def _parse_manifest(path):
+    """{(name, target): entry dict} of a bundle manifest; {} on any
+    trouble (the runtime validates the manifest itself)."""
+    try:
+        entries = read_manifest(path)
+    except (OSError, ValueError):
+        return {}
+    return {(e.get("name"), e.get("target")): e for e in entries}
 
 
 class Context:
