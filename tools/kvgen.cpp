@@ -20,6 +20,7 @@
 
 #include "kvgen/Bundle.h"
 #include "kvgen/Presets.h"
+#include "kvgen/Target.h"
 
 #ifdef KVGEN_HAVE_MLIR
 #include "kvgen/Codegen/Emit.h"
@@ -61,6 +62,7 @@ const char kUsage[] =
     "  kvgen run     [--preset NAME | --layout FILE] [--backend BACKEND]\n"
     "                [--bundle DIR] [--tokens N] [--seed N]\n"
     "  kvgen presets\n"
+    "  kvgen targets\n"
     "  kvgen help | --help | -h\n"
     "\n"
     "Options take their value as the next argument or after '='\n"
@@ -74,9 +76,10 @@ const char kUsage[] =
     "  (exactly one of --preset and --layout is required)\n"
     "  --op OP          reshape_and_cache (write tokens into the cache) or\n"
     "                   gather (read them back); required\n"
-    "  --target TARGET  gfx90a, gfx942, gfx950 (HIP), sm_80, sm_89, sm_90\n"
-    "                   (CUDA, for NVRTC) or host (C++); AMD targets may add\n"
-    "                   feature flags (gfx90a:xnack-); required\n"
+    "  --target TARGET  a code-generation target ('kvgen targets' lists\n"
+    "                   them: gfx* for HIP, sm_* for CUDA/NVRTC, host for\n"
+    "                   C++); AMD targets may add feature flags\n"
+    "                   (gfx90a:xnack-); required\n"
     "  --io TYPE        element type of the dense token rows: bf16, f16 or "
     "f32;\n"
     "                   a gather without --dequantize uses the cache dtype.\n"
@@ -105,6 +108,7 @@ const char kUsage[] =
     "  --seed N         random seed, a 64-bit whole number (default 1)\n"
     "\n"
     "presets: lists the built-in layouts.\n"
+    "targets: lists the code-generation targets and their capabilities.\n"
     "\n"
     "Exit status: 0 success, 1 failure, 2 usage error.\n";
 
@@ -311,6 +315,23 @@ std::optional<LayoutDesc> layoutFromFlags(const Flags &flags, std::string *name,
   return l;
 }
 
+int cmdTargets() {
+  for (const TargetInfo &t : knownTargets()) {
+    std::string caps;
+    auto add = [&](bool on, const char *name) {
+      if (on)
+        caps += caps.empty() ? name : std::string(", ") + name;
+    };
+    add(t.caps.hwFp8Convert, "hw_fp8_convert");
+    add(t.caps.streamingStores, "streaming_stores");
+    add(t.caps.mmaSync, "mma_sync");
+    add(t.caps.mfma, "mfma");
+    fmt::print("{:<8} {:<7} warp {:<3} {:<5} {}\n", t.name, toString(t.vendor),
+               t.warpSize, t.sourceSuffix, caps.empty() ? "-" : caps);
+  }
+  return 0;
+}
+
 int cmdPresets() {
   for (const Preset &p : presets())
     fmt::print("{:<22} {}\n{:<22} {}\n", p.name, p.description, "",
@@ -339,14 +360,12 @@ int cmdEmit(const Flags &flags) {
                       get("--op", ""));
   std::string target = get("--target", "");
   if (target.empty())
-    return usageError("kvgen emit",
-                      "--target is required (gfx90a, gfx942, gfx950, "
-                      "sm_80, sm_89, sm_90 or host)");
-  if (!isKnownTarget(target))
-    return usageError("kvgen emit",
-                      "unknown --target '{}' (expected gfx90a, gfx942, "
-                      "gfx950, sm_80, sm_89, sm_90 or host)",
-                      target);
+    return usageError("kvgen emit", "--target is required ({})",
+                      knownTargetNames());
+  std::optional<Target> parsedTarget = parseTarget(target);
+  if (!parsedTarget)
+    return usageError("kvgen emit", "unknown --target '{}' (expected {})",
+                      target, knownTargetNames());
   std::optional<SlotType> slots = parseSlotType(get("--slots", "i64"));
   if (!slots)
     return usageError("kvgen emit", "--slots must be i32 or i64, got '{}'",
@@ -405,9 +424,7 @@ int cmdEmit(const Flags &flags) {
     bk.entry.geometry = {int(k->threads), int(k->tokensPerCta),
                          int(k->vectorBytes), int(k->smallMaxTokens),
                          int(k->smallThreads)};
-    bk.entry.source =
-        k->name +
-        (target == "host" ? ".cpp" : (target[0] == 's' ? ".cu" : ".hip"));
+    bk.entry.source = k->name + parsedTarget->info->sourceSuffix;
     bk.sourceText = k->source;
     // Append to an existing bundle.
     std::vector<KernelEntry> existing;
@@ -517,6 +534,12 @@ int main(int argc, char **argv) {
                         argv[2]);
     return cmdPresets();
   }
+  if (cmd == "targets") {
+    if (argc > 2)
+      return usageError("kvgen targets", "takes no arguments, got '{}'",
+                        argv[2]);
+    return cmdTargets();
+  }
   if (cmd == "run") {
     if (int rc = parseFlags(cmd, argc, argv, 2, kRunFlags, flags))
       return rc;
@@ -534,5 +557,5 @@ int main(int argc, char **argv) {
 #endif
   }
   return usageError("kvgen",
-                    "unknown command '{}' (emit, run, presets or help)", cmd);
+                    "unknown command '{}' (emit, run, presets, targets or help)", cmd);
 }

@@ -71,10 +71,10 @@ const char *shortDType(DType t) {
 
 std::string kvgen::preludeFor(StringRef target) {
   std::string out;
-  StringRef targetFile = target.starts_with("gfx")  ? "target_amdgpu.h"
-                         : target.starts_with("sm_") ? "target_nvidia.h"
-                                                     : "target_host.h";
-  for (StringRef f : {StringRef("common.h"), targetFile, StringRef("numerics.h"),
+  std::optional<Target> t = parseTarget(target.str());
+  assert(t && "preludeFor: unknown target");
+  for (StringRef f : {StringRef("common.h"), StringRef(t->info->prelude),
+                      StringRef("numerics.h"),
                       StringRef("LayoutMap.h"), StringRef("kernel_abi.h"),
                       StringRef("kernels.h")})
     appendWithoutIncludes(out, preludeText(f));
@@ -189,8 +189,9 @@ FailureOr<EmittedKernel> kvgen::emitKernel(MLIRContext *ctx,
       *error = msg;
     return failure();
   };
-  if (!isKnownTarget(target))
-    return fail("unknown target '" + target.str() + "'");
+  if (!parseTarget(target.str()))
+    return fail("unknown target '" + target.str() + "' (expected " +
+                knownTargetNames() + ")");
   if (std::optional<std::string> bad = r.layout.validate())
     return fail("invalid layout: " + *bad);
   std::string diag;
@@ -239,8 +240,8 @@ FailureOr<EmittedKernel> kvgen::emitKernel(MLIRContext *ctx,
 void kvgen::registerEmitHipTranslation() {
   static llvm::cl::opt<std::string> target(
       "kv-target",
-      llvm::cl::desc("target for --emit-hip: gfx90a, gfx942, gfx950, sm_80, "
-                     "sm_89, sm_90 or host (default: gfx942)"),
+      llvm::cl::desc("target for --emit-hip: one of kvgen's targets "
+                     "(`kvgen targets`; default: gfx942)"),
       llvm::cl::value_desc("target"), llvm::cl::init("gfx942"));
   TranslateFromMLIRRegistration reg(
       "emit-hip", "plan, lower and print kv kernels as self-contained source",

@@ -18,6 +18,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kvgen/Passes/Passes.h"
+#include "kvgen/Target.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -169,7 +170,8 @@ void buildKernel(OpBuilder &b, Location loc, const KernelParts &p) {
                                 b.getArrayAttr(tmpl));
   emitc::ReturnOp::create(b, loc, Value{});
 
-  if (p.plan.getTarget() == "host") {
+  std::optional<Target> target = parseTarget(p.plan.getTarget().str());
+  if (target && target->vendor() == Vendor::Host) {
     b.setInsertionPointAfter(fn);
     emitc::VerbatimOp::create(b, loc, llvm::formatv("extern \"C\" void {0}_host_launch(const void *args, "
                            "unsigned grid_x, unsigned block_x) {{\n"

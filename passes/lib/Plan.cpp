@@ -32,7 +32,6 @@
 #include "kvgen/Plan.h"
 
 #include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/StringSwitch.h"
 
 #include <numeric>
 
@@ -45,17 +44,8 @@ using namespace mlir;
 using namespace kvgen;
 using namespace kvgen::kv;
 
-bool kvgen::isKnownTarget(llvm::StringRef fullTarget) {
-  // AMD targets may carry feature flags: gfx90a:sramecc+:xnack-.
-  llvm::StringRef target = fullTarget.split(':').first;
-  return llvm::StringSwitch<bool>(target)
-      .Cases({"gfx90a", "gfx942", "gfx950", "sm_80", "sm_89", "sm_90", "host"},
-             true)
-      .Default(false);
-}
-
 PlanChoice kvgen::choosePlan(const LayoutDesc &layout, DType io,
-                             llvm::StringRef target, int64_t threads,
+                             const Target &target, int64_t threads,
                              int64_t tokensPerCta, int64_t smallMaxTokens) {
   PlanChoice c;
   const int64_t cacheSize = elementSize(layout.dtype);
@@ -101,19 +91,16 @@ PlanChoice kvgen::choosePlan(const LayoutDesc &layout, DType io,
   c.smallThreads = std::min<int64_t>(512, (perToken + 31) / 32 * 32);
   if (smallMaxTokens >= 0)
     c.smallMaxTokens = smallMaxTokens;
-  else if (target.split(':').first == "host")
+  else if (target.vendor() == Vendor::Host)
     c.smallMaxTokens = 8;
   else
     c.smallMaxTokens = (int64_t(1) << 20) / perToken;
   if (c.smallMaxTokens == 0)
     c.smallThreads = 0;
-  // NVIDIA sm_89+ has cvt.rn.satfinite for e4m3 and e5m2 (not the FNUZ
-  // encodings); the AMD converts are not used yet.
-  llvm::StringRef base = target.split(':').first;
-  unsigned sm = 0;
-  c.streamingStores = base.starts_with("sm_");
-  c.hwFp8 = base.consume_front("sm_") && !base.getAsInteger(10, sm) &&
-            sm >= 89 &&
+  // The hardware converts (sm_89+) exist for e4m3fn and e5m2, not for the
+  // FNUZ encodings; AMD's converts are not used yet.
+  c.streamingStores = target.caps().streamingStores;
+  c.hwFp8 = target.caps().hwFp8Convert &&
             (layout.dtype == DType::F8E4M3FN || layout.dtype == DType::F8E5M2);
   return c;
 }
@@ -123,16 +110,16 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
   using KVPlanBase::KVPlanBase;
 
   void runOnOperation() override {
-    if (!isKnownTarget(target)) {
-      getOperation().emitError()
-          << "kv-plan: unknown target '" << target
-          << "' (expected gfx90a, gfx942, gfx950, sm_80, sm_89, sm_90 or "
-             "host)";
+    std::optional<Target> parsed = parseTarget(target);
+    if (!parsed) {
+      getOperation().emitError() << "kv-plan: unknown target '" << target
+                                 << "' (expected " << knownTargetNames()
+                                 << ")";
       return signalPassFailure();
     }
     MLIRContext *ctx = &getContext();
     auto planFor = [&](LayoutAttr layout, Type io) {
-      PlanChoice c = choosePlan(layout.getDesc(), *fromMlirType(io), target,
+      PlanChoice c = choosePlan(layout.getDesc(), *fromMlirType(io), *parsed,
                                 threads, tokensPerCta, smallMaxTokens);
       return PlanAttr::get(
           ctx, target, c.vectorBytes, c.vecElems, c.threads, c.tokensPerCta,

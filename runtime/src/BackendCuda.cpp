@@ -178,17 +178,6 @@ const Nvrtc &nvrtc() {
   return n;
 }
 
-bool isSmTarget(const std::string &t) {
-  if (t.size() < 5 || t.compare(0, 3, "sm_") != 0)
-    return false;
-  size_t i = 3;
-  while (i < t.size() && t[i] >= '0' && t[i] <= '9')
-    ++i;
-  if (i == 3)
-    return false;
-  return i == t.size() || (i + 1 == t.size() && (t[i] == 'a' || t[i] == 'f'));
-}
-
 // Makes `ctx` current for the scope if it is not already.
 class CtxScope {
 public:
@@ -394,12 +383,7 @@ private:
 std::unique_ptr<Backend>
 createCudaBackend(int device, const std::string &target, Status *status) {
   if (device < 0) {
-    if (!isSmTarget(target)) {
-      *status = Status::error(
-          KVGEN_ERROR_INVALID_ARGUMENT,
-          fmt::format("'{}' is not a CUDA target (sm_NN)", target));
-      return nullptr;
-    }
+    // `target` was checked against the target table by the caller.
     const Nvrtc &n = nvrtc();
     if (!n.error.empty()) {
       *status = Status::error(KVGEN_ERROR_BACKEND_UNAVAILABLE,

@@ -490,23 +490,13 @@ private:
   int device_;
 };
 
-bool isGfxTarget(const std::string &t) {
-  return t.size() > 3 && t.compare(0, 3, "gfx") == 0;
-}
-
 } // namespace
 
 std::unique_ptr<Backend> createHipBackend(int device, const std::string &target,
                                           Status *status) {
   const Comgr &c = comgr();
   if (device < 0) {
-    if (!isGfxTarget(target)) {
-      *status = Status::error(KVGEN_ERROR_INVALID_ARGUMENT,
-                              fmt::format("'{}' is not an AMD target (gfxNNN"
-                                          "[:features])",
-                                          target));
-      return nullptr;
-    }
+    // `target` was checked against the target table by the caller.
     if (!c.error.empty()) {
       *status = Status::error(KVGEN_ERROR_BACKEND_UNAVAILABLE,
                               "comgr unavailable: " + c.error);

@@ -334,16 +334,5 @@ bool readBundle(const std::string &dir, std::vector<KernelEntry> *entries,
   return true;
 }
 
-bool targetMatches(const std::string &entryTarget,
-                   const std::string &contextTarget) {
-  if (entryTarget == contextTarget)
-    return true;
-  if (entryTarget.compare(0, 3, "gfx") != 0 ||
-      entryTarget.find(':') != std::string::npos)
-    return false;
-  return contextTarget.size() > entryTarget.size() &&
-         contextTarget.compare(0, entryTarget.size(), entryTarget) == 0 &&
-         contextTarget[entryTarget.size()] == ':';
-}
 
 } // namespace kvgen

@@ -6,6 +6,7 @@
 #include "Validate.h"
 #include "kvgen/Bundle.h"
 #include "kvgen/Generator.h"
+#include "kvgen/Target.h"
 #include "kvgen/kvgen.h"
 
 #include "KernelAbiText.h"
@@ -67,6 +68,20 @@ const char *backendName(kvgen_backend b) {
     return "host";
   default:
     return "auto";
+  }
+}
+
+// The vendor whose targets a backend compiles; std::nullopt for AUTO.
+std::optional<Vendor> backendVendor(kvgen_backend b) {
+  switch (b) {
+  case KVGEN_BACKEND_CUDA:
+    return Vendor::Nvidia;
+  case KVGEN_BACKEND_HIP:
+    return Vendor::Amd;
+  case KVGEN_BACKEND_HOST:
+    return Vendor::Host;
+  default:
+    return std::nullopt;
   }
 }
 
@@ -394,26 +409,34 @@ kvgen_status kvgen_context_create_compile_only(kvgen_backend backend,
   *out = nullptr;
   if (!target || !*target)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT, "target is NULL or empty");
-  Status st;
-  std::unique_ptr<Backend> b;
-  switch (backend) {
-  case KVGEN_BACKEND_CUDA:
-    b = createCudaBackend(-1, target, &st);
-    break;
-  case KVGEN_BACKEND_HIP:
-    b = createHipBackend(-1, target, &st);
-    break;
-  case KVGEN_BACKEND_HOST:
-    if (std::string(target) != "host")
-      return fail(KVGEN_ERROR_INVALID_ARGUMENT,
-                  fmt::format("the host backend's target is 'host', not "
-                              "'{}'",
-                              target));
-    b = createHostBackend(true, &st);
-    break;
-  default:
+  std::optional<Vendor> vendor = backendVendor(backend);
+  if (!vendor)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT,
                 "compile-only contexts need an explicit backend (not AUTO)");
+  std::optional<Target> t = parseTarget(target);
+  if (!t)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                fmt::format("unknown target '{}' (expected {}; AMD targets "
+                            "may add feature flags, gfx90a:xnack-)",
+                            target, knownTargetNames()));
+  if (t->vendor() != *vendor)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                fmt::format("'{}' is a {} target; the {} backend compiles "
+                            "{} targets",
+                            target, toString(t->vendor()),
+                            backendName(backend), toString(*vendor)));
+  Status st;
+  std::unique_ptr<Backend> b;
+  switch (*vendor) {
+  case Vendor::Nvidia:
+    b = createCudaBackend(-1, target, &st);
+    break;
+  case Vendor::Amd:
+    b = createHipBackend(-1, target, &st);
+    break;
+  case Vendor::Host:
+    b = createHostBackend(true, &st);
+    break;
   }
   if (!b)
     return report(st);

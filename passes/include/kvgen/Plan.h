@@ -3,6 +3,7 @@
 #define KVGEN_PLAN_H
 
 #include "kvgen/Layout.h"
+#include "kvgen/Target.h"
 #include "llvm/ADT/StringRef.h"
 
 namespace kvgen {
@@ -20,14 +21,11 @@ struct PlanChoice {
   bool streamingStores = false; ///< st.global.cs for the rows written
 };
 
-/// True for the targets kvgen generates code for.
-bool isKnownTarget(llvm::StringRef target);
-
 /// Chooses the plan of a kernel over `layout` whose key/value (or gather
 /// output) element type is `io`. threads / tokensPerCta > 0 force a value;
 /// smallMaxTokens >= 0 forces the small-launch bound (0 disables it).
 PlanChoice choosePlan(const LayoutDesc &layout, DType io,
-                      llvm::StringRef target, int64_t threads = 0,
+                      const Target &target, int64_t threads = 0,
                       int64_t tokensPerCta = 0, int64_t smallMaxTokens = -1);
 
 } // namespace kvgen

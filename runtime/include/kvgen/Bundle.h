@@ -40,6 +40,7 @@
 #define KVGEN_BUNDLE_H
 
 #include "kvgen/Layout.h"
+#include "kvgen/Target.h"
 
 #include <optional>
 #include <string>
@@ -141,11 +142,6 @@ writeBundle(const std::string &dir, const std::vector<BundleKernel> &kernels);
 bool readBundle(const std::string &dir, std::vector<KernelEntry> *entries,
                 std::string *error);
 
-/// True when a kernel built for `entryTarget` runs on a context whose target
-/// is `contextTarget`: equal strings, or an AMD entry target without feature
-/// flags ("gfx90a") and a context target with them ("gfx90a:sramecc+:xnack-").
-bool targetMatches(const std::string &entryTarget,
-                   const std::string &contextTarget);
 
 } // namespace kvgen
 

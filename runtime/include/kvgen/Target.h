@@ -1,0 +1,90 @@
+//===- Target.h - The targets kvgen generates code for ----------*- C++ -*-===//
+//
+// One typed descriptor per code-generation target, written once (the table
+// in lib/Target.cpp). The planner (kv-plan), the emitter (prelude and source
+// suffix), the runtime (which backend compiles a target, which bundle entries
+// a context may load) and the CLI (the list in its help and errors) all ask
+// this table instead of testing target strings.
+//
+// A target string is a known name, optionally followed by AMD feature flags:
+// "sm_90", "gfx942", "gfx90a:sramecc+:xnack-", "host".
+//
+//===----------------------------------------------------------------------===//
+#ifndef KVGEN_TARGET_H
+#define KVGEN_TARGET_H
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvgen {
+
+/// Who builds and runs the code: NVRTC + the CUDA driver, comgr + HIP, or
+/// the system C++ compiler on the CPU.
+enum class Vendor { Nvidia, Amd, Host };
+
+/// What kvgen knows about one target.
+struct TargetInfo {
+  const char *name; ///< "sm_90", "gfx942", "host"
+  Vendor vendor;
+  /// Threads that execute in lockstep: 32 on NVIDIA (and the host target's
+  /// emulation), 64 on CDNA (gfx90a, gfx942, gfx950).
+  int warpSize;
+  /// Capabilities the planner may use.
+  struct Caps {
+    /// cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 and cvt.rn.f16x2.{e4m3x2,e5m2x2}
+    /// (PTX ISA 7.8+, sm_89+): hardware fp8 <-> float for e4m3fn / e5m2.
+    bool hwFp8Convert = false;
+    /// st.global.cs: stores that are evicted first (NVIDIA).
+    bool streamingStores = false;
+    /// mma.sync.aligned.m16n8k16 with bf16/f16 operands and f32 accumulators
+    /// (PTX ISA 7.0+, sm_80+).
+    bool mmaSync = false;
+    /// v_mfma_f32_32x32x8 bf16/f16 (CDNA2+: gfx90a, gfx942, gfx950).
+    bool mfma = false;
+  } caps;
+  /// The target part of the device prelude (codegen/prelude/).
+  const char *prelude;
+  /// File suffix of emitted sources: ".cu", ".hip", ".cpp".
+  const char *sourceSuffix;
+};
+
+/// Every target, in the order lists print them.
+const std::vector<TargetInfo> &knownTargets();
+
+/// "gfx90a, gfx942, gfx950, sm_80, sm_89, sm_90 or host".
+std::string knownTargetNames();
+
+/// A parsed target string: the descriptor plus AMD feature flags.
+struct Target {
+  const TargetInfo *info = nullptr;
+  /// Feature flags after the name, with their leading ':' (":xnack-"), or "".
+  std::string features;
+
+  const char *name() const { return info->name; }
+  Vendor vendor() const { return info->vendor; }
+  const TargetInfo::Caps &caps() const { return info->caps; }
+  /// name() + features.
+  std::string str() const { return std::string(info->name) + features; }
+};
+
+/// Parses "sm_90", "gfx90a:xnack-", "host". Feature flags are accepted on
+/// AMD targets only. std::nullopt for anything else.
+std::optional<Target> parseTarget(std::string_view text);
+
+/// The descriptor named exactly `name` (no feature flags), or nullptr.
+const TargetInfo *findTarget(std::string_view name);
+
+/// True when a kernel built for `entryTarget` runs on a context whose target
+/// is `contextTarget`: equal strings, or an AMD entry target without feature
+/// flags ("gfx90a") and a context target of the same name with them
+/// ("gfx90a:sramecc+:xnack-").
+bool targetMatches(std::string_view entryTarget,
+                   std::string_view contextTarget);
+
+const char *toString(Vendor v);
+
+} // namespace kvgen
+
+#endif // KVGEN_TARGET_H

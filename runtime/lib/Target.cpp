@@ -1,0 +1,109 @@
+//===- Target.cpp - The targets kvgen generates code for ------------------===//
+#include "kvgen/Target.h"
+
+namespace kvgen {
+
+namespace {
+TargetInfo::Caps caps(bool hwFp8Convert, bool streamingStores, bool mmaSync,
+                      bool mfma) {
+  TargetInfo::Caps c;
+  c.hwFp8Convert = hwFp8Convert;
+  c.streamingStores = streamingStores;
+  c.mmaSync = mmaSync;
+  c.mfma = mfma;
+  return c;
+}
+} // namespace
+
+const std::vector<TargetInfo> &knownTargets() {
+  // Sources of the capabilities: PTX ISA 8.x, "cvt" (e4m3x2 / e5m2x2 need
+  // sm_89) and "mma" (m16n8k16 bf16 needs sm_80); AMD CDNA2/CDNA3 ISA
+  // guides (MFMA on gfx90a, gfx942, gfx950). Streaming stores are measured
+  // on the H200 only (docs/performance.md), so they are enabled on NVIDIA.
+  static const std::vector<TargetInfo> all = {
+      {"gfx90a", Vendor::Amd, 64, caps(false, false, false, true),
+       "target_amdgpu.h", ".hip"},
+      {"gfx942", Vendor::Amd, 64, caps(false, false, false, true),
+       "target_amdgpu.h", ".hip"},
+      {"gfx950", Vendor::Amd, 64, caps(false, false, false, true),
+       "target_amdgpu.h", ".hip"},
+      {"sm_80", Vendor::Nvidia, 32, caps(false, true, true, false),
+       "target_nvidia.h", ".cu"},
+      {"sm_89", Vendor::Nvidia, 32, caps(true, true, true, false),
+       "target_nvidia.h", ".cu"},
+      {"sm_90", Vendor::Nvidia, 32, caps(true, true, true, false),
+       "target_nvidia.h", ".cu"},
+      {"host", Vendor::Host, 32, caps(false, false, false, false),
+       "target_host.h", ".cpp"},
+  };
+  return all;
+}
+
+std::string knownTargetNames() {
+  const std::vector<TargetInfo> &all = knownTargets();
+  std::string out;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i)
+      out += i + 1 == all.size() ? " or " : ", ";
+    out += all[i].name;
+  }
+  return out;
+}
+
+const TargetInfo *findTarget(std::string_view name) {
+  for (const TargetInfo &t : knownTargets())
+    if (name == t.name)
+      return &t;
+  return nullptr;
+}
+
+std::optional<Target> parseTarget(std::string_view text) {
+  size_t colon = text.find(':');
+  const TargetInfo *info = findTarget(text.substr(0, colon));
+  if (!info)
+    return std::nullopt;
+  Target t;
+  t.info = info;
+  if (colon != std::string_view::npos) {
+    // Feature flags: AMD only, each ":name+" or ":name-".
+    if (info->vendor != Vendor::Amd)
+      return std::nullopt;
+    std::string_view rest = text.substr(colon);
+    while (!rest.empty()) {
+      size_t next = rest.find(':', 1);
+      std::string_view flag = rest.substr(1, next == std::string_view::npos
+                                                 ? std::string_view::npos
+                                                 : next - 1);
+      if (flag.size() < 2 || (flag.back() != '+' && flag.back() != '-'))
+        return std::nullopt;
+      rest = next == std::string_view::npos ? std::string_view()
+                                            : rest.substr(next);
+    }
+    t.features = std::string(text.substr(colon));
+  }
+  return t;
+}
+
+bool targetMatches(std::string_view entryTarget,
+                   std::string_view contextTarget) {
+  if (entryTarget == contextTarget)
+    return true;
+  std::optional<Target> entry = parseTarget(entryTarget);
+  std::optional<Target> context = parseTarget(contextTarget);
+  return entry && context && entry->vendor() == Vendor::Amd &&
+         entry->features.empty() && entry->info == context->info;
+}
+
+const char *toString(Vendor v) {
+  switch (v) {
+  case Vendor::Nvidia:
+    return "nvidia";
+  case Vendor::Amd:
+    return "amd";
+  case Vendor::Host:
+    return "host";
+  }
+  return "?";
+}
+
+} // namespace kvgen
