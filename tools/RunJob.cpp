@@ -4,7 +4,7 @@
 // read back with gather; the whole cache (plus canary slack past its end)
 // and every gathered row are compared bit for bit with a host reference that
 // uses the same address map (kvgen::elementOffset) and the same fp8
-// rounding (numerics.h) the kernels are built from. The independent
+// rounding (Numerics.h) the kernels are built from. The independent
 // references are the numpy/ml_dtypes grid (test/python) and torch on a GPU
 // (scripts/device_grid.py).
 //
@@ -13,7 +13,7 @@
 
 #include "kvgen/kvgen.h"
 #define KVGEN_HD
-#include "numerics.h"
+#include "kvgen/Numerics.h"
 
 #include <fmt/core.h>
 

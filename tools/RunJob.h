@@ -20,7 +20,7 @@ struct RunOptions {
 
 /// Emits (or loads from a bundle), compiles and launches reshape_and_cache
 /// then gather for `o.layout` on random data and verifies both bit-exactly
-/// against the host reference (LayoutMap.h + numerics.h), including canary
+/// against the host reference (LayoutMap.h + Numerics.h), including canary
 /// bytes past the end of each cache. Prints a report; returns 0 on success.
 int runJob(const RunOptions &o);
 

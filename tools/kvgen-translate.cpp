@@ -1,9 +1,9 @@
 //===- kvgen-translate.cpp - kvgen's mlir-translate -----------------------===//
 //
-// kvgen-translate --emit-hip --kv-target=gfx942 in.mlir
-//   plans, lowers and prints every kv kernel of the module as one
-//   self-contained source for the target (HIP for gfx*, CUDA-dialect HIP
-//   for NVRTC on sm_*, plain C++ for host).
+// kvgen-translate --mlir-to-kernel-source in.mlir
+//   prints the converted kernels of a module (kvgen-opt --kv-plan=target=T
+//   --convert-kv-to-emitc) as one self-contained source for their planned
+//   target: HIP for gfx*, CUDA for NVRTC on sm_*, plain C++ for host.
 //
 //===----------------------------------------------------------------------===//
 #include "kvgen/Codegen/Emit.h"
@@ -11,7 +11,7 @@
 #include "mlir/Tools/mlir-translate/MlirTranslateMain.h"
 
 int main(int argc, char **argv) {
-  kvgen::registerEmitHipTranslation();
+  kvgen::registerKernelSourceTranslation();
   return mlir::failed(
       mlir::mlirTranslateMain(argc, argv, "kvgen translation driver\n"));
 }

@@ -25,7 +25,7 @@
 #ifdef KVGEN_HAVE_MLIR
 #include "kvgen/Codegen/Emit.h"
 #include "kvgen/InitAll.h"
-#include "kvgen/Plan.h"
+#include "kvgen/Transforms/Plan.h"
 
 #include "mlir/AsmParser/AsmParser.h"
 #include "mlir/IR/Diagnostics.h"

@@ -4,7 +4,7 @@
 // whatever the target. Emitted sources include no headers, so the
 // fixed-width integer types the other pieces use are spelled here with the
 // builtin types (sizes as on every kvgen target: LP64 hosts, NVPTX64,
-// AMDGCN). KVGEN_DEVICE_EMBED tells numerics.h it is embedded.
+// AMDGCN). KVGEN_DEVICE_EMBED tells Numerics.h it is embedded.
 //
 //===----------------------------------------------------------------------===//
 #define KVGEN_DEVICE_EMBED 1

@@ -1,7 +1,7 @@
 //===- kernels.h - Target-neutral bodies of kvgen kernels -------*- C++ -*-===//
 //
 // Embedded verbatim into every emitted kernel source, after the target
-// prelude (target_*.h), numerics.h, LayoutMap.h and kernel_abi.h. The emitted
+// prelude (target_*.h), Numerics.h, LayoutMap.h and kernel_abi.h. The emitted
 // kernel function (generated from MLIR through EmitC) computes the K and V
 // SideMaps of its layout and calls one of the CTA bodies below with the
 // layout's sizes, element types and plan as template arguments, so every
@@ -255,12 +255,12 @@ struct PickConverter {
 /// r = q0 * scale - x. For finite quotients that step is exact (see
 /// divideBy), and with a positive scale it also keeps the sign of zero (x =
 /// +-0 gives r = +0 and q = q0 + -0 = q0); every non-NaN input then converts
-/// to the bits numerics.h gives, sign included, so no per-element fix-up is
+/// to the bits Numerics.h gives, sign included, so no per-element fix-up is
 /// needed. A fragment with any non-finite q (NaN or infinite input, overflow;
 /// detected as a non-finite sum of the fragment) or a thread with a
 /// non-positive scale takes the exact path: divideBy for every element, the
 /// same converts, then NaN bytes set to the NaN's sign and the encoding's
-/// NaN (as numerics.h; the convert alone gives 0x7f). Per element: one
+/// NaN (as Numerics.h; the convert alone gives 0x7f). Per element: one
 /// multiply, two FMAs and one add; four elements per two converts and one
 /// word.
 template <class S, class D, int VEC> struct HwQuantize {
@@ -325,10 +325,10 @@ template <> struct HwPair<dt_f32> {
 /// Dequantizing read through the hardware converts: each pair of fp8 bytes
 /// becomes two f16 (every e4m3fn and e5m2 value is an f16, so exactly), then
 /// f32 (exact), times the scale as in Converter, then the output type with
-/// one round-to-nearest-even convert per pair, the rounding numerics.h
+/// one round-to-nearest-even convert per pair, the rounding Numerics.h
 /// does for every non-NaN value (overflow to inf, subnormals kept). A
 /// fragment with a NaN or infinite product (detected as a non-finite sum)
-/// takes the portable path, out of line, so NaN keeps numerics.h's
+/// takes the portable path, out of line, so NaN keeps Numerics.h's
 /// encoding.
 template <class S, class D, int VEC> struct HwDequantize {
   static KVGEN_DEVICE inline Frag<typename D::storage, VEC>
@@ -703,7 +703,7 @@ KVGEN_DEVICE inline void gatherSpec(const kvgen_gather_args &a,
 }
 
 /// The entry points the emitted kernels call, with every size of the
-/// specialization as a template argument (see passes/lib/LowerToEmitC.cpp).
+/// specialization as a template argument (see passes/lib/Conversion/KVToEmitC/KVToEmitC.cpp).
 /// A launch of T <= SMALL_MAX tokens takes the small shape (one token per
 /// CTA, SMALL_THREADS threads), any other the bulk shape (TOKENS_PER_CTA,
 /// THREADS); the runtime sizes the grid and block by the same rule

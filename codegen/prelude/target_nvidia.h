@@ -35,8 +35,8 @@ typedef unsigned int kvgen_v16_t __attribute__((ext_vector_type(4)));
 // sm_89+ converts two floats to fp8 in one instruction (PTX ISA 7.8+,
 // cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32): round to nearest even, overflow
 // and +-inf saturate to +-max finite, NaN -> 0x7f. kvgen keeps NaN's sign
-// (as numerics.h and ml_dtypes do), so NaN is fixed up after the convert;
-// every other input gives numerics.h's bits exactly.
+// (as Numerics.h and ml_dtypes do), so NaN is fixed up after the convert;
+// every other input gives Numerics.h's bits exactly.
 #define KVGEN_HW_FP8 1
 namespace kvgen {
 __attribute__((device)) inline uint8_t hwNaNFix(float x, unsigned short r, uint8_t nan) {

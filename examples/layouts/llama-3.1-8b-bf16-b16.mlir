@@ -2,7 +2,7 @@
 // The common symmetric case: K and V rows are both 128 wide.
 //
 //   kvgen-opt --kv-plan=target=gfx942 llama-3.1-8b-bf16-b16.mlir
-//   kvgen-translate --emit-hip --kv-target=gfx942 llama-3.1-8b-bf16-b16.mlir
+//   kvgen-opt --kv-plan=target=gfx942 --convert-kv-to-emitc llama-3.1-8b-bf16-b16.mlir | kvgen-translate --mlir-to-kernel-source
 
 // Writes key/value[t] ([8, 128] and [8, 128], bf16) into
 // slot slot_mapping[t]; slots at or past the cache end raise the error flag.

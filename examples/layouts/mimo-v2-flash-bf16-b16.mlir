@@ -4,7 +4,7 @@
 // the case that broke kernels sharing one head width (see the seed report).
 //
 //   kvgen-opt --kv-plan=target=gfx942 mimo-v2-flash-bf16-b16.mlir
-//   kvgen-translate --emit-hip --kv-target=gfx942 mimo-v2-flash-bf16-b16.mlir
+//   kvgen-opt --kv-plan=target=gfx942 --convert-kv-to-emitc mimo-v2-flash-bf16-b16.mlir | kvgen-translate --mlir-to-kernel-source
 
 // Writes key/value[t] ([4, 192] and [4, 128], bf16) into
 // slot slot_mapping[t]; slots at or past the cache end raise the error flag.

@@ -1,6 +1,7 @@
 """Bit-exact grid tests of kvgen's emitted kernels on the host target.
 
-Each kernel is generated with `kvgen-translate --emit-hip --kv-target=host`,
+Each kernel is generated with `kvgen-opt --kv-plan=target=host
+--convert-kv-to-emitc | kvgen-translate --mlir-to-kernel-source`,
 compiled into a shared library with the system C++ compiler and called via
 ctypes with a `kvgen_reshape_and_cache_args` / `kvgen_gather_args` struct
 (runtime/include/kvgen/kernel_abi.h). Results are compared bit for bit with
@@ -194,8 +195,13 @@ class KernelCache:
         cpp = self.workdir / f"{key}.cpp"
         so = self.workdir / f"{key}.so"
         mlir.write_text(text)
-        r = subprocess.run([str(self.tool), "--emit-hip", "--kv-target=host", str(mlir)],
+        opt = self.tool.parent / "kvgen-opt"
+        r = subprocess.run([str(opt), "--kv-plan=target=host",
+                            "--convert-kv-to-emitc", str(mlir)],
                            capture_output=True, text=True)
+        if r.returncode == 0:
+            r = subprocess.run([str(self.tool), "--mlir-to-kernel-source"],
+                               input=r.stdout, capture_output=True, text=True)
         if r.returncode != 0:
             raise AssertionError(f"kvgen-translate failed ({r.returncode}):\n"
                                  f"{r.stderr[-4000:]}\ninput:\n{text}")

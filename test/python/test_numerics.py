@@ -1,4 +1,4 @@
-"""Bit-exact tests for codegen/prelude/numerics.h.
+"""Bit-exact tests for runtime/include/kvgen/Numerics.h.
 
 The header is compiled into a small host shared library (shims/) and driven
 through ctypes; results are compared bit for bit against ml_dtypes / numpy,
@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-HEADER = REPO_ROOT / "codegen" / "prelude" / "numerics.h"
+HEADER = REPO_ROOT / "runtime" / "include" / "kvgen" / "Numerics.h"
 SHIM_DIR = Path(__file__).resolve().parent / "shims"
 HOST_SHIM = SHIM_DIR / "numerics_host_shim.cpp"
 APPLY_INC = SHIM_DIR / "numerics_apply.inc"

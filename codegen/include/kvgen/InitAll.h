@@ -3,7 +3,8 @@
 #define KVGEN_INITALL_H
 
 #include "kvgen/Dialect/KV.h"
-#include "kvgen/Passes/Passes.h"
+#include "kvgen/Conversion/Passes.h"
+#include "kvgen/Transforms/Passes.h"
 
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -18,7 +19,8 @@ inline void registerAllDialects(mlir::DialectRegistry &registry) {
 }
 /// kvgen's passes plus the upstream canonicalize/cse.
 inline void registerAllPasses() {
-  registerKVPasses();
+  registerKVTransformsPasses();
+  registerKVConversionPasses();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
 }

@@ -4,7 +4,6 @@
 // RUN: kvgen-opt --split-input-file --kv-plan="target=sm_80 tokens-per-cta=1" %s | FileCheck %s --check-prefix=ONETOKEN
 // RUN: kvgen-opt --split-input-file --kv-plan="target=sm_90 small-max-tokens=0" %s | FileCheck %s --check-prefix=NOSMALL
 // RUN: kvgen-opt --split-input-file --kv-plan=target=host %s | FileCheck %s --check-prefix=HOST
-// RUN: not kvgen-opt --kv-plan=target=gfx1234 %s 2>&1 | FileCheck %s --check-prefix=BADTARGET
 
 // Planning decisions (passes/lib/Plan.cpp):
 //   vec_elems = largest power of two n with n * cache size <= 16 and
@@ -23,31 +22,29 @@
 //   hw_fp8 = sm_89+ and an f8E4M3FN or f8E5M2 cache;
 //   streaming_stores = NVIDIA (sm_*) targets.
 
-// BADTARGET: error: kv-plan: unknown target 'gfx1234' (expected gfx90a, gfx942, gfx950, sm_80, sm_89, sm_90 or host)
-
 // MiMo 4 x 192/128 bf16: 8 bf16 = 16 bytes divides 192, 128 and all dense
 // strides -> 16 bytes, proven. per_token = 4 * 320 / 8 = 160;
 // 8 * 160 = 1280 <= 2048 -> 8 tokens (the cap); 1280 / 4 = 320 threads.
 // Small launches: 2^20 / 160 = 6553 tokens, 160 threads.
 // CHECK-LABEL: kv.reshape_and_cache @mimo_bf16
-// CHECK-SAME: plan = #kv.plan<target = "sm_90", vector_bytes = 16, vec_elems = 8, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven, input_alignment = checked, hw_fp8 = false, streaming_stores = true>
+// CHECK-SAME: plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven, hw_fp8 = false, streaming_stores = true>
 // NOSMALL-LABEL: kv.reshape_and_cache @mimo_bf16
 // NOSMALL-SAME: threads = 320, tokens_per_cta = 8, small_max_tokens = 0, small_threads = 0,
 // HOST-LABEL: kv.reshape_and_cache @mimo_bf16
 // HOST-SAME: threads = 320, tokens_per_cta = 8, small_max_tokens = 8, small_threads = 160,
 // HOST-SAME: streaming_stores = false>
 // GFX-LABEL: kv.reshape_and_cache @mimo_bf16
-// GFX-SAME: plan = #kv.plan<target = "gfx942", vector_bytes = 16, vec_elems = 8,
+// GFX-SAME: plan = #kv.plan<target = "gfx942", vector_bytes = 16,
 // GFX-SAME: streaming_stores = false>
 // FORCED-LABEL: kv.reshape_and_cache @mimo_bf16
-// FORCED-SAME: plan = #kv.plan<target = "gfx950", vector_bytes = 16, vec_elems = 8, threads = 64, tokens_per_cta = 3, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven,
+// FORCED-SAME: plan = #kv.plan<target = "gfx950", vector_bytes = 16, threads = 64, tokens_per_cta = 3, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven,
 kv.reshape_and_cache @mimo_bf16 : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,
     input bf16, slots i64
 
 // The gather of the same layout gets the same plan.
 // CHECK-LABEL: kv.gather @mimo_bf16_read
-// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven
 kv.gather @mimo_bf16_read : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,
     output bf16, slots i64
@@ -58,7 +55,7 @@ kv.gather @mimo_bf16_read : #kv.layout<num_kv_heads = 4,
 // as 32 input bytes. per_token = 4 * 320 / 16 = 80 -> 8 tokens, 640 / 4 =
 // 160 threads. Small: 2^20 / 80 = 13107 tokens, 80 -> 96 threads.
 // CHECK-LABEL: kv.reshape_and_cache @fp8_bf16_input
-// CHECK-SAME: vector_bytes = 16, vec_elems = 16, threads = 160, tokens_per_cta = 8, small_max_tokens = 13107, small_threads = 96, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 16, threads = 160, tokens_per_cta = 8, small_max_tokens = 13107, small_threads = 96, cache_alignment = proven
 kv.reshape_and_cache @fp8_bf16_input : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
     scale = per_tensor>, input bf16, slots i64
@@ -66,14 +63,14 @@ kv.reshape_and_cache @fp8_bf16_input : #kv.layout<num_kv_heads = 4,
 // f32 input into fp8: 8 elements of 4 bytes (32 input bytes); 8 cache
 // bytes. per_token = 4 * 320 / 8 = 160 -> 8 tokens, 320 threads.
 // CHECK-LABEL: kv.reshape_and_cache @fp8_f32_input
-// CHECK-SAME: vector_bytes = 8, vec_elems = 8, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 8, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven
 kv.reshape_and_cache @fp8_f32_input : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
     scale = per_tensor>, input f32, slots i64
 
 // Dequantizing gather to f32: same as the f32 input.
 // CHECK-LABEL: kv.gather @fp8_to_f32
-// CHECK-SAME: vector_bytes = 8, vec_elems = 8,
+// CHECK-SAME: vector_bytes = 8,
 kv.gather @fp8_to_f32 : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
     scale = per_tensor>, output f32, slots i64 dequantize
@@ -81,7 +78,7 @@ kv.gather @fp8_to_f32 : #kv.layout<num_kv_heads = 4,
 // Raw fp8 copy: 16 one-byte elements. per_token = 4 * 320 / 16 = 80
 // -> 8 tokens, 640 / 4 = 160 threads.
 // CHECK-LABEL: kv.gather @fp8_raw
-// CHECK-SAME: vector_bytes = 16, vec_elems = 16, threads = 160, tokens_per_cta = 8,
+// CHECK-SAME: vector_bytes = 16, threads = 160, tokens_per_cta = 8,
 kv.gather @fp8_raw : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
     scale = per_tensor>, output f8E4M3FN, slots i64
@@ -93,7 +90,7 @@ kv.gather @fp8_raw : #kv.layout<num_kv_heads = 4,
 // tokens; 1472 / 4 = 368 rounds up to 12 * 32 = 384 threads. Small:
 // 2^20 / 368 = 2849 tokens, 368 -> 384 threads.
 // CHECK-LABEL: kv.reshape_and_cache @head46
-// CHECK-SAME: vector_bytes = 4, vec_elems = 2, threads = 384, tokens_per_cta = 4, small_max_tokens = 2849, small_threads = 384, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 4, threads = 384, tokens_per_cta = 4, small_max_tokens = 2849, small_threads = 384, cache_alignment = proven
 kv.reshape_and_cache @head46 : #kv.layout<num_kv_heads = 8,
     head_size_k = 46, head_size_v = 46, block_size = 16, dtype = bf16>,
     input bf16, slots i64
@@ -101,7 +98,7 @@ kv.reshape_and_cache @head46 : #kv.layout<num_kv_heads = 8,
 // Head size 80 = 16 * 5: 8 bf16 divide it.
 // per_token = 8 * 160 / 8 = 160 -> 8 tokens, 320 threads.
 // CHECK-LABEL: kv.reshape_and_cache @head80
-// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven
 kv.reshape_and_cache @head80 : #kv.layout<num_kv_heads = 8,
     head_size_k = 80, head_size_v = 80, block_size = 16, dtype = bf16>,
     input bf16, slots i64
@@ -111,7 +108,7 @@ kv.reshape_and_cache @head80 : #kv.layout<num_kv_heads = 8,
 // Any dynamic stride: alignment is checked at run time, vec_elems from the
 // head sizes only.
 // CHECK-LABEL: kv.reshape_and_cache @dynamic_strides
-// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = checked, input_alignment = checked
+// CHECK-SAME: vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = checked
 kv.reshape_and_cache @dynamic_strides : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16,
     k_strides = [?, ?, ?], v_strides = [?, ?, ?]>, input bf16, slots i64
@@ -126,7 +123,7 @@ kv.reshape_and_cache @one_dynamic_stride : #kv.layout<num_kv_heads = 4,
 // Static odd strides narrow the vector: a head stride of 196 (= 4 * 49)
 // admits only 4 bf16 per access.
 // CHECK-LABEL: kv.reshape_and_cache @static_odd_stride
-// CHECK-SAME: vector_bytes = 8, vec_elems = 4, {{.*}} cache_alignment = proven
+// CHECK-SAME: vector_bytes = 8, {{.*}} cache_alignment = proven
 kv.reshape_and_cache @static_odd_stride : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16,
     k_strides = [12544, 784, 196]>, input bf16, slots i64
@@ -137,7 +134,7 @@ kv.reshape_and_cache @static_odd_stride : #kv.layout<num_kv_heads = 4,
 // per_token = 1 * 576 / 8 = 72 -> 8 tokens (the cap); 576 / 4 = 144 rounds
 // up to 160 threads. Small: 2^20 / 72 = 14563 tokens, 72 -> 96 threads.
 // CHECK-LABEL: kv.reshape_and_cache @row_576
-// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 160, tokens_per_cta = 8, small_max_tokens = 14563, small_threads = 96, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 16, threads = 160, tokens_per_cta = 8, small_max_tokens = 14563, small_threads = 96, cache_alignment = proven
 kv.reshape_and_cache @row_576 : #kv.layout<num_kv_heads = 1,
     head_size_k = 512, head_size_v = 64, block_size = 64, packing = packed,
     dtype = bf16>, input bf16, slots i64
@@ -145,7 +142,7 @@ kv.reshape_and_cache @row_576 : #kv.layout<num_kv_heads = 1,
 // Packed 92 + 4 row: the V base 92 = 4 * 23 limits to 4 elements.
 // per_token = 2 * 96 / 4 = 48 -> 8 tokens; 384 / 4 = 96 threads.
 // CHECK-LABEL: kv.reshape_and_cache @packed_base_limits
-// CHECK-SAME: vector_bytes = 8, vec_elems = 4, threads = 96, tokens_per_cta = 8, small_max_tokens = 21845, small_threads = 64, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 8, threads = 96, tokens_per_cta = 8, small_max_tokens = 21845, small_threads = 64, cache_alignment = proven
 kv.reshape_and_cache @packed_base_limits : #kv.layout<num_kv_heads = 2,
     head_size_k = 92, head_size_v = 4, block_size = 16, packing = packed,
     dtype = bf16>, input bf16, slots i64
@@ -154,7 +151,7 @@ kv.reshape_and_cache @packed_base_limits : #kv.layout<num_kv_heads = 2,
 // -> 8 tokens (the cap); 128 / 4 = 32 -> the minimum of 64 threads.
 // CHECK-LABEL: kv.reshape_and_cache @small_token
 // Small: 2^20 / 16 = 65536 tokens, 16 -> 32 threads.
-// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 64, tokens_per_cta = 8, small_max_tokens = 65536, small_threads = 32,
+// CHECK-SAME: vector_bytes = 16, threads = 64, tokens_per_cta = 8, small_max_tokens = 65536, small_threads = 32,
 // With one token forced: 16 accesses, rounded up to 32 and raised to the
 // minimum of 64 threads.
 // ONETOKEN-LABEL: kv.reshape_and_cache @small_token
@@ -166,7 +163,7 @@ kv.reshape_and_cache @small_token : #kv.layout<num_kv_heads = 1,
 // Tiny rows: 1 head x 8/8 bf16: per_token = 16 / 8 = 2 -> 8 tokens;
 // 16 / 4 = 4 -> the minimum of 64 threads.
 // CHECK-LABEL: kv.reshape_and_cache @tiny_rows
-// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 64, tokens_per_cta = 8, small_max_tokens = 524288, small_threads = 32,
+// CHECK-SAME: vector_bytes = 16, threads = 64, tokens_per_cta = 8, small_max_tokens = 524288, small_threads = 32,
 kv.reshape_and_cache @tiny_rows : #kv.layout<num_kv_heads = 1,
     head_size_k = 8, head_size_v = 8, block_size = 16, dtype = bf16>,
     input bf16, slots i64
@@ -175,7 +172,7 @@ kv.reshape_and_cache @tiny_rows : #kv.layout<num_kv_heads = 1,
 // 2048 -> 1 token; 4096 / 4 = 1024 is capped at 512 threads. Small:
 // 2^20 / 4096 = 256 tokens; 4096 accesses capped at 512 threads.
 // CHECK-LABEL: kv.reshape_and_cache @huge_rows
-// CHECK-SAME: vector_bytes = 16, vec_elems = 8, threads = 512, tokens_per_cta = 1, small_max_tokens = 256, small_threads = 512,
+// CHECK-SAME: vector_bytes = 16, threads = 512, tokens_per_cta = 1, small_max_tokens = 256, small_threads = 512,
 kv.reshape_and_cache @huge_rows : #kv.layout<num_kv_heads = 16,
     head_size_k = 1024, head_size_v = 1024, block_size = 16, dtype = bf16>,
     input bf16, slots i64
@@ -185,11 +182,11 @@ kv.reshape_and_cache @huge_rows : #kv.layout<num_kv_heads = 16,
 // A plan already present is replaced.
 // CHECK-LABEL: kv.reshape_and_cache @replan
 // 8 x 128: per_token = 8 * 256 / 8 = 256 -> 8 tokens, 512 threads.
-// CHECK-SAME: {plan = #kv.plan<target = "sm_90", vector_bytes = 16, vec_elems = 8, threads = 512, tokens_per_cta = 8, small_max_tokens = 4096, small_threads = 256,
+// CHECK-SAME: {plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 512, tokens_per_cta = 8, small_max_tokens = 4096, small_threads = 256,
 // CHECK-NOT: gfx90a
 kv.reshape_and_cache @replan : #kv.layout<num_kv_heads = 8,
     head_size_k = 128, head_size_v = 128, block_size = 16, dtype = bf16>,
     input bf16, slots i64 {plan = #kv.plan<target = "gfx90a",
-    vector_bytes = 2, vec_elems = 1, threads = 32, tokens_per_cta = 1,
-    small_max_tokens = 0, small_threads = 0, cache_alignment = checked, input_alignment = checked, hw_fp8 = false,
+    vector_bytes = 2, threads = 32, tokens_per_cta = 1,
+    small_max_tokens = 0, small_threads = 0, cache_alignment = checked, hw_fp8 = false,
     streaming_stores = false>}

@@ -1,10 +1,10 @@
 // REQUIRES: clang
 // RUN: split-file %s %t
-// RUN: kvgen-translate --emit-hip --kv-target=gfx942 %t/mimo.mlir | %clang -x hip --cuda-device-only -nogpulib -nogpuinc --offload-arch=gfx942 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC16
-// RUN: kvgen-translate --emit-hip --kv-target=gfx942 %t/fp8.mlir | %clang -x hip --cuda-device-only -nogpulib -nogpuinc --offload-arch=gfx942 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC8
-// RUN: kvgen-translate --emit-hip --kv-target=gfx942 %t/fp8bf16.mlir | %clang -x hip --cuda-device-only -nogpulib -nogpuinc --offload-arch=gfx942 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC16
-// RUN: kvgen-translate --emit-hip --kv-target=gfx942 %t/gather.mlir | %clang -x hip --cuda-device-only -nogpulib -nogpuinc --offload-arch=gfx942 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC16
-// RUN: kvgen-translate --emit-hip --kv-target=gfx942 %t/h46.mlir | %clang -x hip --cuda-device-only -nogpulib -nogpuinc --offload-arch=gfx942 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC4 --implicit-check-not=global_store_dwordx
+// RUN: kvgen-opt --kv-plan=target=gfx942 --convert-kv-to-emitc %t/mimo.mlir | kvgen-translate --mlir-to-kernel-source | %clang -x hip --cuda-device-only -nogpulib -nogpuinc --offload-arch=gfx942 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC16
+// RUN: kvgen-opt --kv-plan=target=gfx942 --convert-kv-to-emitc %t/fp8.mlir | kvgen-translate --mlir-to-kernel-source | %clang -x hip --cuda-device-only -nogpulib -nogpuinc --offload-arch=gfx942 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC8
+// RUN: kvgen-opt --kv-plan=target=gfx942 --convert-kv-to-emitc %t/fp8bf16.mlir | kvgen-translate --mlir-to-kernel-source | %clang -x hip --cuda-device-only -nogpulib -nogpuinc --offload-arch=gfx942 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC16
+// RUN: kvgen-opt --kv-plan=target=gfx942 --convert-kv-to-emitc %t/gather.mlir | kvgen-translate --mlir-to-kernel-source | %clang -x hip --cuda-device-only -nogpulib -nogpuinc --offload-arch=gfx942 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC16
+// RUN: kvgen-opt --kv-plan=target=gfx942 --convert-kv-to-emitc %t/h46.mlir | kvgen-translate --mlir-to-kernel-source | %clang -x hip --cuda-device-only -nogpulib -nogpuinc --offload-arch=gfx942 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC4 --implicit-check-not=global_store_dwordx
 
 // The emitted HIP compiles warning-free for gfx942, and the width the plan
 // chose reaches the ISA: 16-byte stores (global_store_dwordx4) when every

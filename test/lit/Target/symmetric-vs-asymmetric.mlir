@@ -1,9 +1,9 @@
 // RUN: split-file %s %t
-// RUN: kvgen-translate --emit-hip --kv-target=gfx942 %t/sym.mlir -o %t/sym.hip
-// RUN: kvgen-translate --emit-hip --kv-target=gfx942 %t/asym.mlir -o %t/asym.hip
+// RUN: kvgen-opt --kv-plan=target=gfx942 --convert-kv-to-emitc %t/sym.mlir | kvgen-translate --mlir-to-kernel-source -o %t/sym.hip
+// RUN: kvgen-opt --kv-plan=target=gfx942 --convert-kv-to-emitc %t/asym.mlir | kvgen-translate --mlir-to-kernel-source -o %t/asym.hip
 // RUN: not diff %t/sym.hip %t/asym.hip | FileCheck %s --implicit-check-not="{{^[<>]}}"
-// RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/sym.mlir -o %t/sym.cu
-// RUN: kvgen-translate --emit-hip --kv-target=sm_90 %t/asym.mlir -o %t/asym.cu
+// RUN: kvgen-opt --kv-plan=target=sm_90 --convert-kv-to-emitc %t/sym.mlir | kvgen-translate --mlir-to-kernel-source -o %t/sym.cu
+// RUN: kvgen-opt --kv-plan=target=sm_90 --convert-kv-to-emitc %t/asym.mlir | kvgen-translate --mlir-to-kernel-source -o %t/asym.cu
 // RUN: not diff %t/sym.cu %t/asym.cu | FileCheck %s --implicit-check-not="{{^[<>]}}"
 
 // The kernels for Llama-3.1-8B's symmetric 8 x 128 cache and MiMo-V2-Flash's

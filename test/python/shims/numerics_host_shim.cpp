@@ -21,7 +21,7 @@ using std::uint16_t;
 using std::uint8_t;
 #endif
 
-#include "codegen/prelude/numerics.h"
+#include "runtime/include/kvgen/Numerics.h"
 
 #define KVGEN_TEST_ENTRY extern "C" __attribute__((visibility("default")))
 #define KVGEN_TEST_TID 0

@@ -23,7 +23,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildSpecModule(mlir::MLIRContext *ctx,
                                                   const KernelSpec &spec,
                                                   const std::string &name = "");
 
-/// Runs kv-plan (for `target`) and kv-lower-to-emitc on `module` in place.
+/// Runs kv-plan (for `target`) and convert-kv-to-emitc on `module` in place.
 mlir::LogicalResult lowerForTarget(mlir::ModuleOp module,
                                    llvm::StringRef target);
 
@@ -31,10 +31,16 @@ mlir::LogicalResult lowerForTarget(mlir::ModuleOp module,
 /// numerics, the layout map, the kernel ABI and the kernel bodies.
 std::string preludeFor(llvm::StringRef target);
 
-/// Prints a lowered module as one self-contained source: a header comment,
-/// the prelude of `target`, then the emitc functions (EmitC's C++ emitter).
-mlir::LogicalResult printSource(mlir::ModuleOp module, llvm::StringRef target,
-                                llvm::raw_ostream &os);
+/// The target every converted kernel of `module` was planned for (the
+/// `kv.plan` attribute of its emitc.func kernels). Errors (emitted on the
+/// module's diagnostics): kv ops that are not converted, kernels planned for
+/// different targets, no planned kernel at all.
+mlir::FailureOr<std::string> kernelTarget(mlir::ModuleOp module);
+
+/// Prints a converted module as one self-contained source: a header comment
+/// with each kernel's launch geometry, the prelude of the kernels' target
+/// (kernelTarget), then the emitc functions (EmitC's C++ emitter).
+mlir::LogicalResult printSource(mlir::ModuleOp module, llvm::raw_ostream &os);
 
 /// The launch geometry and alignment a generated kernel needs.
 struct EmittedKernel {
@@ -59,8 +65,8 @@ mlir::FailureOr<EmittedKernel> emitKernel(mlir::MLIRContext *ctx,
 /// emits kernels with emitKernel on a private MLIRContext.
 void installRuntimeGenerator();
 
-/// Registers kvgen-translate's `--emit-hip` translation.
-void registerEmitHipTranslation();
+/// Registers kvgen-translate's `--mlir-to-kernel-source` translation.
+void registerKernelSourceTranslation();
 
 } // namespace kvgen
 

@@ -87,53 +87,64 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
     Records the decisions of the `kv-plan` pass so that they are visible in
     the IR and in tests:
 
-    - `target`: `gfx90a`, `gfx942`, `gfx950`, `sm_80`, `sm_89`, `sm_90` or
-      `host`;
-    - `vector_bytes`: bytes each thread moves per cache access (1..16);
-    - `vec_elems`: elements per access (`vector_bytes` / cache element size);
-    - `threads`: threads per block;
-    - `tokens_per_cta`: tokens one block handles;
+    - `target`: one of kvgen's targets (`kvgen targets`), e.g. `gfx942`,
+      `sm_90`, `host`;
+    - `vector_bytes`: bytes of the cache each thread moves per access, a
+      power of two from 1 to 16 (the elements per access are `vector_bytes`
+      / the cache element size);
+    - `threads`: threads per block, 1..1024;
+    - `tokens_per_cta`: tokens one block handles, at least 1;
     - `small_max_tokens`, `small_threads`: launches of at most
       `small_max_tokens` tokens use the small-launch shape instead: one
       token per block, `small_threads` threads (about one access each), so
       decode-size batches spread over as many SMs as they have tokens and
-      each thread waits for one round of loads; 0 disables it;
+      each thread waits for one round of loads; `small_max_tokens = 0`
+      disables it and then `small_threads` is 0;
     - `cache_alignment`: `proven` when static strides and head sizes make
       every cache access `vector_bytes`-aligned (given an aligned base
       pointer, checked at launch), `checked` when the kernel tests alignment
-      at run time and falls back to one element per access;
-    - `input_alignment`: the same for the key/value (or output) views, whose
-      strides are always run-time values, hence always `checked`;
+      at run time and falls back to one element per access. The token rows
+      (key/value or the outputs) have run-time strides and are always
+      checked in the kernel;
     - `hw_fp8`: whether fp8 conversion uses the target's conversion
-      instructions (else kvgen's portable software rounding);
+      instructions (else kvgen's portable software rounding); only on
+      targets with that capability;
     - `streaming_stores`: whether the rows a kernel writes (the cache of a
       write, the output of a gather) use cache-streaming stores
-      (`st.global.cs`: written once, evicted first).
+      (`st.global.cs`: written once, evicted first); only on targets with
+      that capability.
+
+    The verifier checks each field's range and the target's capabilities;
+    the kernel op's verifier checks the plan against its layout.
 
     Example:
 
     ```mlir
-    #kv.plan<target = "sm_90", vector_bytes = 16, vec_elems = 8,
-             threads = 320, tokens_per_cta = 8, small_max_tokens = 6553,
-             small_threads = 160, cache_alignment = proven,
-             input_alignment = checked, hw_fp8 = false,
+    #kv.plan<target = "sm_90", vector_bytes = 16, threads = 320,
+             tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160,
+             cache_alignment = proven, hw_fp8 = false,
              streaming_stores = true>
     ```
   }];
   let parameters = (ins
-    StringRefParameter<"target triple shorthand">:$target,
+    StringRefParameter<"target name (kvgen targets)">:$target,
     AttrParameter<"int64_t", "bytes per cache access">:$vector_bytes,
-    AttrParameter<"int64_t", "elements per cache access">:$vec_elems,
     AttrParameter<"int64_t", "threads per block">:$threads,
     AttrParameter<"int64_t", "tokens per block">:$tokens_per_cta,
     AttrParameter<"int64_t", "largest T of the small-launch shape">:$small_max_tokens,
     AttrParameter<"int64_t", "threads per block of the small-launch shape">:$small_threads,
     EnumParameter<KV_Alignment>:$cache_alignment,
-    EnumParameter<KV_Alignment>:$input_alignment,
     AttrParameter<"bool", "hardware fp8 conversion">:$hw_fp8,
     AttrParameter<"bool", "cache-streaming stores">:$streaming_stores
   );
   let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Elements per cache access for a cache of element type `cache`.
+    int64_t vecElems(::kvgen::DType cache) const {
+      return getVectorBytes() / ::kvgen::elementSize(cache);
+    }
+  }];
 }
 
 #endif // KVGEN_KV_ATTRS

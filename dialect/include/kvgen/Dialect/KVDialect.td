@@ -27,6 +27,12 @@ def KV_Dialect : Dialect {
   }];
   let cppNamespace = "::kvgen::kv";
   let useDefaultAttributePrinterParser = 1;
+  // `kv.plan` on the kernels convert-kv-to-emitc emits.
+  let hasOperationAttrVerify = 1;
+  let extraClassDeclaration = [{
+    /// The name of the plan attribute on emitted kernels.
+    static constexpr ::llvm::StringLiteral kPlanAttrName = "kv.plan";
+  }];
 }
 
 class KV_Op<string mnemonic, list<Trait> traits = []>

@@ -1,4 +1,4 @@
-//===- numerics.h - Scalar float format conversions for kvgen kernels -----===//
+//===- Numerics.h - Scalar float format conversions for kvgen kernels -----===//
 //
 // Part of the kvgen project.
 //
@@ -56,7 +56,7 @@ using std::uint8_t;
 #endif
 #endif
 #if !defined(KVGEN_NUMERICS_HAS_BIT_CAST) && defined(KVGEN_DEVICE_EMBED)
-#error "kvgen numerics.h: __builtin_bit_cast is required in embedded mode"
+#error "kvgen Numerics.h: __builtin_bit_cast is required in embedded mode"
 #endif
 
 namespace kvgen {

@@ -1,4 +1,4 @@
-//===- LowerToEmitC.cpp - kv kernel specifications to emitc.func ----------===//
+//===- KVToEmitC.cpp - kv kernel specifications to emitc.func -------------===//
 //
 // Each planned kv.reshape_and_cache / kv.gather becomes one emitc.func:
 //
@@ -17,7 +17,7 @@
 // in codegen/prelude/kernels.h, the address formula in LayoutMap.h.
 //
 //===----------------------------------------------------------------------===//
-#include "kvgen/Passes/Passes.h"
+#include "kvgen/Conversion/Passes.h"
 #include "kvgen/Target.h"
 
 #include "mlir/IR/Builders.h"
@@ -26,8 +26,8 @@
 #include "llvm/Support/FormatVariadic.h"
 
 namespace kvgen {
-#define GEN_PASS_DEF_KVLOWERTOEMITC
-#include "kvgen/Passes/Passes.h.inc"
+#define GEN_PASS_DEF_CONVERTKVTOEMITC
+#include "kvgen/Conversion/Passes.h.inc"
 } // namespace kvgen
 
 using namespace mlir;
@@ -153,7 +153,7 @@ void buildKernel(OpBuilder &b, Location loc, const KernelParts &p) {
       i32(p.layout.headSizeK),
       i32(p.layout.headSizeV),
       i32(p.layout.blockSize),
-      i32(p.plan.getVecElems()),
+      i32(p.plan.vecElems(p.layout.dtype)),
       i32(p.plan.getTokensPerCta()),
       i32(p.plan.getThreads()),
       i32(p.plan.getSmallMaxTokens()),
@@ -182,8 +182,8 @@ void buildKernel(OpBuilder &b, Location loc, const KernelParts &p) {
   }
 }
 
-struct KVLowerToEmitCPass
-    : public kvgen::impl::KVLowerToEmitCBase<KVLowerToEmitCPass> {
+struct ConvertKVToEmitCPass
+    : public kvgen::impl::ConvertKVToEmitCBase<ConvertKVToEmitCPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SmallVector<Operation *> specs;

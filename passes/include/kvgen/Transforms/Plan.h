@@ -1,6 +1,6 @@
 //===- Plan.h - Plan choice shared by kv-plan and tools ---------*- C++ -*-===//
-#ifndef KVGEN_PLAN_H
-#define KVGEN_PLAN_H
+#ifndef KVGEN_TRANSFORMS_PLAN_H
+#define KVGEN_TRANSFORMS_PLAN_H
 
 #include "kvgen/Layout.h"
 #include "kvgen/Target.h"
@@ -30,4 +30,4 @@ PlanChoice choosePlan(const LayoutDesc &layout, DType io,
 
 } // namespace kvgen
 
-#endif // KVGEN_PLAN_H
+#endif // KVGEN_TRANSFORMS_PLAN_H

@@ -1,5 +1,6 @@
 //===- KVDialect.cpp - The kv dialect -------------------------------------===//
 #include "kvgen/Dialect/KV.h"
+#include "kvgen/Target.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
@@ -296,11 +297,94 @@ void LayoutAttr::print(AsmPrinter &p) const {
 }
 
 //===----------------------------------------------------------------------===//
+// PlanAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               StringRef target, int64_t vectorBytes,
+                               int64_t threads, int64_t tokensPerCta,
+                               int64_t smallMaxTokens, int64_t smallThreads,
+                               Alignment, bool hwFp8, bool streamingStores) {
+  std::optional<Target> t = parseTarget(target.str());
+  if (!t)
+    return emitError() << "unknown target '" << target << "' (expected "
+                       << knownTargetNames() << ")";
+  if (vectorBytes < 1 || vectorBytes > 16 || !llvm::isPowerOf2_64(vectorBytes))
+    return emitError() << "'vector_bytes' must be a power of two from 1 to "
+                          "16, got "
+                       << vectorBytes;
+  if (threads < 1 || threads > 1024)
+    return emitError() << "'threads' must be in [1, 1024], got " << threads;
+  if (tokensPerCta < 1)
+    return emitError() << "'tokens_per_cta' must be positive, got "
+                       << tokensPerCta;
+  if (smallMaxTokens < 0)
+    return emitError() << "'small_max_tokens' must be >= 0, got "
+                       << smallMaxTokens;
+  if (smallMaxTokens == 0 && smallThreads != 0)
+    return emitError() << "'small_threads' must be 0 when "
+                          "'small_max_tokens' is 0, got "
+                       << smallThreads;
+  if (smallMaxTokens > 0 && (smallThreads < 1 || smallThreads > 1024))
+    return emitError() << "'small_threads' must be in [1, 1024], got "
+                       << smallThreads;
+  if (hwFp8 && !t->caps().hwFp8Convert)
+    return emitError() << "'hw_fp8' needs a target with hardware fp8 "
+                          "converts; '"
+                       << target << "' has none";
+  if (streamingStores && !t->caps().streamingStores)
+    return emitError() << "'streaming_stores' needs a target with "
+                          "cache-streaming stores; '"
+                       << target << "' has none";
+  return success();
+}
+
+LogicalResult KVDialect::verifyOperationAttribute(Operation *op,
+                                                  NamedAttribute attr) {
+  if (attr.getName() != kPlanAttrName)
+    return op->emitError() << "unknown kv dialect attribute '"
+                           << attr.getName().getValue() << "'";
+  if (!isa<PlanAttr>(attr.getValue()))
+    return op->emitError() << "'" << kPlanAttrName
+                           << "' must be a #kv.plan, got " << attr.getValue();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Ops
 //===----------------------------------------------------------------------===//
 
 namespace {
 bool isIoFloat(Type t) { return isa<BFloat16Type, Float16Type, Float32Type>(t); }
+
+/// The plan of a kernel over `layout` fits it: whole cache elements per
+/// access that divide each head size, `proven` alignment only with static
+/// strides, hardware fp8 only for the e4m3fn / e5m2 caches.
+LogicalResult verifyPlanFits(Operation *op, PlanAttr plan, LayoutAttr layout) {
+  if (!plan)
+    return success();
+  LayoutDesc l = layout.getDesc();
+  int64_t esize = elementSize(l.dtype);
+  if (plan.getVectorBytes() % esize != 0)
+    return op->emitOpError("plan's 'vector_bytes' = ")
+           << plan.getVectorBytes() << " is not a whole number of "
+           << toString(l.dtype) << " elements";
+  int64_t vec = plan.vecElems(l.dtype);
+  if (l.headSizeK % vec != 0 || l.headSizeV % vec != 0)
+    return op->emitOpError("plan's ")
+           << vec << " elements per access do not divide the head sizes "
+           << l.headSizeK << " and " << l.headSizeV;
+  if (plan.getCacheAlignment() == Alignment::proven &&
+      (l.strides(Side::K).anyDynamic() || l.strides(Side::V).anyDynamic()))
+    return op->emitOpError("plan's 'cache_alignment' = proven needs static "
+                           "strides; the layout has '?' strides");
+  if (plan.getHwFp8() && l.dtype != DType::F8E4M3FN &&
+      l.dtype != DType::F8E5M2)
+    return op->emitOpError("plan's 'hw_fp8' needs an f8E4M3FN or f8E5M2 "
+                           "cache, got ")
+           << toString(l.dtype);
+  return success();
+}
 bool isSlotType(Type t) {
   return t.isSignlessInteger(32) || t.isSignlessInteger(64);
 }
@@ -312,7 +396,7 @@ LogicalResult ReshapeAndCacheOp::verify() {
            << getInput();
   if (!isSlotType(getSlots()))
     return emitOpError("'slots' must be i32 or i64, got ") << getSlots();
-  return success();
+  return verifyPlanFits(*this, getPlanAttr(), getLayout());
 }
 
 LogicalResult GatherOp::verify() {
@@ -328,5 +412,5 @@ LogicalResult GatherOp::verify() {
     return emitOpError("'output' must be the cache dtype ")
            << cacheType << " without dequantize, got " << getOutput();
   }
-  return success();
+  return verifyPlanFits(*this, getPlanAttr(), getLayout());
 }

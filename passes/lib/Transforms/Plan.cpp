@@ -28,8 +28,8 @@
 //               4096; docs/performance.md). Not measured on AMD: off there.
 //
 //===----------------------------------------------------------------------===//
-#include "kvgen/Passes/Passes.h"
-#include "kvgen/Plan.h"
+#include "kvgen/Transforms/Plan.h"
+#include "kvgen/Transforms/Passes.h"
 
 #include "llvm/ADT/STLExtras.h"
 
@@ -37,7 +37,7 @@
 
 namespace kvgen {
 #define GEN_PASS_DEF_KVPLAN
-#include "kvgen/Passes/Passes.h.inc"
+#include "kvgen/Transforms/Passes.h.inc"
 } // namespace kvgen
 
 using namespace mlir;
@@ -122,10 +122,10 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
       PlanChoice c = choosePlan(layout.getDesc(), *fromMlirType(io), *parsed,
                                 threads, tokensPerCta, smallMaxTokens);
       return PlanAttr::get(
-          ctx, target, c.vectorBytes, c.vecElems, c.threads, c.tokensPerCta,
+          ctx, target, c.vectorBytes, c.threads, c.tokensPerCta,
           c.smallMaxTokens, c.smallThreads,
-          c.cacheProven ? Alignment::proven : Alignment::checked,
-          Alignment::checked, c.hwFp8, c.streamingStores);
+          c.cacheProven ? Alignment::proven : Alignment::checked, c.hwFp8,
+          c.streamingStores);
     };
     getOperation().walk([&](Operation *op) {
       if (auto w = dyn_cast<ReshapeAndCacheOp>(op))

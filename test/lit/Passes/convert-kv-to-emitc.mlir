@@ -1,8 +1,5 @@
-// RUN: kvgen-opt --split-input-file --kv-plan=target=sm_90 --kv-lower-to-emitc %s | FileCheck %s
-// RUN: kvgen-opt --split-input-file --kv-plan=target=host --kv-lower-to-emitc %s | FileCheck %s --check-prefix=HOST
-// RUN: not kvgen-opt --kv-lower-to-emitc %s 2>&1 | FileCheck %s --check-prefix=NOPLAN
-
-// NOPLAN: error: 'kv.reshape_and_cache' op has no plan; run kv-plan first
+// RUN: kvgen-opt --split-input-file --kv-plan=target=sm_90 --convert-kv-to-emitc %s | FileCheck %s
+// RUN: kvgen-opt --split-input-file --kv-plan=target=host --convert-kv-to-emitc %s | FileCheck %s --check-prefix=HOST
 
 // MiMo 4 x 192/128, bf16, dense nhd: K and V each get their own strides
 // (K: block 16*4*192 = 12288, token 4*192 = 768, head 192; V: 8192, 512, 128).
@@ -11,7 +8,7 @@
 // The plan stays on the kernel; the larger of its two block sizes (here
 // threads) is the launch bound (threads, tokens_per_cta and the small-launch
 // shape are kv-plan's choice, pinned in plan.mlir).
-// CHECK-SAME: kv.plan = #kv.plan<target = "sm_90", vector_bytes = 16, vec_elems = 8, threads = [[T:[0-9]+]], tokens_per_cta = [[N:[0-9]+]], small_max_tokens = [[SN:[0-9]+]], small_threads = [[ST:[0-9]+]], cache_alignment = proven
+// CHECK-SAME: kv.plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = [[T:[0-9]+]], tokens_per_cta = [[N:[0-9]+]], small_max_tokens = [[SN:[0-9]+]], small_threads = [[ST:[0-9]+]], cache_alignment = proven
 // CHECK-SAME: specifiers = ["extern \22C\22", "__global__", "KVGEN_LAUNCH_BOUNDS([[T]])"]
 // CHECK: verbatim "// K: head_size 192, strides [block 12288, token 768, head 192], row base 0, 4 x 192"
 // CHECK-NEXT: %[[KB:.*]] = "emitc.constant"() <{value = 12288 : i64}>
@@ -46,7 +43,7 @@ kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
 // tag (dt_f8e4m3fn_hw).
 // CHECK-LABEL: emitc.func @fp8_read(
 // CHECK-SAME: %[[ARGS:.*]]: !emitc.opaque<"kvgen_gather_args">)
-// CHECK-SAME: vector_bytes = 8, vec_elems = 8, threads = [[T:[0-9]+]], tokens_per_cta = [[N:[0-9]+]], small_max_tokens = [[SN:[0-9]+]], small_threads = [[ST:[0-9]+]], cache_alignment = checked
+// CHECK-SAME: vector_bytes = 8, threads = [[T:[0-9]+]], tokens_per_cta = [[N:[0-9]+]], small_max_tokens = [[SN:[0-9]+]], small_threads = [[ST:[0-9]+]], cache_alignment = checked
 // CHECK: verbatim "// K: head_size 192, strides [block ?, token 768, head ?], row base 0, 4 x 192"
 // CHECK-NEXT: %[[KB:.*]] = call_opaque "kvgen::kStride"(%[[ARGS]]) {args = [0 : index, 0 : i32]}
 // CHECK-NEXT: %[[KT:.*]] = "emitc.constant"() <{value = 768 : i64}>
@@ -70,7 +67,7 @@ kv.gather @fp8_read : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 // (token 320, head 16 * 320 = 5120, block 4 * 5120 = 20480); V's map
 // starts at column 192.
 // CHECK-LABEL: emitc.func @packed_write(
-// CHECK-SAME: vector_bytes = 16, vec_elems = 16, threads = [[T:[0-9]+]], tokens_per_cta = [[N:[0-9]+]], small_max_tokens = [[SN:[0-9]+]], small_threads = [[ST:[0-9]+]], cache_alignment = proven
+// CHECK-SAME: vector_bytes = 16, threads = [[T:[0-9]+]], tokens_per_cta = [[N:[0-9]+]], small_max_tokens = [[SN:[0-9]+]], small_threads = [[ST:[0-9]+]], cache_alignment = proven
 // CHECK: verbatim "// K: head_size 192, strides [block 20480, token 320, head 5120], row base 0, 4 x 192"
 // CHECK: verbatim "// V: head_size 128, strides [block 20480, token 320, head 5120], row base 192, 4 x 128"
 // CHECK-NEXT: "emitc.constant"() <{value = 20480 : i64}>

@@ -1,6 +1,6 @@
-//===- Passes.td - kvgen passes ----------------------------*- tablegen -*-===//
-#ifndef KVGEN_PASSES
-#define KVGEN_PASSES
+//===- Passes.td - kvgen transformation passes -------------*- tablegen -*-===//
+#ifndef KVGEN_TRANSFORMS_PASSES
+#define KVGEN_TRANSFORMS_PASSES
 
 include "mlir/Pass/PassBase.td"
 
@@ -16,7 +16,7 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
     fallback, whether fp8 conversion uses hardware instructions, and
     whether the rows a kernel writes use cache-streaming stores. The
     decisions are recorded as a `#kv.plan` attribute on the op (rules:
-    passes/lib/Plan.cpp, docs/codegen.md). An existing plan is replaced.
+    passes/lib/Transforms/Plan.cpp, docs/codegen.md). An existing plan is replaced.
 
     Example: `kvgen-opt --kv-plan=target=gfx942 in.mlir` turns
 
@@ -44,27 +44,4 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
   let dependentDialects = ["::kvgen::kv::KVDialect"];
 }
 
-def KVLowerToEmitC : Pass<"kv-lower-to-emitc", "::mlir::ModuleOp"> {
-  let summary = "Lower planned kv kernel specifications to emitc.func kernels";
-  let description = [{
-    Replaces every planned `kv.reshape_and_cache` / `kv.gather` by an
-    `emitc.func` with `extern "C" __global__` specifiers whose single
-    parameter is the op's argument struct (kernel_abi.h). The body computes
-    the token index from the block and thread ids, reads the slot, skips
-    padding, splits the slot into block and token-in-block, builds the K and
-    V `kvgen::SideMap` from the layout (static strides as constants, dynamic
-    ones from the arguments) and calls kvgen's device prelude to move each
-    side with that side's own head size, map and scale. Ops without a plan
-    are an error.
-
-    Example output (abridged):
-
-    ```mlir
-    emitc.func @w(%args: !emitc.opaque<"kvgen_reshape_and_cache_args">)
-        attributes {specifiers = ["extern \"C\" __global__"]} { ... }
-    ```
-  }];
-  let dependentDialects = ["::mlir::emitc::EmitCDialect"];
-}
-
-#endif // KVGEN_PASSES
+#endif // KVGEN_TRANSFORMS_PASSES

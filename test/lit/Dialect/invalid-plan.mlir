@@ -1,0 +1,93 @@
+// RUN: kvgen-opt --split-input-file --verify-diagnostics %s
+
+// #kv.plan's own verifier: ranges and the target's capabilities.
+
+// expected-error @+1 {{unknown target 'sm_99' (expected gfx90a, gfx942, gfx950, sm_80, sm_89, sm_90 or host)}}
+#bad = #kv.plan<target = "sm_99", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false>
+
+// -----
+
+// expected-error @+1 {{'vector_bytes' must be a power of two from 1 to 16, got 12}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 12, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false>
+
+// -----
+
+// expected-error @+1 {{'vector_bytes' must be a power of two from 1 to 16, got 32}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 32, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false>
+
+// -----
+
+// expected-error @+1 {{'threads' must be in [1, 1024], got 2048}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 2048, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false>
+
+// -----
+
+// expected-error @+1 {{'tokens_per_cta' must be positive, got 0}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 0, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false>
+
+// -----
+
+// expected-error @+1 {{'small_threads' must be 0 when 'small_max_tokens' is 0, got 64}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 64, cache_alignment = proven, hw_fp8 = false, streaming_stores = false>
+
+// -----
+
+// expected-error @+1 {{'small_threads' must be in [1, 1024], got 0}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 64, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false>
+
+// -----
+
+// expected-error @+1 {{'hw_fp8' needs a target with hardware fp8 converts; 'sm_80' has none}}
+#bad = #kv.plan<target = "sm_80", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = true, streaming_stores = false>
+
+// -----
+
+// expected-error @+1 {{'streaming_stores' needs a target with cache-streaming stores; 'gfx942' has none}}
+#bad = #kv.plan<target = "gfx942", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true>
+
+// -----
+
+// The kernel op checks its plan against its layout.
+// expected-error @+1 {{'kv.reshape_and_cache' op plan's 'vector_bytes' = 2 is not a whole number of f32 elements}}
+kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = f32>, input f32, slots i64
+    {plan = #kv.plan<target = "sm_90", vector_bytes = 2, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false>}
+
+// -----
+
+// expected-error @+1 {{'kv.gather' op plan's 16 elements per access do not divide the head sizes 40 and 128}}
+kv.gather @r : #kv.layout<num_kv_heads = 4, head_size_k = 40,
+    head_size_v = 128, block_size = 16, dtype = f8E4M3FN, scale = per_tensor>,
+    output f8E4M3FN, slots i64
+    {plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = true, streaming_stores = false>}
+
+// -----
+
+// expected-error @+1 {{'kv.reshape_and_cache' op plan's 'cache_alignment' = proven needs static strides; the layout has '?' strides}}
+kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16, k_strides = [?, 768, 192]>,
+    input bf16, slots i64
+    {plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false>}
+
+// -----
+
+// expected-error @+1 {{'kv.reshape_and_cache' op plan's 'hw_fp8' needs an f8E4M3FN or f8E5M2 cache, got f8E4M3FNUZ}}
+kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = f8E4M3FNUZ, scale = per_tensor>,
+    input bf16, slots i64
+    {plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = true, streaming_stores = false>}
+
+// -----
+
+// The plan on an emitted kernel is a dialect attribute, verified as such.
+// expected-error @+1 {{'kv.plan' must be a #kv.plan, got 3 : i64}}
+emitc.func @k(%arg0: !emitc.opaque<"kvgen_gather_args">) attributes {kv.plan = 3} {
+  emitc.return
+}
+
+// -----
+
+// expected-error @+1 {{unknown kv dialect attribute 'kv.planned'}}
+emitc.func @k(%arg0: !emitc.opaque<"kvgen_gather_args">) attributes {kv.planned = 3} {
+  emitc.return
+}
