@@ -155,7 +155,10 @@ int runJob(const RunOptions &o) {
   const bool fp8 = isFp8(l.dtype);
   auto getKernel = [&](kvgen_op op, const char *io, int dequantize,
                        kvgen_kernel *k, double *ms) {
-    kvgen_kernel_spec spec{op, layoutText.c_str(), io, "i64", 0, dequantize};
+    std::string options =
+        fmt::format("io = {}, slots = i64{}", io,
+                    dequantize ? ", dequantize" : "");
+    kvgen_kernel_spec spec{op, layoutText.c_str(), options.c_str()};
     auto t0 = std::chrono::steady_clock::now();
     bool ok = check(kvgen_context_get_kernel_by_spec(ctx, &spec, k),
                     "getting a kernel");
@@ -278,9 +281,9 @@ int runJob(const RunOptions &o) {
   wa.key_stride_head = Dk;
   wa.value_stride_token = rowStride;
   wa.value_stride_head = Dv;
-  if (!check(kvgen_launch_reshape_and_cache(write, &wa, refK.size() - kSlack,
-                                            packed ? 0 : refV.size() - kSlack,
-                                            nullptr),
+  wa.key_cache_bytes = refK.size() - kSlack;
+  wa.value_cache_bytes = packed ? 0 : refV.size() - kSlack;
+  if (!check(kvgen_launch_reshape_and_cache(write, &wa, nullptr),
              "launching reshape_and_cache") ||
       !check(kvgen_context_synchronize(ctx), "synchronizing"))
     return 1;
@@ -334,12 +337,12 @@ int runJob(const RunOptions &o) {
     ga.key_out_stride_head = Dk;
     ga.value_out_stride_token = H * Dv;
     ga.value_out_stride_head = Dv;
+    ga.key_cache_bytes = refK.size() - kSlack;
+    ga.value_cache_bytes = packed ? 0 : refV.size() - kSlack;
     std::vector<uint8_t> zero(std::max(ko.bytes, vo.bytes), 0);
     (void)outSize;
     return toDevice(ko, zero.data()) && toDevice(vo, zero.data()) &&
-           check(kvgen_launch_gather(k, &ga, refK.size() - kSlack,
-                                     packed ? 0 : refV.size() - kSlack,
-                                     nullptr),
+           check(kvgen_launch_gather(k, &ga, nullptr),
                  "launching gather") &&
            check(kvgen_context_synchronize(ctx), "synchronizing");
   };

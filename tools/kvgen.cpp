@@ -54,11 +54,10 @@ using namespace kvgen;
 
 namespace {
 
-const char kUsage[] =
+const char kUsageHead[] =
     "usage:\n"
     "  kvgen emit    (--preset NAME | --layout FILE) --op OP --target TARGET\n"
-    "                [--io TYPE] [--slots i32|i64] [--checked] [--dequantize]\n"
-    "                [-o FILE | --bundle DIR]\n"
+    "                [--OPTION VALUE | --FLAG]... [-o FILE | --bundle DIR]\n"
     "  kvgen run     [--preset NAME | --layout FILE] [--backend BACKEND]\n"
     "                [--bundle DIR] [--tokens N] [--seed N]\n"
     "  kvgen presets\n"
@@ -74,27 +73,19 @@ const char kUsage[] =
     "MLIR\n"
     "                   module whose first kv op gives the layout\n"
     "  (exactly one of --preset and --layout is required)\n"
-    "  --op OP          reshape_and_cache (write tokens into the cache) or\n"
-    "                   gather (read them back); required\n"
+    "  --op OP          the kernel op (below); required\n"
     "  --target TARGET  a code-generation target ('kvgen targets' lists\n"
     "                   them: gfx* for HIP, sm_* for CUDA/NVRTC, host for\n"
     "                   C++); AMD targets may add feature flags\n"
     "                   (gfx90a:xnack-); required\n"
-    "  --io TYPE        element type of the dense token rows: bf16, f16 or "
-    "f32;\n"
-    "                   a gather without --dequantize uses the cache dtype.\n"
-    "                   Default: bf16 for reshape_and_cache and dequantizing\n"
-    "                   gathers, else the cache dtype\n"
-    "  --slots TYPE     slot_mapping element type: i32 or i64 (default i64)\n"
-    "  --checked        slots at or past the cache end set the error flag\n"
-    "                   instead of being accessed (default: not checked)\n"
-    "  --dequantize     gather only: convert each cache element to --io; for\n"
-    "                   fp8 caches q * scale, for bf16/f16/f32 caches a plain\n"
-    "                   dtype conversion (allowed)\n"
+    "  --OPTION VALUE   an option of the op (below); flags take no value\n"
     "  -o FILE          write the source to FILE (default: stdout)\n"
     "  --bundle DIR     add the kernel (source + manifest entry) to the "
     "bundle\n"
     "                   in DIR, creating it if needed; not with -o\n"
+    "\n";
+
+const char kUsageTail[] =
     "\n"
     "run: the end-to-end job: emits (or loads from --bundle), compiles and\n"
     "launches reshape_and_cache then gather on random tokens and checks the\n"
@@ -112,9 +103,46 @@ const char kUsage[] =
     "\n"
     "Exit status: 0 success, 1 failure, 2 usage error.\n";
 
+/// Wraps `text` at `width` columns, every line indented by `indent`.
+std::string wrap(const std::string &text, size_t indent, size_t width = 76) {
+  std::string out, line(indent, ' ');
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t sp = text.find(' ', pos);
+    std::string word = text.substr(pos, sp == std::string::npos ? sp : sp - pos);
+    pos = sp == std::string::npos ? text.size() : sp + 1;
+    if (line.size() > indent && line.size() + 1 + word.size() > width) {
+      out += line + "\n";
+      line = std::string(indent, ' ');
+    }
+    line += (line.size() > indent ? " " : "") + word;
+  }
+  return out + line + "\n";
+}
+
+/// The full usage: the ops and their options come from the op table
+/// (kvgen/Ops.def).
+std::string usage() {
+  std::string u = kUsageHead;
+  u += "Ops and their options (kvgen/Ops.def):\n";
+  for (const OpDesc &op : allOps()) {
+    u += fmt::format("  {}\n", op.name);
+    u += wrap(op.doc, 6);
+    for (size_t i = 0; i < op.numOptions; ++i) {
+      const OptionDesc &o = op.options[i];
+      std::string flag = o.kind == OptionKind::Flag
+                             ? fmt::format("--{}", o.name)
+                             : fmt::format("--{} VALUE", o.name);
+      u += fmt::format("    {:<16} (default {})\n", flag, o.defaultValue);
+      u += wrap(o.doc, 8);
+    }
+  }
+  return u + kUsageTail;
+}
+
 /// `kvgen help`: the usage on stdout, success.
 int help() {
-  std::fputs(kUsage, stdout);
+  std::fputs(usage().c_str(), stdout);
   return 0;
 }
 
@@ -134,20 +162,35 @@ struct FlagSpec {
   const char *name;
   bool takesValue;
 };
-const FlagSpec kEmitFlags[] = {{"--preset", true},   {"--layout", true},
-                               {"--op", true},       {"--target", true},
-                               {"--io", true},       {"--slots", true},
-                               {"--checked", false}, {"--dequantize", false},
-                               {"-o", true},         {"--bundle", true}};
+/// emit's own flags; the op options (--io, --checked, ...) come from the
+/// op table (optionFlags).
+const FlagSpec kEmitFlags[] = {{"--preset", true}, {"--layout", true},
+                               {"--op", true},     {"--target", true},
+                               {"-o", true},       {"--bundle", true}};
+
+/// One flag per option name of any op: flags (FLAG) are switches.
+std::vector<FlagSpec> optionFlags() {
+  static std::vector<std::string> names;
+  std::vector<FlagSpec> out;
+  if (names.empty())
+    for (const OpDesc &op : allOps())
+      for (size_t i = 0; i < op.numOptions; ++i)
+        names.push_back(std::string("--") + op.options[i].name);
+  size_t n = 0;
+  for (const OpDesc &op : allOps())
+    for (size_t i = 0; i < op.numOptions; ++i)
+      out.push_back({names[n++].c_str(),
+                     op.options[i].kind != OptionKind::Flag});
+  return out;
+}
 const FlagSpec kRunFlags[] = {{"--preset", true},  {"--layout", true},
                               {"--backend", true}, {"--bundle", true},
                               {"--tokens", true},  {"--seed", true}};
 
 /// Parses `cmd`'s options (argv[first..]) into `flags`; switches map to "1".
 /// Returns 0, or the exit status of a usage error (already reported).
-template <size_t N>
 int parseFlags(const std::string &cmd, int argc, char **argv, int first,
-               const FlagSpec (&specs)[N], Flags &flags) {
+               const std::vector<FlagSpec> &specs, Flags &flags) {
   for (int i = first; i < argc; ++i) {
     std::string a = argv[i];
     std::string value;
@@ -262,13 +305,9 @@ std::optional<LayoutDesc> readLayoutFile(mlir::MLIRContext &ctx,
   if (!module)
     return std::nullopt;
   std::optional<LayoutDesc> found;
-  module->walk([&](mlir::Operation *op) {
-    if (found)
-      return;
-    if (auto w = llvm::dyn_cast<kv::ReshapeAndCacheOp>(op))
-      found = w.getLayout().getDesc();
-    else if (auto g = llvm::dyn_cast<kv::GatherOp>(op))
-      found = g.getLayout().getDesc();
+  module->walk([&](kv::KernelSpecOpInterface op) {
+    if (!found)
+      found = op.getLayout().getDesc();
   });
   if (!found)
     fmt::print(stderr, "kvgen: '{}' holds no #kv.layout or kv op\n", path);
@@ -340,6 +379,19 @@ int cmdPresets() {
 }
 
 #ifdef KVGEN_HAVE_MLIR
+/// A KernelSpec message in the CLI's words: "option 'io'" -> "--io".
+std::string asFlags(std::string msg) {
+  const std::string prefix = "option '";
+  for (size_t at; (at = msg.find(prefix)) != std::string::npos;) {
+    size_t end = msg.find('\'', at + prefix.size());
+    if (end == std::string::npos)
+      break;
+    msg.replace(at, end + 1 - at,
+                "--" + msg.substr(at + prefix.size(), end - at - prefix.size()));
+  }
+  return msg;
+}
+
 int cmdEmit(const Flags &flags) {
   auto get = [&](const char *k, const std::string &def) {
     auto it = flags.find(k);
@@ -349,15 +401,15 @@ int cmdEmit(const Flags &flags) {
   if (!flags.count("--preset") && !flags.count("--layout"))
     return usageError("kvgen emit",
                       "--preset NAME or --layout FILE is required");
+  std::string opNames;
+  for (const OpDesc &d : allOps())
+    opNames += std::string(opNames.empty() ? "" : ", ") + d.name;
   if (!flags.count("--op"))
-    return usageError("kvgen emit",
-                      "--op is required (reshape_and_cache or gather)");
-  std::optional<KernelOp> op = parseKernelOp(get("--op", ""));
+    return usageError("kvgen emit", "--op is required ({})", opNames);
+  const OpDesc *op = findOp(get("--op", ""));
   if (!op)
-    return usageError("kvgen emit",
-                      "--op must be reshape_and_cache or gather, got "
-                      "'{}'",
-                      get("--op", ""));
+    return usageError("kvgen emit", "--op must be one of {}, got '{}'",
+                      opNames, get("--op", ""));
   std::string target = get("--target", "");
   if (target.empty())
     return usageError("kvgen emit", "--target is required ({})",
@@ -366,27 +418,18 @@ int cmdEmit(const Flags &flags) {
   if (!parsedTarget)
     return usageError("kvgen emit", "unknown --target '{}' (expected {})",
                       target, knownTargetNames());
-  std::optional<SlotType> slots = parseSlotType(get("--slots", "i64"));
-  if (!slots)
-    return usageError("kvgen emit", "--slots must be i32 or i64, got '{}'",
-                      get("--slots", ""));
-  const bool dequantize = flags.count("--dequantize");
-  if (dequantize && *op != KernelOp::Gather)
-    return usageError("kvgen emit", "--dequantize applies to --op gather only");
   if (flags.count("-o") && flags.count("--bundle"))
     return usageError("kvgen emit", "give one of -o or --bundle, not both");
-  const bool ioFloat = *op == KernelOp::ReshapeAndCache || dequantize;
-  std::optional<DType> io;
-  if (flags.count("--io")) {
-    io = parseDType(get("--io", ""));
-    if (!io || (ioFloat && isFp8(*io)))
-      return usageError(
-          "kvgen emit", "--io must be {}, got '{}'",
-          ioFloat ? "bf16, f16 or f32"
-                  : "the cache dtype for a gather without --dequantize "
-                    "(bf16, f16, f32, f8E4M3FN, f8E4M3FNUZ, f8E5M2 or "
-                    "f8E5M2FNUZ)",
-          get("--io", ""));
+  // Every option flag must be one of this op's options.
+  for (const auto &[flag, value] : flags) {
+    if (flag.rfind("--", 0) != 0)
+      continue;
+    bool own = false;
+    for (const FlagSpec &f : kEmitFlags)
+      own |= flag == f.name;
+    if (!own && !op->option(flag.substr(2)))
+      return usageError("kvgen emit", "{} is not an option of --op {}", flag,
+                        op->name);
   }
 
   std::string layoutName;
@@ -394,20 +437,21 @@ int cmdEmit(const Flags &flags) {
   std::optional<LayoutDesc> layout = layoutFromFlags(flags, &layoutName, &rc);
   if (!layout)
     return rc;
-  KernelSpec spec;
-  spec.layout = *layout;
-  spec.op = *op;
-  spec.dequantize = dequantize;
-  spec.checked = flags.count("--checked");
-  // Default io: bf16 for writes and dequantizing gathers, else the cache's.
-  spec.ioType = io ? *io : ioFloat ? DType::BF16 : layout->dtype;
-  if (!ioFloat && spec.ioType != layout->dtype)
-    return usageError("kvgen emit",
-                      "--io of a gather without --dequantize must be "
-                      "the cache dtype {}, got '{}' (add --dequantize to "
-                      "convert)",
-                      toString(layout->dtype), get("--io", ""));
-  spec.slotType = *slots;
+  KernelSpec spec = KernelSpec::make(op->op, *layout);
+  for (size_t i = 0; i < op->numOptions; ++i) {
+    auto it = flags.find(std::string("--") + op->options[i].name);
+    if (it == flags.end())
+      continue;
+    if (std::optional<std::string> err =
+            spec.set(op->options[i].name, it->second))
+      return usageError("kvgen emit", "{}", asFlags(*err));
+  }
+  if (std::optional<std::string> err = spec.validate())
+    return usageError("kvgen emit", "{}", asFlags(*err));
+  // The op's own rules (its verifier), as usage errors too.
+  std::string verifyError;
+  if (mlir::failed(verifySpec(&mlirContext(), spec, &verifyError)))
+    return usageError("kvgen emit", "{}", verifyError);
   std::string error;
   mlir::FailureOr<EmittedKernel> k =
       emitKernel(&mlirContext(), spec, target, "", &error);
@@ -518,7 +562,7 @@ int cmdRun(const Flags &flags) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    std::fputs(kUsage, stderr);
+    std::fputs(usage().c_str(), stderr);
     return 2;
   }
   std::string cmd = argv[1];
@@ -541,12 +585,19 @@ int main(int argc, char **argv) {
     return cmdTargets();
   }
   if (cmd == "run") {
-    if (int rc = parseFlags(cmd, argc, argv, 2, kRunFlags, flags))
+    if (int rc = parseFlags(cmd, argc, argv, 2,
+                            std::vector<FlagSpec>(std::begin(kRunFlags),
+                                                  std::end(kRunFlags)),
+                            flags))
       return rc;
     return cmdRun(flags);
   }
   if (cmd == "emit") {
-    if (int rc = parseFlags(cmd, argc, argv, 2, kEmitFlags, flags))
+    std::vector<FlagSpec> emitFlags(std::begin(kEmitFlags),
+                                    std::end(kEmitFlags));
+    for (const FlagSpec &f : optionFlags())
+      emitFlags.push_back(f);
+    if (int rc = parseFlags(cmd, argc, argv, 2, emitFlags, flags))
       return rc;
 #ifdef KVGEN_HAVE_MLIR
     return cmdEmit(flags);

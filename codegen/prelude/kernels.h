@@ -702,60 +702,84 @@ KVGEN_DEVICE inline void gatherSpec(const kvgen_gather_args &a,
     gatherCta<SP, 1, DEQUANT>(a, kMap, vMap, first);
 }
 
-/// The entry points the emitted kernels call, with every size of the
-/// specialization as a template argument (see passes/lib/Conversion/KVToEmitC/KVToEmitC.cpp).
-/// A launch of T <= SMALL_MAX tokens takes the small shape (one token per
-/// CTA, SMALL_THREADS threads), any other the bulk shape (TOKENS_PER_CTA,
-/// THREADS); the runtime sizes the grid and block by the same rule
-/// (runtime/src/Context.cpp).
-template <class IO, class CACHE, class SLOT, int HEADS, int HEAD_K, int HEAD_V,
-          int BLOCK_SIZE, int VEC, int TOKENS_PER_CTA, int THREADS,
-          int SMALL_MAX, int SMALL_THREADS, int SCALE, bool CHECKED,
-          bool CACHE_PROVEN, bool PACKED, bool STREAM>
-KVGEN_DEVICE inline void reshapeAndCache(const kvgen_reshape_and_cache_args &a,
-                                         const SideMap &kMap,
-                                         const SideMap &vMap) {
-  if (SMALL_MAX > 0 && a.num_tokens <= SMALL_MAX)
-    reshapeAndCacheSpec<Spec<IO, CACHE, SLOT, HEADS, HEAD_K, HEAD_V,
-                             BLOCK_SIZE, VEC, 1,
-                             (SMALL_THREADS > 0 ? SMALL_THREADS : 32), SCALE,
-                             CHECKED, PACKED, STREAM>,
-                        CACHE_PROVEN>(a, kMap, vMap);
-  else
-    reshapeAndCacheSpec<Spec<IO, CACHE, SLOT, HEADS, HEAD_K, HEAD_V,
-                             BLOCK_SIZE, VEC, TOKENS_PER_CTA, THREADS, SCALE,
-                             CHECKED, PACKED, STREAM>,
-                        CACHE_PROVEN>(a, kMap, vMap);
-}
-template <class IO, class CACHE, class SLOT, int HEADS, int HEAD_K, int HEAD_V,
-          int BLOCK_SIZE, int VEC, int TOKENS_PER_CTA, int THREADS,
-          int SMALL_MAX, int SMALL_THREADS, int SCALE, bool CHECKED,
-          bool CACHE_PROVEN, bool DEQUANT, bool PACKED, bool STREAM>
-KVGEN_DEVICE inline void gather(const kvgen_gather_args &a,
-                                const SideMap &kMap, const SideMap &vMap) {
-  if (SMALL_MAX > 0 && a.num_tokens <= SMALL_MAX)
-    gatherSpec<Spec<IO, CACHE, SLOT, HEADS, HEAD_K, HEAD_V, BLOCK_SIZE, VEC,
-                    1, (SMALL_THREADS > 0 ? SMALL_THREADS : 32), SCALE,
-                    CHECKED, PACKED, STREAM>,
-               CACHE_PROVEN, DEQUANT>(a, kMap, vMap);
-  else
-    gatherSpec<Spec<IO, CACHE, SLOT, HEADS, HEAD_K, HEAD_V, BLOCK_SIZE, VEC,
-                    TOKENS_PER_CTA, THREADS, SCALE, CHECKED, PACKED, STREAM>,
-               CACHE_PROVEN, DEQUANT>(a, kMap, vMap);
+/// The SideMap of one side of layout struct C (emitted by
+/// convert-kv-to-emitc: head_size, block, token, head, base), its '?'
+/// strides (kDynamicStride) taken from `dyn` ({block, token, head}).
+template <class C>
+KVGEN_DEVICE inline SideMap sideMap(const int64_t *dyn) {
+  SideMap m = {C::block == kDynamicStride ? dyn[0] : C::block,
+               C::token == kDynamicStride ? dyn[1] : C::token,
+               C::head == kDynamicStride ? dyn[2] : C::head, C::base};
+  return m;
 }
 
-/// The cache strides the kernel reads for a dynamic ('?') stride: element i
-/// (0 = block, 1 = token, 2 = head) of the K or V cache strides argument.
-template <class A> KVGEN_DEVICE inline int64_t kStride(const A &a, int i) {
-  return a.k_cache_strides[i];
+/// The cache element tag a kernel converts with: the hardware-convert tag
+/// of an e4m3fn / e5m2 cache when the plan chose hardware fp8 converts and
+/// the kernel converts (HW), else the plain tag.
+template <class T, bool HW> struct ConvertTag {
+  typedef T type;
+};
+#ifdef KVGEN_HW_FP8
+template <> struct ConvertTag<dt_f8e4m3fn, true> {
+  typedef dt_f8e4m3fn_hw type;
+};
+template <> struct ConvertTag<dt_f8e5m2, true> {
+  typedef dt_f8e5m2_hw type;
+};
+#endif
+
+/// The specialization of a kernel of layout L, plan P, options O (the
+/// structs convert-kv-to-emitc emits) with TOKENS tokens per CTA and
+/// THREADS threads: the bulk shape, or the small-launch shape (one token
+/// per CTA).
+template <class L, class P, class O, class CACHE, int TOKENS, int THREADS>
+struct SpecOf {
+  typedef Spec<typename O::io, CACHE, typename O::slots, L::num_kv_heads,
+               L::k::head_size, L::v::head_size, L::block_size, P::vec, TOKENS,
+               THREADS, L::scale, O::checked, L::packed, P::streaming_stores>
+      type;
+};
+/// The small-launch shape's threads (32 when the plan has no such shape:
+/// the branch is then never taken).
+template <class P> struct SmallThreads {
+  enum { value = P::small_threads > 0 ? P::small_threads : 32 };
+};
+
+/// kv.reshape_and_cache over layout L with plan P and options O. A launch
+/// of T <= P::small_max_tokens tokens takes the small shape (one token per
+/// CTA, P::small_threads threads), any other the bulk shape
+/// (P::tokens_per_cta, P::threads); the runtime sizes the grid and block by
+/// the same rule (kvgen/Launch.h).
+template <class L, class P, class O>
+KVGEN_DEVICE inline void reshapeAndCache(const kvgen_reshape_and_cache_args &a) {
+  const SideMap kMap = sideMap<typename L::k>(a.k_cache_strides);
+  const SideMap vMap = sideMap<typename L::v>(a.v_cache_strides);
+  typedef typename ConvertTag<typename L::cache, P::hw_fp8>::type cache;
+  if (P::small_max_tokens > 0 && a.num_tokens <= P::small_max_tokens)
+    reshapeAndCacheSpec<
+        typename SpecOf<L, P, O, cache, 1, SmallThreads<P>::value>::type,
+        P::cache_proven>(a, kMap, vMap);
+  else
+    reshapeAndCacheSpec<
+        typename SpecOf<L, P, O, cache, P::tokens_per_cta, P::threads>::type,
+        P::cache_proven>(a, kMap, vMap);
 }
-template <class A> KVGEN_DEVICE inline int64_t vStride(const A &a, int i) {
-  return a.v_cache_strides[i];
-}
-KVGEN_DEVICE inline SideMap sideMap(int64_t block, int64_t token, int64_t head,
-                                    int64_t base) {
-  SideMap m = {block, token, head, base};
-  return m;
+
+/// kv.gather over layout L with plan P and options O; shapes as above.
+/// Hardware fp8 converts serve dequantizing gathers (raw ones copy bits).
+template <class L, class P, class O>
+KVGEN_DEVICE inline void gather(const kvgen_gather_args &a) {
+  const SideMap kMap = sideMap<typename L::k>(a.k_cache_strides);
+  const SideMap vMap = sideMap<typename L::v>(a.v_cache_strides);
+  typedef typename ConvertTag<typename L::cache,
+                              P::hw_fp8 && O::dequantize>::type cache;
+  if (P::small_max_tokens > 0 && a.num_tokens <= P::small_max_tokens)
+    gatherSpec<typename SpecOf<L, P, O, cache, 1, SmallThreads<P>::value>::type,
+               P::cache_proven, O::dequantize>(a, kMap, vMap);
+  else
+    gatherSpec<
+        typename SpecOf<L, P, O, cache, P::tokens_per_cta, P::threads>::type,
+        P::cache_proven, O::dequantize>(a, kMap, vMap);
 }
 
 } // namespace kvgen

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -86,10 +87,10 @@ extern "C" void kv_example_gather_host_launch(const void *p, uint32_t, uint32_t)
 }
 
 std::string cudaSource() {
-  // NVRTC has no <stdint.h>: the ABI header is embedded with our typedefs.
+  // NVRTC has no <stdint.h>: the argument structs use these types.
   std::string s = "typedef int int32_t;\ntypedef long long int64_t;\n"
                   "typedef unsigned int uint32_t;\n"
-                  "#define KVGEN_DEVICE_EMBED 1\n";
+                  "typedef unsigned long long uint64_t;\n";
   s += kvgen_kernel_abi_source();
   s += "\n#define KV_FN static __device__\n";
   s += kBody;
@@ -166,10 +167,14 @@ int main(int argc, char **argv) {
     e.name =
         op == kvgen::KernelOp::Gather ? "kv_example_gather" : "kv_example_rc";
     e.target = ctx.target();
-    e.spec.op = op;
-    e.spec.layout = layout;
-    e.spec.ioType = kvgen::DType::BF16;
-    e.spec.slotType = kvgen::SlotType::I64;
+    std::string err;
+    std::optional<kvgen::KernelSpec> spec =
+        kvgen::KernelSpec::parse(op, layout, "io = bf16, slots = i64", &err);
+    if (!spec) {
+      std::fprintf(stderr, "kvgen-embed: kernel spec: %s\n", err.c_str());
+      return 1;
+    }
+    e.spec = *spec;
     e.geometry = {128, 1, 2};
     e.source = host ? "kv_example.cpp" : "kv_example.cu";
     kernels.push_back({e, source});
@@ -247,7 +252,9 @@ int main(int argc, char **argv) {
   wa.key_stride_head = kHeadK;
   wa.value_stride_token = rowV;
   wa.value_stride_head = kHeadV;
-  if (kvgen::Status s = write.launch(wa, kBytes, vBytes); !s)
+  wa.key_cache_bytes = kBytes;
+  wa.value_cache_bytes = vBytes;
+  if (kvgen::Status s = write.launch(wa); !s)
     return fail("launching reshape_and_cache", s);
   kvgen_gather_args ga{};
   ga.key_cache = dKc.ptr;
@@ -261,7 +268,9 @@ int main(int argc, char **argv) {
   ga.key_out_stride_head = kHeadK;
   ga.value_out_stride_token = rowV;
   ga.value_out_stride_head = kHeadV;
-  if (kvgen::Status s = gather.launch(ga, kBytes, vBytes); !s)
+  ga.key_cache_bytes = kBytes;
+  ga.value_cache_bytes = vBytes;
+  if (kvgen::Status s = gather.launch(ga); !s)
     return fail("launching gather", s);
   if (kvgen::Status s =
           kvgen::Status::from(kvgen_context_synchronize(ctx.get()));

@@ -34,7 +34,6 @@ import re
 from pathlib import Path
 
 from . import _capi
-from ._capi import GatherArgs, ReshapeAndCacheArgs
 
 __all__ = ["Context", "Kernel", "KvgenError", "Layout", "DTYPE_SIZES",
            "library_path", "version"]
@@ -367,8 +366,8 @@ def read_manifest(path):
     the version-1 header; the entries themselves are validated by the
     runtime (kvgen_context_load_bundle)."""
     lines = Path(path).read_text().splitlines()
-    if not lines or lines[0].split() != ["kvgen-bundle", "1"]:
-        raise ValueError(f"{path}: not a version-1 kvgen bundle manifest")
+    if not lines or lines[0].split() != ["kvgen-bundle", "2"]:
+        raise ValueError(f"{path}: not a version-2 kvgen bundle manifest")
     entries, cur = [], None
     for line in lines[1:]:
         s = line.strip()
@@ -383,14 +382,20 @@ def read_manifest(path):
     return entries
 
 
-def _parse_manifest(path):
-    """{(name, target): entry dict} of a bundle manifest; {} on any
-    trouble (the runtime validates the manifest itself)."""
-    try:
-        entries = read_manifest(path)
-    except (OSError, ValueError):
-        return {}
-    return {(e.get("name"), e.get("target")): e for e in entries}
+def _options_text(op, options):
+    """kvgen_kernel_spec.options text for keyword options of Op `op`:
+    flags as 0/1, names checked against the op's options."""
+    parts = []
+    for name, value in options.items():
+        o = op.option(name)
+        if o is None:
+            raise ValueError(f"op {op.name} has no option {name!r} (its "
+                             f"options: "
+                             f"{', '.join(x.name for x in op.options)})")
+        if o.kind == "flag":
+            value = "1" if value else "0"
+        parts.append(f"{name} = {value}")
+    return ", ".join(parts)
 
 
 class Context:
@@ -408,7 +413,6 @@ class Context:
         self._handle = None
         self._warning_cb = None
         self._kernels = {}
-        self._manifest = {}
         self._backend = None
         if _handle is None:
             if backend not in _capi.BACKENDS:
@@ -549,33 +553,38 @@ class Context:
         path = str(path)
         _check("kvgen_context_load_bundle",
                self._lib.kvgen_context_load_bundle(self._h(), path.encode()))
-        self._manifest.update(_parse_manifest(Path(path) /
-                                              "kvgen-manifest.txt"))
 
-    def kernel(self, op, layout, io_dtype, slot_dtype="i64", checked=False,
-               dequantize=False):
+    def kernel(self, op, layout, io_dtype=None, slot_dtype=None,
+               checked=None, dequantize=None, **options):
         """The kernel for a spec, from a loaded bundle (or the registered
-        generator). op: 'reshape_and_cache' | 'gather'; layout: a Layout or
-        its text; io_dtype: the element type of key/value (write) or
-        key_out/value_out (gather): 'bf16' | 'f16' | 'f32' | the cache
-        dtype; slot_dtype: 'i32' | 'i64'."""
-        if op not in _capi.OPS:
-            raise ValueError(f"op {op!r} must be reshape_and_cache or gather")
+        generator).
+
+        op: an op name (kvgen.ops() lists them: 'reshape_and_cache',
+        'gather', ...); layout: a Layout or its text; options: the op's
+        options by name (kvgen.ops()[op].options), e.g. io='bf16',
+        slots='i32', checked=True, dequantize=True; omitted ones take the
+        op's defaults. io_dtype / slot_dtype are the older names of io /
+        slots."""
+        o = _capi.op(op)
+        # The older positional names; a false flag the op lacks is no
+        # option at all.
+        for name, value in (("io", io_dtype), ("slots", slot_dtype),
+                            ("checked", checked), ("dequantize", dequantize)):
+            if value is None or (value is False and o.option(name) is None):
+                continue
+            options.setdefault(name, value)
         lay = layout if isinstance(layout, Layout) else Layout.parse(layout)
-        key = (op, lay.text, io_dtype, slot_dtype, bool(checked),
-               bool(dequantize))
+        text = _options_text(o, options)
+        key = (op, lay.text, text)
         k = self._kernels.get(key)
         if k is not None:
             return k
-        spec = _capi.KernelSpecC(_capi.OPS[op], lay.text.encode(),
-                                 io_dtype.encode(), slot_dtype.encode(),
-                                 int(bool(checked)), int(bool(dequantize)))
+        spec = _capi.KernelSpecC(o.id, lay.text.encode(), text.encode())
         h = ctypes.c_void_p()
         _check("kvgen_context_get_kernel_by_spec",
                self._lib.kvgen_context_get_kernel_by_spec(
                    self._h(), ctypes.byref(spec), ctypes.byref(h)))
-        k = Kernel(self, h, io_dtype=io_dtype, slot_dtype=slot_dtype,
-                   checked=bool(checked), dequantize=bool(dequantize))
+        k = Kernel(self, h)
         self._kernels[key] = k
         return k
 
@@ -585,52 +594,107 @@ class Context:
         _check("kvgen_context_get_kernel",
                self._lib.kvgen_context_get_kernel(self._h(), name.encode(),
                                                   ctypes.byref(h)))
-        target = self.target
-        entry = None
-        for (n, t), e in self._manifest.items():
-            if n == name and (t == target or target.startswith(t + ":")):
-                entry = e
-        if entry is None:
-            return Kernel(self, h)
-        return Kernel(self, h, io_dtype=entry.get("io_dtype"),
-                      slot_dtype=entry.get("slot_dtype"),
-                      checked=entry.get("checked") == "1",
-                      dequantize=entry.get("dequantize") == "1")
+        return Kernel(self, h)
+
+
+def ops():
+    """{name: kvgen._capi.Op}: every kernel op of the runtime, with its
+    argument fields (name, type, role, doc) and options."""
+    return _capi.ops()
 
 
 class Kernel:
     """A loaded kernel (valid while its Context lives). Attributes: name,
-    op, layout (Layout), vector_bytes, io_dtype, slot_dtype, checked,
-    dequantize (the last four None when unknown, e.g. a kernel_by_name of a
-    bundle the binding could not read)."""
+    op (its name), layout (Layout), vector_bytes, options (dict of the op's
+    options, canonical strings), and for the ops that have them io_dtype,
+    slot_dtype, checked, dequantize.
 
-    def __init__(self, ctx, handle, io_dtype=None, slot_dtype=None,
-                 checked=None, dequantize=None):
+    Launch with the op's name as a method (kernel.reshape_and_cache(...),
+    kernel.gather(...), kernel.copy_blocks(...)) or kernel.launch(...):
+    tensors by argument name (kvgen.ops()[op].args)."""
+
+    def __init__(self, ctx, handle):
         self._ctx = ctx  # keeps the context alive
         self._lib = ctx._lib
         self._handle = handle
         lib = self._lib
         self.name = lib.kvgen_kernel_name(handle).decode()
-        self.op = _capi.OP_NAMES[lib.kvgen_kernel_op(handle)]
+        self._op = _capi.op_by_id(lib.kvgen_kernel_op(handle))
+        self.op = self._op.name
         self.layout = Layout.parse(lib.kvgen_kernel_layout(handle).decode())
         self.vector_bytes = lib.kvgen_kernel_vector_bytes(handle)
-        self.io_dtype = io_dtype
-        self.slot_dtype = slot_dtype
-        self.checked = checked
-        self.dequantize = dequantize
+        text = lib.kvgen_kernel_options(handle).decode()
+        self.options = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            k, v = (x.strip() for x in part.split("=", 1))
+            self.options[k] = v
+        self.io_dtype = self.options.get("io")
+        self.slot_dtype = self.options.get("slots")
+        self.checked = self.options.get("checked") == "1"
+        self.dequantize = self.options.get("dequantize") == "1"
 
     def __repr__(self):
-        return (f"<kvgen.Kernel {self.name} op={self.op} io={self.io_dtype} "
-                f"slots={self.slot_dtype}>")
+        return f"<kvgen.Kernel {self.name} op={self.op} {self.options}>"
 
-    # -- shared argument handling -----------------------------------------
-    def _common(self, kc, vc, slots, k_scale, v_scale, num_blocks,
-                error_flag, stream, cache_strides, cache_bytes, t, bufs):
-        """Fills what both ops share; returns a dict of struct fields plus
-        the two cache byte counts."""
+    def args_struct(self):
+        """A zeroed ctypes struct of this kernel's op (for launch_raw)."""
+        return self._op.args_struct()
+
+    # -- launches ---------------------------------------------------------
+    def __getattr__(self, name):
+        # kernel.<op name>(...) launches a kernel of that op.
+        if name.startswith("_") or "_op" not in self.__dict__:
+            raise AttributeError(name)
+        if name in _capi.ops():
+            def call(*args, **kw):
+                self._need_op(name)
+                return self.launch(*args, **kw)
+            return call
+        raise AttributeError(name)
+
+    def launch(self, *positional, num_blocks=None, stream=None,
+               cache_strides=None, cache_bytes=None, **tensors):
+        """Validates what the binding can see, fills the op's argument
+        struct from `tensors` (by field name; positional ones in the order
+        of the op's tensor fields) and launches through kvgen_launch.
+
+        Per field role (kvgen/Ops.def): rows [T, H, D] views with a
+        contiguous last dim (their token/head strides are taken from the
+        tensor); caches as any tensor whose span holds the layout's extent
+        (cache_bytes=(key, value) overrides the sizes; a packed layout needs
+        no value cache); index arrays contiguous; scales float32 [1] or [H];
+        error_flag int32. num_blocks: default the most whole blocks that fit
+        in the caches. cache_strides: ((kb, kt, kh), (vb, vt, vh)) element
+        strides for '?' layout strides. stream: a CUstream handle (int) or
+        an object with .cuda_stream; default torch's current stream for
+        device tensors. Asynchronous on CUDA/HIP; KvgenError on a runtime
+        failure."""
+        op = self._op
         lay = self.layout
+        tensor_args = [a for a in op.args
+                       if a.role in ("rows", "cache", "slots", "index_i64",
+                                     "scale", "error_flag")]
+        if len(positional) > len(tensor_args):
+            raise TypeError(f"{op.name} takes at most {len(tensor_args)} "
+                            f"positional tensors ({', '.join(a.name for a in tensor_args)})")
+        for a, x in zip(tensor_args, positional):
+            if a.name in tensors:
+                raise TypeError(f"{a.name} given twice")
+            tensors[a.name] = x
+        known = {a.name for a in tensor_args}
+        for name in tensors:
+            if name not in known:
+                raise TypeError(f"{op.name} has no tensor argument {name!r} "
+                                f"(its tensors: {', '.join(sorted(known))})")
+        bufs = {name: _opt(x, name) for name, x in tensors.items()}
+        fields = {}
+        # The work count: the leading dim of the op's WORK_FROM argument.
+        wf = bufs.get(op.work_from)
+        if wf is None:
+            raise ValueError(f"{op.work_from} is required")
+        t = wf.shape[0] if wf.shape else 0
         backend = self._ctx.backend
-        for b in bufs:
+        for b in bufs.values():
             if b is None:
                 continue
             if backend == "host" and b.is_device:
@@ -641,188 +705,160 @@ class Kernel:
                 raise TypeError(f"{b.what}: host memory ({b.kind}), but the "
                                 f"context's backend is {backend} (pass "
                                 "device tensors)")
-        # slots
-        if len(slots.shape) != 1 or slots.shape[0] != t:
-            raise ValueError(f"slot_mapping: shape {list(slots.shape)}, "
-                             f"need [{t}]")
-        if t > 1 and slots.strides[0] != 1:
-            raise ValueError("slot_mapping must be contiguous")
-        if self.slot_dtype is not None and slots.dtype != self.slot_dtype:
-            raise TypeError(f"slot_mapping: dtype {slots.dtype}, the kernel "
-                            f"takes {self.slot_dtype}")
-        # caches
-        packed = lay.packed
-        if vc is None and not packed:
-            raise ValueError("value_cache is required for a separate layout")
-        if cache_bytes is not None:
-            kbytes, vbytes = (int(x) for x in cache_bytes)
-        else:
-            kbytes = kc.span_bytes()
-            vbytes = 0 if (packed or vc is None) else vc.span_bytes()
         # dynamic strides
-        kdyn = vdyn = (0, 0, 0)
-        if lay.has_dynamic_strides():
-            if cache_strides is None:
-                raise ValueError(
-                    f"kernel {self.name}: its layout has dynamic ('?') "
-                    "strides; pass cache_strides=((kb, kt, kh), (vb, vt, "
-                    "vh)) in elements")
+        dyn = [(0, 0, 0), (0, 0, 0)]
+        if cache_strides is not None:
             cs = tuple(cache_strides)
             if len(cs) == 3 and not hasattr(cs[0], "__len__"):
                 cs = (cs, cs)
-            kdyn, vdyn = (tuple(int(x) for x in s) for s in cs)
-            if len(kdyn) != 3 or len(vdyn) != 3:
+            dyn = [tuple(int(x) for x in s) for s in cs]
+            if len(dyn) != 2 or any(len(d) != 3 for d in dyn):
                 raise ValueError("cache_strides: two (block, token, head) "
                                  "triples")
-        elif cache_strides is not None:
-            cs = tuple(cache_strides)
-            if len(cs) == 3 and not hasattr(cs[0], "__len__"):
-                cs = (cs, cs)
-            kdyn, vdyn = (tuple(int(x) for x in s) for s in cs)
-        if num_blocks is None:
-            nk = lay.max_blocks("k", kbytes, kdyn)
-            nv = lay.max_blocks("v", kbytes if packed else vbytes, vdyn)
-            num_blocks = min(nk, nv)
-            if num_blocks <= 0 and t > 0:
-                raise ValueError(
-                    f"kernel {self.name}: the caches ({kbytes} / {vbytes} "
-                    "bytes) hold no whole block of the layout; pass "
-                    "num_blocks explicitly to get the runtime's check")
-        # scales
-        need_scales = lay.scale != "none" and (self.op == "reshape_and_cache"
-                                               or self.dequantize)
-        for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
-            if s is None:
-                if need_scales and t > 0:
-                    raise ValueError(f"{name} is required: the layout has "
-                                     f"scale = {lay.scale}")
+        elif lay.has_dynamic_strides() and t > 0:
+            raise ValueError(
+                f"kernel {self.name}: its layout has dynamic ('?') "
+                "strides; pass cache_strides=((kb, kt, kh), (vb, vt, "
+                "vh)) in elements")
+        packed = lay.packed
+        cache_sizes = {}
+        if cache_bytes is not None:
+            cb = [int(x) for x in cache_bytes]
+        for a in op.args:
+            b = bufs.get(a.name)
+            if a.role == "rows":
+                if b is None:
+                    raise ValueError(f"{a.name} is required")
+                d = lay.head_size("k" if a.which == 0 else "v")
+                st, sh = b.check_rows(t, lay.num_kv_heads, d)
+                if self.io_dtype is not None:
+                    b.check_dtype(self.io_dtype)
+                fields[a.name] = b.ptr
+                fields[a.name + "_stride_token"] = st
+                fields[a.name + "_stride_head"] = sh
+            elif a.role == "cache":
+                tensor, cset = a.which & 1, a.which >> 1
+                if b is None:
+                    if tensor == 1 and packed:
+                        continue
+                    raise ValueError(
+                        f"{a.name} is required"
+                        + (" for a separate layout" if tensor == 1 else ""))
+                fields[a.name] = b.ptr
+                if cache_bytes is not None:
+                    n = cb[a.which] if a.which < len(cb) else 0
+                else:
+                    n = 0 if (packed and tensor == 1) else b.span_bytes()
+                fields[a.name + "_bytes"] = n
+                cache_sizes[a.name] = (cset, tensor, n)
+            elif a.role == "slots":
+                if b is None:
+                    raise ValueError(f"{a.name} is required")
+                if len(b.shape) != 1 or b.shape[0] != t:
+                    raise ValueError(f"{a.name}: shape {list(b.shape)}, "
+                                     f"need [{t}]")
+                if t > 1 and b.strides[0] != 1:
+                    raise ValueError(f"{a.name} must be contiguous")
+                if self.slot_dtype is not None and b.dtype != self.slot_dtype:
+                    raise TypeError(f"{a.name}: dtype {b.dtype}, the kernel "
+                                    f"takes {self.slot_dtype}")
+                fields[a.name] = b.ptr
+            elif a.role == "index_i64":
+                if b is None:
+                    raise ValueError(f"{a.name} is required")
+                if b.dtype not in ("i64", "u64"):
+                    raise TypeError(f"{a.name}: dtype {b.dtype}, need int64")
+                n = 1
+                for x in b.shape:
+                    n *= x
+                want = 1
+                for st, sz in sorted(zip(b.strides, b.shape),
+                                     key=lambda p: p[0]):
+                    if sz > 1 and st != want:
+                        raise ValueError(f"{a.name} must be contiguous")
+                    want *= sz
+                fields[a.name] = b.ptr
+            elif a.role == "scale":
+                if b is None:
+                    need = lay.scale != "none" and (
+                        a.need == "scaled" or
+                        (a.need == "dequant" and self.dequantize))
+                    if need and t > 0:
+                        raise ValueError(f"{a.name} is required: the layout "
+                                         f"has scale = {lay.scale}")
+                    continue
+                if b.dtype != "f32":
+                    raise TypeError(f"{a.name}: dtype {b.dtype}, need float32")
+                n = 1
+                for x in b.shape:
+                    n *= x
+                need = lay.num_kv_heads if lay.scale == "per_head" else 1
+                if n < need:
+                    raise ValueError(f"{a.name}: {n} elements, scale = "
+                                     f"{lay.scale} needs {need}")
+                fields[a.name] = b.ptr
+            elif a.role == "error_flag":
+                if b is None:
+                    if self.checked and t > 0:
+                        raise ValueError(f"kernel {self.name} is checked: "
+                                         f"pass {a.name} (an int32 tensor, "
+                                         "zeroed)")
+                    continue
+                if b.dtype != "i32":
+                    raise TypeError(f"{a.name}: dtype {b.dtype}, need int32")
+                fields[a.name] = b.ptr
+            elif a.role == "work":
+                fields[a.name] = t
+            elif a.role == "cache_strides":
+                fields[a.name] = dyn[a.which] if a.which < 2 else dyn[0]
+        # num_blocks per cache set
+        for a in op.args:
+            if a.role != "num_blocks":
                 continue
-            if s.dtype != "f32":
-                raise TypeError(f"{name}: dtype {s.dtype}, need float32")
-            n = 1
-            for d in s.shape:
-                n *= d
-            need = lay.num_kv_heads if lay.scale == "per_head" else 1
-            if n < need:
-                raise ValueError(f"{name}: {n} elements, scale = {lay.scale} "
-                                 f"needs {need}")
-        if error_flag is not None:
-            if error_flag.dtype != "i32":
-                raise TypeError(f"error_flag: dtype {error_flag.dtype}, need "
-                                "int32")
-        elif self.checked and t > 0:
-            raise ValueError(f"kernel {self.name} is checked: pass "
-                             "error_flag (an int32 tensor, zeroed)")
+            if num_blocks is not None:
+                nb = num_blocks[a.which] if isinstance(
+                    num_blocks, (tuple, list)) else num_blocks
+            else:
+                nb = None
+                for name, (cset, tensor, n) in cache_sizes.items():
+                    if cset != a.which:
+                        continue
+                    side = "k" if (tensor == 0) else "v"
+                    sides = ("k", "v") if packed else (side,)
+                    for sd in sides:
+                        m = lay.max_blocks(sd, n, dyn[0 if sd == "k" else 1])
+                        nb = m if nb is None else min(nb, m)
+                if nb is None:
+                    nb = 0
+                if nb <= 0 and t > 0:
+                    raise ValueError(
+                        f"kernel {self.name}: the caches ("
+                        + ", ".join(f"{k} {v[2]} bytes"
+                                    for k, v in cache_sizes.items())
+                        + ") hold no whole block of the layout; pass "
+                        "num_blocks explicitly to get the runtime's check")
+            fields[a.name] = int(nb)
         # stream
         if stream is None:
-            if any(b is not None and b.kind == "torch" and b.is_device
-                   for b in bufs):
+            dev = next((b for b in bufs.values()
+                        if b is not None and b.kind == "torch" and
+                        b.is_device), None)
+            if dev is not None:
                 import torch
-                dev = next(b.device for b in bufs
-                           if b is not None and b.is_device)
-                stream = torch.cuda.current_stream(dev).cuda_stream
+                stream = torch.cuda.current_stream(dev.device).cuda_stream
             else:
                 stream = 0
         elif hasattr(stream, "cuda_stream"):
             stream = stream.cuda_stream
-        fields = dict(
-            key_cache=kc.ptr,
-            # packed: NULL unless given (the runtime ignores it; a kernel
-            # that read it would fault rather than pass by accident)
-            value_cache=None if vc is None else vc.ptr,
-            slot_mapping=slots.ptr,
-            k_scale=None if k_scale is None else k_scale.ptr,
-            v_scale=None if v_scale is None else v_scale.ptr,
-            error_flag=None if error_flag is None else error_flag.ptr,
-            num_tokens=t, num_blocks=int(num_blocks))
-        return fields, kdyn, vdyn, kbytes, vbytes, int(stream)
+        args = op.args_struct(**fields)
+        self.launch_raw(args, stream=int(stream))
 
-    # -- launches ---------------------------------------------------------
-    def reshape_and_cache(self, key, value, key_cache, value_cache,
-                          slot_mapping, k_scale=None, v_scale=None,
-                          num_blocks=None, error_flag=None, stream=None,
-                          cache_strides=None, cache_bytes=None):
-        """Writes key [T, H, Dk] and value [T, H, Dv] (io dtype) into the
-        caches at slot_mapping [T] (slot = block * block_size + offset;
-        < 0 skips the token); fp8 caches store saturate(x / scale).
-
-        num_blocks: cache blocks; default: the most whole blocks that fit in
-        the cache buffers. stream: a CUstream handle (int) or an object with
-        .cuda_stream; default: torch's current stream for CUDA tensors.
-        cache_strides: ((kb, kt, kh), (vb, vt, vh)) element strides for the
-        layout's '?' strides. cache_bytes: (key_cache_bytes,
-        value_cache_bytes) to override the sizes taken from the tensors.
-        Asynchronous on CUDA/HIP; raises KvgenError on a runtime failure.
-        """
-        self._need_op("reshape_and_cache")
-        lay = self.layout
-        kb, vb = _Buf(key, "key"), _Buf(value, "value")
-        kc = _Buf(key_cache, "key_cache")
-        vc = _opt(value_cache, "value_cache")
-        sl = _Buf(slot_mapping, "slot_mapping")
-        ks, vs = _opt(k_scale, "k_scale"), _opt(v_scale, "v_scale")
-        ef = _opt(error_flag, "error_flag")
-        h = lay.num_kv_heads
-        kst, ksh = kb.check_rows(None, h, lay.head_size_k)
-        t = kb.shape[0]
-        vst, vsh = vb.check_rows(t, h, lay.head_size_v)
-        if self.io_dtype is not None:
-            kb.check_dtype(self.io_dtype)
-            vb.check_dtype(self.io_dtype)
-        fields, kdyn, vdyn, kbytes, vbytes, strm = self._common(
-            kc, vc, sl, ks, vs, num_blocks, ef, stream, cache_strides,
-            cache_bytes, t, (kb, vb, kc, vc, sl, ks, vs, ef))
-        a = ReshapeAndCacheArgs(
-            key=kb.ptr, value=vb.ptr, key_stride_token=kst,
-            key_stride_head=ksh, value_stride_token=vst,
-            value_stride_head=vsh, k_cache_strides=kdyn,
-            v_cache_strides=vdyn, **fields)
-        _check("kvgen_launch_reshape_and_cache",
-               self._lib.kvgen_launch_reshape_and_cache(
-                   self._handle, ctypes.byref(a), kbytes, vbytes, strm))
-
-    def gather(self, key_cache, value_cache, slot_mapping, key_out,
-               value_out, k_scale=None, v_scale=None, num_blocks=None,
-               error_flag=None, stream=None, cache_strides=None,
-               cache_bytes=None):
-        """Reads the tokens at slot_mapping [T] back into key_out [T, H, Dk]
-        and value_out [T, H, Dv] (io dtype); rows of slots < 0 are left
-        untouched. A dequantizing kernel writes q * scale (scales required);
-        other arguments as reshape_and_cache."""
-        self._need_op("gather")
-        lay = self.layout
-        kc = _Buf(key_cache, "key_cache")
-        vc = _opt(value_cache, "value_cache")
-        sl = _Buf(slot_mapping, "slot_mapping")
-        ko, vo = _Buf(key_out, "key_out"), _Buf(value_out, "value_out")
-        ks, vs = _opt(k_scale, "k_scale"), _opt(v_scale, "v_scale")
-        ef = _opt(error_flag, "error_flag")
-        h = lay.num_kv_heads
-        kst, ksh = ko.check_rows(None, h, lay.head_size_k)
-        t = ko.shape[0]
-        vst, vsh = vo.check_rows(t, h, lay.head_size_v)
-        if self.io_dtype is not None:
-            ko.check_dtype(self.io_dtype)
-            vo.check_dtype(self.io_dtype)
-        fields, kdyn, vdyn, kbytes, vbytes, strm = self._common(
-            kc, vc, sl, ks, vs, num_blocks, ef, stream, cache_strides,
-            cache_bytes, t, (kc, vc, sl, ko, vo, ks, vs, ef))
-        a = GatherArgs(
-            key_out=ko.ptr, value_out=vo.ptr, key_out_stride_token=kst,
-            key_out_stride_head=ksh, value_out_stride_token=vst,
-            value_out_stride_head=vsh, k_cache_strides=kdyn,
-            v_cache_strides=vdyn, **fields)
-        _check("kvgen_launch_gather",
-               self._lib.kvgen_launch_gather(
-                   self._handle, ctypes.byref(a), kbytes, vbytes, strm))
-
-    def launch_raw(self, args, key_cache_bytes, value_cache_bytes, stream=0):
-        """Launches with a prebuilt kvgen._capi.ReshapeAndCacheArgs /
-        GatherArgs (no Python-side checks; for benchmarks)."""
-        fn = (self._lib.kvgen_launch_gather if isinstance(args, GatherArgs)
-              else self._lib.kvgen_launch_reshape_and_cache)
-        _check(fn.__name__, fn(self._handle, ctypes.byref(args),
-                               key_cache_bytes, value_cache_bytes, stream))
+    def launch_raw(self, args, stream=0):
+        """Launches with a prebuilt argument struct (args_struct(); no
+        Python-side checks; for benchmarks)."""
+        _check(f"kvgen_launch ({self.op})",
+               self._lib.kvgen_launch(self._handle, ctypes.byref(args),
+                                      ctypes.sizeof(args), stream))
 
     def _need_op(self, op):
         if self.op != op:

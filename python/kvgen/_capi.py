@@ -38,54 +38,44 @@ STATUS_NAMES = {
 BACKENDS = {"auto": 0, "cuda": 1, "hip": 2, "host": 3}
 BACKEND_NAMES = {v: k for k, v in BACKENDS.items()}
 
-# kvgen_op
-OPS = {"reshape_and_cache": 0, "gather": 1}
-OP_NAMES = {v: k for k, v in OPS.items()}
-
 _I64x3 = ctypes.c_int64 * 3
 
 
-class ReshapeAndCacheArgs(ctypes.Structure):
-    """kvgen_reshape_and_cache_args (kernel_abi.h); strides in elements."""
+class OpInfo(ctypes.Structure):
+    """kvgen_op_info."""
     _fields_ = [
-        ("key", ctypes.c_void_p),
-        ("value", ctypes.c_void_p),
-        ("key_cache", ctypes.c_void_p),
-        ("value_cache", ctypes.c_void_p),
-        ("slot_mapping", ctypes.c_void_p),
-        ("k_scale", ctypes.c_void_p),
-        ("v_scale", ctypes.c_void_p),
-        ("error_flag", ctypes.c_void_p),
-        ("num_tokens", ctypes.c_int64),
-        ("num_blocks", ctypes.c_int64),
-        ("key_stride_token", ctypes.c_int64),
-        ("key_stride_head", ctypes.c_int64),
-        ("value_stride_token", ctypes.c_int64),
-        ("value_stride_head", ctypes.c_int64),
-        ("k_cache_strides", _I64x3),
-        ("v_cache_strides", _I64x3),
+        ("op", ctypes.c_int),
+        ("name", ctypes.c_char_p),
+        ("args_type", ctypes.c_char_p),
+        ("work_from", ctypes.c_char_p),
+        ("args_size", ctypes.c_uint64),
+        ("num_args", ctypes.c_int),
+        ("num_options", ctypes.c_int),
+        ("doc", ctypes.c_char_p),
     ]
 
 
-class GatherArgs(ctypes.Structure):
-    """kvgen_gather_args (kernel_abi.h); strides in elements."""
+class ArgInfo(ctypes.Structure):
+    """kvgen_arg_info."""
     _fields_ = [
-        ("key_cache", ctypes.c_void_p),
-        ("value_cache", ctypes.c_void_p),
-        ("slot_mapping", ctypes.c_void_p),
-        ("k_scale", ctypes.c_void_p),
-        ("v_scale", ctypes.c_void_p),
-        ("error_flag", ctypes.c_void_p),
-        ("key_out", ctypes.c_void_p),
-        ("value_out", ctypes.c_void_p),
-        ("num_tokens", ctypes.c_int64),
-        ("num_blocks", ctypes.c_int64),
-        ("key_out_stride_token", ctypes.c_int64),
-        ("key_out_stride_head", ctypes.c_int64),
-        ("value_out_stride_token", ctypes.c_int64),
-        ("value_out_stride_head", ctypes.c_int64),
-        ("k_cache_strides", _I64x3),
-        ("v_cache_strides", _I64x3),
+        ("name", ctypes.c_char_p),
+        ("type", ctypes.c_char_p),
+        ("role", ctypes.c_char_p),
+        ("which", ctypes.c_int),
+        ("need", ctypes.c_char_p),
+        ("offset", ctypes.c_uint64),
+        ("size", ctypes.c_uint64),
+        ("doc", ctypes.c_char_p),
+    ]
+
+
+class OptionInfo(ctypes.Structure):
+    """kvgen_option_info."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("kind", ctypes.c_char_p),
+        ("default_value", ctypes.c_char_p),
+        ("doc", ctypes.c_char_p),
     ]
 
 
@@ -94,10 +84,7 @@ class KernelSpecC(ctypes.Structure):
     _fields_ = [
         ("op", ctypes.c_int),
         ("layout", ctypes.c_char_p),
-        ("io_dtype", ctypes.c_char_p),
-        ("slot_dtype", ctypes.c_char_p),
-        ("checked", ctypes.c_int),
-        ("dequantize", ctypes.c_int),
+        ("options", ctypes.c_char_p),
     ]
 
 
@@ -143,12 +130,17 @@ _PROTOTYPES = {
     "kvgen_kernel_op": (ctypes.c_int, [_c]),
     "kvgen_kernel_layout": (ctypes.c_char_p, [_c]),
     "kvgen_kernel_vector_bytes": (ctypes.c_int, [_c]),
-    "kvgen_launch_reshape_and_cache": (
-        ctypes.c_int, [_c, ctypes.POINTER(ReshapeAndCacheArgs),
-                       ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p]),
-    "kvgen_launch_gather": (
-        ctypes.c_int, [_c, ctypes.POINTER(GatherArgs), ctypes.c_uint64,
-                       ctypes.c_uint64, ctypes.c_void_p]),
+    "kvgen_kernel_options": (ctypes.c_char_p, [_c]),
+    "kvgen_kernel_abi_source": (ctypes.c_char_p, []),
+    "kvgen_op_count": (ctypes.c_int, []),
+    "kvgen_op_info_at": (ctypes.c_int, [ctypes.c_int,
+                                        ctypes.POINTER(OpInfo)]),
+    "kvgen_op_arg": (ctypes.c_int, [ctypes.c_int, ctypes.c_int,
+                                    ctypes.POINTER(ArgInfo)]),
+    "kvgen_op_option": (ctypes.c_int, [ctypes.c_int, ctypes.c_int,
+                                       ctypes.POINTER(OptionInfo)]),
+    "kvgen_launch": (ctypes.c_int, [_c, ctypes.c_void_p, ctypes.c_uint64,
+                                    ctypes.c_void_p]),
 }
 
 # Present in newer libraries only (bound when found; see has()).
@@ -252,3 +244,147 @@ def last_error():
 
 def status_name(code):
     return STATUS_NAMES.get(code, f"KVGEN_ERROR_UNKNOWN({code})")
+
+
+#---------------------------------------------------------------------------
+# The op table (kvgen/Ops.def), read from the library: every op's argument
+# struct is built here from kvgen_op_arg, so no struct is restated by hand.
+#---------------------------------------------------------------------------
+
+# Ops.def TYPE -> ctypes type.
+_ARG_TYPES = {
+    "ptr": ctypes.c_void_p, "mut_ptr": ctypes.c_void_p,
+    "f32_ptr": ctypes.c_void_p, "i32_ptr": ctypes.c_void_p,
+    "i64": ctypes.c_int64, "u64": ctypes.c_uint64, "i64x3": _I64x3,
+}
+
+
+class Arg:
+    """One field of an op's argument struct (kvgen_arg_info)."""
+    __slots__ = ("name", "type", "role", "which", "need", "offset", "size",
+                 "doc")
+
+    def __init__(self, info):
+        self.name = info.name.decode()
+        self.type = info.type.decode()
+        self.role = info.role.decode()
+        self.which = info.which
+        self.need = info.need.decode()
+        self.offset = info.offset
+        self.size = info.size
+        self.doc = info.doc.decode()
+
+    def __repr__(self):
+        return f"<kvgen arg {self.name}: {self.type} {self.role}>"
+
+
+class Option:
+    """One spec option of an op (kvgen_option_info)."""
+    __slots__ = ("name", "kind", "default", "doc")
+
+    def __init__(self, info):
+        self.name = info.name.decode()
+        self.kind = info.kind.decode()
+        self.default = info.default_value.decode()
+        self.doc = info.doc.decode()
+
+
+class Op:
+    """One kernel op: name, id, its argument struct (`args_struct`, a
+    ctypes.Structure built from the table), its fields and options."""
+
+    def __init__(self, info):
+        self.id = info.op
+        self.name = info.name.decode()
+        self.args_type = info.args_type.decode()
+        self.work_from = info.work_from.decode()
+        self.args_size = info.args_size
+        self.doc = info.doc.decode()
+        L = lib()
+        self.args = []
+        for i in range(info.num_args):
+            a = ArgInfo()
+            if L.kvgen_op_arg(self.id, i, ctypes.byref(a)) != SUCCESS:
+                raise OSError(f"kvgen_op_arg({self.name}, {i}): "
+                              f"{last_error()}")
+            self.args.append(Arg(a))
+        self.options = []
+        for i in range(info.num_options):
+            o = OptionInfo()
+            if L.kvgen_op_option(self.id, i, ctypes.byref(o)) != SUCCESS:
+                raise OSError(f"kvgen_op_option({self.name}, {i}): "
+                              f"{last_error()}")
+            self.options.append(Option(o))
+        fields = [(a.name, _ARG_TYPES[a.type]) for a in self.args]
+        self.args_struct = type(self.args_type, (ctypes.Structure,),
+                                {"_fields_": fields,
+                                 "__doc__": f"{self.args_type} "
+                                            "(kvgen/Ops.def)"})
+        # The C layout and ctypes' must agree field by field.
+        for a in self.args:
+            f = getattr(self.args_struct, a.name)
+            if f.offset != a.offset or f.size != a.size:
+                raise OSError(f"{self.args_type}.{a.name}: ctypes puts it at "
+                              f"{f.offset} ({f.size} bytes), the library at "
+                              f"{a.offset} ({a.size} bytes)")
+        if ctypes.sizeof(self.args_struct) != self.args_size:
+            raise OSError(f"{self.args_type}: ctypes size "
+                          f"{ctypes.sizeof(self.args_struct)}, library size "
+                          f"{self.args_size}")
+
+    def arg(self, name):
+        for a in self.args:
+            if a.name == name:
+                return a
+        return None
+
+    def option(self, name):
+        for o in self.options:
+            if o.name == name:
+                return o
+        return None
+
+    def __repr__(self):
+        return f"<kvgen op {self.name} ({self.id})>"
+
+
+_ops = None
+
+
+def ops():
+    """{name: Op} for every op of the loaded library, in table order."""
+    global _ops
+    with _lock:
+        if _ops is not None:
+            return _ops
+    L = lib()
+    table = {}
+    for i in range(L.kvgen_op_count()):
+        info = OpInfo()
+        if L.kvgen_op_info_at(i, ctypes.byref(info)) != SUCCESS:
+            raise OSError(f"kvgen_op_info_at({i}): {last_error()}")
+        op = Op(info)
+        table[op.name] = op
+    with _lock:
+        _ops = table
+    return table
+
+
+def op(name):
+    """The Op named `name`; ValueError listing the ops otherwise."""
+    table = ops()
+    if name not in table:
+        raise ValueError(f"op {name!r} must be one of {', '.join(table)}")
+    return table[name]
+
+
+def op_by_id(op_id):
+    for o in ops().values():
+        if o.id == op_id:
+            return o
+    raise ValueError(f"unknown op id {op_id}")
+
+
+def args_struct(name):
+    """The ctypes.Structure of op `name`'s arguments (kvgen_<name>_args)."""
+    return op(name).args_struct

@@ -10,46 +10,6 @@
 
 namespace kvgen {
 
-const char *toString(KernelOp op) {
-  return op == KernelOp::Gather ? "gather" : "reshape_and_cache";
-}
-const char *toString(SlotType t) { return t == SlotType::I32 ? "i32" : "i64"; }
-std::optional<KernelOp> parseKernelOp(const std::string &s) {
-  if (s == "reshape_and_cache")
-    return KernelOp::ReshapeAndCache;
-  if (s == "gather")
-    return KernelOp::Gather;
-  return std::nullopt;
-}
-std::optional<SlotType> parseSlotType(const std::string &s) {
-  if (s == "i32")
-    return SlotType::I32;
-  if (s == "i64")
-    return SlotType::I64;
-  return std::nullopt;
-}
-
-std::string KernelSpec::key() const {
-  return fmt::format("op={}; layout={}; io={}; slot={}; checked={}; "
-                     "dequantize={}",
-                     toString(op), toString(layout), toString(ioType),
-                     toString(slotType), int(checked), int(dequantize));
-}
-
-std::optional<std::string> KernelSpec::validate() const {
-  if (std::optional<std::string> err = layout.validate())
-    return "layout: " + *err;
-  bool wide =
-      ioType == DType::BF16 || ioType == DType::F16 || ioType == DType::F32;
-  if (!wide && ioType != layout.dtype)
-    return fmt::format("io_dtype {} must be bf16, f16, f32 or the cache "
-                       "dtype {}",
-                       toString(ioType), toString(layout.dtype));
-  if (dequantize && op != KernelOp::Gather)
-    return std::string("dequantize applies to gather only");
-  return std::nullopt;
-}
-
 namespace {
 bool isIdentifier(const std::string &s) {
   if (s.empty() || (s[0] >= '0' && s[0] <= '9'))
@@ -90,12 +50,6 @@ bool parseNonNegative(const std::string &s, int *out) {
 bool parsePositive(const std::string &s, int *out) {
   return parseNonNegative(s, out) && *out > 0;
 }
-bool parseBool(const std::string &s, bool *out) {
-  if (s != "0" && s != "1")
-    return false;
-  *out = s == "1";
-  return true;
-}
 } // namespace
 
 std::optional<std::string> validateEntry(const KernelEntry &e) {
@@ -132,17 +86,17 @@ std::optional<std::string> validateEntry(const KernelEntry &e) {
 }
 
 std::string formatManifest(const std::vector<KernelEntry> &entries) {
-  std::string out = fmt::format("kvgen-bundle {}\n", kManifestVersion);
+  std::string out = fmt::format("kvgen-bundle {}\nabi = {}\n",
+                                kManifestVersion, kernelAbiHash());
   for (const KernelEntry &e : entries) {
+    const OpDesc &op = opDesc(e.spec.op);
     out += "[kernel]\n";
     out += fmt::format("name = {}\n", e.name);
-    out += fmt::format("op = {}\n", toString(e.spec.op));
+    out += fmt::format("op = {}\n", op.name);
     out += fmt::format("target = {}\n", e.target);
     out += fmt::format("layout = {}\n", toString(e.spec.layout));
-    out += fmt::format("io_dtype = {}\n", toString(e.spec.ioType));
-    out += fmt::format("slot_dtype = {}\n", toString(e.spec.slotType));
-    out += fmt::format("checked = {}\n", int(e.spec.checked));
-    out += fmt::format("dequantize = {}\n", int(e.spec.dequantize));
+    for (size_t i = 0; i < op.numOptions; ++i)
+      out += fmt::format("{} = {}\n", op.options[i].name, e.spec.options[i]);
     out += fmt::format("threads = {}\n", e.geometry.threads);
     out += fmt::format("tokens_per_cta = {}\n", e.geometry.tokensPerCta);
     if (e.geometry.smallMaxTokens > 0) {
@@ -157,15 +111,17 @@ std::string formatManifest(const std::vector<KernelEntry> &entries) {
 
 bool parseManifest(const std::string &text, std::vector<KernelEntry> *entries,
                    std::string *error) {
-  static const char *const kKeys[] = {
-      "name",         "op",      "target",     "layout",  "io_dtype",
-      "slot_dtype",   "checked", "dequantize", "threads", "tokens_per_cta",
-      "vector_bytes", "source"};
+  static const char *const kKeys[] = {"name",    "op",           "target",
+                                      "layout",  "threads",      "tokens_per_cta",
+                                      "vector_bytes", "source"};
   std::vector<KernelEntry> out;
   std::set<std::string> seen; // keys of the current entry
   std::set<std::pair<std::string, std::string>> names;
   int lineNo = 0, entryLine = 0;
-  bool sawHeader = false;
+  bool sawHeader = false, sawAbi = false;
+  // The current entry's options until its op and layout are known.
+  std::vector<std::pair<std::string, int>> pendingOptions;
+  std::vector<std::string> pendingValues;
   auto fail = [&](int line, const std::string &msg) {
     if (error)
       *error = fmt::format("manifest line {}: {}", line, msg);
@@ -177,12 +133,25 @@ bool parseManifest(const std::string &text, std::vector<KernelEntry> *entries,
     for (const char *k : kKeys)
       if (!seen.count(k))
         return fail(entryLine, fmt::format("kernel entry lacks '{}'", k));
-    if (std::optional<std::string> err = validateEntry(out.back()))
+    KernelEntry &e = out.back();
+    const OpDesc &op = opDesc(e.spec.op);
+    KernelSpec spec = KernelSpec::make(e.spec.op, e.spec.layout);
+    for (size_t i = 0; i < pendingOptions.size(); ++i)
+      if (std::optional<std::string> err =
+              spec.set(pendingOptions[i].first, pendingValues[i]))
+        return fail(pendingOptions[i].second, err->c_str());
+    for (size_t i = 0; i < op.numOptions; ++i)
+      if (!seen.count(op.options[i].name))
+        return fail(entryLine, fmt::format("kernel entry of op {} lacks its "
+                                           "option '{}'",
+                                           op.name, op.options[i].name));
+    e.spec = spec;
+    if (std::optional<std::string> err = validateEntry(e))
       return fail(entryLine, *err);
-    if (!names.insert({out.back().name, out.back().target}).second)
+    if (!names.insert({e.name, e.target}).second)
       return fail(entryLine, fmt::format("kernel '{}' for target '{}' listed "
                                          "twice",
-                                         out.back().name, out.back().target));
+                                         e.name, e.target));
     return true;
   };
   size_t pos = 0;
@@ -200,16 +169,33 @@ bool parseManifest(const std::string &text, std::vector<KernelEntry> *entries,
       std::string v = trim(line.substr(13));
       if (v != std::to_string(kManifestVersion))
         return fail(lineNo, fmt::format("unsupported manifest version '{}' "
-                                        "(this runtime reads {})",
+                                        "(this runtime reads {}; re-emit the "
+                                        "bundle with this kvgen)",
                                         v, kManifestVersion));
       sawHeader = true;
       continue;
     }
+    if (out.empty() && line.find('=') != std::string::npos &&
+        trim(line.substr(0, line.find('='))) == "abi") {
+      std::string abi = trim(line.substr(line.find('=') + 1));
+      if (abi != kernelAbiHash())
+        return fail(lineNo, fmt::format("the bundle's kernels were emitted "
+                                        "for kernel ABI {}, this runtime's "
+                                        "is {} (re-emit the bundle with "
+                                        "this kvgen)",
+                                        abi, kernelAbiHash()));
+      sawAbi = true;
+      continue;
+    }
     if (line == "[kernel]") {
+      if (!sawAbi)
+        return fail(lineNo, "no 'abi = ...' line before the first [kernel]");
       if (!finishEntry())
         return false;
       out.emplace_back();
       seen.clear();
+      pendingOptions.clear();
+      pendingValues.clear();
       entryLine = lineNo;
       continue;
     }
@@ -230,10 +216,10 @@ bool parseManifest(const std::string &text, std::vector<KernelEntry> *entries,
     if (key == "name") {
       e.name = value;
     } else if (key == "op") {
-      std::optional<KernelOp> op = parseKernelOp(value);
+      const OpDesc *op = findOp(value);
       if (!op)
         return bad();
-      e.spec.op = *op;
+      e.spec.op = op->op;
     } else if (key == "target") {
       e.target = value;
     } else if (key == "layout") {
@@ -242,22 +228,6 @@ bool parseManifest(const std::string &text, std::vector<KernelEntry> *entries,
       if (!l)
         return fail(lineNo, "layout: " + err);
       e.spec.layout = *l;
-    } else if (key == "io_dtype") {
-      std::optional<DType> t = parseDType(value);
-      if (!t)
-        return bad();
-      e.spec.ioType = *t;
-    } else if (key == "slot_dtype") {
-      std::optional<SlotType> t = parseSlotType(value);
-      if (!t)
-        return bad();
-      e.spec.slotType = *t;
-    } else if (key == "checked") {
-      if (!parseBool(value, &e.spec.checked))
-        return bad();
-    } else if (key == "dequantize") {
-      if (!parseBool(value, &e.spec.dequantize))
-        return bad();
     } else if (key == "threads") {
       if (!parsePositive(value, &e.geometry.threads))
         return bad();
@@ -276,11 +246,24 @@ bool parseManifest(const std::string &text, std::vector<KernelEntry> *entries,
     } else if (key == "source") {
       e.source = value;
     } else {
-      return fail(lineNo, fmt::format("unknown key '{}'", key));
+      // An option of the entry's op (Ops.def); which op is known only once
+      // its `op` line was read, so options are applied at the entry's end.
+      if (!seen.count("op"))
+        return fail(lineNo, fmt::format("unknown key '{}' (op options follow "
+                                        "the 'op' line)",
+                                        key));
+      if (!opDesc(e.spec.op).option(key))
+        return fail(lineNo, fmt::format("unknown key '{}' (not an option of "
+                                        "op {})",
+                                        key, opDesc(e.spec.op).name));
+      pendingOptions.emplace_back(key, lineNo);
+      pendingValues.push_back(value);
     }
   }
   if (!sawHeader)
     return fail(lineNo, "empty manifest (no 'kvgen-bundle' line)");
+  if (!sawAbi)
+    return fail(lineNo, "no 'abi = ...' line after the 'kvgen-bundle' line");
   if (!finishEntry())
     return false;
   *entries = std::move(out);

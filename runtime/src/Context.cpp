@@ -9,8 +9,6 @@
 #include "kvgen/Target.h"
 #include "kvgen/kvgen.h"
 
-#include "KernelAbiText.h"
-
 #include <fmt/format.h>
 
 #include <atomic>
@@ -88,25 +86,20 @@ std::optional<Vendor> backendVendor(kvgen_backend b) {
 // A by-spec lookup key made of views, so that a hit allocates nothing.
 struct SpecRef {
   int op;
-  std::string_view layout, io, slot;
-  int checked, dequantize;
+  std::string_view layout, options;
   bool operator==(const SpecRef &o) const {
-    return op == o.op && checked == o.checked && dequantize == o.dequantize &&
-           layout == o.layout && io == o.io && slot == o.slot;
+    return op == o.op && layout == o.layout && options == o.options;
   }
 };
 struct SpecRefHash {
   size_t operator()(const SpecRef &r) const {
     std::hash<std::string_view> h;
-    size_t x = h(r.layout);
-    x = x * 31 + h(r.io);
-    x = x * 31 + h(r.slot);
-    return x * 31 + size_t(r.op * 4 + r.checked * 2 + r.dequantize);
+    return (h(r.layout) * 31 + h(r.options)) * 31 + size_t(r.op);
   }
 };
 // Owned storage of a SpecRef.
 struct SpecAlias {
-  std::string layout, io, slot;
+  std::string layout, options;
 };
 
 struct BundleItem {
@@ -118,6 +111,7 @@ struct BundleItem {
 struct kvgen_kernel_s {
   KernelEntry entry;
   std::string layoutText;
+  std::string optionsText;
   std::unique_ptr<LoadedModule> module; // null on compile-only contexts
   StrideMemo memo;
 };
@@ -254,6 +248,7 @@ Status kvgen_context_s::obtain(const KernelEntry &e, const std::string &source,
   auto k = std::make_unique<kvgen_kernel_s>();
   k->entry = e;
   k->layoutText = toString(e.spec.layout);
+  k->optionsText = e.spec.optionsText();
   std::string binary;
   bool fromDisk = false;
   Status st = getBinary(e, source, key, false, &binary, &fromDisk);
@@ -343,7 +338,58 @@ const char *kvgen_status_string(kvgen_status s) {
 }
 
 const char *kvgen_version(void) { return KVGEN_VERSION_STRING; }
-const char *kvgen_kernel_abi_source(void) { return kKernelAbiText; }
+const char *kvgen_kernel_abi_source(void) {
+  static const std::string text = formatKernelAbi();
+  return text.c_str();
+}
+
+int kvgen_op_count(void) { return int(allOps().size()); }
+
+kvgen_status kvgen_op_info_at(int index, kvgen_op_info *out) {
+  if (!out || index < 0 || size_t(index) >= allOps().size())
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                fmt::format("kvgen_op_info_at: out is NULL or index {} is not "
+                            "in [0, {})",
+                            index, allOps().size()));
+  const OpDesc &d = allOps()[size_t(index)];
+  *out = {kvgen_op(int(d.op)), d.name,           d.argsType,
+          d.workFrom,          uint64_t(d.argsSize), int(d.numArgs),
+          int(d.numOptions),   d.doc};
+  return succeed();
+}
+
+static const OpDesc *opOf(kvgen_op op) {
+  for (const OpDesc &d : allOps())
+    if (int(d.op) == int(op))
+      return &d;
+  return nullptr;
+}
+
+kvgen_status kvgen_op_arg(kvgen_op op, int index, kvgen_arg_info *out) {
+  const OpDesc *d = opOf(op);
+  if (!out || !d || index < 0 || size_t(index) >= d->numArgs)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                fmt::format("kvgen_op_arg: out is NULL, op {} unknown or "
+                            "index {} out of range",
+                            int(op), index));
+  const ArgDesc &a = d->args[index];
+  *out = {a.name,          toString(a.type), toString(a.role),
+          a.which,         toString(a.need), uint64_t(a.offset),
+          uint64_t(a.size), a.doc};
+  return succeed();
+}
+
+kvgen_status kvgen_op_option(kvgen_op op, int index, kvgen_option_info *out) {
+  const OpDesc *d = opOf(op);
+  if (!out || !d || index < 0 || size_t(index) >= d->numOptions)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                fmt::format("kvgen_op_option: out is NULL, op {} unknown or "
+                            "index {} out of range",
+                            int(op), index));
+  const OptionDesc &o = d->options[index];
+  *out = {o.name, toString(o.kind), o.defaultValue, o.doc};
+  return succeed();
+}
 
 static kvgen_status makeContext(std::unique_ptr<Backend> backend,
                                 kvgen_context *out) {
@@ -624,12 +670,11 @@ kvgen_status kvgen_context_get_kernel(kvgen_context ctx, const char *name,
 kvgen_status kvgen_context_get_kernel_by_spec(kvgen_context ctx,
                                               const kvgen_kernel_spec *spec,
                                               kvgen_kernel *out) {
-  if (!ctx || !spec || !out || !spec->layout || !spec->io_dtype ||
-      !spec->slot_dtype)
+  if (!ctx || !spec || !out || !spec->layout)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT,
-                "ctx, spec, out or a spec string is NULL");
-  SpecRef ref{int(spec->op),    spec->layout,       spec->io_dtype,
-              spec->slot_dtype, spec->checked != 0, spec->dequantize != 0};
+                "ctx, spec, out or spec->layout is NULL");
+  const char *options = spec->options ? spec->options : "";
+  SpecRef ref{int(spec->op), spec->layout, options};
   {
     std::lock_guard<std::mutex> g(ctx->mutex);
     auto it = ctx->bySpec.find(ref);
@@ -640,31 +685,29 @@ kvgen_status kvgen_context_get_kernel_by_spec(kvgen_context ctx,
     }
   }
   // Slow path: parse into a canonical spec.
-  KernelSpec ks;
-  if (spec->op != KVGEN_OP_RESHAPE_AND_CACHE && spec->op != KVGEN_OP_GATHER)
+  const OpDesc *op = opOf(spec->op);
+  if (!op)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT,
                 fmt::format("unknown op {}", int(spec->op)));
-  ks.op = spec->op == KVGEN_OP_GATHER ? KernelOp::Gather
-                                      : KernelOp::ReshapeAndCache;
   std::string err;
   std::optional<LayoutDesc> layout = parseLayout(spec->layout, &err);
   if (!layout)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT, "layout: " + err);
-  ks.layout = *layout;
-  std::optional<DType> io = parseDType(spec->io_dtype);
-  std::optional<SlotType> slot = parseSlotType(spec->slot_dtype);
-  if (!io || !slot)
-    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
-                fmt::format("bad io_dtype '{}' or slot_dtype '{}'",
-                            spec->io_dtype, spec->slot_dtype));
-  ks.ioType = *io;
-  ks.slotType = *slot;
-  ks.checked = spec->checked != 0;
-  ks.dequantize = spec->dequantize != 0;
+  std::optional<KernelSpec> parsed =
+      KernelSpec::parse(op->op, *layout, options, &err);
+  if (!parsed)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT, "options: " + err);
+  const KernelSpec &ks = *parsed;
   if (std::optional<std::string> verr = ks.validate())
     return fail(KVGEN_ERROR_INVALID_ARGUMENT, *verr);
   std::string canonical = ks.key();
 
+  auto remember = [&](kvgen_kernel k) {
+    // Under ctx->mutex: this spelling of the spec now finds k directly.
+    ctx->specAliases.push_back({spec->layout, options});
+    const SpecAlias &a = ctx->specAliases.back();
+    ctx->bySpec.emplace(SpecRef{ref.op, a.layout, a.options}, k);
+  };
   kvgen_kernel k = nullptr;
   kvgen_status status = KVGEN_ERROR_NOT_FOUND;
   BundleItem item;
@@ -675,12 +718,7 @@ kvgen_status kvgen_context_get_kernel_by_spec(kvgen_context ctx,
     if (it != ctx->byCanonicalSpec.end()) {
       // The same spec spelled differently: remember this spelling too.
       ++ctx->memoryHits;
-      ctx->specAliases.push_back(
-          {spec->layout, spec->io_dtype, spec->slot_dtype});
-      const SpecAlias &a = ctx->specAliases.back();
-      ctx->bySpec.emplace(
-          SpecRef{ref.op, a.layout, a.io, a.slot, ref.checked, ref.dequantize},
-          it->second);
+      remember(it->second);
       *out = it->second;
       return succeed();
     }
@@ -725,10 +763,7 @@ kvgen_status kvgen_context_get_kernel_by_spec(kvgen_context ctx,
     return status;
   std::lock_guard<std::mutex> g(ctx->mutex);
   ctx->byCanonicalSpec.emplace(canonical, k);
-  ctx->specAliases.push_back({spec->layout, spec->io_dtype, spec->slot_dtype});
-  const SpecAlias &a = ctx->specAliases.back();
-  ctx->bySpec.emplace(
-      SpecRef{ref.op, a.layout, a.io, a.slot, ref.checked, ref.dequantize}, k);
+  remember(k);
   *out = k;
   return succeed();
 }
@@ -737,8 +772,10 @@ const char *kvgen_kernel_name(kvgen_kernel k) {
   return k ? k->entry.name.c_str() : "";
 }
 kvgen_op kvgen_kernel_op(kvgen_kernel k) {
-  return k && k->entry.spec.op == KernelOp::Gather ? KVGEN_OP_GATHER
-                                                   : KVGEN_OP_RESHAPE_AND_CACHE;
+  return kvgen_op(k ? int(k->entry.spec.op) : 0);
+}
+const char *kvgen_kernel_options(kvgen_kernel k) {
+  return k ? k->optionsText.c_str() : "";
 }
 const char *kvgen_kernel_layout(kvgen_kernel k) {
   return k ? k->layoutText.c_str() : "";
@@ -749,18 +786,17 @@ int kvgen_kernel_vector_bytes(kvgen_kernel k) {
 
 } // extern "C"
 
-template <typename Args>
-static kvgen_status launchKernel(kvgen_kernel k, const Args *args,
-                                 uint64_t keyBytes, uint64_t valueBytes,
-                                 void *stream) {
+extern "C" {
+
+kvgen_status kvgen_launch(kvgen_kernel k, const void *args, uint64_t argsSize,
+                          void *stream) {
   if (!k || !args)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT, "kernel or args is NULL");
-  bool launch = false;
-  Status st =
-      validateLaunch(k->entry, *args, keyBytes, valueBytes, &k->memo, &launch);
+  int64_t work = 0;
+  Status st = validateLaunch(k->entry, args, argsSize, &k->memo, &work);
   if (!st.isOk())
     return report(st);
-  if (!launch)
+  if (work == 0)
     return succeed();
   if (!k->module)
     return fail(KVGEN_ERROR_COMPILE_ONLY,
@@ -768,28 +804,27 @@ static kvgen_status launchKernel(kvgen_kernel k, const Args *args,
                             k->entry.name));
   int64_t grid = 0;
   int block = 0;
-  launchShape(k->entry.geometry, args->num_tokens, &grid, &block);
+  launchShape(k->entry.geometry, work, &grid, &block);
   if (grid > INT32_MAX)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT,
-                fmt::format("num_tokens = {} needs {} CTAs, more than "
-                            "grid.x allows",
-                            args->num_tokens, grid));
-  return report(k->module->launch(args, sizeof(Args), uint32_t(grid),
+                fmt::format("{} work items need {} CTAs, more than grid.x "
+                            "allows",
+                            work, grid));
+  return report(k->module->launch(args, size_t(argsSize), uint32_t(grid),
                                   uint32_t(block), stream));
 }
 
-extern "C" {
-
-kvgen_status kvgen_launch_reshape_and_cache(
-    kvgen_kernel k, const kvgen_reshape_and_cache_args *args,
-    uint64_t key_cache_bytes, uint64_t value_cache_bytes, void *stream) {
-  return launchKernel(k, args, key_cache_bytes, value_cache_bytes, stream);
-}
-
-kvgen_status kvgen_launch_gather(kvgen_kernel k, const kvgen_gather_args *args,
-                                 uint64_t key_cache_bytes,
-                                 uint64_t value_cache_bytes, void *stream) {
-  return launchKernel(k, args, key_cache_bytes, value_cache_bytes, stream);
-}
+// The typed entries: the op check, then kvgen_launch.
+#define KVGEN_OP(NAME, UPPER, CAMEL, ID, WORK_FROM, DOC)                       \
+  kvgen_status kvgen_launch_##NAME(                                            \
+      kvgen_kernel k, const kvgen_##NAME##_args *args, void *stream) {         \
+    if (k && k->entry.spec.op != KernelOp::CAMEL)                              \
+      return fail(KVGEN_ERROR_INVALID_ARGUMENT,                                \
+                  fmt::format("kernel '{}' is a {} kernel, launched as {}",    \
+                              k->entry.name, opDesc(k->entry.spec.op).name,    \
+                              #NAME));                                         \
+    return kvgen_launch(k, args, sizeof(*args), stream);                       \
+  }
+#include "kvgen/Ops.def"
 
 } // extern "C"

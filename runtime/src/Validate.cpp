@@ -1,25 +1,19 @@
 //===- Validate.cpp - Launch argument checks ------------------------------===//
+//
+// One check for every op: each field of the op's argument struct is read at
+// its offset and checked by its role (kvgen/Ops.def). An op added to the
+// table gets these checks without code here.
+//
+//===----------------------------------------------------------------------===//
 #include "Validate.h"
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 namespace kvgen {
 namespace rt {
 namespace {
-
-// What both ops share, with the op's names for its tensors.
-struct Common {
-  const char *op;
-  int64_t numTokens, numBlocks;
-  const void *keyCache, *valueCache, *slots;
-  const float *kScale, *vScale;
-  const int32_t *errorFlag;
-  const int64_t *kStrides, *vStrides;
-  // The dense io tensors: names and pointers.
-  const char *ioKName, *ioVName;
-  const void *ioK, *ioV;
-  bool needScales;
-};
 
 Status invalid(const std::string &m) {
   return Status::error(KVGEN_ERROR_INVALID_ARGUMENT, m);
@@ -37,7 +31,21 @@ Status checkAligned(const char *op, const char *name, const void *p,
   return Status::ok();
 }
 
-// extentBytes of `side` with overflow detection: std::nullopt on overflow.
+/// Reads the field `a` of the struct at `args`.
+template <class T> T field(const void *args, const ArgDesc &a) {
+  T v;
+  std::memcpy(&v, static_cast<const char *>(args) + a.offset, sizeof(T));
+  return v;
+}
+const void *pointerField(const void *args, const ArgDesc &a) {
+  return field<const void *>(args, a);
+}
+const int64_t *stridesField(const void *args, const ArgDesc &a) {
+  return reinterpret_cast<const int64_t *>(static_cast<const char *>(args) +
+                                           a.offset);
+}
+
+/// extentBytes of `side` with overflow detection: std::nullopt on overflow.
 std::optional<int64_t> safeExtentBytes(const LayoutDesc &l, Side side,
                                        int64_t numBlocks, const int64_t *dyn) {
   SideMap m = l.map(side, dyn);
@@ -50,186 +58,202 @@ std::optional<int64_t> safeExtentBytes(const LayoutDesc &l, Side side,
   return l.extentBytes(side, numBlocks, dyn);
 }
 
-Status validateCommon(const KernelEntry &e, const Common &c,
-                      uint64_t keyCacheBytes, uint64_t valueCacheBytes,
-                      StrideMemo *memo, bool *launch) {
+const char *sideName(Side s) { return s == Side::K ? "K" : "V"; }
+
+} // namespace
+
+Status validateLaunch(const KernelEntry &e, const void *args,
+                      uint64_t argsSize, StrideMemo *memo, int64_t *work) {
+  *work = 0;
   const KernelSpec &s = e.spec;
+  const OpDesc &op = opDesc(s.op);
   const LayoutDesc &l = s.layout;
-  bool packed = l.packing == Packing::Packed;
-  *launch = false;
-  if (c.numTokens < 0)
-    return invalid(
-        fmt::format("{}: num_tokens = {} must be >= 0", c.op, c.numTokens));
-  if (c.numTokens == 0)
+  const bool packed = l.packing == Packing::Packed;
+  if (!args)
+    return invalid(fmt::format("{}: args is NULL", op.name));
+  if (argsSize != op.argsSize)
+    return invalid(fmt::format("{}: args_size = {} but {} is {} bytes",
+                               op.name, argsSize, op.argsType, op.argsSize));
+  const ArgDesc *end = op.args + op.numArgs;
+
+  // The work count and the blocks of each cache set.
+  int64_t numBlocks[2] = {0, 0};
+  for (const ArgDesc *a = op.args; a != end; ++a) {
+    if (a->role == ArgRole::Work) {
+      *work = field<int64_t>(args, *a);
+      if (*work < 0)
+        return invalid(fmt::format("{}: {} = {} must be >= 0", op.name,
+                                   a->name, *work));
+    }
+  }
+  if (*work == 0)
     return Status::ok();
-  if (c.numBlocks <= 0)
-    return invalid(
-        fmt::format("{}: num_blocks = {} must be > 0", c.op, c.numBlocks));
+  for (const ArgDesc *a = op.args; a != end; ++a) {
+    if (a->role != ArgRole::NumBlocks)
+      continue;
+    int64_t n = field<int64_t>(args, *a);
+    if (n <= 0)
+      return invalid(
+          fmt::format("{}: {} = {} must be > 0", op.name, a->name, n));
+    numBlocks[a->which & 1] = n;
+  }
+
+  // Required pointers.
+  const bool scaled = l.scale != ScaleKind::None;
   const std::string scaleWhy =
       fmt::format(" but the layout has scale = {}", toString(l.scale));
-  struct Ptr {
-    const char *name;
-    const void *p;
-    bool required;
-    const char *why;
-  } ptrs[] = {
-      {c.ioKName, c.ioK, true, ""},
-      {c.ioVName, c.ioV, true, ""},
-      {"key_cache", c.keyCache, true, ""},
-      {"value_cache", c.valueCache, !packed, " but the layout is separate"},
-      {"slot_mapping", c.slots, true, ""},
-      {"k_scale", c.kScale, c.needScales, scaleWhy.c_str()},
-      {"v_scale", c.vScale, c.needScales, scaleWhy.c_str()},
-      {"error_flag", c.errorFlag, s.checked, " but the kernel is checked"},
-  };
-  for (const Ptr &p : ptrs)
-    if (p.required && !p.p)
-      return invalid(fmt::format("{}: '{}' is NULL{}", c.op, p.name, p.why));
-  // Alignment.
-  int64_t vec = e.geometry.vectorBytes;
-  Status st;
-  if (!(st = checkAligned(c.op, "key_cache", c.keyCache, vec)).isOk())
-    return st;
-  if (!packed &&
-      !(st = checkAligned(c.op, "value_cache", c.valueCache, vec)).isOk())
-    return st;
-  int64_t io = elementSize(s.ioType);
-  if (!(st = checkAligned(c.op, c.ioKName, c.ioK, io)).isOk() ||
-      !(st = checkAligned(c.op, c.ioVName, c.ioV, io)).isOk() ||
-      !(st = checkAligned(c.op, "slot_mapping", c.slots, slotSize(s.slotType)))
-           .isOk())
-    return st;
-  if (c.kScale && !(st = checkAligned(c.op, "k_scale", c.kScale, 4)).isOk())
-    return st;
-  if (c.vScale && !(st = checkAligned(c.op, "v_scale", c.vScale, 4)).isOk())
-    return st;
-  if (c.errorFlag &&
-      !(st = checkAligned(c.op, "error_flag", c.errorFlag, 4)).isOk())
-    return st;
+  for (const ArgDesc *a = op.args; a != end; ++a) {
+    const void *p = nullptr;
+    if (a->type == ArgType::Ptr || a->type == ArgType::MutPtr ||
+        a->type == ArgType::F32Ptr || a->type == ArgType::I32Ptr)
+      p = pointerField(args, *a);
+    else
+      continue;
+    bool required = false;
+    std::string why;
+    switch (a->need) {
+    case ArgNeed::Always:
+      required = true;
+      break;
+    case ArgNeed::Separate:
+      required = !packed;
+      why = " but the layout is separate";
+      break;
+    case ArgNeed::Scaled:
+      required = scaled;
+      why = scaleWhy;
+      break;
+    case ArgNeed::Dequant:
+      required = scaled && s.flag("dequantize");
+      why = scaleWhy;
+      break;
+    case ArgNeed::Checked:
+      required = s.flag("checked");
+      why = " but the kernel is checked";
+      break;
+    case ArgNeed::Never:
+      break;
+    }
+    if (required && !p)
+      return invalid(fmt::format("{}: '{}' is NULL{}", op.name, a->name, why));
+  }
+
+  // Alignment of what is there.
+  const int64_t ioSize = s.dtype("io") ? elementSize(*s.dtype("io")) : 1;
+  const int64_t slotSize = s.option("slots") == "i32" ? 4 : 8;
+  for (const ArgDesc *a = op.args; a != end; ++a) {
+    int64_t align = 0;
+    switch (a->role) {
+    case ArgRole::Cache:
+      // A packed layout keeps V in the first tensor; the second is unused.
+      align = (packed && (a->which & 1)) ? 0 : e.geometry.vectorBytes;
+      break;
+    case ArgRole::Rows:
+      align = ioSize;
+      break;
+    case ArgRole::Slots:
+      align = slotSize;
+      break;
+    case ArgRole::IndexI64:
+      align = 8;
+      break;
+    case ArgRole::Scale:
+    case ArgRole::ErrorFlag:
+      align = 4;
+      break;
+    default:
+      break;
+    }
+    if (align == 0)
+      continue;
+    const void *p = pointerField(args, *a);
+    if (!p)
+      continue;
+    Status st = checkAligned(op.name, a->name, p, align);
+    if (!st.isOk())
+      return st;
+  }
+
   // Dynamic strides: the actual strides must form a valid layout.
+  const int64_t *dyn[2] = {nullptr, nullptr};
+  for (const ArgDesc *a = op.args; a != end; ++a)
+    if (a->role == ArgRole::CacheStrides && a->which >= 0 && a->which < 2)
+      dyn[a->which] = stridesField(args, *a);
+  static const int64_t kNone[3] = {0, 0, 0};
+  for (const int64_t *&d : dyn)
+    if (!d)
+      d = kNone;
   Strides k = l.strides(Side::K), v = l.strides(Side::V);
   if (k.anyDynamic() || v.anyDynamic()) {
-    auto fill = [](Strides st, const int64_t *dyn) {
+    auto fill = [](Strides st, const int64_t *d) {
       if (st.block == kDynamic)
-        st.block = dyn[0];
+        st.block = d[0];
       if (st.token == kDynamic)
-        st.token = dyn[1];
+        st.token = d[1];
       if (st.head == kDynamic)
-        st.head = dyn[2];
+        st.head = d[2];
       return st;
     };
-    Strides ak = fill(k, c.kStrides), av = fill(v, c.vStrides);
+    Strides ak = fill(k, dyn[0]), av = fill(v, dyn[1]);
     bool known = false;
     if (memo) {
       std::lock_guard<std::mutex> g(memo->mutex);
-      known = memo->valid && memo->k == ak && memo->v == av;
+      known = memo->valid && memo->strides.size() == 2 &&
+              memo->strides[0] == ak && memo->strides[1] == av;
     }
     std::optional<std::string> err;
     if (!known && !(err = l.validateStrides(ak, av)) && memo) {
       std::lock_guard<std::mutex> g(memo->mutex);
-      memo->k = ak;
-      memo->v = av;
+      memo->strides = {ak, av};
       memo->valid = true;
     }
     if (err)
       return invalid(fmt::format(
           "{}: cache strides k_cache_strides = [{}, {}, {}], v_cache_strides "
           "= [{}, {}, {}] are invalid for layout ({}): {}",
-          c.op, ak.block, ak.token, ak.head, av.block, av.token, av.head,
+          op.name, ak.block, ak.token, ak.head, av.block, av.token, av.head,
           toString(l), *err));
   }
-  // Extents.
-  std::optional<int64_t> kExt =
-      safeExtentBytes(l, Side::K, c.numBlocks, c.kStrides);
-  std::optional<int64_t> vExt =
-      safeExtentBytes(l, Side::V, c.numBlocks, c.vStrides);
-  if (!kExt || !vExt)
-    return Status::error(KVGEN_ERROR_OUT_OF_BOUNDS,
-                         fmt::format("{}: the cache extent for num_blocks = "
-                                     "{} overflows 64 bits",
-                                     c.op, c.numBlocks));
-  auto tooSmall = [&](const char *what, const char *buf, int64_t need,
-                      uint64_t have) {
-    return Status::error(
-        KVGEN_ERROR_OUT_OF_BOUNDS,
-        fmt::format("{}: {} of layout ({}) spans {} bytes for num_blocks = "
-                    "{}, but {}_bytes = {} ({} bytes short)",
-                    c.op, what, toString(l), need, c.numBlocks, buf, have,
-                    uint64_t(need) - have));
-  };
-  if (uint64_t(*kExt) > keyCacheBytes)
-    return tooSmall("K", "key_cache", *kExt, keyCacheBytes);
-  if (packed) {
-    if (uint64_t(*vExt) > keyCacheBytes)
-      return tooSmall("V (packed in key_cache)", "key_cache", *vExt,
-                      keyCacheBytes);
-  } else if (uint64_t(*vExt) > valueCacheBytes) {
-    return tooSmall("V", "value_cache", *vExt, valueCacheBytes);
+
+  // Extents: each cache tensor holds its components' rows for its set's
+  // num_blocks.
+  for (const ArgDesc *a = op.args; a != end; ++a) {
+    if (a->role != ArgRole::Cache)
+      continue;
+    const int tensor = a->which & 1, set = a->which >> 1;
+    if (packed && tensor == 1)
+      continue;
+    std::string bytesName = std::string(a->name) + "_bytes";
+    const ArgDesc *bytesField = op.arg(bytesName);
+    if (!bytesField)
+      continue; // an op without a size for this cache (none today)
+    const uint64_t have = field<uint64_t>(args, *bytesField);
+    const int64_t nb = numBlocks[set];
+    for (Side side : {Side::K, Side::V}) {
+      if (!packed && int(side) != tensor)
+        continue;
+      const int64_t *d = dyn[int(side)];
+      std::optional<int64_t> ext = safeExtentBytes(l, side, nb, d);
+      if (!ext)
+        return Status::error(KVGEN_ERROR_OUT_OF_BOUNDS,
+                             fmt::format("{}: the cache extent for "
+                                         "num_blocks = {} overflows 64 bits",
+                                         op.name, nb));
+      if (uint64_t(*ext) > have) {
+        std::string what =
+            packed && side == Side::V
+                ? fmt::format("V (packed in {})", a->name)
+                : std::string(sideName(side));
+        return Status::error(
+            KVGEN_ERROR_OUT_OF_BOUNDS,
+            fmt::format("{}: {} of layout ({}) spans {} bytes for num_blocks "
+                        "= {}, but {} = {} ({} bytes short)",
+                        op.name, what, toString(l), *ext, nb, bytesName, have,
+                        uint64_t(*ext) - have));
+      }
+    }
   }
-  *launch = true;
   return Status::ok();
-}
-
-Status checkOp(const KernelEntry &e, KernelOp op) {
-  if (e.spec.op != op)
-    return invalid(fmt::format("kernel '{}' is a {} kernel, launched as {}",
-                               e.name, toString(e.spec.op), toString(op)));
-  return Status::ok();
-}
-
-} // namespace
-
-Status validateLaunch(const KernelEntry &e,
-                      const kvgen_reshape_and_cache_args &a,
-                      uint64_t keyCacheBytes, uint64_t valueCacheBytes,
-                      StrideMemo *memo, bool *launch) {
-  *launch = false;
-  Status st = checkOp(e, KernelOp::ReshapeAndCache);
-  if (!st.isOk())
-    return st;
-  Common c{"reshape_and_cache",
-           a.num_tokens,
-           a.num_blocks,
-           a.key_cache,
-           a.value_cache,
-           a.slot_mapping,
-           a.k_scale,
-           a.v_scale,
-           a.error_flag,
-           a.k_cache_strides,
-           a.v_cache_strides,
-           "key",
-           "value",
-           a.key,
-           a.value,
-           e.spec.layout.scale != ScaleKind::None};
-  return validateCommon(e, c, keyCacheBytes, valueCacheBytes, memo, launch);
-}
-
-Status validateLaunch(const KernelEntry &e, const kvgen_gather_args &a,
-                      uint64_t keyCacheBytes, uint64_t valueCacheBytes,
-                      StrideMemo *memo, bool *launch) {
-  *launch = false;
-  Status st = checkOp(e, KernelOp::Gather);
-  if (!st.isOk())
-    return st;
-  Common c{"gather",
-           a.num_tokens,
-           a.num_blocks,
-           a.key_cache,
-           a.value_cache,
-           a.slot_mapping,
-           a.k_scale,
-           a.v_scale,
-           a.error_flag,
-           a.k_cache_strides,
-           a.v_cache_strides,
-           "key_out",
-           "value_out",
-           a.key_out,
-           a.value_out,
-           e.spec.layout.scale != ScaleKind::None && e.spec.dequantize};
-  return validateCommon(e, c, keyCacheBytes, valueCacheBytes, memo, launch);
 }
 
 } // namespace rt

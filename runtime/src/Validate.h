@@ -6,6 +6,7 @@
 #include "kvgen/Bundle.h"
 
 #include <mutex>
+#include <vector>
 
 namespace kvgen {
 namespace rt {
@@ -15,19 +16,15 @@ namespace rt {
 struct StrideMemo {
   std::mutex mutex;
   bool valid = false;
-  Strides k, v;
+  std::vector<Strides> strides;
 };
 
-/// Checks the launch of a reshape_and_cache kernel `e` (see
-/// kvgen_launch_reshape_and_cache for the list). *launch is set to false for
-/// T = 0 (valid, nothing to run).
-Status validateLaunch(const KernelEntry &e,
-                      const kvgen_reshape_and_cache_args &a,
-                      uint64_t keyCacheBytes, uint64_t valueCacheBytes,
-                      StrideMemo *memo, bool *launch);
-Status validateLaunch(const KernelEntry &e, const kvgen_gather_args &a,
-                      uint64_t keyCacheBytes, uint64_t valueCacheBytes,
-                      StrideMemo *memo, bool *launch);
+/// Checks the launch of kernel `e` with the argument struct at `args` (the
+/// list is kvgen_launch's in kvgen.h; each check follows a field's role in
+/// kvgen/Ops.def). *work is set to the op's WORK count; 0 is a valid launch
+/// with nothing to run.
+Status validateLaunch(const KernelEntry &e, const void *args,
+                      uint64_t argsSize, StrideMemo *memo, int64_t *work);
 
 } // namespace rt
 } // namespace kvgen

@@ -10,6 +10,7 @@ the runtime library is missing.
 Run:  python3 -m pytest -q test/python/test_binding.py
 """
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -358,3 +359,37 @@ def test_layout_text_roundtrip():
     assert BF16.max_blocks("k", BF16.extent_bytes("k", 5)) == 5
     with pytest.raises(ValueError):
         kvgen.Layout(1, 1, 1, 1, dtype="f64")
+
+
+def test_op_structs_match_library():
+    """The binding builds every op's argument struct from the runtime's op
+    table (kvgen_op_arg); ctypes must place each field where C does."""
+    ops = kvgen.ops()
+    assert {"reshape_and_cache", "gather"} <= set(ops)
+    for op in ops.values():
+        st = op.args_struct
+        assert ctypes.sizeof(st) == op.args_size, op.name
+        names = [a.name for a in op.args]
+        assert [f for f, _ in st._fields_] == names
+        for a in op.args:
+            assert getattr(st, a.name).offset == a.offset, (op.name, a.name)
+            assert getattr(st, a.name).size == a.size, (op.name, a.name)
+        # Roles the binding fills by name: rows have their two strides,
+        # caches their size.
+        for a in op.args:
+            if a.role == "rows":
+                assert op.arg(a.name + "_stride_token").role == "row_stride"
+                assert op.arg(a.name + "_stride_head").role == "row_stride"
+            if a.role == "cache":
+                assert op.arg(a.name + "_bytes").role == "cache_bytes"
+        assert op.arg(op.work_from) is not None, op.name
+
+
+def test_kernel_options_and_unknown_option(ctx):
+    k = spec_kernel(ctx, 2)
+    assert k.options == {"io": "bf16", "slots": "i32", "checked": "1"}
+    assert k.checked and k.slot_dtype == "i32"
+    with pytest.raises(ValueError, match="no option 'dequantize'"):
+        ctx.kernel("reshape_and_cache", BF16, dequantize=True)
+    with pytest.raises(ValueError, match="must be one of"):
+        ctx.kernel("reshape_and_kache", BF16)

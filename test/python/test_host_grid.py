@@ -30,6 +30,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import zlib
@@ -44,6 +45,9 @@ import pytest
 import kvgen_ref as R
 from kvgen_ref import Buffer, Layout
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+import kvgen  # noqa: E402  (the binding: its argument structs)
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CXX = os.environ.get("CXX") or shutil.which("c++") or "g++"
 CXXFLAGS = ["-O2", "-std=c++17", "-shared", "-fPIC", "-Werror"]
@@ -55,34 +59,17 @@ UBSAN = ["-fsanitize=alignment,null,signed-integer-overflow,shift,"
          "pointer-overflow,bool,enum,return,unreachable"]
 
 # ---------------------------------------------------------------------------
-# C ABI (runtime/include/kvgen/kernel_abi.h); checked by test_abi_layout.
+# C ABI: the binding's structs, built from the runtime's op table
+# (kvgen/Ops.def); no hand copies.
 # ---------------------------------------------------------------------------
 
-_P = ctypes.c_void_p
-_I = ctypes.c_int64
+
+def RCArgs():
+    return kvgen._capi.args_struct("reshape_and_cache")()
 
 
-class RCArgs(ctypes.Structure):
-    _fields_ = [
-        ("key", _P), ("value", _P), ("key_cache", _P), ("value_cache", _P),
-        ("slot_mapping", _P), ("k_scale", _P), ("v_scale", _P),
-        ("error_flag", _P), ("num_tokens", _I), ("num_blocks", _I),
-        ("key_stride_token", _I), ("key_stride_head", _I),
-        ("value_stride_token", _I), ("value_stride_head", _I),
-        ("k_cache_strides", _I * 3), ("v_cache_strides", _I * 3),
-    ]
-
-
-class GArgs(ctypes.Structure):
-    _fields_ = [
-        ("key_cache", _P), ("value_cache", _P), ("slot_mapping", _P),
-        ("k_scale", _P), ("v_scale", _P), ("error_flag", _P),
-        ("key_out", _P), ("value_out", _P), ("num_tokens", _I),
-        ("num_blocks", _I), ("key_out_stride_token", _I),
-        ("key_out_stride_head", _I), ("value_out_stride_token", _I),
-        ("value_out_stride_head", _I), ("k_cache_strides", _I * 3),
-        ("v_cache_strides", _I * 3),
-    ]
+def GArgs():
+    return kvgen._capi.args_struct("gather")()
 
 
 # ---------------------------------------------------------------------------
@@ -1014,37 +1001,6 @@ def test_offsets_beyond_4GiB(kcache, slot_t):
 # ---------------------------------------------------------------------------
 # Harness self-checks
 # ---------------------------------------------------------------------------
-
-ABI_PROBE = r"""
-#include <cstddef>
-#include <cstdio>
-#include "kvgen/kernel_abi.h"
-#define F(S, f) std::printf(#S "." #f " %zu\n", offsetof(S, f));
-int main() {
-  std::printf("RC.size %zu\nG.size %zu\n", sizeof(kvgen_reshape_and_cache_args),
-              sizeof(kvgen_gather_args));
-  %FIELDS%
-}
-"""
-
-
-def test_abi_layout(tmp_path):
-    """The ctypes structs match kernel_abi.h (sizes and field offsets)."""
-    fields = "".join(f"F(kvgen_reshape_and_cache_args, {f})\n" for f, _ in RCArgs._fields_)
-    fields += "".join(f"F(kvgen_gather_args, {f})\n" for f, _ in GArgs._fields_)
-    src = tmp_path / "abi.cpp"
-    src.write_text(ABI_PROBE.replace("%FIELDS%", fields))
-    exe = tmp_path / "abi"
-    subprocess.run([CXX, "-std=c++17", f"-I{REPO_ROOT / 'runtime' / 'include'}",
-                    str(src), "-o", str(exe)], check=True, capture_output=True)
-    out = dict(l.rsplit(" ", 1) for l in subprocess.run(
-        [str(exe)], check=True, capture_output=True, text=True).stdout.splitlines())
-    assert int(out["RC.size"]) == ctypes.sizeof(RCArgs)
-    assert int(out["G.size"]) == ctypes.sizeof(GArgs)
-    for name, cls in (("kvgen_reshape_and_cache_args", RCArgs), ("kvgen_gather_args", GArgs)):
-        for f, _ in cls._fields_:
-            assert int(out[f"{name}.{f}"]) == getattr(cls, f).offset, f
-
 
 def test_reference_sanity():
     """The reference's constants and rounding agree with ml_dtypes' own

@@ -9,22 +9,26 @@ using namespace kvgen;
 
 namespace {
 
+// Sets option `name` of `spec`, failing the test on an error.
+void setOption(KernelSpec &spec, const char *name, const char *value) {
+  std::optional<std::string> err = spec.set(name, value);
+  EXPECT_FALSE(err.has_value()) << name << " = " << value << ": " << *err;
+}
+
 std::vector<KernelEntry> sampleEntries() {
-  KernelSpec rc;
-  rc.op = KernelOp::ReshapeAndCache;
-  rc.layout = test::mimoLayout();
-  rc.layout.kStrides = Strides{kDynamic, 768, 192};
-  rc.ioType = DType::BF16;
-  rc.slotType = SlotType::I64;
-  rc.checked = true;
-  KernelSpec g;
-  g.op = KernelOp::Gather;
-  g.layout = test::mimoLayout(64);
-  g.layout.dtype = DType::F8E4M3FN;
-  g.layout.scale = ScaleKind::PerTensor;
-  g.ioType = DType::F16;
-  g.slotType = SlotType::I32;
-  g.dequantize = true;
+  LayoutDesc rcLayout = test::mimoLayout();
+  rcLayout.kStrides = Strides{kDynamic, 768, 192};
+  KernelSpec rc = KernelSpec::make(KernelOp::ReshapeAndCache, rcLayout);
+  setOption(rc, "io", "bf16");
+  setOption(rc, "slots", "i64");
+  setOption(rc, "checked", "1");
+  LayoutDesc gLayout = test::mimoLayout(64);
+  gLayout.dtype = DType::F8E4M3FN;
+  gLayout.scale = ScaleKind::PerTensor;
+  KernelSpec g = KernelSpec::make(KernelOp::Gather, gLayout);
+  setOption(g, "io", "f16");
+  setOption(g, "slots", "i32");
+  setOption(g, "dequantize", "1");
   KernelEntry a = test::testEntry("kvgen_rc_mimo", "sm_90", rc, "rc.cu");
   KernelEntry b = test::testEntry("kvgen_gather_mimo", "gfx942", g, "g.hip");
   b.geometry.threads = 256;
@@ -50,7 +54,17 @@ void expectSameEntry(const KernelEntry &a, const KernelEntry &b) {
 TEST(Manifest, FormatParseRoundTrip) {
   std::vector<KernelEntry> in = sampleEntries();
   std::string text = formatManifest(in);
-  EXPECT_EQ(text.rfind("kvgen-bundle 1\n", 0), 0u) << text;
+  EXPECT_EQ(text.rfind("kvgen-bundle 2\n", 0), 0u) << text;
+  // Version 2 writes each op's own option keys, not the v1 dtype keys.
+  EXPECT_NE(text.find("\nio = bf16\nslots = i64\nchecked = 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\nio = f16\nslots = i32\ndequantize = 1\nchecked = "
+                      "0\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("io_dtype"), std::string::npos) << text;
+  EXPECT_EQ(text.find("slot_dtype"), std::string::npos) << text;
   std::vector<KernelEntry> out;
   std::string err;
   ASSERT_TRUE(parseManifest(text, &out, &err)) << err << "\n" << text;
@@ -58,10 +72,13 @@ TEST(Manifest, FormatParseRoundTrip) {
   for (size_t i = 0; i < in.size(); ++i)
     expectSameEntry(in[i], out[i]);
   // Specific fields survive (not only the key string).
-  EXPECT_TRUE(out[0].spec.checked);
+  EXPECT_TRUE(out[0].spec.flag("checked"));
+  EXPECT_EQ(out[0].spec.option("io"), "bf16");
   EXPECT_EQ(out[0].spec.layout.kStrides->block, kDynamic);
-  EXPECT_EQ(out[1].spec.slotType, SlotType::I32);
-  EXPECT_TRUE(out[1].spec.dequantize);
+  EXPECT_EQ(out[1].spec.option("slots"), "i32");
+  EXPECT_EQ(out[1].spec.dtype("io"), DType::F16);
+  EXPECT_TRUE(out[1].spec.flag("dequantize"));
+  EXPECT_FALSE(out[1].spec.flag("checked"));
   EXPECT_EQ(out[1].spec.layout.dtype, DType::F8E4M3FN);
   EXPECT_EQ(out[1].geometry.smallMaxTokens, 512);
   EXPECT_EQ(out[1].geometry.smallThreads, 96);
@@ -93,20 +110,27 @@ TEST(Manifest, LaunchShapeFollowsTheSmallBound) {
 }
 
 TEST(Manifest, IgnoresCommentsAndKeyOrder) {
-  std::string text = "# made by hand\nkvgen-bundle 1\n\n[kernel]\n"
-                     "source = k.cpp\nname = k\nop = gather\ntarget = host\n"
+  // Options may come anywhere after `op` (here before `layout` and
+  // `target`), in any order among themselves.
+  std::string text = "# made by hand\nkvgen-bundle 2\nabi = " +
+                     kernelAbiHash() +
+                     "\n\n[kernel]\n"
+                     "source = k.cpp\nname = k\nop = gather\nchecked = 0\n"
+                     "slots = i32\ntarget = host\n"
                      "# the layout\n"
                      "layout = " +
                      toString(test::mimoLayout()) +
-                     "\nio_dtype = bf16\nslot_dtype = i64\nchecked = 0\n"
-                     "dequantize = 0\nthreads = 64\ntokens_per_cta = 2\n"
-                     "vector_bytes = 4\n";
+                     "\ndequantize = 0\nio = bf16\nthreads = 64\n"
+                     "tokens_per_cta = 2\nvector_bytes = 4\n";
   std::vector<KernelEntry> out;
   std::string err;
   ASSERT_TRUE(parseManifest(text, &out, &err)) << err;
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].name, "k");
   EXPECT_EQ(out[0].spec.op, KernelOp::Gather);
+  EXPECT_EQ(out[0].spec.option("slots"), "i32");
+  EXPECT_EQ(out[0].spec.optionsText(),
+            "io = bf16, slots = i32, dequantize = 0, checked = 0");
   EXPECT_EQ(out[0].geometry.tokensPerCta, 2);
 }
 
@@ -118,11 +142,28 @@ TEST(Manifest, RejectsMalformedManifests) {
     EXPECT_NE(at, std::string::npos) << from;
     return s.replace(at, from.size(), to);
   };
+  // `good` with the line `line` (and its '\n') moved to just before `before`.
+  auto move = [&](const std::string &line, const std::string &before) {
+    std::string s = good;
+    size_t at = s.find(line + "\n");
+    EXPECT_NE(at, std::string::npos) << line;
+    s.erase(at, line.size() + 1);
+    size_t to = s.find(before);
+    EXPECT_NE(to, std::string::npos) << before;
+    return s.insert(to, line + "\n");
+  };
   struct Case {
     std::string text, mustMention;
   } cases[] = {
       {"", "empty manifest"},
-      {replace("kvgen-bundle 1", "kvgen-bundle 2"), "unsupported manifest"},
+      {replace("kvgen-bundle 2", "kvgen-bundle 3"), "unsupported manifest"},
+      // A version-1 manifest (io_dtype/slot_dtype keys) names the fix.
+      {replace("kvgen-bundle 2", "kvgen-bundle 1"), "re-emit the bundle"},
+      {replace("io = bf16", "io_dtype = bf16"), "unknown key 'io_dtype'"},
+      // Kernels emitted for other argument structs are refused.
+      {replace("abi = " + kernelAbiHash(), "abi = 0123456789abcdef"),
+       "emitted for kernel ABI 0123456789abcdef"},
+      {replace("abi = " + kernelAbiHash() + "\n", ""), "no 'abi = ...' line"},
       {replace("threads = 128\n", ""), "lacks 'threads'"},
       {replace("threads = 128", "threads = 0"), "threads"},
       {replace("threads = 128", "threads = 2048"), "threads"},
@@ -135,8 +176,16 @@ TEST(Manifest, RejectsMalformedManifests) {
       {replace("source = rc.cu", "source = ../rc.cu"), "source"},
       {replace("name = kvgen_rc_mimo", "name = 9bad"), "C identifier"},
       {replace("checked = 1", "checked = yes"), "checked"},
+      {replace("io = bf16", "io = bf17"), "option 'io' must be"},
+      {replace("slots = i64", "slots = u8"), "option 'slots' must be i32 or i64"},
       {replace("checked = 1", "checked = 1\ncolour = blue"), "unknown key"},
       {replace("checked = 1", "checked = 1\nchecked = 0"), "twice"},
+      // Option keys follow `op`; each entry has all of its op's options and
+      // no other op's.
+      {move("io = bf16", "op = reshape_and_cache"), "follow the 'op' line"},
+      {replace("checked = 1", "checked = 1\ndequantize = 0"),
+       "not an option of op reshape_and_cache"},
+      {replace("slots = i64\n", ""), "lacks its option 'slots'"},
       {replace("block_size = 16", "block_size = 0"), "block_size"},
       {good + good.substr(good.find("[kernel]")), "listed twice"},
   };
@@ -149,6 +198,24 @@ TEST(Manifest, RejectsMalformedManifests) {
         << c.text;
     EXPECT_NE(err.find("line"), std::string::npos) << err;
   }
+}
+
+TEST(Manifest, RejectsVersion1WithAHint) {
+  // What kvgen emit wrote before the op table: v1 keys io_dtype/slot_dtype.
+  std::string v1 = "kvgen-bundle 1\n[kernel]\nname = k\nop = gather\n"
+                   "target = host\nlayout = " +
+                   toString(test::mimoLayout()) +
+                   "\nio_dtype = bf16\nslot_dtype = i64\nchecked = 0\n"
+                   "dequantize = 0\nthreads = 64\ntokens_per_cta = 2\n"
+                   "vector_bytes = 4\nsource = k.cpp\n";
+  std::vector<KernelEntry> out;
+  std::string err;
+  EXPECT_FALSE(parseManifest(v1, &out, &err));
+  EXPECT_NE(err.find("manifest line 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("unsupported manifest version '1'"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("re-emit"), std::string::npos) << err;
+  EXPECT_TRUE(out.empty());
 }
 
 TEST(Bundle, WriteThenRead) {

@@ -56,8 +56,8 @@ TEST(DiskCacheFormat, EncodeDecodeAndCorruption) {
 // A bundle with one host reshape_and_cache kernel for the MiMo layout.
 std::string makeHostBundle(const std::string &dir, const std::string &name,
                            const std::string &extraSource = "") {
-  KernelSpec spec;
-  spec.layout = test::mimoLayout();
+  KernelSpec spec =
+      KernelSpec::make(KernelOp::ReshapeAndCache, test::mimoLayout());
   KernelEntry e = test::testEntry(name, "host", spec, name + ".cpp");
   std::optional<std::string> err =
       writeBundle(dir, {{e, test::hostKernelSource(name, spec) + extraSource}});

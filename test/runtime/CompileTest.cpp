@@ -25,8 +25,8 @@ constexpr int kEmAmdgpu = 224; // EM_AMDGPU
 // Writes a one-kernel bundle named `name` with `source` for `target`.
 void writeOne(const std::string &dir, const std::string &name,
               const std::string &target, const std::string &source) {
-  KernelSpec spec;
-  spec.layout = test::mimoLayout();
+  KernelSpec spec =
+      KernelSpec::make(KernelOp::ReshapeAndCache, test::mimoLayout());
   KernelEntry e = test::testEntry(name, target, spec, name + ".src");
   std::optional<std::string> err = writeBundle(dir, {{e, source}});
   ASSERT_FALSE(err.has_value()) << *err;
@@ -57,7 +57,7 @@ Status compileOnly(kvgen_backend backend, const std::string &target,
     EXPECT_EQ(st.compiles, 1u);
     // A compile-only kernel validates, then refuses to launch.
     kvgen_reshape_and_cache_args a{};
-    EXPECT_EQ(k.launch(a, 0, 0).code, KVGEN_SUCCESS); // T = 0
+    EXPECT_EQ(k.launch(a).code, KVGEN_SUCCESS); // T = 0
   }
   return s;
 }
@@ -124,9 +124,7 @@ TEST(NvrtcCompile, RealTestKernelsCompile) {
   if (!haveNvrtc())
     GTEST_SKIP() << "libnvrtc cannot be dlopen'ed here (no CUDA toolkit)";
   for (KernelOp op : {KernelOp::ReshapeAndCache, KernelOp::Gather}) {
-    KernelSpec spec;
-    spec.op = op;
-    spec.layout = test::mimoLayout();
+    KernelSpec spec = KernelSpec::make(op, test::mimoLayout());
     std::string payload;
     Status s = compileOnly(KVGEN_BACKEND_CUDA, "sm_90", "kv_op",
                            test::cudaKernelSource("kv_op", spec), &payload);

@@ -14,24 +14,35 @@ using namespace kvgen;
 
 namespace {
 
-// A context with host reshape_and_cache + gather kernels for `layout`.
+// A context with host reshape_and_cache + gather kernels for `layout`, with
+// io = the cache dtype (the test kernels copy bytes), `checked` on both and
+// `gatherOptions` (KernelSpec::parse text) added to gather's.
 class HostKernels {
 public:
   explicit HostKernels(const LayoutDesc &layout, bool compileOnly = false,
-                       bool checked = false) {
-    KernelSpec rc;
-    rc.layout = layout;
-    rc.ioType = layout.dtype;
-    rc.checked = checked;
-    KernelSpec g = rc;
-    g.op = KernelOp::Gather;
+                       bool checked = false,
+                       const std::string &gatherOptions = "") {
+    std::string err;
+    std::string common = "io = " + std::string(toString(layout.dtype)) +
+                         (checked ? ", checked" : "");
+    std::optional<KernelSpec> rc =
+        KernelSpec::parse(KernelOp::ReshapeAndCache, layout, common, &err);
+    EXPECT_TRUE(rc.has_value()) << err;
+    std::optional<KernelSpec> g = KernelSpec::parse(
+        KernelOp::Gather, layout,
+        gatherOptions.empty() ? common : gatherOptions +
+                                             (checked ? ", checked" : ""),
+        &err);
+    EXPECT_TRUE(g.has_value()) << err;
+    if (!rc || !g)
+      return;
     std::vector<BundleKernel> ks = {
-        {test::testEntry("kv_rc", "host", rc, "rc.cpp"),
-         test::hostKernelSource("kv_rc", rc)},
-        {test::testEntry("kv_gather", "host", g, "g.cpp"),
-         test::hostKernelSource("kv_gather", g)}};
-    std::optional<std::string> err = writeBundle(tmp.path() + "/b", ks);
-    EXPECT_FALSE(err.has_value()) << *err;
+        {test::testEntry("kv_rc", "host", *rc, "rc.cpp"),
+         test::hostKernelSource("kv_rc", *rc)},
+        {test::testEntry("kv_gather", "host", *g, "g.cpp"),
+         test::hostKernelSource("kv_gather", *g)}};
+    std::optional<std::string> werr = writeBundle(tmp.path() + "/b", ks);
+    EXPECT_FALSE(werr.has_value()) << *werr;
     Status s = compileOnly ? Context::createCompileOnly(KVGEN_BACKEND_HOST,
                                                         "host", &ctx)
                            : Context::create(KVGEN_BACKEND_HOST, 0, &ctx);
@@ -83,6 +94,8 @@ struct Buffers {
     a.key_stride_head = l.headSizeK;
     a.value_stride_token = l.numKvHeads * l.headSizeV;
     a.value_stride_head = l.headSizeV;
+    a.key_cache_bytes = kBytes;
+    a.value_cache_bytes = vBytes;
     return a;
   }
   kvgen_gather_args gatherArgs(std::vector<uint16_t> &ko,
@@ -99,6 +112,8 @@ struct Buffers {
     a.key_out_stride_head = l.headSizeK;
     a.value_out_stride_token = l.numKvHeads * l.headSizeV;
     a.value_out_stride_head = l.headSizeV;
+    a.key_cache_bytes = kBytes;
+    a.value_cache_bytes = vBytes;
     return a;
   }
   uint16_t *alignedK() { return align(kc); }
@@ -140,7 +155,7 @@ TEST(HostLaunch, ReshapeAndCacheThenGatherRoundTrip) {
     for (int64_t t = 0; t < T; ++t)
       buf.slots[size_t(t)] = t % 9 == 4 ? -1 : all[size_t(t)];
 
-    Status s = hk.write.launch(buf.writeArgs(), buf.kBytes, buf.vBytes);
+    Status s = hk.write.launch(buf.writeArgs());
     ASSERT_TRUE(s.ok()) << s.message;
     // Every written element is where LayoutMap.h says.
     SideMap km = l.map(Side::K), vm = l.map(Side::V);
@@ -168,7 +183,7 @@ TEST(HostLaunch, ReshapeAndCacheThenGatherRoundTrip) {
     // Gather back; padding rows stay untouched (0x7777).
     std::vector<uint16_t> ko(buf.key.size(), 0x7777),
         vo(buf.value.size(), 0x7777);
-    s = hk.gather.launch(buf.gatherArgs(ko, vo), buf.kBytes, buf.vBytes);
+    s = hk.gather.launch(buf.gatherArgs(ko, vo));
     ASSERT_TRUE(s.ok()) << s.message;
     size_t rowK = size_t(l.numKvHeads * l.headSizeK),
            rowV = size_t(l.numKvHeads * l.headSizeV);
@@ -198,50 +213,66 @@ TEST_F(Validation, ValueCacheOneByteTooSmallIsOutOfBounds) {
   // The report's bug: V written with K's geometry runs past the V cache.
   // Here the caller's V cache is one byte short of the layout's extent.
   std::vector<uint16_t> before = buf.vc;
-  Status s = hk.write.launch(buf.writeArgs(), buf.kBytes, buf.vBytes - 1);
+  kvgen_reshape_and_cache_args a = buf.writeArgs();
+  a.value_cache_bytes = buf.vBytes - 1;
+  Status s = hk.write.launch(a);
   EXPECT_EQ(s.code, KVGEN_ERROR_OUT_OF_BOUNDS);
   EXPECT_NE(s.message.find("value_cache"), std::string::npos) << s.message;
   EXPECT_NE(s.message.find(std::to_string(buf.vBytes)), std::string::npos)
       << s.message;
-  EXPECT_NE(s.message.find(std::to_string(buf.vBytes - 1)), std::string::npos)
+  EXPECT_NE(s.message.find("value_cache_bytes = " +
+                           std::to_string(buf.vBytes - 1) +
+                           " (1 bytes short)"),
+            std::string::npos)
       << s.message;
   EXPECT_EQ(before, buf.vc) << "the kernel ran";
   // 4 heads * 128 * 16 tokens * 4 blocks * 2 bytes.
   EXPECT_EQ(buf.vBytes, size_t(4 * 128 * 16 * 4 * 2));
   // The same for gather, and for K.
   std::vector<uint16_t> ko(buf.key.size()), vo(buf.value.size());
-  s = hk.gather.launch(buf.gatherArgs(ko, vo), buf.kBytes, buf.vBytes - 1);
+  kvgen_gather_args g = buf.gatherArgs(ko, vo);
+  g.value_cache_bytes = buf.vBytes - 1;
+  s = hk.gather.launch(g);
   EXPECT_EQ(s.code, KVGEN_ERROR_OUT_OF_BOUNDS);
-  s = hk.write.launch(buf.writeArgs(), buf.kBytes - 1, buf.vBytes);
+  EXPECT_NE(s.message.find("gather: V of layout"), std::string::npos)
+      << s.message;
+  EXPECT_NE(s.message.find("value_cache_bytes"), std::string::npos)
+      << s.message;
+  a = buf.writeArgs();
+  a.key_cache_bytes = buf.kBytes - 1;
+  s = hk.write.launch(a);
   EXPECT_EQ(s.code, KVGEN_ERROR_OUT_OF_BOUNDS);
-  EXPECT_NE(s.message.find("key_cache"), std::string::npos) << s.message;
+  EXPECT_NE(s.message.find("key_cache_bytes = " +
+                           std::to_string(buf.kBytes - 1)),
+            std::string::npos)
+      << s.message;
   // Exact sizes pass.
-  s = hk.write.launch(buf.writeArgs(), buf.kBytes, buf.vBytes);
+  s = hk.write.launch(buf.writeArgs());
   EXPECT_TRUE(s.ok()) << s.message;
 }
 
 TEST_F(Validation, TokenAndBlockCounts) {
   kvgen_reshape_and_cache_args a = buf.writeArgs();
   a.num_tokens = -1;
-  Status s = hk.write.launch(a, buf.kBytes, buf.vBytes);
+  Status s = hk.write.launch(a);
   EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(s.message.find("num_tokens = -1"), std::string::npos);
   // T = 0 launches nothing, even with nothing else set.
   kvgen_reshape_and_cache_args empty{};
-  EXPECT_TRUE(hk.write.launch(empty, 0, 0).ok());
+  EXPECT_TRUE(hk.write.launch(empty).ok());
   a = buf.writeArgs();
   a.num_blocks = 0;
-  s = hk.write.launch(a, buf.kBytes, buf.vBytes);
+  s = hk.write.launch(a);
   EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(s.message.find("num_blocks = 0"), std::string::npos);
   // More blocks than the caches hold.
   a = buf.writeArgs();
   a.num_blocks = 5;
-  EXPECT_EQ(hk.write.launch(a, buf.kBytes, buf.vBytes).code,
-            KVGEN_ERROR_OUT_OF_BOUNDS);
+  EXPECT_EQ(hk.write.launch(a).code, KVGEN_ERROR_OUT_OF_BOUNDS);
   // An absurd block count overflows and is rejected, not wrapped.
   a.num_blocks = INT64_MAX / 2;
-  s = hk.write.launch(a, UINT64_MAX, UINT64_MAX);
+  a.key_cache_bytes = a.value_cache_bytes = UINT64_MAX;
+  s = hk.write.launch(a);
   EXPECT_EQ(s.code, KVGEN_ERROR_OUT_OF_BOUNDS);
   EXPECT_NE(s.message.find("overflow"), std::string::npos) << s.message;
 }
@@ -255,7 +286,7 @@ TEST_F(Validation, NullAndMisalignedPointers) {
         &a.key, &a.value, const_cast<const void **>(&a.key_cache),
         const_cast<const void **>(&a.value_cache), &a.slot_mapping};
     *fields[i] = nullptr;
-    Status s = hk.write.launch(a, buf.kBytes, buf.vBytes);
+    Status s = hk.write.launch(a);
     EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT) << names[i];
     EXPECT_NE(s.message.find(std::string("'") + names[i] + "'"),
               std::string::npos)
@@ -263,21 +294,161 @@ TEST_F(Validation, NullAndMisalignedPointers) {
   }
   kvgen_reshape_and_cache_args a = buf.writeArgs();
   a.key_cache = reinterpret_cast<char *>(a.key_cache) + 8; // 16 needed
-  Status s = hk.write.launch(a, buf.kBytes, buf.vBytes);
+  Status s = hk.write.launch(a);
   EXPECT_EQ(s.code, KVGEN_ERROR_MISALIGNED);
   EXPECT_NE(s.message.find("key_cache"), std::string::npos) << s.message;
   a = buf.writeArgs();
   a.value = reinterpret_cast<const char *>(a.value) + 1; // bf16: 2 needed
-  s = hk.write.launch(a, buf.kBytes, buf.vBytes);
+  s = hk.write.launch(a);
   EXPECT_EQ(s.code, KVGEN_ERROR_MISALIGNED);
   EXPECT_NE(s.message.find("'value'"), std::string::npos) << s.message;
   // Wrong op.
   std::vector<uint16_t> ko(buf.key.size()), vo(buf.value.size());
   kvgen_gather_args g = buf.gatherArgs(ko, vo);
-  s = Status::from(
-      kvgen_launch_gather(hk.write.get(), &g, buf.kBytes, buf.vBytes, nullptr));
+  s = Status::from(kvgen_launch_gather(hk.write.get(), &g, nullptr));
   EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(s.message.find("reshape_and_cache"), std::string::npos);
+}
+
+TEST_F(Validation, GenericLaunchChecksArgsSizeAndTypedEntriesTheOp) {
+  kvgen_reshape_and_cache_args a = buf.writeArgs();
+  // kvgen_launch: the struct size must be the op's.
+  Status s = Status::from(
+      kvgen_launch(hk.write.get(), &a, sizeof(a) - 8, nullptr));
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("args_size = " + std::to_string(sizeof(a) - 8)),
+            std::string::npos)
+      << s.message;
+  EXPECT_NE(s.message.find("kvgen_reshape_and_cache_args is " +
+                           std::to_string(sizeof(a)) + " bytes"),
+            std::string::npos)
+      << s.message;
+  s = Status::from(kvgen_launch(hk.write.get(), &a, sizeof(a) + 8, nullptr));
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  s = Status::from(kvgen_launch(hk.write.get(), &a, 0, nullptr));
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  s = Status::from(kvgen_launch(hk.write.get(), nullptr, sizeof(a), nullptr));
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  s = Status::from(kvgen_launch(nullptr, &a, sizeof(a), nullptr));
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  // The right size goes through, generic and typed.
+  s = Status::from(kvgen_launch(hk.write.get(), &a, sizeof(a), nullptr));
+  EXPECT_TRUE(s.ok()) << s.message;
+  s = Status::from(kvgen_launch_reshape_and_cache(hk.write.get(), &a, nullptr));
+  EXPECT_TRUE(s.ok()) << s.message;
+  // A typed entry of another op is rejected, naming both ops.
+  std::vector<uint16_t> ko(buf.key.size()), vo(buf.value.size());
+  kvgen_gather_args g = buf.gatherArgs(ko, vo);
+  s = Status::from(kvgen_launch_gather(hk.write.get(), &g, nullptr));
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("'kv_rc' is a reshape_and_cache kernel, launched "
+                           "as gather"),
+            std::string::npos)
+      << s.message;
+  s = Status::from(kvgen_launch_reshape_and_cache(hk.gather.get(), &a, nullptr));
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("'kv_gather' is a gather kernel, launched as "
+                           "reshape_and_cache"),
+            std::string::npos)
+      << s.message;
+  // A NULL kernel is an error, not a crash.
+  s = Status::from(kvgen_launch_gather(nullptr, &g, nullptr));
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_F(Validation, GatherChecksFieldsInStructOrder) {
+  std::vector<uint16_t> ko(buf.key.size()), vo(buf.value.size());
+  // Several NULL pointers: the first in kvgen_gather_args order (Ops.def) is
+  // named; the caches and slot_mapping come before the output rows.
+  kvgen_gather_args g = buf.gatherArgs(ko, vo);
+  g.key_out = nullptr;
+  g.slot_mapping = nullptr;
+  Status s = hk.gather.launch(g);
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("gather: 'slot_mapping' is NULL"),
+            std::string::npos)
+      << s.message;
+  g = buf.gatherArgs(ko, vo);
+  g.value_out = nullptr;
+  g.value_cache = nullptr;
+  s = hk.gather.launch(g);
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("gather: 'value_cache' is NULL but the layout is "
+                           "separate"),
+            std::string::npos)
+      << s.message;
+  g = buf.gatherArgs(ko, vo);
+  g.value_out = nullptr;
+  s = hk.gather.launch(g);
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("'value_out'"), std::string::npos) << s.message;
+  // Misalignment likewise: slot_mapping (i64: 8) comes before key_out.
+  g = buf.gatherArgs(ko, vo);
+  g.key_out = reinterpret_cast<char *>(g.key_out) + 1;
+  g.slot_mapping = reinterpret_cast<const char *>(g.slot_mapping) + 4;
+  s = hk.gather.launch(g);
+  EXPECT_EQ(s.code, KVGEN_ERROR_MISALIGNED);
+  EXPECT_NE(s.message.find("'slot_mapping'"), std::string::npos) << s.message;
+  g.slot_mapping = buf.slots.data();
+  s = hk.gather.launch(g);
+  EXPECT_EQ(s.code, KVGEN_ERROR_MISALIGNED);
+  EXPECT_NE(s.message.find("'key_out'"), std::string::npos) << s.message;
+  // All fine again.
+  s = hk.gather.launch(buf.gatherArgs(ko, vo));
+  EXPECT_TRUE(s.ok()) << s.message;
+}
+
+TEST(ValidationCompileOnly, GatherNeedsScalesOnlyWhenDequantizing) {
+  // fp8 per-tensor cache: a plain gather copies the fp8 bytes (io = the
+  // cache dtype, 1-byte rows, no scales); a dequantizing one writes bf16
+  // (2-byte aligned rows) and reads both scales.
+  LayoutDesc l = test::mimoLayout(16);
+  l.dtype = DType::F8E4M3FN;
+  l.scale = ScaleKind::PerTensor;
+  HostKernels plain(l, /*compileOnly=*/true);
+  HostKernels deq(l, /*compileOnly=*/true, /*checked=*/false, "dequantize");
+  ASSERT_TRUE(plain.gather && deq.gather);
+  EXPECT_STREQ(plain.gather.options(),
+               "io = f8E4M3FN, slots = i64, dequantize = 0, checked = 0");
+  EXPECT_STREQ(deq.gather.options(),
+               "io = bf16, slots = i64, dequantize = 1, checked = 0");
+  alignas(64) static uint8_t kc[4 * 16 * 4 * 192], vc[4 * 16 * 4 * 128];
+  alignas(64) static uint16_t ko[8 * 4 * 192 + 1], vo[8 * 4 * 128];
+  static int64_t slots[8];
+  static float scale[1];
+  kvgen_gather_args g{};
+  g.key_cache = kc;
+  g.value_cache = vc;
+  g.slot_mapping = slots;
+  g.key_out = reinterpret_cast<char *>(ko) + 1; // fine for 1-byte rows
+  g.value_out = vo;
+  g.num_tokens = 8;
+  g.num_blocks = 4;
+  g.key_out_stride_token = 4 * 192;
+  g.key_out_stride_head = 192;
+  g.value_out_stride_token = 4 * 128;
+  g.value_out_stride_head = 128;
+  g.key_cache_bytes = sizeof(kc);
+  g.value_cache_bytes = sizeof(vc);
+  Status s = plain.gather.launch(g);
+  EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE_ONLY) << s.message;
+  s = deq.gather.launch(g);
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("gather: 'k_scale' is NULL but the layout has "
+                           "scale = per_tensor"),
+            std::string::npos)
+      << s.message;
+  g.k_scale = scale;
+  s = deq.gather.launch(g);
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("'v_scale'"), std::string::npos) << s.message;
+  g.v_scale = scale;
+  s = deq.gather.launch(g);
+  EXPECT_EQ(s.code, KVGEN_ERROR_MISALIGNED);
+  EXPECT_NE(s.message.find("'key_out'"), std::string::npos) << s.message;
+  g.key_out = ko;
+  s = deq.gather.launch(g);
+  EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE_ONLY) << s.message;
 }
 
 TEST(ValidationCompileOnly, ScalesErrorFlagAndPackedExtent) {
@@ -304,17 +475,19 @@ TEST(ValidationCompileOnly, ScalesErrorFlagAndPackedExtent) {
   a.k_scale = scales;
   a.v_scale = nullptr;
   a.error_flag = &flag;
-  Status s = hk.write.launch(a, sizeof(kc), sizeof(vc));
+  a.key_cache_bytes = sizeof(kc);
+  a.value_cache_bytes = sizeof(vc);
+  Status s = hk.write.launch(a);
   EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(s.message.find("'v_scale'"), std::string::npos) << s.message;
   EXPECT_NE(s.message.find("per_head"), std::string::npos) << s.message;
   a.v_scale = scales;
   a.error_flag = nullptr;
-  s = hk.write.launch(a, sizeof(kc), sizeof(vc));
+  s = hk.write.launch(a);
   EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(s.message.find("error_flag"), std::string::npos) << s.message;
   a.error_flag = &flag;
-  s = hk.write.launch(a, sizeof(kc), sizeof(vc));
+  s = hk.write.launch(a);
   EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE_ONLY) << s.message;
 
   // Packed: K and V share key_cache; V's extent is the larger one.
@@ -333,10 +506,13 @@ TEST(ValidationCompileOnly, ScalesErrorFlagAndPackedExtent) {
   b.slot_mapping = slots;
   b.num_tokens = 8;
   b.num_blocks = 4;
-  s = pk.write.launch(b, uint64_t(need) - 1, 0);
+  b.key_cache_bytes = uint64_t(need) - 1;
+  b.value_cache_bytes = 0; // ignored when packed
+  s = pk.write.launch(b);
   EXPECT_EQ(s.code, KVGEN_ERROR_OUT_OF_BOUNDS);
   EXPECT_NE(s.message.find("packed"), std::string::npos) << s.message;
-  s = pk.write.launch(b, uint64_t(need), 0);
+  b.key_cache_bytes = uint64_t(need);
+  s = pk.write.launch(b);
   EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE_ONLY) << s.message;
 }
 
@@ -359,18 +535,22 @@ TEST(ValidationCompileOnly, DynamicStridesAreCheckedAtLaunch) {
   // Heads overlap: head stride 100 < head size 192.
   int64_t bad[3] = {16 * 4 * 192, 4 * 192, 100};
   std::memcpy(a.k_cache_strides, bad, sizeof(bad));
-  Status s = hk.write.launch(a, sizeof(kc), sizeof(vc));
+  a.key_cache_bytes = sizeof(kc);
+  a.value_cache_bytes = sizeof(vc);
+  Status s = hk.write.launch(a);
   EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(s.message.find("k_strides"), std::string::npos) << s.message;
   // A padded block stride (twice dense) is valid and needs twice the bytes.
   int64_t padded[3] = {2 * 16 * 4 * 192, 4 * 192, 192};
   std::memcpy(a.k_cache_strides, padded, sizeof(padded));
-  s = hk.write.launch(a, sizeof(kc) / 2, sizeof(vc));
+  a.key_cache_bytes = sizeof(kc) / 2;
+  s = hk.write.launch(a);
   EXPECT_EQ(s.code, KVGEN_ERROR_OUT_OF_BOUNDS) << s.message;
-  s = hk.write.launch(a, sizeof(kc), sizeof(vc));
+  a.key_cache_bytes = sizeof(kc);
+  s = hk.write.launch(a);
   EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE_ONLY) << s.message;
   // Repeating the launch (memoized strides) gives the same answer.
-  s = hk.write.launch(a, sizeof(kc), sizeof(vc));
+  s = hk.write.launch(a);
   EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE_ONLY) << s.message;
 }
 
@@ -379,13 +559,15 @@ TEST(BySpec, FindsBundleEntryAndCachesTheAlias) {
   HostKernels hk(l);
   Kernel k1, k2;
   std::string text = toString(l);
-  Status s = hk.ctx.getKernelBySpec(KVGEN_OP_GATHER, text, "bf16", "i64", false,
-                                    false, &k1);
+  Status s = hk.ctx.getKernelBySpec(KVGEN_OP_GATHER, text,
+                                    "io = bf16, slots = i64", &k1);
   ASSERT_TRUE(s.ok()) << s.message;
   EXPECT_EQ(k1.get(), hk.gather.get());
+  EXPECT_STREQ(k1.options(),
+               "io = bf16, slots = i64, dequantize = 0, checked = 0");
   kvgen_cache_stats before{};
   ASSERT_TRUE(hk.ctx.stats(&before).ok());
-  s = hk.ctx.getKernelBySpec(KVGEN_OP_GATHER, text, "bf16", "i64", false, false,
+  s = hk.ctx.getKernelBySpec(KVGEN_OP_GATHER, text, "io = bf16, slots = i64",
                              &k2);
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(k2.get(), k1.get());
@@ -393,11 +575,31 @@ TEST(BySpec, FindsBundleEntryAndCachesTheAlias) {
   ASSERT_TRUE(hk.ctx.stats(&after).ok());
   EXPECT_EQ(after.memory_hits, before.memory_hits + 1);
   EXPECT_EQ(after.compiles, before.compiles);
+  // The same spec spelled differently (defaults omitted or explicit, other
+  // order and spacing) is the same kernel.
+  for (const char *same : {"", "slots=i64", "checked = 0,io=bf16",
+                           "dequantize = false, slots = i64, io = bf16"}) {
+    Kernel k3;
+    s = hk.ctx.getKernelBySpec(KVGEN_OP_GATHER, text, same, &k3);
+    ASSERT_TRUE(s.ok()) << same << ": " << s.message;
+    EXPECT_EQ(k3.get(), k1.get()) << same;
+  }
   // A spec no bundle has, with no generator registered.
-  s = hk.ctx.getKernelBySpec(KVGEN_OP_GATHER, text, "bf16", "i32", false, false,
+  s = hk.ctx.getKernelBySpec(KVGEN_OP_GATHER, text, "io = bf16, slots = i32",
                              &k2);
   EXPECT_EQ(s.code, KVGEN_ERROR_NOT_FOUND);
   EXPECT_NE(s.message.find("no generator"), std::string::npos) << s.message;
+  // Bad options are rejected with the option named.
+  s = hk.ctx.getKernelBySpec(KVGEN_OP_GATHER, text, "slots = i16", &k2);
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("option 'slots' must be i32 or i64"),
+            std::string::npos)
+      << s.message;
+  s = hk.ctx.getKernelBySpec(KVGEN_OP_RESHAPE_AND_CACHE, text, "dequantize",
+                             &k2);
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("no option 'dequantize'"), std::string::npos)
+      << s.message;
 }
 
 } // namespace
@@ -417,11 +619,10 @@ void deviceRoundTrip(kvgen_backend backend) {
   bool host = ctx.backend() == KVGEN_BACKEND_HOST;
   LayoutDesc l = test::mimoLayout(16);
   l.packing = Packing::Packed; // K|V rows in one tensor
-  KernelSpec rc;
-  rc.layout = l;
-  rc.checked = true;
-  KernelSpec g = rc;
-  g.op = KernelOp::Gather;
+  KernelSpec rc = KernelSpec::make(KernelOp::ReshapeAndCache, l);
+  KernelSpec g = KernelSpec::make(KernelOp::Gather, l);
+  ASSERT_FALSE(rc.set("checked", "1").has_value());
+  ASSERT_FALSE(g.set("checked", "1").has_value());
   auto src = host ? test::hostKernelSource : test::cudaKernelSource;
   std::string ext = host ? ".cpp" : ".cu";
   ASSERT_FALSE(
@@ -490,7 +691,9 @@ void deviceRoundTrip(kvgen_backend backend) {
   wa.key_stride_head = 192;
   wa.value_stride_token = rowV;
   wa.value_stride_head = 128;
-  s = w.launch(wa, cacheBytes, 0);
+  wa.key_cache_bytes = cacheBytes;
+  wa.value_cache_bytes = 0; // packed: ignored
+  s = w.launch(wa);
   ASSERT_TRUE(s.ok()) << s.message;
   kvgen_gather_args ga{};
   ga.key_cache = d[3];
@@ -504,7 +707,8 @@ void deviceRoundTrip(kvgen_backend backend) {
   ga.key_out_stride_head = 192;
   ga.value_out_stride_token = rowV;
   ga.value_out_stride_head = 128;
-  s = r.launch(ga, cacheBytes, 0);
+  ga.key_cache_bytes = cacheBytes;
+  s = r.launch(ga);
   ASSERT_TRUE(s.ok()) << s.message;
   ASSERT_TRUE(Status::from(kvgen_context_synchronize(ctx.get())).ok());
   std::vector<uint16_t> ko(key.size()), vo(value.size()),
@@ -533,7 +737,7 @@ void deviceRoundTrip(kvgen_backend backend) {
   // A slot past num_blocks * block_size sets the checked kernel's flag.
   slots[0] = numBlocks * 16;
   ASSERT_TRUE(up(2, slots.data()).ok());
-  ASSERT_TRUE(w.launch(wa, cacheBytes, 0).ok());
+  ASSERT_TRUE(w.launch(wa).ok());
   ASSERT_TRUE(Status::from(kvgen_context_synchronize(ctx.get())).ok());
   ASSERT_TRUE(down(&flag, 6).ok());
   EXPECT_EQ(flag, 1);
@@ -570,7 +774,7 @@ TEST(Generator, BySpecUsesTheRegisteredGenerator) {
                          GeneratedKernel *out) -> std::optional<std::string> {
     ++calls;
     seenTarget = target;
-    if (spec.slotType == SlotType::I32)
+    if (spec.option("slots") == "i32")
       return std::string("i32 slots are not generated here");
     out->entryName = "kv_generated";
     out->source = test::hostKernelSource("kv_generated", spec);
@@ -585,22 +789,25 @@ TEST(Generator, BySpecUsesTheRegisteredGenerator) {
   LayoutDesc l = test::mimoLayout(16);
   Kernel k1, k2;
   Status s = ctx.getKernelBySpec(KVGEN_OP_RESHAPE_AND_CACHE, toString(l),
-                                 "bf16", "i64", false, false, &k1);
+                                 "io = bf16, slots = i64", &k1);
   ASSERT_TRUE(s.ok()) << s.message;
   EXPECT_STREQ(k1.name(), "kv_generated");
   EXPECT_EQ(k1.op(), KVGEN_OP_RESHAPE_AND_CACHE);
   EXPECT_EQ(k1.vectorBytes(), 16);
   EXPECT_EQ(std::string(k1.layout()), toString(l));
+  EXPECT_STREQ(k1.options(), "io = bf16, slots = i64, checked = 0");
   EXPECT_EQ(seenTarget, "host");
   EXPECT_EQ(calls, 1);
-  // The same spec with the layout's fields in another order: same kernel,
-  // found by its canonical spec without asking the generator again.
+  // The same spec with the layout's fields and the options in another
+  // order: same kernel, found by its canonical spec without asking the
+  // generator again.
   std::string reordered =
       "scale = none, dtype = bf16, packing = separate, order = nhd, "
       "block_size = 16, head_size_v = 128, head_size_k = 192, "
       "num_kv_heads = 4";
-  s = ctx.getKernelBySpec(KVGEN_OP_RESHAPE_AND_CACHE, reordered, "bf16", "i64",
-                          false, false, &k2);
+  const char *reorderedOptions = "slots = i64, io = bf16";
+  s = ctx.getKernelBySpec(KVGEN_OP_RESHAPE_AND_CACHE, reordered,
+                          reorderedOptions, &k2);
   ASSERT_TRUE(s.ok()) << s.message;
   EXPECT_EQ(k2.get(), k1.get());
   EXPECT_EQ(calls, 1);
@@ -609,30 +816,35 @@ TEST(Generator, BySpecUsesTheRegisteredGenerator) {
   EXPECT_EQ(st.compiles, 1u);
   // A repeated identical call is a pure lookup (no generator call).
   int before = calls;
-  ASSERT_TRUE(ctx.getKernelBySpec(KVGEN_OP_RESHAPE_AND_CACHE, reordered, "bf16",
-                                  "i64", false, false, &k2)
+  ASSERT_TRUE(ctx.getKernelBySpec(KVGEN_OP_RESHAPE_AND_CACHE, reordered,
+                                  reorderedOptions, &k2)
                   .ok());
   EXPECT_EQ(calls, before);
   // The generated kernel runs.
   Buffers buf(l, 2, 4);
   for (int64_t t = 0; t < 4; ++t)
     buf.slots[size_t(t)] = 31 - t;
-  s = k1.launch(buf.writeArgs(), buf.kBytes, buf.vBytes);
+  s = k1.launch(buf.writeArgs());
   ASSERT_TRUE(s.ok()) << s.message;
   SideMap km = l.map(Side::K);
   EXPECT_EQ(buf.alignedK()[elementOffset(km, 1, 15, 3, 191)],
             buf.key[size_t(0 * 4 * 192 + 3 * 192 + 191)]);
   // Generator errors surface with their message.
-  s = ctx.getKernelBySpec(KVGEN_OP_RESHAPE_AND_CACHE, toString(l), "bf16",
-                          "i32", false, false, &k2);
+  s = ctx.getKernelBySpec(KVGEN_OP_RESHAPE_AND_CACHE, toString(l),
+                          "io = bf16, slots = i32", &k2);
   EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE);
   EXPECT_NE(s.message.find("i32 slots are not generated"), std::string::npos)
       << s.message;
   // Malformed specs are rejected before the generator.
   before = calls;
-  s = ctx.getKernelBySpec(KVGEN_OP_GATHER, "num_kv_heads = 4", "bf16", "i64",
-                          false, false, &k2);
+  s = ctx.getKernelBySpec(KVGEN_OP_GATHER, "num_kv_heads = 4",
+                          "io = bf16, slots = i64", &k2);
   EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(calls, before);
+  s = ctx.getKernelBySpec(KVGEN_OP_RESHAPE_AND_CACHE, toString(l),
+                          "io = bf16, checked = maybe", &k2);
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("checked"), std::string::npos) << s.message;
   EXPECT_EQ(calls, before);
   setKernelGenerator(nullptr);
   EXPECT_FALSE(hasKernelGenerator());

@@ -53,7 +53,7 @@ std::string body(const KernelSpec &spec, const std::string &signature,
       "#define NH {}LL\n#define HK {}LL\n#define HV {}LL\n#define BS {}LL\n"
       "#define KB {}LL\n#define KT {}LL\n#define KH {}LL\n#define KBASE {}LL\n"
       "#define VB {}LL\n#define VT {}LL\n#define VH {}LL\n#define VBASE {}LL\n",
-      elemType(l.dtype), spec.slotType == SlotType::I32 ? "int32_t" : "int64_t",
+      elemType(l.dtype), spec.option("slots") == "i32" ? "int32_t" : "int64_t",
       l.numKvHeads, l.headSizeK, l.headSizeV, l.blockSize, k.block, k.token,
       k.head, k.base, v.block, v.token, v.head, v.base);
   s += signature + " {\n";
@@ -103,9 +103,7 @@ std::string body(const KernelSpec &spec, const std::string &signature,
 } // namespace
 
 std::string hostKernelSource(const std::string &name, const KernelSpec &spec) {
-  std::string argsType = spec.op == KernelOp::ReshapeAndCache
-                             ? "kvgen_reshape_and_cache_args"
-                             : "kvgen_gather_args";
+  std::string argsType = opDesc(spec.op).argsType;
   std::string s = "#include <stdint.h>\n";
   s += kvgen_kernel_abi_source();
   s += "\nstatic void " + name + "_body(const " + argsType + " &args);\n";
@@ -119,14 +117,14 @@ std::string hostKernelSource(const std::string &name, const KernelSpec &spec) {
 }
 
 std::string cudaKernelSource(const std::string &name, const KernelSpec &spec) {
-  std::string argsType = spec.op == KernelOp::ReshapeAndCache
-                             ? "kvgen_reshape_and_cache_args"
-                             : "kvgen_gather_args";
+  std::string argsType = opDesc(spec.op).argsType;
+  // NVRTC has no <stdint.h>: the argument structs (kvgen_kernel_abi_source)
+  // use int32_t, int64_t and uint64_t.
   std::string s = "typedef int int32_t;\ntypedef long long int64_t;\n"
                   "typedef unsigned char uint8_t;\n"
                   "typedef unsigned short uint16_t;\n"
                   "typedef unsigned int uint32_t;\n"
-                  "#define KVGEN_DEVICE_EMBED 1\n";
+                  "typedef unsigned long long uint64_t;\n";
   s += kvgen_kernel_abi_source();
   s += "\n";
   s += body(spec,

@@ -74,19 +74,20 @@ std::string kvgen::preludeFor(StringRef target) {
   std::optional<Target> t = parseTarget(target.str());
   assert(t && "preludeFor: unknown target");
   for (StringRef f : {StringRef("common.h"), StringRef(t->info->prelude),
-                      StringRef("Numerics.h"),
-                      StringRef("LayoutMap.h"), StringRef("kernel_abi.h"),
-                      StringRef("kernels.h")})
+                      StringRef("Numerics.h"), StringRef("LayoutMap.h")})
     appendWithoutIncludes(out, preludeText(f));
+  // The argument structs, printed from the op table (kvgen/Ops.def).
+  out += "extern \"C\" {\n" + formatKernelAbi() + "}\n";
+  appendWithoutIncludes(out, preludeText("kernels.h"));
   return out;
 }
 
 std::string kvgen::defaultKernelName(const KernelSpec &r) {
   const LayoutDesc &l = r.layout;
+  const OpDesc &op = opDesc(r.op);
   std::string name = llvm::formatv(
-      "kvgen_{0}_h{1}_k{2}_v{3}_b{4}_{5}_{6}_{7}",
-      r.op == KernelOp::ReshapeAndCache ? "reshape_and_cache" : "gather",
-      l.numKvHeads, l.headSizeK, l.headSizeV, l.blockSize, toString(l.order),
+      "kvgen_{0}_h{1}_k{2}_v{3}_b{4}_{5}_{6}_{7}", op.name, l.numKvHeads,
+      l.headSizeK, l.headSizeV, l.blockSize, toString(l.order),
       l.packing == Packing::Packed ? "packed" : "sep", shortDType(l.dtype));
   if (l.scale != ScaleKind::None)
     name += l.scale == ScaleKind::PerHead ? "_sh" : "_st";
@@ -100,35 +101,82 @@ std::string kvgen::defaultKernelName(const KernelSpec &r) {
     name += "_ks" + stridesTag(*l.kStrides);
   if (l.vStrides)
     name += "_vs" + stridesTag(*l.vStrides);
-  name += r.op == KernelOp::ReshapeAndCache ? "_in_" : "_out_";
-  name += shortDType(r.ioType);
-  name += r.slotType == SlotType::I64 ? "_i64" : "_i32";
-  if (r.dequantize)
-    name += "_dq";
-  if (r.checked)
-    name += "_checked";
+  // The options, in table order: element types by their short names, slot
+  // types as they are, set flags by name.
+  for (size_t i = 0; i < op.numOptions; ++i) {
+    const OptionDesc &o = op.options[i];
+    const std::string &v = r.options[i];
+    switch (o.kind) {
+    case OptionKind::IoType:
+      name += std::string("_") + o.name + "_" + shortDType(*parseDType(v));
+      break;
+    case OptionKind::SlotType:
+      name += "_" + v;
+      break;
+    case OptionKind::Flag:
+      if (v == "1")
+        name += std::string("_") + o.name;
+      break;
+    }
+  }
   return name;
 }
 
-OwningOpRef<ModuleOp> kvgen::buildSpecModule(MLIRContext *ctx,
-                                             const KernelSpec &r,
-                                             const std::string &givenName) {
+FailureOr<OwningOpRef<ModuleOp>>
+kvgen::buildSpecModule(MLIRContext *ctx, const KernelSpec &r,
+                       const std::string &givenName) {
   ctx->loadDialect<kv::KVDialect>();
   OpBuilder b(ctx);
   Location loc = b.getUnknownLoc();
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   b.setInsertionPointToEnd(module->getBody());
-  std::string name = givenName.empty() ? defaultKernelName(r) : givenName;
-  auto layout = kv::LayoutAttr::get(ctx, r.layout);
-  Type io = toMlirType(ctx, r.ioType);
-  Type slots = r.slotType == SlotType::I64 ? b.getI64Type() : b.getI32Type();
-  if (r.op == KernelOp::ReshapeAndCache)
-    kv::ReshapeAndCacheOp::create(b, loc, name, layout, io, slots, r.checked,
-                                    kv::PlanAttr{});
-  else
-    kv::GatherOp::create(b, loc, name, layout, io, slots, r.dequantize,
-                           r.checked, kv::PlanAttr{});
+  const OpDesc &desc = opDesc(r.op);
+  // `kv.<op>` with the layout and one attribute per option (Ops.def names
+  // them as the op's attributes): built generically, checked by the op's
+  // verifier.
+  OperationState state(loc, std::string("kv.") + desc.name);
+  if (!state.name.isRegistered())
+    return emitError(loc) << "the kv dialect has no op 'kv." << desc.name
+                          << "' for the table's op";
+  state.addAttribute(SymbolTable::getSymbolAttrName(),
+                     b.getStringAttr(givenName.empty() ? defaultKernelName(r)
+                                                       : givenName));
+  state.addAttribute("layout", kv::LayoutAttr::get(ctx, r.layout));
+  for (size_t i = 0; i < desc.numOptions; ++i) {
+    const OptionDesc &o = desc.options[i];
+    const std::string &v = r.options[i];
+    switch (o.kind) {
+    case OptionKind::IoType:
+      state.addAttribute(o.name,
+                         TypeAttr::get(toMlirType(ctx, *parseDType(v))));
+      break;
+    case OptionKind::SlotType:
+      state.addAttribute(
+          o.name, TypeAttr::get(b.getIntegerType(v == "i32" ? 32 : 64)));
+      break;
+    case OptionKind::Flag:
+      if (v == "1")
+        state.addAttribute(o.name, b.getUnitAttr());
+      break;
+    }
+  }
+  b.create(state);
   return module;
+}
+
+LogicalResult kvgen::verifySpec(MLIRContext *ctx, const KernelSpec &spec,
+                                std::string *error) {
+  std::string diag;
+  ScopedDiagnosticHandler handler(ctx, [&](Diagnostic &d) {
+    diag += (diag.empty() ? "" : "\n") + d.str();
+    return success();
+  });
+  FailureOr<OwningOpRef<ModuleOp>> module = buildSpecModule(ctx, spec);
+  if (succeeded(module) && succeeded(verify(**module)))
+    return success();
+  if (error)
+    *error = diag;
+  return failure();
 }
 
 LogicalResult kvgen::lowerForTarget(ModuleOp module, StringRef target) {
@@ -146,7 +194,7 @@ FailureOr<std::string> kvgen::kernelTarget(ModuleOp module) {
   std::optional<std::string> target;
   emitc::FuncOp first;
   WalkResult walk = module.walk([&](Operation *op) {
-    if (isa<kv::ReshapeAndCacheOp, kv::GatherOp>(op)) {
+    if (isa<kv::KernelSpecOpInterface>(op)) {
       op->emitOpError("is not converted yet; run kv-plan and "
                       "convert-kv-to-emitc first");
       return WalkResult::interrupt();
@@ -201,6 +249,8 @@ LogicalResult kvgen::printSource(ModuleOp module, raw_ostream &os) {
        << " grid=(num_tokens<=small_max_tokens ? num_tokens x small_threads "
           ": ceil(num_tokens/tokens_per_cta) x threads)\n";
   });
+  os << "// kvgen kernel ABI " << kernelAbiHash()
+     << " (the argument structs below; kvgen/Ops.def)\n";
   os << preludeFor(*target) << "\n";
   return emitc::translateToCpp(module, os);
 }
@@ -225,7 +275,10 @@ FailureOr<EmittedKernel> kvgen::emitKernel(MLIRContext *ctx,
     diag += d.str() + "\n";
     return success();
   });
-  OwningOpRef<ModuleOp> module = buildSpecModule(ctx, r, name);
+  FailureOr<OwningOpRef<ModuleOp>> built = buildSpecModule(ctx, r, name);
+  if (failed(built))
+    return fail("cannot build the kernel specification: " + diag);
+  OwningOpRef<ModuleOp> module = std::move(*built);
   if (failed(verify(*module)))
     return fail("invalid kernel specification: " + diag);
   PassManager plan(ctx);
@@ -236,16 +289,9 @@ FailureOr<EmittedKernel> kvgen::emitKernel(MLIRContext *ctx,
     return fail("planning failed: " + diag);
   // The launch geometry is what kv-plan recorded in the IR.
   EmittedKernel k;
-  module->walk([&](Operation *op) {
-    kv::PlanAttr p;
-    if (auto w = dyn_cast<kv::ReshapeAndCacheOp>(op)) {
-      k.name = w.getSymName().str();
-      p = w.getPlanAttr();
-    } else if (auto g = dyn_cast<kv::GatherOp>(op)) {
-      k.name = g.getSymName().str();
-      p = g.getPlanAttr();
-    }
-    if (p) {
+  module->walk([&](kv::KernelSpecOpInterface spec) {
+    k.name = spec.getSymName().str();
+    if (kv::PlanAttr p = spec.getPlanAttr()) {
       k.threads = p.getThreads();
       k.tokensPerCta = p.getTokensPerCta();
       k.vectorBytes = p.getVectorBytes();

@@ -17,6 +17,8 @@ using namespace kvgen::kv;
 #define GET_ATTRDEF_CLASSES
 #include "kvgen/Dialect/KVAttrs.cpp.inc"
 
+#include "kvgen/Dialect/KVInterfaces.cpp.inc"
+
 #define GET_OP_CLASSES
 #include "kvgen/Dialect/KVOps.cpp.inc"
 
@@ -390,27 +392,36 @@ bool isSlotType(Type t) {
 }
 } // namespace
 
+KernelOp ReshapeAndCacheOp::getKernelOp() { return KernelOp::ReshapeAndCache; }
+Type ReshapeAndCacheOp::getRowType() { return getIo(); }
+StringRef ReshapeAndCacheOp::getEntryTemplate() {
+  return "kvgen::reshapeAndCache";
+}
+
 LogicalResult ReshapeAndCacheOp::verify() {
-  if (!isIoFloat(getInput()))
-    return emitOpError("'input' must be bf16, f16 or f32, got ")
-           << getInput();
+  if (!isIoFloat(getIo()))
+    return emitOpError("'input' must be bf16, f16 or f32, got ") << getIo();
   if (!isSlotType(getSlots()))
     return emitOpError("'slots' must be i32 or i64, got ") << getSlots();
   return verifyPlanFits(*this, getPlanAttr(), getLayout());
 }
+
+KernelOp GatherOp::getKernelOp() { return KernelOp::Gather; }
+Type GatherOp::getRowType() { return getIo(); }
+StringRef GatherOp::getEntryTemplate() { return "kvgen::gather"; }
 
 LogicalResult GatherOp::verify() {
   if (!isSlotType(getSlots()))
     return emitOpError("'slots' must be i32 or i64, got ") << getSlots();
   Type cacheType = getLayout().getDtype();
   if (getDequantize()) {
-    if (!isIoFloat(getOutput()))
+    if (!isIoFloat(getIo()))
       return emitOpError("'output' must be bf16, f16 or f32 with dequantize, "
                          "got ")
-             << getOutput();
-  } else if (getOutput() != cacheType) {
+             << getIo();
+  } else if (getIo() != cacheType) {
     return emitOpError("'output' must be the cache dtype ")
-           << cacheType << " without dequantize, got " << getOutput();
+           << cacheType << " without dequantize, got " << getIo();
   }
   return verifyPlanFits(*this, getPlanAttr(), getLayout());
 }

@@ -127,11 +127,8 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
           c.cacheProven ? Alignment::proven : Alignment::checked, c.hwFp8,
           c.streamingStores);
     };
-    getOperation().walk([&](Operation *op) {
-      if (auto w = dyn_cast<ReshapeAndCacheOp>(op))
-        w.setPlanAttr(planFor(w.getLayout(), w.getInput()));
-      else if (auto g = dyn_cast<GatherOp>(op))
-        g.setPlanAttr(planFor(g.getLayout(), g.getOutput()));
+    getOperation().walk([&](KernelSpecOpInterface op) {
+      op.setPlanAttr(planFor(op.getLayout(), op.getRowType()));
     });
   }
 };

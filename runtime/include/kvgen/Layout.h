@@ -40,7 +40,8 @@ enum class Side { K, V };
 /// Marks a stride that is not known when the kernel is generated; the kernel
 /// then reads it from its arguments (`k_cache_strides` / `v_cache_strides`).
 /// Printed as `?` in MLIR.
-constexpr int64_t kDynamic = INT64_MIN;
+constexpr int64_t kDynamic = kDynamicStride;
+static_assert(kDynamic == INT64_MIN, "kDynamic is INT64_MIN");
 
 /// Element strides of one side, outermost first.
 struct Strides {

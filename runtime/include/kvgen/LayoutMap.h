@@ -25,6 +25,12 @@
 
 namespace kvgen {
 
+/// The value of a stride that is not known when a kernel is generated (`?`
+/// in MLIR): the kernel reads it from its arguments. Equal to
+/// kvgen::kDynamic (Layout.h), spelled without <cstdint>'s INT64_MIN so
+/// that emitted sources need no headers.
+constexpr int64_t kDynamicStride = -9223372036854775807LL - 1;
+
 /// Where one side (K or V) of a paged cache lives, in elements of the cache
 /// element type:
 ///   offset(block, token, head, e) = block * block + token * token

@@ -62,9 +62,11 @@ typedef enum kvgen_backend {
   KVGEN_BACKEND_HOST = 3
 } kvgen_backend;
 
+/** The kernel ops (kvgen/Ops.def): KVGEN_OP_RESHAPE_AND_CACHE = 0,
+ * KVGEN_OP_GATHER = 1, ... */
 typedef enum kvgen_op {
-  KVGEN_OP_RESHAPE_AND_CACHE = 0,
-  KVGEN_OP_GATHER = 1
+#define KVGEN_OP(NAME, UPPER, CAMEL, ID, WORK_FROM, DOC) KVGEN_OP_##UPPER = ID,
+#include "kvgen/Ops.def"
 } kvgen_op;
 
 typedef struct kvgen_context_s *kvgen_context;
@@ -92,8 +94,58 @@ KVGEN_API const char *kvgen_last_error(void);
 KVGEN_API const char *kvgen_status_string(kvgen_status s);
 /** "0.1.0". */
 KVGEN_API const char *kvgen_version(void);
-/** The text of kvgen/kernel_abi.h, for embedding in kernel sources. */
+/** The argument structs of every op as plain C declarations (what emitted
+ * kernel sources embed). */
 KVGEN_API const char *kvgen_kernel_abi_source(void);
+
+/*--- The op table (kvgen/Ops.def), for bindings --------------------------*/
+
+/** One op. Strings are static. */
+typedef struct kvgen_op_info {
+  kvgen_op op;
+  const char *name;      /**< "reshape_and_cache" */
+  const char *args_type; /**< "kvgen_reshape_and_cache_args" */
+  const char *work_from; /**< argument whose leading dim counts work items */
+  uint64_t args_size;    /**< sizeof the argument struct, bytes */
+  int num_args;
+  int num_options;
+  const char *doc;
+} kvgen_op_info;
+
+/** One field of an op's argument struct. Strings are static. */
+typedef struct kvgen_arg_info {
+  const char *name;
+  const char *type;  /**< ptr | mut_ptr | f32_ptr | i32_ptr | i64 | u64 |
+                          i64x3 (Ops.def TYPE) */
+  const char *role;  /**< rows | row_stride | cache | cache_bytes |
+                          cache_strides | slots | index_i64 | scale |
+                          error_flag | work | num_blocks (Ops.def ROLE) */
+  int which;         /**< component / tensor + 2 x set / set (Ops.def) */
+  const char *need;  /**< always | separate | scaled | dequant | checked |
+                          never: when a pointer must be non-NULL */
+  uint64_t offset;   /**< offsetof in the struct, bytes */
+  uint64_t size;     /**< sizeof the field, bytes */
+  const char *doc;
+} kvgen_arg_info;
+
+/** One spec option of an op. Strings are static. */
+typedef struct kvgen_option_info {
+  const char *name;
+  const char *kind;          /**< io_type | slot_type | flag */
+  const char *default_value; /**< see Ops.def DEFAULT */
+  const char *doc;
+} kvgen_option_info;
+
+/** The number of ops; valid indices for kvgen_op_info_at are 0..n-1. */
+KVGEN_API int kvgen_op_count(void);
+/** The op at `index` (table order). */
+KVGEN_API kvgen_status kvgen_op_info_at(int index, kvgen_op_info *out);
+/** Field `index` (struct order) of `op`'s argument struct. */
+KVGEN_API kvgen_status kvgen_op_arg(kvgen_op op, int index,
+                                    kvgen_arg_info *out);
+/** Spec option `index` of `op`. */
+KVGEN_API kvgen_status kvgen_op_option(kvgen_op op, int index,
+                                       kvgen_option_info *out);
 
 /** A context that compiles for and launches on device `device_ordinal` of
  * `backend` (ignored for HOST). */
@@ -163,14 +215,14 @@ KVGEN_API kvgen_status kvgen_context_get_kernel(kvgen_context ctx,
                                                 const char *name,
                                                 kvgen_kernel *out);
 
-/** What a kernel computes (see kvgen::KernelSpec). */
+/** What a kernel computes (kvgen/KernelSpec.h). */
 typedef struct kvgen_kernel_spec {
   kvgen_op op;
-  const char *layout;     /**< kvgen::toString(LayoutDesc) text */
-  const char *io_dtype;   /**< "bf16" | "f16" | "f32" | cache dtype */
-  const char *slot_dtype; /**< "i32" | "i64" */
-  int checked;            /**< 0 | 1 */
-  int dequantize;         /**< 0 | 1, gather only */
+  const char *layout;  /**< kvgen::toString(LayoutDesc) text */
+  const char *options; /**< "io = bf16, slots = i32, checked": the op's
+                            options (kvgen_op_option), any order, omitted
+                            ones at their defaults; NULL or "" = all
+                            defaults */
 } kvgen_kernel_spec;
 
 /** A kernel for `spec`: a loaded bundle entry for the context's target with
@@ -186,32 +238,36 @@ KVGEN_API kvgen_op kvgen_kernel_op(kvgen_kernel k);
 KVGEN_API const char *kvgen_kernel_layout(kvgen_kernel k);
 /** Alignment in bytes the kernel needs of cache pointers. */
 KVGEN_API int kvgen_kernel_vector_bytes(kvgen_kernel k);
+/** The kernel's options, canonical: "io = bf16, slots = i64, checked = 0"
+ * (valid while its context lives). */
+KVGEN_API const char *kvgen_kernel_options(kvgen_kernel k);
 
-/** Validates then launches a reshape_and_cache kernel on `stream` (CUstream
- * / hipStream_t; ignored by HOST, which runs synchronously).
- * key_cache_bytes / value_cache_bytes: the sizes in bytes of the buffers at
- * args->key_cache / args->value_cache (value_cache_bytes is ignored for a
- * packed layout, whose K and V both live in key_cache).
- * Checks, in order: args non-NULL and a reshape_and_cache kernel; T >= 0
- * (T = 0 returns KVGEN_SUCCESS without launching); num_blocks > 0; required
- * pointers non-NULL (scales when the layout has scale != none, error_flag
- * for checked kernels); cache pointers aligned to the kernel's vector bytes
- * and key/value to their element size, slot_mapping to its (KVGEN_ERROR_
- * MISALIGNED); '?' cache strides from args valid (no overlap, >= 0); the
- * layout's extent for num_blocks within each cache (KVGEN_ERROR_OUT_OF_
- * BOUNDS). Slot values themselves live on the device and are checked by
- * checked kernels only. */
-KVGEN_API kvgen_status kvgen_launch_reshape_and_cache(
-    kvgen_kernel k, const kvgen_reshape_and_cache_args *args,
-    uint64_t key_cache_bytes, uint64_t value_cache_bytes, void *stream);
-/** Validates then launches a gather kernel; as above, with key_out /
- * value_out in place of key / value, and scales required only when the
- * kernel dequantizes. */
-KVGEN_API kvgen_status kvgen_launch_gather(kvgen_kernel k,
-                                           const kvgen_gather_args *args,
-                                           uint64_t key_cache_bytes,
-                                           uint64_t value_cache_bytes,
-                                           void *stream);
+/** Validates then launches kernel `k` with `args`, a pointer to the
+ * argument struct of k's op (`args_size` bytes, sizeof(kvgen_<op>_args)), on
+ * `stream` (CUstream / hipStream_t; ignored by HOST, which runs
+ * synchronously).
+ *
+ * The checks follow the roles of the op's fields in kvgen/Ops.def, in
+ * order: args non-NULL and of the op's size; the WORK count >= 0 (0 returns
+ * KVGEN_SUCCESS without launching); num_blocks > 0; required pointers
+ * non-NULL (value caches unless packed, scales when the layout has scale
+ * != none and the op reads them, error_flag for checked kernels); cache
+ * pointers aligned to the kernel's vector bytes, token rows to their
+ * element size, index arrays and scales to theirs (KVGEN_ERROR_MISALIGNED);
+ * '?' cache strides valid (no overlap, >= 0); the layout's extent for
+ * num_blocks within each cache's *_bytes (KVGEN_ERROR_OUT_OF_BOUNDS). Values
+ * that live on the device (slots, block ids) are checked by checked kernels
+ * only. */
+KVGEN_API kvgen_status kvgen_launch(kvgen_kernel k, const void *args,
+                                    uint64_t args_size, void *stream);
+
+/** kvgen_launch for one op, typed: kvgen_launch_reshape_and_cache(k, args,
+ * stream), kvgen_launch_gather(k, args, stream), ... A kernel of another op
+ * is KVGEN_ERROR_INVALID_ARGUMENT. */
+#define KVGEN_OP(NAME, UPPER, CAMEL, ID, WORK_FROM, DOC)                       \
+  KVGEN_API kvgen_status kvgen_launch_##NAME(                                  \
+      kvgen_kernel k, const kvgen_##NAME##_args *args, void *stream);
+#include "kvgen/Ops.def"
 
 #ifdef __cplusplus
 }

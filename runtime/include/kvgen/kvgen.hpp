@@ -9,7 +9,7 @@
 //   ctx.loadBundle("/path/to/bundle");
 //   kvgen::Kernel k;
 //   ctx.getKernel("kvgen_rc_...", &k);
-//   k.launch(args, keyCacheBytes, valueCacheBytes, stream);
+//   k.launch(args, stream);        // args: a kvgen_<op>_args
 //
 //===----------------------------------------------------------------------===//
 #ifndef KVGEN_KVGEN_HPP
@@ -52,19 +52,19 @@ public:
   const char *layout() const { return kvgen_kernel_layout(k_); }
   int vectorBytes() const { return kvgen_kernel_vector_bytes(k_); }
 
-  /// kvgen_launch_reshape_and_cache.
-  Status launch(const kvgen_reshape_and_cache_args &args,
-                uint64_t keyCacheBytes, uint64_t valueCacheBytes,
-                void *stream = nullptr) const {
-    return Status::from(kvgen_launch_reshape_and_cache(
-        k_, &args, keyCacheBytes, valueCacheBytes, stream));
+  /// The kernel's options, canonical ("io = bf16, slots = i64, ...").
+  const char *options() const { return kvgen_kernel_options(k_); }
+
+  /// Launches with `args`, the argument struct of the kernel's op, through
+  /// the op's typed entry (kvgen_launch_reshape_and_cache, ...), which also
+  /// checks that the kernel is of that op. One overload per op of
+  /// kvgen/Ops.def.
+#define KVGEN_OP(NAME, UPPER, CAMEL, ID, WORK_FROM, DOC)                       \
+  Status launch(const kvgen_##NAME##_args &args, void *stream = nullptr)       \
+      const {                                                                  \
+    return Status::from(kvgen_launch_##NAME(k_, &args, stream));               \
   }
-  /// kvgen_launch_gather.
-  Status launch(const kvgen_gather_args &args, uint64_t keyCacheBytes,
-                uint64_t valueCacheBytes, void *stream = nullptr) const {
-    return Status::from(
-        kvgen_launch_gather(k_, &args, keyCacheBytes, valueCacheBytes, stream));
-  }
+#include "kvgen/Ops.def"
 
 private:
   kvgen_kernel k_ = nullptr;
@@ -132,17 +132,11 @@ public:
       *out = Kernel(k);
     return s;
   }
-  /// kvgen_context_get_kernel_by_spec with strings for the spec's fields.
+  /// kvgen_context_get_kernel_by_spec: `options` as in kvgen_kernel_spec
+  /// ("io = bf16, slots = i32, checked"; "" = defaults).
   Status getKernelBySpec(kvgen_op op, const std::string &layout,
-                         const std::string &ioDtype,
-                         const std::string &slotDtype, bool checked,
-                         bool dequantize, Kernel *out) {
-    kvgen_kernel_spec spec{op,
-                           layout.c_str(),
-                           ioDtype.c_str(),
-                           slotDtype.c_str(),
-                           checked ? 1 : 0,
-                           dequantize ? 1 : 0};
+                         const std::string &options, Kernel *out) {
+    kvgen_kernel_spec spec{op, layout.c_str(), options.c_str()};
     kvgen_kernel k = nullptr;
     Status s = Status::from(kvgen_context_get_kernel_by_spec(c_, &spec, &k));
     if (s)

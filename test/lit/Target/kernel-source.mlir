@@ -5,13 +5,11 @@
 // RUN: kvgen-opt --kv-plan=target=gfx942 --convert-kv-to-emitc %s | kvgen-translate --mlir-to-kernel-source | FileCheck %s --check-prefix=BOUNDS
 
 // The emitted source of each planning decision: one `// kvgen-kernel:` line
-// per kernel (the launch geometry a runtime reads), the target's prelude,
-// then one kernel per spec with K's and V's own maps and the plan as
-// template arguments <io, cache, slot, heads, head_size_k, head_size_v,
-// block_size, vec_elems, tokens_per_cta, threads, small_max_tokens,
-// small_threads, scale, checked, cache_proven[, dequantize], packed,
-// streaming_stores> (streaming_stores: true on sm_90 only, see the
-// mimo_read_fp8 lines).
+// per kernel (the launch geometry a runtime reads), the target's prelude
+// with the argument structs of every op (printed from kvgen/Ops.def), then
+// per kernel its layout, plan and options structs and the kernel, which
+// instantiates the op's body with them (streaming_stores and hw_fp8: true on
+// sm_90 only, see the mimo_read_fp8 lines).
 
 // Each kernel's launch bounds are the larger of its header line's threads
 // and small_threads (here always threads).
@@ -42,82 +40,117 @@
 // CHECK-NEXT: // kvgen-kernel: name=dyn_write threads=[[DYN_T:[0-9]+]] tokens_per_cta=[[DYN_N:[0-9]+]] vector_bytes=16 small_max_tokens=[[DYN_SN:[0-9]+]] small_threads=[[DYN_ST:[0-9]+]] grid=(num_tokens<=small_max_tokens ? num_tokens x small_threads : ceil(num_tokens/tokens_per_cta) x threads)
 // CHECK-NEXT: // kvgen-kernel: name=small_write threads=[[SM_T:[0-9]+]] tokens_per_cta=[[SM_N:[0-9]+]] vector_bytes=16 small_max_tokens=[[SM_SN:[0-9]+]] small_threads=[[SM_ST:[0-9]+]] grid=(num_tokens<=small_max_tokens ? num_tokens x small_threads : ceil(num_tokens/tokens_per_cta) x threads)
 // CHECK-NOT: #include
+// CHECK: // kvgen kernel ABI {{[0-9a-f]+}} (the argument structs below; kvgen/Ops.def)
 // GFX942: __builtin_amdgcn_workitem_id_x
 // GFX950: __builtin_amdgcn_workitem_id_x
 // SM90: __nvvm_read_ptx_sreg_tid_x
 // HOST-NOT: __builtin_amdgcn
 // HOST-NOT: __nvvm_read_ptx
 // CHECK: inline int64_t elementOffset(const SideMap &m,
+// CHECK: typedef struct kvgen_reshape_and_cache_args {
+// CHECK-NEXT: const void *key; /**< [num_tokens, num_kv_heads, head_size_k] view, last dim contiguous */
+// CHECK: uint64_t value_cache_bytes;
+// CHECK: } kvgen_reshape_and_cache_args;
+// CHECK: typedef struct kvgen_gather_args {
 
-// MiMo 4 x 192/128: K's map uses K's strides (192 wide), V's map V's own
-// (128 wide), and the head sizes reach the kernel separately.
-// CHECK-LABEL: void mimo_write(kvgen_reshape_and_cache_args
-// CHECK: // K: head_size 192, strides [block 12288, token 768, head 192], row base 0, 4 x 192
-// CHECK-NEXT: = 12288;
-// CHECK-NEXT: = 768;
-// CHECK-NEXT: = 192;
-// CHECK-NEXT: = 0;
-// CHECK-NEXT: kvgen::SideMap [[KMAP:v[0-9]+]] = kvgen::sideMap(
-// CHECK-NEXT: // V: head_size 128, strides [block 8192, token 512, head 128], row base 0, 4 x 128
-// CHECK-NEXT: = 8192;
-// CHECK-NEXT: = 512;
-// CHECK-NEXT: = 128;
-// CHECK-NEXT: = 0;
-// CHECK-NEXT: kvgen::SideMap [[VMAP:v[0-9]+]] = kvgen::sideMap(
-// CHECK-NEXT: kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 4, 192, 128, 16, 8, [[MW_N]], [[MW_T]], [[MW_SN]], [[MW_ST]], 0, false, true, false, {{(true|false)}}>(v1, [[KMAP]], [[VMAP]]);
+// MiMo 4 x 192/128: K uses K's strides (192 wide), V its own (128 wide),
+// and the head sizes reach the kernel separately.
+// CHECK-LABEL: struct mimo_write_layout {
+// CHECK-NEXT: typedef kvgen::dt_bf16 cache;
+// CHECK-NEXT: static constexpr int num_kv_heads = 4;
+// CHECK-NEXT: static constexpr int block_size = 16;
+// CHECK:      /// K: 4 x 192, strides [block 12288, token 768, head 192], row base 0 (elements).
+// CHECK-NEXT: struct k {
+// CHECK-NEXT: static constexpr int head_size = 192;
+// CHECK-NEXT: static constexpr int64_t block = 12288, token = 768, head = 192, base = 0;
+// CHECK:      /// V: 4 x 128, strides [block 8192, token 512, head 128], row base 0 (elements).
+// CHECK-NEXT: struct v {
+// CHECK-NEXT: static constexpr int head_size = 128;
+// CHECK-NEXT: static constexpr int64_t block = 8192, token = 512, head = 128, base = 0;
+// CHECK:      struct mimo_write_plan {
+// CHECK-NEXT: static constexpr int vector_bytes = 16, vec = 8;
+// CHECK-NEXT: static constexpr int threads = [[MW_T]], tokens_per_cta = [[MW_N]];
+// CHECK-NEXT: static constexpr int small_max_tokens = [[MW_SN]], small_threads = [[MW_ST]];
+// CHECK-NEXT: static constexpr bool cache_proven = true, hw_fp8 = false, streaming_stores = {{(true|false)}};
+// CHECK:      struct mimo_write_options {
+// CHECK-NEXT: typedef kvgen::dt_bf16 io;
+// CHECK-NEXT: typedef int64_t slots;
+// CHECK-NEXT: static constexpr bool checked = false;
+// CHECK:      void mimo_write(kvgen_reshape_and_cache_args [[A:v[0-9]+]]) {
+// CHECK-NEXT: kvgen::reshapeAndCache<mimo_write_layout, mimo_write_plan, mimo_write_options>([[A]]);
 // HOST: extern "C" void mimo_write_host_launch(
 kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,
     input bf16, slots i64
 
-// fp8 (per-tensor scale = 1) read back as bf16, block 64, checked slots.
-// CHECK-LABEL: void mimo_read_fp8(kvgen_gather_args
-// CHECK: // K: head_size 192, strides [block 49152, token 768, head 192], row base 0, 4 x 192
-// CHECK: // V: head_size 128, strides [block 32768, token 512, head 128], row base 0, 4 x 128
-// On sm_90 the dequantizing gather reads through the hardware converts
-// (the _hw tag); elsewhere through the portable decoder.
-// SM90: kvgen::gather<kvgen::dt_bf16, kvgen::dt_f8e4m3fn_hw, int32_t, 4, 192, 128, 64, 16, [[MR_N]], [[MR_T]], [[MR_SN]], [[MR_ST]], 1, true, true, true, false, true>(
-// GFX942: kvgen::gather<kvgen::dt_bf16, kvgen::dt_f8e4m3fn, int32_t, 4, 192, 128, 64, 16, [[MR_N]], [[MR_T]], [[MR_SN]], [[MR_ST]], 1, true, true, true, false, false>(
-// GFX950: kvgen::gather<kvgen::dt_bf16, kvgen::dt_f8e4m3fn, int32_t, 4, 192, 128, 64, 16, [[MR_N]], [[MR_T]], [[MR_SN]], [[MR_ST]], 1, true, true, true, false, false>(
-// HOST: kvgen::gather<kvgen::dt_bf16, kvgen::dt_f8e4m3fn, int32_t, 4, 192, 128, 64, 16, [[MR_N]], [[MR_T]], [[MR_SN]], [[MR_ST]], 1, true, true, true, false, false>(
+// fp8 (per-tensor scale) read back as bf16, block 64, checked slots. On
+// sm_90 the dequantizing gather reads through the hardware converts;
+// elsewhere through the portable decoder.
+// CHECK-LABEL: struct mimo_read_fp8_layout {
+// CHECK-NEXT: typedef kvgen::dt_f8e4m3fn cache;
+// CHECK:      static constexpr int scale = kvgen::SCALE_PER_TENSOR;
+// CHECK:      static constexpr int64_t block = 49152, token = 768, head = 192, base = 0;
+// CHECK:      static constexpr int64_t block = 32768, token = 512, head = 128, base = 0;
+// CHECK:      struct mimo_read_fp8_plan {
+// CHECK-NEXT: static constexpr int vector_bytes = 16, vec = 16;
+// SM90:       static constexpr bool cache_proven = true, hw_fp8 = true, streaming_stores = true;
+// GFX942:     static constexpr bool cache_proven = true, hw_fp8 = false, streaming_stores = false;
+// GFX950:     static constexpr bool cache_proven = true, hw_fp8 = false, streaming_stores = false;
+// HOST:       static constexpr bool cache_proven = true, hw_fp8 = false, streaming_stores = false;
+// CHECK:      struct mimo_read_fp8_options {
+// CHECK-NEXT: typedef kvgen::dt_bf16 io;
+// CHECK-NEXT: typedef int32_t slots;
+// CHECK-NEXT: static constexpr bool dequantize = true;
+// CHECK-NEXT: static constexpr bool checked = true;
+// CHECK:      kvgen::gather<mimo_read_fp8_layout, mimo_read_fp8_plan, mimo_read_fp8_options>(
 kv.gather @mimo_read_fp8 : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
     scale = per_tensor>, output bf16, slots i32 dequantize checked
 
-// CHECK-LABEL: void fp8_f32_write(kvgen_reshape_and_cache_args
-// CHECK: kvgen::reshapeAndCache<kvgen::dt_f32, kvgen::dt_f8e5m2fnuz, int64_t, 4, 192, 128, 16, 8, [[FW_N]], [[FW_T]], [[FW_SN]], [[FW_ST]], 2, false, true, false, {{(true|false)}}>(
+// CHECK-LABEL: struct fp8_f32_write_layout {
+// CHECK-NEXT: typedef kvgen::dt_f8e5m2fnuz cache;
+// CHECK:      static constexpr int scale = kvgen::SCALE_PER_HEAD;
+// CHECK:      struct fp8_f32_write_plan {
+// CHECK-NEXT: static constexpr int vector_bytes = 8, vec = 8;
+// CHECK:      typedef kvgen::dt_f32 io;
 kv.reshape_and_cache @fp8_f32_write : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16,
     dtype = f8E5M2FNUZ, scale = per_head>, input f32, slots i64
 
-// CHECK-LABEL: void h46_write(kvgen_reshape_and_cache_args
-// CHECK: kvgen::reshapeAndCache<kvgen::dt_f16, kvgen::dt_f16, int64_t, 8, 46, 46, 16, 2, [[H46_N]], [[H46_T]], [[H46_SN]], [[H46_ST]], 0, false, true, false, {{(true|false)}}>(
+// Head size 46: two f16 elements (4 bytes) per access.
+// CHECK-LABEL: struct h46_write_layout {
+// CHECK:      static constexpr int head_size = 46;
+// CHECK:      struct h46_write_plan {
+// CHECK-NEXT: static constexpr int vector_bytes = 4, vec = 2;
 kv.reshape_and_cache @h46_write : #kv.layout<num_kv_heads = 8,
     head_size_k = 46, head_size_v = 46, block_size = 16, dtype = f16>,
     input f16, slots i64
 
-// CHECK-LABEL: void h80_write(kvgen_reshape_and_cache_args
-// CHECK: kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 8, 80, 80, 16, 8, [[H80_N]], [[H80_T]], [[H80_SN]], [[H80_ST]], 0, false, true, false, {{(true|false)}}>(
+// CHECK-LABEL: struct h80_write_layout {
+// CHECK:      static constexpr int head_size = 80;
+// CHECK:      struct h80_write_plan {
+// CHECK-NEXT: static constexpr int vector_bytes = 16, vec = 8;
 kv.reshape_and_cache @h80_write : #kv.layout<num_kv_heads = 8,
     head_size_k = 80, head_size_v = 80, block_size = 16, dtype = bf16>,
     input bf16, slots i64
 
-// Dynamic strides come from the arguments; alignment is not proven.
-// CHECK-LABEL: void dyn_write(kvgen_reshape_and_cache_args
-// CHECK: = kvgen::kStride(v1, 0);
-// CHECK-NEXT: = kvgen::kStride(v1, 1);
-// CHECK-NEXT: = kvgen::kStride(v1, 2);
-// CHECK: = kvgen::vStride(v1, 0);
-// CHECK-NEXT: = kvgen::vStride(v1, 1);
-// CHECK-NEXT: = kvgen::vStride(v1, 2);
-// CHECK: kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int64_t, 4, 192, 128, 16, 8, [[DYN_N]], [[DYN_T]], [[DYN_SN]], [[DYN_ST]], 0, true, false, false, {{(true|false)}}>(
+// Dynamic strides come from the arguments (kvgen::kDynamicStride in the
+// layout struct); alignment is not proven.
+// CHECK-LABEL: struct dyn_write_layout {
+// CHECK:      static constexpr int64_t block = kvgen::kDynamicStride, token = kvgen::kDynamicStride, head = kvgen::kDynamicStride, base = 0;
+// CHECK:      static constexpr int64_t block = kvgen::kDynamicStride, token = kvgen::kDynamicStride, head = kvgen::kDynamicStride, base = 0;
+// CHECK:      struct dyn_write_plan {
+// CHECK:      static constexpr bool cache_proven = false,
+// CHECK:      static constexpr bool checked = true;
 kv.reshape_and_cache @dyn_write : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16,
     k_strides = [?, ?, ?], v_strides = [?, ?, ?]>,
     input bf16, slots i64 checked
 
-// CHECK-LABEL: void small_write(kvgen_reshape_and_cache_args
-// CHECK: kvgen::reshapeAndCache<kvgen::dt_bf16, kvgen::dt_bf16, int32_t, 1, 64, 64, 16, 8, [[SM_N]], [[SM_T]], [[SM_SN]], [[SM_ST]], 0, false, true, false, {{(true|false)}}>(
+// CHECK-LABEL: struct small_write_layout {
+// CHECK-NEXT: typedef kvgen::dt_bf16 cache;
+// CHECK-NEXT: static constexpr int num_kv_heads = 1;
+// CHECK:      typedef int32_t slots;
 kv.reshape_and_cache @small_write : #kv.layout<num_kv_heads = 1,
     head_size_k = 64, head_size_v = 64, block_size = 16, dtype = bf16>,
     input bf16, slots i32

@@ -13,15 +13,23 @@
 
 namespace kvgen {
 
-/// A stable symbol for a request, e.g.
-/// kvgen_reshape_and_cache_h4_k192_v128_b16_nhd_sep_bf16_in_bf16_i64.
+/// A stable symbol for a spec, e.g.
+/// kvgen_reshape_and_cache_h4_k192_v128_b16_nhd_sep_bf16_io_bf16_i64.
 std::string defaultKernelName(const KernelSpec &spec);
 
-/// A module holding the kv op that specifies `r` (no plan yet).
-/// `name` empty = defaultKernelName(spec).
-mlir::OwningOpRef<mlir::ModuleOp> buildSpecModule(mlir::MLIRContext *ctx,
-                                                  const KernelSpec &spec,
-                                                  const std::string &name = "");
+/// A module holding the `kv.<op>` op that specifies `spec` (no plan yet):
+/// built from the op table (kvgen/Ops.def), its options as the op's
+/// attributes. `name` empty = defaultKernelName(spec). The op is not
+/// verified here (mlir::verify it).
+mlir::FailureOr<mlir::OwningOpRef<mlir::ModuleOp>>
+buildSpecModule(mlir::MLIRContext *ctx, const KernelSpec &spec,
+                const std::string &name = "");
+
+/// Builds and verifies the `kv.<op>` op of `spec` (the op's own rules, e.g.
+/// a gather's io must be the cache dtype unless it dequantizes). On failure
+/// `error` holds the verifier's messages, one per line.
+mlir::LogicalResult verifySpec(mlir::MLIRContext *ctx, const KernelSpec &spec,
+                               std::string *error);
 
 /// Runs kv-plan (for `target`) and convert-kv-to-emitc on `module` in place.
 mlir::LogicalResult lowerForTarget(mlir::ModuleOp module,

@@ -3,6 +3,7 @@
 #define KVGEN_DIALECT_KV_H
 
 #include "kvgen/Layout.h"
+#include "kvgen/Ops.h"
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -16,6 +17,12 @@
 
 #define GET_ATTRDEF_CLASSES
 #include "kvgen/Dialect/KVAttrs.h.inc"
+
+namespace kvgen::kv {
+class LayoutAttr;
+class PlanAttr;
+} // namespace kvgen::kv
+#include "kvgen/Dialect/KVInterfaces.h.inc"
 
 #define GET_OP_CLASSES
 #include "kvgen/Dialect/KVOps.h.inc"

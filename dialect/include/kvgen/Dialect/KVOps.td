@@ -4,16 +4,21 @@
 
 include "kvgen/Dialect/KVDialect.td"
 include "kvgen/Dialect/KVAttrs.td"
+include "kvgen/Dialect/KVInterfaces.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
 
-def KV_ReshapeAndCacheOp : KV_Op<"reshape_and_cache", [Symbol]> {
+def KV_ReshapeAndCacheOp : KV_Op<"reshape_and_cache", [Symbol,
+    DeclareOpInterfaceMethods<KV_KernelSpecOpInterface,
+                              ["getKernelOp", "getRowType",
+                               "getEntryTemplate"]>]> {
   let summary = "Specifies a kernel that writes K/V tokens into a paged cache";
   let description = [{
     A kernel specification: the generated kernel takes
     `kvgen_reshape_and_cache_args` (runtime/include/kvgen/kernel_abi.h) and,
     for each of the T = len(`slot_mapping`) tokens, writes `key[t]`
-    (`[num_kv_heads, head_size_k]`, element type `input`) and `value[t]`
+    (`[num_kv_heads, head_size_k]`, element type `io`, printed after
+    `input`) and `value[t]`
     (`[num_kv_heads, head_size_v]`) into the cache described by `layout` at
     slot `slot_mapping[t]` (block = slot / block_size, token in block = slot
     % block_size). Negative slots are padding and skipped. key and value are
@@ -22,8 +27,9 @@ def KV_ReshapeAndCacheOp : KV_Op<"reshape_and_cache", [Symbol]> {
     a slot at or beyond `num_blocks * block_size` sets the error flag
     instead of being written.
 
-    `slots` is `i32` or `i64`; `input` is `bf16`, `f16` or `f32`. The
-    optional `plan` is set by `kv-plan`.
+    `slots` is `i32` or `i64`; `io` is `bf16`, `f16` or `f32`. The
+    attributes `io`, `slots` and `checked` are the op's spec options
+    (Ops.def). The optional `plan` is set by `kv-plan`.
 
     Example:
 
@@ -37,28 +43,32 @@ def KV_ReshapeAndCacheOp : KV_Op<"reshape_and_cache", [Symbol]> {
   let arguments = (ins
     SymbolNameAttr:$sym_name,
     KV_LayoutAttr:$layout,
-    TypeAttr:$input,
+    TypeAttr:$io,
     TypeAttr:$slots,
     UnitAttr:$checked,
     OptionalAttr<KV_PlanAttr>:$plan
   );
   let assemblyFormat = [{
-    $sym_name `:` $layout `,` `input` $input `,` `slots` $slots
+    $sym_name `:` $layout `,` `input` $io `,` `slots` $slots
     (`checked` $checked^)? attr-dict
   }];
   let hasVerifier = 1;
 }
 
-def KV_GatherOp : KV_Op<"gather", [Symbol]> {
+def KV_GatherOp : KV_Op<"gather", [Symbol,
+    DeclareOpInterfaceMethods<KV_KernelSpecOpInterface,
+                              ["getKernelOp", "getRowType",
+                               "getEntryTemplate"]>]> {
   let summary = "Specifies a kernel that reads cached tokens back to dense rows";
   let description = [{
     A kernel specification: the generated kernel takes `kvgen_gather_args`
     and, for each of the T tokens, reads K and V of slot `slot_mapping[t]`
     into `key_out[t]` (`[num_kv_heads, head_size_k]`) and `value_out[t]`.
-    Negative slots leave the output rows untouched. Without `dequantize`,
-    `output` must be the cache's dtype and the raw elements are copied; with
-    it, `output` is `bf16`, `f16` or `f32` and each element is converted
-    (for fp8 caches: q * scale).
+    Negative slots leave the output rows untouched. The output element type
+    `io` is printed after `output`. Without `dequantize`, it must be the
+    cache's dtype and the raw elements are copied; with it, it is `bf16`,
+    `f16` or `f32` and each element is converted (for fp8 caches: q *
+    scale).
 
     Example:
 
@@ -72,14 +82,14 @@ def KV_GatherOp : KV_Op<"gather", [Symbol]> {
   let arguments = (ins
     SymbolNameAttr:$sym_name,
     KV_LayoutAttr:$layout,
-    TypeAttr:$output,
+    TypeAttr:$io,
     TypeAttr:$slots,
     UnitAttr:$dequantize,
     UnitAttr:$checked,
     OptionalAttr<KV_PlanAttr>:$plan
   );
   let assemblyFormat = [{
-    $sym_name `:` $layout `,` `output` $output `,` `slots` $slots
+    $sym_name `:` $layout `,` `output` $io `,` `slots` $slots
     (`dequantize` $dequantize^)? (`checked` $checked^)? attr-dict
   }];
   let hasVerifier = 1;

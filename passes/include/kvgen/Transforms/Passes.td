@@ -7,7 +7,8 @@ include "mlir/Pass/PassBase.td"
 def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
   let summary = "Choose the execution plan of every kv kernel for a target";
   let description = [{
-    For each `kv.reshape_and_cache` and `kv.gather`, chooses the vector
+    For each kernel op (`kv.reshape_and_cache`, `kv.gather`, ...: every op
+    of the KernelSpecOpInterface), chooses the vector
     width in bytes, threads per block, tokens per block, the small-launch
     shape (the largest T launched one token per block, and that block's
     threads), whether alignment of cache accesses is proven statically

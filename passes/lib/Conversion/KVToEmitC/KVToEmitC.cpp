@@ -1,20 +1,21 @@
 //===- KVToEmitC.cpp - kv kernel specifications to emitc.func -------------===//
 //
-// Each planned kv.reshape_and_cache / kv.gather becomes one emitc.func:
+// Every planned kernel op (KernelSpecOpInterface) becomes three named types
+// and one kernel function:
 //
-//   extern "C" __global__ KVGEN_LAUNCH_BOUNDS(max threads) void name(ARGS a) {
-//     SideMap k = sideMap(k_block, k_token, k_head, k_base); // K's own strides
-//     SideMap v = sideMap(v_block, v_token, v_head, v_base); // V's own strides
-//     kvgen::reshapeAndCache<io, cache, slot, heads, head_size_k,
-//                            head_size_v, block_size, vec, tokens_per_cta,
-//                            threads, small_max_tokens, small_threads,
-//                            scale, checked, cache_proven,
-//                            [dequantize,] packed, streaming>(a, k, v);
+//   struct NAME_layout { ... };   // the #kv.layout: dtype, sizes, and per
+//                                 // side its head size, strides and row base
+//   struct NAME_plan { ... };     // the #kv.plan's decisions
+//   struct NAME_options { ... };  // the op's options (kvgen/Ops.def)
+//   extern "C" __global__ KVGEN_LAUNCH_BOUNDS(n) void NAME(kvgen_OP_args a) {
+//     ENTRY<NAME_layout, NAME_plan, NAME_options>(a);
 //   }
 //
-// Static strides become constants; a dynamic ('?') stride is read from the
-// kernel arguments (kvgen::kStride / vStride). The bodies called here live
-// in codegen/prelude/kernels.h, the address formula in LayoutMap.h.
+// ENTRY is the op's kernel body template in codegen/prelude/kernels.h. The
+// structs are printed from the attributes, so the kernel body sees every
+// size, stride and choice as a named compile-time constant. A '?' stride is
+// kvgen::kDynamicStride there, and the body reads it from the arguments.
+// The address formula itself is LayoutMap.h's.
 //
 //===----------------------------------------------------------------------===//
 #include "kvgen/Conversion/Passes.h"
@@ -22,8 +23,10 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/Transforms/DialectConversion.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
 
 namespace kvgen {
 #define GEN_PASS_DEF_CONVERTKVTOEMITC
@@ -37,183 +40,222 @@ using namespace kvgen::kv;
 namespace {
 
 /// The prelude's tag type for an element type (codegen/prelude/kernels.h).
-const char *dtypeTag(DType t) {
-  switch (t) {
-  case DType::BF16:
-    return "kvgen::dt_bf16";
-  case DType::F16:
-    return "kvgen::dt_f16";
-  case DType::F32:
-    return "kvgen::dt_f32";
-  case DType::F8E4M3FN:
-    return "kvgen::dt_f8e4m3fn";
-  case DType::F8E4M3FNUZ:
-    return "kvgen::dt_f8e4m3fnuz";
-  case DType::F8E5M2:
-    return "kvgen::dt_f8e5m2";
-  case DType::F8E5M2FNUZ:
-    return "kvgen::dt_f8e5m2fnuz";
+std::string dtypeTag(DType t) {
+  std::string name = toString(t);
+  for (char &c : name)
+    c = char(std::tolower(static_cast<unsigned char>(c)));
+  return "kvgen::dt_" + name;
+}
+
+const char *scaleName(ScaleKind s) {
+  switch (s) {
+  case ScaleKind::None:
+    return "kvgen::SCALE_NONE";
+  case ScaleKind::PerTensor:
+    return "kvgen::SCALE_PER_TENSOR";
+  case ScaleKind::PerHead:
+    return "kvgen::SCALE_PER_HEAD";
   }
   return "";
 }
 
-int scaleCode(ScaleKind s) {
-  return s == ScaleKind::PerHead ? 2 : (s == ScaleKind::PerTensor ? 1 : 0);
+std::string strideText(int64_t s) {
+  return s == kDynamic ? std::string("kvgen::kDynamicStride")
+                       : std::to_string(s);
 }
 
-struct KernelParts {
-  StringRef name;
-  StringRef argsType; // kernel_abi.h struct
-  StringRef entry;    // prelude entry template
-  LayoutDesc layout;
-  DType io;
-  bool slot64;
-  bool checked;
-  std::optional<bool> dequantize; // gather only
-  PlanAttr plan;
-};
+/// `struct NAME_layout`: the layout as named constants.
+std::string layoutStruct(StringRef name, LayoutAttr attr) {
+  LayoutDesc l = attr.getDesc();
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << "/// #kv.layout<" << toString(l) << ">\n";
+  os << "struct " << name << " {\n";
+  os << "  typedef " << dtypeTag(l.dtype) << " cache;\n";
+  os << "  static constexpr int num_kv_heads = " << l.numKvHeads << ";\n";
+  os << "  static constexpr int block_size = " << l.blockSize << ";\n";
+  os << "  static constexpr int scale = " << scaleName(l.scale) << ";\n";
+  os << "  /// K and V in one tensor (key_cache), V after K in each row.\n";
+  os << "  static constexpr bool packed = "
+     << (l.packing == Packing::Packed ? "true" : "false") << ";\n";
+  for (Side side : {Side::K, Side::V}) {
+    Strides s = l.strides(side);
+    auto one = [](int64_t x) {
+      return x == kDynamic ? std::string("?") : std::to_string(x);
+    };
+    os << llvm::formatv("  /// {0}: {1} x {2}, strides [block {3}, token {4}, "
+                        "head {5}], row base {6} (elements).\n",
+                        side == Side::K ? "K" : "V", l.numKvHeads,
+                        l.headSize(side), one(s.block), one(s.token),
+                        one(s.head), l.base(side));
+    os << "  struct " << (side == Side::K ? "k" : "v") << " {\n";
+    os << "    static constexpr int head_size = " << l.headSize(side) << ";\n";
+    os << "    static constexpr int64_t block = " << strideText(s.block)
+       << ", token = " << strideText(s.token)
+       << ", head = " << strideText(s.head) << ", base = " << l.base(side)
+       << ";\n";
+    os << "  };\n";
+  }
+  os << "};";
+  return out;
+}
 
-/// Emits the SideMap of `side`: constants for static strides, argument reads
-/// for dynamic ones.
-Value buildSideMap(OpBuilder &b, Location loc, Value args,
-                   const LayoutDesc &layout, Side side) {
-  Type i64 = b.getI64Type();
-  Strides s = layout.strides(side);
-  SmallVector<Value> parts;
-  int index = 0;
-  for (int64_t stride : {s.block, s.token, s.head}) {
-    if (stride == kDynamic) {
-      parts.push_back(emitc::CallOpaqueOp::create(b, loc, TypeRange{i64},
-                           side == Side::K ? "kvgen::kStride" : "kvgen::vStride",
-                           ValueRange{args},
-                           b.getArrayAttr({b.getIndexAttr(0),
-                                           b.getI32IntegerAttr(index)}))
-                          .getResult(0));
-    } else {
-      parts.push_back(emitc::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(stride)));
+/// `struct NAME_plan`: kv-plan's decisions.
+std::string planStruct(StringRef name, PlanAttr plan, DType cache) {
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << "/// " << plan << "\n";
+  os << "struct " << name << " {\n";
+  os << "  static constexpr int vector_bytes = " << plan.getVectorBytes()
+     << ", vec = " << plan.vecElems(cache) << ";\n";
+  os << "  static constexpr int threads = " << plan.getThreads()
+     << ", tokens_per_cta = " << plan.getTokensPerCta() << ";\n";
+  os << "  static constexpr int small_max_tokens = " << plan.getSmallMaxTokens()
+     << ", small_threads = " << plan.getSmallThreads() << ";\n";
+  os << "  static constexpr bool cache_proven = "
+     << (plan.getCacheAlignment() == Alignment::proven ? "true" : "false")
+     << ", hw_fp8 = " << (plan.getHwFp8() ? "true" : "false")
+     << ", streaming_stores = "
+     << (plan.getStreamingStores() ? "true" : "false") << ";\n";
+  os << "};";
+  return out;
+}
+
+/// `struct NAME_options`: the op's options (Ops.def) from its attributes of
+/// the same names.
+FailureOr<std::string> optionsStruct(StringRef name, Operation *op,
+                                     const OpDesc &desc) {
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << "struct " << name << " {\n";
+  for (size_t i = 0; i < desc.numOptions; ++i) {
+    const OptionDesc &o = desc.options[i];
+    Attribute a = op->getAttr(o.name);
+    switch (o.kind) {
+    case OptionKind::IoType: {
+      auto t = dyn_cast_or_null<TypeAttr>(a);
+      std::optional<DType> d = t ? fromMlirType(t.getValue()) : std::nullopt;
+      if (!d)
+        return op->emitOpError("option '") << o.name << "' is not an element "
+                                           << "type attribute";
+      os << "  typedef " << dtypeTag(*d) << " " << o.name << ";\n";
+      break;
     }
-    ++index;
+    case OptionKind::SlotType: {
+      auto t = dyn_cast_or_null<TypeAttr>(a);
+      if (!t || !(t.getValue().isSignlessInteger(32) ||
+                  t.getValue().isSignlessInteger(64)))
+        return op->emitOpError("option '") << o.name << "' is not i32 or i64";
+      os << "  typedef "
+         << (t.getValue().isSignlessInteger(32) ? "int32_t" : "int64_t")
+         << " " << o.name << ";\n";
+      break;
+    }
+    case OptionKind::Flag:
+      os << "  static constexpr bool " << o.name << " = "
+         << (a ? "true" : "false") << ";\n";
+      break;
+    }
   }
-  parts.push_back(emitc::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(layout.base(side))));
-  Type mapType = emitc::OpaqueType::get(b.getContext(), "kvgen::SideMap");
-  return emitc::CallOpaqueOp::create(b, loc, TypeRange{mapType}, "kvgen::sideMap",
-                                   parts)
-      .getResult(0);
+  os << "};";
+  return out;
 }
 
-std::string describeSide(const LayoutDesc &l, Side side, const char *name) {
-  Strides s = l.strides(side);
-  auto one = [](int64_t x) {
-    return x == kDynamic ? std::string("?") : std::to_string(x);
-  };
-  return llvm::formatv("// {0}: head_size {1}, strides [block {2}, token {3}, "
-                       "head {4}], row base {5}, {6} x {7}",
-                       name, l.headSize(side), one(s.block), one(s.token),
-                       one(s.head), l.base(side), l.numKvHeads,
-                       l.headSize(side))
-      .str();
-}
+/// One planned kernel op -> its structs, its emitc.func and (host target)
+/// its host launch function.
+struct KernelSpecLowering
+    : public OpInterfaceConversionPattern<KernelSpecOpInterface> {
+  using OpInterfaceConversionPattern::OpInterfaceConversionPattern;
 
-void buildKernel(OpBuilder &b, Location loc, const KernelParts &p) {
-  MLIRContext *ctx = b.getContext();
-  Type argsType = emitc::OpaqueType::get(ctx, p.argsType);
-  auto fnType = b.getFunctionType({argsType}, {});
-  auto fn = emitc::FuncOp::create(b, loc, p.name, fnType);
-  std::string bounds =
-      llvm::formatv("KVGEN_LAUNCH_BOUNDS({0})",
-                    std::max(p.plan.getThreads(), p.plan.getSmallThreads()))
-          .str();
-  // Keep the plan on the kernel: printers and runtimes read the launch
-  // geometry from it.
-  fn->setAttr("kv.plan", p.plan);
-  fn.setSpecifiersAttr(
-      b.getStrArrayAttr({"extern \"C\"", "__global__", bounds}));
-  Block *entry = fn.addEntryBlock();
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToStart(entry);
-  Value args = entry->getArgument(0);
+  LogicalResult
+  matchAndRewrite(KernelSpecOpInterface spec, ArrayRef<Value>,
+                  ConversionPatternRewriter &rewriter) const override {
+    Operation *op = spec.getOperation();
+    PlanAttr plan = spec.getPlanAttr(); // checked by the pass
+    std::optional<Target> target = parseTarget(plan.getTarget().str());
+    if (!target) // the plan's verifier accepts known targets only
+      return rewriter.notifyMatchFailure(op, "plan names an unknown target");
+    const OpDesc &desc = opDesc(spec.getKernelOp());
+    StringRef name = spec.getSymName();
+    Location loc = op->getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    LayoutDesc layout = spec.getLayout().getDesc();
 
-  emitc::VerbatimOp::create(b, loc, describeSide(p.layout, Side::K, "K"));
-  Value kMap = buildSideMap(b, loc, args, p.layout, Side::K);
-  emitc::VerbatimOp::create(b, loc, describeSide(p.layout, Side::V, "V"));
-  Value vMap = buildSideMap(b, loc, args, p.layout, Side::V);
+    std::string layoutName = (name + "_layout").str();
+    std::string planName = (name + "_plan").str();
+    std::string optionsName = (name + "_options").str();
+    FailureOr<std::string> options = optionsStruct(optionsName, op, desc);
+    if (failed(options))
+      return failure();
+    emitc::VerbatimOp::create(rewriter, loc,
+                              layoutStruct(layoutName, spec.getLayout()));
+    emitc::VerbatimOp::create(rewriter, loc,
+                              planStruct(planName, plan, layout.dtype));
+    emitc::VerbatimOp::create(rewriter, loc, *options);
 
-  auto opaque = [&](StringRef s) { return emitc::OpaqueAttr::get(ctx, s); };
-  auto i32 = [&](int64_t v) { return b.getI32IntegerAttr(v); };
-  SmallVector<Attribute> tmpl = {
-      opaque(dtypeTag(p.io)),
-      // Planned hardware fp8 converts serve quantizing writes and
-      // dequantizing gathers (raw gathers copy bits).
-      opaque(p.plan.getHwFp8() && (!p.dequantize || *p.dequantize) ? (p.layout.dtype == DType::F8E4M3FN
-                                       ? "kvgen::dt_f8e4m3fn_hw"
-                                       : "kvgen::dt_f8e5m2_hw")
-                                : dtypeTag(p.layout.dtype)),
-      opaque(p.slot64 ? "int64_t" : "int32_t"),
-      i32(p.layout.numKvHeads),
-      i32(p.layout.headSizeK),
-      i32(p.layout.headSizeV),
-      i32(p.layout.blockSize),
-      i32(p.plan.vecElems(p.layout.dtype)),
-      i32(p.plan.getTokensPerCta()),
-      i32(p.plan.getThreads()),
-      i32(p.plan.getSmallMaxTokens()),
-      i32(p.plan.getSmallThreads()),
-      i32(scaleCode(p.layout.scale)),
-      b.getBoolAttr(p.checked),
-      b.getBoolAttr(p.plan.getCacheAlignment() == Alignment::proven)};
-  if (p.dequantize)
-    tmpl.push_back(b.getBoolAttr(*p.dequantize));
-  tmpl.push_back(b.getBoolAttr(p.layout.packing == Packing::Packed));
-  tmpl.push_back(b.getBoolAttr(p.plan.getStreamingStores()));
-  emitc::CallOpaqueOp::create(b, loc, TypeRange{}, p.entry,
-                                ValueRange{args, kMap, vMap}, ArrayAttr{},
-                                b.getArrayAttr(tmpl));
-  emitc::ReturnOp::create(b, loc, Value{});
-
-  std::optional<Target> target = parseTarget(p.plan.getTarget().str());
-  if (target && target->vendor() == Vendor::Host) {
-    b.setInsertionPointAfter(fn);
-    emitc::VerbatimOp::create(b, loc, llvm::formatv("extern \"C\" void {0}_host_launch(const void *args, "
-                           "unsigned grid_x, unsigned block_x) {{\n"
-                           "  kvgen::hostLaunch({0}, args, grid_x, block_x);\n"
-                           "}",
-                           p.name)
-                 .str());
+    Type argsType = emitc::OpaqueType::get(ctx, desc.argsType);
+    auto fn = emitc::FuncOp::create(rewriter, loc, name,
+                                    rewriter.getFunctionType({argsType}, {}));
+    // The plan stays on the kernel: printers and runtimes read the launch
+    // geometry from it.
+    fn->setAttr(KVDialect::kPlanAttrName, plan);
+    std::string bounds =
+        llvm::formatv("KVGEN_LAUNCH_BOUNDS({0})",
+                      std::max(plan.getThreads(), plan.getSmallThreads()))
+            .str();
+    fn.setSpecifiersAttr(
+        rewriter.getStrArrayAttr({"extern \"C\"", "__global__", bounds}));
+    Block *entry = fn.addEntryBlock();
+    {
+      OpBuilder::InsertionGuard guard(rewriter);
+      rewriter.setInsertionPointToStart(entry);
+      auto opaque = [&](StringRef s) { return emitc::OpaqueAttr::get(ctx, s); };
+      emitc::CallOpaqueOp::create(
+          rewriter, loc, TypeRange{}, spec.getEntryTemplate(),
+          ValueRange{entry->getArgument(0)}, ArrayAttr{},
+          rewriter.getArrayAttr({opaque(layoutName), opaque(planName),
+                                 opaque(optionsName)}));
+      emitc::ReturnOp::create(rewriter, loc, Value{});
+    }
+    if (target->vendor() == Vendor::Host) {
+      // The CPU runs the kernel through this entry (target_host.h).
+      emitc::VerbatimOp::create(
+          rewriter, loc,
+          llvm::formatv("extern \"C\" void {0}_host_launch(const void *args, "
+                        "unsigned grid_x, unsigned block_x) {{\n"
+                        "  kvgen::hostLaunch({0}, args, grid_x, block_x);\n"
+                        "}",
+                        name)
+              .str());
+    }
+    rewriter.eraseOp(op);
+    return success();
   }
-}
+};
 
 struct ConvertKVToEmitCPass
     : public kvgen::impl::ConvertKVToEmitCBase<ConvertKVToEmitCPass> {
   void runOnOperation() override {
-    ModuleOp module = getOperation();
-    SmallVector<Operation *> specs;
-    module.walk([&](Operation *op) {
-      if (isa<ReshapeAndCacheOp, GatherOp>(op))
-        specs.push_back(op);
+    // Every kernel op needs kv-plan's decisions first.
+    WalkResult planned = getOperation().walk([](KernelSpecOpInterface spec) {
+      if (spec.getPlanAttr())
+        return WalkResult::advance();
+      spec->emitOpError("has no plan; run kv-plan first");
+      return WalkResult::interrupt();
     });
-    OpBuilder b(&getContext());
-    for (Operation *op : specs) {
-      KernelParts p;
-      if (auto w = dyn_cast<ReshapeAndCacheOp>(op)) {
-        p = {w.getSymName(), "kvgen_reshape_and_cache_args",
-             "kvgen::reshapeAndCache", w.getLayout().getDesc(),
-             *fromMlirType(w.getInput()), w.getSlots().isInteger(64),
-             w.getChecked(), std::nullopt, w.getPlanAttr()};
-      } else {
-        auto g = cast<GatherOp>(op);
-        p = {g.getSymName(), "kvgen_gather_args", "kvgen::gather",
-             g.getLayout().getDesc(), *fromMlirType(g.getOutput()),
-             g.getSlots().isInteger(64), g.getChecked(), g.getDequantize(),
-             g.getPlanAttr()};
-      }
-      if (!p.plan) {
-        op->emitOpError("has no plan; run kv-plan first");
-        return signalPassFailure();
-      }
-      b.setInsertionPoint(op);
-      buildKernel(b, op->getLoc(), p);
-      op->erase();
-    }
+    if (planned.wasInterrupted())
+      return signalPassFailure();
+    MLIRContext *ctx = &getContext();
+    ConversionTarget target(*ctx);
+    target.addLegalDialect<emitc::EmitCDialect>();
+    target.addIllegalDialect<KVDialect>();
+    target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
+    RewritePatternSet patterns(ctx);
+    patterns.add<KernelSpecLowering>(ctx);
+    if (failed(applyPartialConversion(getOperation(), target,
+                                      std::move(patterns))))
+      signalPassFailure();
   }
 };
+
 } // namespace

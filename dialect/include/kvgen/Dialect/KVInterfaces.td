@@ -1,0 +1,50 @@
+//===- KVInterfaces.td - kv dialect interfaces -------------*- tablegen -*-===//
+#ifndef KVGEN_KV_INTERFACES
+#define KVGEN_KV_INTERFACES
+
+include "mlir/IR/OpBase.td"
+
+def KV_KernelSpecOpInterface : OpInterface<"KernelSpecOpInterface"> {
+  let description = [{
+    A kernel specification: one op of kvgen's kernel table
+    (runtime/include/kvgen/Ops.def) over a `#kv.layout`, with the op's spec
+    options as attributes of the same names. `kv-plan` and
+    `convert-kv-to-emitc` work on this interface only: the op's C argument
+    struct, its options and its kernel body template are found through
+    `getKernelOp()` in the table, so a new kernel op needs no change to the
+    passes.
+  }];
+  let cppNamespace = "::kvgen::kv";
+  let methods = [
+    InterfaceMethod<"The op's entry in kvgen's kernel table (Ops.def).",
+      "::kvgen::KernelOp", "getKernelOp">,
+    InterfaceMethod<"The kernel's symbol.",
+      "::llvm::StringRef", "getSymName", (ins), [{}], [{
+        return $_op.getSymName();
+      }]>,
+    InterfaceMethod<"The paged cache layout the kernel reads or writes.",
+      "::kvgen::kv::LayoutAttr", "getLayout", (ins), [{}], [{
+        return $_op.getLayout();
+      }]>,
+    InterfaceMethod<[{
+        The element type of the dense rows the kernel moves besides the
+        cache (what kv-plan sizes its accesses for): the input of a write,
+        the output of a gather.
+      }],
+      "::mlir::Type", "getRowType">,
+    InterfaceMethod<"The kernel body template in the device prelude "
+                    "(codegen/prelude/kernels.h), instantiated with the "
+                    "kernel's layout, plan and options structs.",
+      "::llvm::StringRef", "getEntryTemplate">,
+    InterfaceMethod<"The plan chosen by kv-plan, or null.",
+      "::kvgen::kv::PlanAttr", "getPlanAttr", (ins), [{}], [{
+        return $_op.getPlanAttr();
+      }]>,
+    InterfaceMethod<"Records the plan.",
+      "void", "setPlanAttr", (ins "::kvgen::kv::PlanAttr":$plan), [{}], [{
+        $_op.setPlanAttr(plan);
+      }]>,
+  ];
+}
+
+#endif // KVGEN_KV_INTERFACES

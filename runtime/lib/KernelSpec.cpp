@@ -1,0 +1,202 @@
+//===- KernelSpec.cpp - What a kernel computes ----------------------------===//
+#include "kvgen/KernelSpec.h"
+
+namespace kvgen {
+
+namespace {
+std::string_view trim(std::string_view s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos)
+    return {};
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+/// The canonical text of `value` for an option of `kind`, or std::nullopt.
+std::optional<std::string> canonical(OptionKind kind, std::string_view value) {
+  std::string v(value);
+  switch (kind) {
+  case OptionKind::IoType:
+    if (parseDType(v))
+      return v;
+    return std::nullopt;
+  case OptionKind::SlotType:
+    if (v == "i32" || v == "i64")
+      return v;
+    return std::nullopt;
+  case OptionKind::Flag:
+    if (v == "1" || v == "true")
+      return std::string("1");
+    if (v == "0" || v == "false")
+      return std::string("0");
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+const char *expected(OptionKind kind) {
+  switch (kind) {
+  case OptionKind::IoType:
+    return "an element type (bf16, f16, f32, f8E4M3FN, f8E4M3FNUZ, f8E5M2, "
+           "f8E5M2FNUZ)";
+  case OptionKind::SlotType:
+    return "i32 or i64";
+  case OptionKind::Flag:
+    return "0 or 1";
+  }
+  return "?";
+}
+} // namespace
+
+KernelSpec KernelSpec::make(KernelOp op, const LayoutDesc &layout) {
+  KernelSpec s;
+  s.op = op;
+  s.layout = layout;
+  const OpDesc &d = opDesc(op);
+  s.options.assign(d.numOptions, std::string());
+  s.given_.assign(d.numOptions, false);
+  s.resolveDefaults();
+  return s;
+}
+
+void KernelSpec::resolveDefaults() {
+  const OpDesc &d = opDesc(op);
+  if (options.size() != d.numOptions)
+    options.resize(d.numOptions);
+  if (given_.size() != d.numOptions)
+    given_.resize(d.numOptions, false);
+  // Defaults that name no other option first, then the dependent ones.
+  for (size_t i = 0; i < d.numOptions; ++i) {
+    if (given_[i])
+      continue;
+    std::string_view def = d.options[i].defaultValue;
+    if (def == "cache" || def == "cache_or_bf16")
+      options[i] = toString(layout.dtype);
+    else
+      options[i] = std::string(def);
+  }
+  for (size_t i = 0; i < d.numOptions; ++i)
+    if (!given_[i] && std::string_view(d.options[i].defaultValue) ==
+                          "cache_or_bf16" && flag("dequantize"))
+      options[i] = "bf16";
+}
+
+std::optional<std::string> KernelSpec::set(std::string_view name,
+                                           std::string_view value) {
+  const OpDesc &d = opDesc(op);
+  const OptionDesc *o = d.option(name);
+  if (!o) {
+    std::string known;
+    for (size_t i = 0; i < d.numOptions; ++i)
+      known += std::string(i ? ", " : "") + d.options[i].name;
+    return "op " + std::string(d.name) + " has no option '" +
+           std::string(name) + "'" +
+           (known.empty() ? std::string(" (it has none)")
+                          : " (its options: " + known + ")");
+  }
+  std::optional<std::string> v = canonical(o->kind, trim(value));
+  if (!v)
+    return "option '" + std::string(name) + "' must be " +
+           expected(o->kind) + ", got '" + std::string(trim(value)) + "'";
+  if (options.size() != d.numOptions)
+    *this = make(op, layout);
+  size_t i = size_t(o - d.options);
+  options[i] = *v;
+  given_[i] = true;
+  resolveDefaults();
+  return std::nullopt;
+}
+
+std::optional<KernelSpec> KernelSpec::parse(KernelOp op,
+                                            const LayoutDesc &layout,
+                                            std::string_view text,
+                                            std::string *error) {
+  KernelSpec s = make(op, layout);
+  std::vector<std::string> seen;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string_view part = trim(text.substr(
+        pos, comma == std::string_view::npos ? std::string_view::npos
+                                             : comma - pos));
+    pos = comma == std::string_view::npos ? text.size() + 1 : comma + 1;
+    if (part.empty()) {
+      if (comma == std::string_view::npos && seen.empty())
+        break; // "" = all defaults
+      if (error)
+        *error = "empty item in options '" + std::string(text) + "'";
+      return std::nullopt;
+    }
+    size_t eq = part.find('=');
+    std::string_view name = trim(part.substr(0, eq));
+    std::string_view value =
+        eq == std::string_view::npos ? "1" : trim(part.substr(eq + 1));
+    for (const std::string &n : seen)
+      if (n == name) {
+        if (error)
+          *error = "option '" + std::string(name) + "' given twice";
+        return std::nullopt;
+      }
+    seen.emplace_back(name);
+    if (std::optional<std::string> err = s.set(name, value)) {
+      if (error)
+        *error = *err;
+      return std::nullopt;
+    }
+  }
+  return s;
+}
+
+std::string KernelSpec::option(std::string_view name) const {
+  const OpDesc &d = opDesc(op);
+  const OptionDesc *o = d.option(name);
+  if (!o || options.size() != d.numOptions)
+    return std::string();
+  return options[size_t(o - d.options)];
+}
+
+bool KernelSpec::flag(std::string_view name) const {
+  return option(name) == "1";
+}
+
+std::optional<DType> KernelSpec::dtype(std::string_view name) const {
+  return parseDType(option(name));
+}
+
+std::string KernelSpec::optionsText() const {
+  const OpDesc &d = opDesc(op);
+  std::string out;
+  for (size_t i = 0; i < d.numOptions && i < options.size(); ++i)
+    out += std::string(i ? ", " : "") + d.options[i].name + " = " + options[i];
+  return out;
+}
+
+std::string KernelSpec::key() const {
+  return "op=" + std::string(opDesc(op).name) + "; layout=" +
+         toString(layout) + "; " + optionsText();
+}
+
+std::optional<std::string> KernelSpec::validate() const {
+  if (std::optional<std::string> err = layout.validate())
+    return "layout: " + *err;
+  const OpDesc &d = opDesc(op);
+  if (options.size() != d.numOptions)
+    return std::string("options are not set (use KernelSpec::make)");
+  for (size_t i = 0; i < d.numOptions; ++i) {
+    const OptionDesc &o = d.options[i];
+    if (!canonical(o.kind, options[i]))
+      return "option '" + std::string(o.name) + "' must be " +
+             expected(o.kind) + ", got '" + options[i] + "'";
+    if (o.kind == OptionKind::IoType) {
+      DType t = *parseDType(options[i]);
+      bool wide = t == DType::BF16 || t == DType::F16 || t == DType::F32;
+      if (!wide && t != layout.dtype)
+        return "option '" + std::string(o.name) + "' = " + options[i] +
+               " must be bf16, f16, f32 or the cache dtype " +
+               toString(layout.dtype);
+    }
+  }
+  return std::nullopt;
+}
+
+} // namespace kvgen
