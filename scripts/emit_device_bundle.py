@@ -30,9 +30,10 @@ from kvgen import read_manifest  # noqa: E402
 
 
 def spec_of(e):
-    return G.KSpec(e["op"], G.Layout.parse(e["layout"]).text, e["io_dtype"],
-                   e["slot_dtype"], e["checked"] == "1",
-                   e["dequantize"] == "1")
+    # Manifest v2: the op's options under their Ops.def names.
+    return G.KSpec(e["op"], G.Layout.parse(e["layout"]).text, e["io"],
+                   e["slots"], e.get("checked", "0") == "1",
+                   e.get("dequantize", "0") == "1")
 
 
 def emit_one(kv, target, spec, layout_file, shard):
@@ -51,20 +52,22 @@ def merge(shards, dest):
     header, body = None, []
     for sh in shards:
         lines = (sh / "kvgen-manifest.txt").read_text().splitlines()
+        # The header: the lines before the first section (version, abi).
+        n = lines.index("[kernel]") if "[kernel]" in lines else len(lines)
         if header is None:
-            header = lines[0]
-        elif lines[0] != header:
-            raise ValueError(f"{sh}: manifest header {lines[0]!r} differs "
+            header = lines[:n]
+        elif lines[:n] != header:
+            raise ValueError(f"{sh}: manifest header {lines[:n]!r} differs "
                              f"from {header!r}")
-        body += [ln for ln in lines[1:]]
+        body += lines[n:]
         for f in sh.iterdir():
             if f.name != "kvgen-manifest.txt":
                 if (dest / f.name).exists():
                     raise ValueError(f"two kernels write {f.name}")
                 shutil.copyfile(f, dest / f.name)
     (dest / "kvgen-manifest.txt").write_text(
-        "\n".join([header, "# merged by scripts/emit_device_bundle.py"] +
-                  body) + "\n")
+        "\n".join(header + ["# merged by scripts/emit_device_bundle.py"] +
+                   body) + "\n")
 
 
 def check_loads(dest):

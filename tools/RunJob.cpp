@@ -122,12 +122,16 @@ int runJob(const RunOptions &o) {
     fmt::print(stderr, "kvgen run: invalid layout: {}\n", *bad);
     return 1;
   }
-  if (l.kStrides || l.vStrides) {
-    if (l.strides(Side::K).anyDynamic() || l.strides(Side::V).anyDynamic()) {
-      fmt::print(stderr, "kvgen run: layouts with dynamic ('?') strides are "
-                         "exercised by the test grids, not by kvgen run\n");
-      return 1;
-    }
+  if (l.anyDynamic()) {
+    fmt::print(stderr, "kvgen run: layouts with dynamic ('?') strides are "
+                       "exercised by the test grids, not by kvgen run\n");
+    return 1;
+  }
+  if (!l.isKV()) {
+    fmt::print(stderr, "kvgen run: needs a K/V layout (head_size_k / "
+                       "head_size_v), got {}\n",
+               toString(l));
+    return 1;
   }
   kvgen_backend backend = KVGEN_BACKEND_AUTO;
   if (o.backend == "cuda")
@@ -175,8 +179,8 @@ int runJob(const RunOptions &o) {
 
   // Problem: T tokens of a fused [T, H * (Dk + Dv)] projection; slots drawn
   // without repetition from a cache with spare blocks; every 7th padding.
-  const int64_t T = o.numTokens, H = l.numKvHeads, Dk = l.headSizeK,
-                Dv = l.headSizeV, bs = l.blockSize;
+  const int64_t T = o.numTokens, H = l.numKvHeads, Dk = l.headSize(kKey),
+                Dv = l.headSize(kValue), bs = l.blockSize;
   const int64_t numBlocks = (T + bs - 1) / bs * 2 + 3;
   std::mt19937_64 rng(o.seed);
   std::vector<int64_t> slots(numBlocks * bs);
@@ -211,26 +215,26 @@ int runJob(const RunOptions &o) {
   // Host reference of the cache after the write.
   const int64_t es = elementSize(l.dtype);
   const bool packed = l.packing == Packing::Packed;
-  const uint64_t kBytes = l.extentBytes(Side::K, numBlocks);
-  const uint64_t vBytes = packed ? 0 : l.extentBytes(Side::V, numBlocks);
+  const uint64_t kBytes = l.extentBytes(kKey, numBlocks);
+  const uint64_t vBytes = packed ? 0 : l.extentBytes(kValue, numBlocks);
   const uint64_t kAlloc =
-      std::max<uint64_t>(kBytes, packed ? l.extentBytes(Side::V, numBlocks)
+      std::max<uint64_t>(kBytes, packed ? l.extentBytes(kValue, numBlocks)
                                         : 0);
   std::vector<uint8_t> refK(kAlloc + kSlack, kCanary),
       refV(packed ? 0 : vBytes + kSlack, kCanary);
   for (int64_t t = 0; t < T; ++t) {
     if (slots[t] < 0)
       continue;
-    for (Side side : {Side::K, Side::V}) {
+    for (int side : {kKey, kValue}) {
       SideMap m = l.map(side);
-      std::vector<uint8_t> &cache = (side == Side::V && !packed) ? refV : refK;
+      std::vector<uint8_t> &cache = (side == kValue && !packed) ? refV : refK;
       const int64_t D = l.headSize(side);
-      const int64_t col0 = side == Side::K ? 0 : H * Dk;
+      const int64_t col0 = side == kKey ? 0 : H * Dk;
       for (int64_t h = 0; h < H; ++h)
         for (int64_t e = 0; e < D; ++e) {
           float x = bf16_to_float(fused[t * rowStride + col0 + h * D + e]);
           if (fp8)
-            x = x / (side == Side::K ? kScale[h] : vScale[h]);
+            x = x / (side == kKey ? kScale[h] : vScale[h]);
           int64_t off = elementOffset(m, slots[t] / bs, slots[t] % bs, h, e);
           encode(l.dtype, x, &cache[off * es]);
         }
@@ -349,13 +353,13 @@ int runJob(const RunOptions &o) {
   int64_t compared = 0;
   auto checkGather = [&](DeviceBuffer &ko, DeviceBuffer &vo, int64_t outSize,
                          bool dequant, const char *what) {
-    for (Side side : {Side::K, Side::V}) {
-      DeviceBuffer &out = side == Side::K ? ko : vo;
+    for (int side : {kKey, kValue}) {
+      DeviceBuffer &out = side == kKey ? ko : vo;
       std::vector<uint8_t> got(out.bytes);
       if (!toHost(got.data(), out))
         return false;
       const std::vector<uint8_t> &cache =
-          (side == Side::V && !packed) ? refV : refK;
+          (side == kValue && !packed) ? refV : refK;
       SideMap m = l.map(side);
       const int64_t D = l.headSize(side);
       for (int64_t t = 0; t < T; ++t)
@@ -369,7 +373,7 @@ int runJob(const RunOptions &o) {
               if (dequant)
                 encode(DType::BF16,
                        decode(l.dtype, q) *
-                           (side == Side::K ? kScale[h] : vScale[h]),
+                           (side == kKey ? kScale[h] : vScale[h]),
                        want);
               else
                 std::memcpy(want, q, es);
@@ -379,7 +383,7 @@ int runJob(const RunOptions &o) {
             if (std::memcmp(g, want, outSize) != 0) {
               fmt::print(stderr, "kvgen run: {} {} differs at token {} head "
                                  "{} element {}\n",
-                         what, side == Side::K ? "K" : "V", t, h, e);
+                         what, side == kKey ? "K" : "V", t, h, e);
               return false;
             }
           }

@@ -751,7 +751,7 @@ template <class P> struct SmallThreads {
 /// (P::tokens_per_cta, P::threads); the runtime sizes the grid and block by
 /// the same rule (kvgen/Launch.h).
 template <class L, class P, class O>
-KVGEN_DEVICE inline void reshapeAndCache(const kvgen_reshape_and_cache_args &a) {
+KVGEN_DEVICE inline void reshape_and_cache(const kvgen_reshape_and_cache_args &a) {
   const SideMap kMap = sideMap<typename L::k>(a.k_cache_strides);
   const SideMap vMap = sideMap<typename L::v>(a.v_cache_strides);
   typedef typename ConvertTag<typename L::cache, P::hw_fp8>::type cache;

@@ -154,11 +154,8 @@ int main(int argc, char **argv) {
   }
 
   // 1. A bundle for this target (normally written by `kvgen emit --bundle`).
-  kvgen::LayoutDesc layout;
-  layout.numKvHeads = kHeads;
-  layout.headSizeK = kHeadK;
-  layout.headSizeV = kHeadV;
-  layout.blockSize = kBlock;
+  kvgen::LayoutDesc layout =
+      kvgen::LayoutDesc::kv(kHeads, kHeadK, kHeadV, kBlock);
   std::string source = host ? hostSource() : cudaSource();
   std::vector<kvgen::BundleKernel> kernels;
   for (kvgen::KernelOp op :
@@ -215,8 +212,8 @@ int main(int argc, char **argv) {
   std::shuffle(all.begin(), all.end(), rng);
   for (int64_t t = 0; t < kTokens; ++t)
     slots[size_t(t)] = t % 10 == 9 ? -1 : all[size_t(t)];
-  uint64_t kBytes = uint64_t(layout.extentBytes(kvgen::Side::K, kBlocks));
-  uint64_t vBytes = uint64_t(layout.extentBytes(kvgen::Side::V, kBlocks));
+  uint64_t kBytes = uint64_t(layout.extentBytes(kvgen::kKey, kBlocks));
+  uint64_t vBytes = uint64_t(layout.extentBytes(kvgen::kValue, kBlocks));
 
   DeviceBuffer dKey, dValue, dSlots, dKc, dVc, dKo, dVo;
   std::vector<uint16_t> zeroK(size_t(kBytes / 2)), zeroV(size_t(vBytes / 2));
@@ -287,7 +284,7 @@ int main(int argc, char **argv) {
   if (kvgen::Status s = dKc.download(kc.data()); !s)
     return fail("downloading", s);
   int64_t bad = 0;
-  kvgen::SideMap km = layout.map(kvgen::Side::K);
+  kvgen::SideMap km = layout.map(kvgen::kKey);
   for (int64_t t = 0; t < kTokens; ++t) {
     int64_t slot = slots[size_t(t)];
     for (int64_t i = 0; i < rowK; ++i) {

@@ -30,7 +30,6 @@ itself (shapes, dtypes) raise ValueError / TypeError before any C call.
 """
 
 import ctypes
-import re
 from pathlib import Path
 
 from . import _capi
@@ -74,115 +73,135 @@ def version():
 
 
 #---------------------------------------------------------------------------
-# Layout (mirror of kvgen::LayoutDesc: text form, strides, extents)
+# Layout (kvgen::LayoutDesc read through the C API: one grammar, one model)
 #---------------------------------------------------------------------------
 
-_FIELDS = ("num_kv_heads", "head_size_k", "head_size_v", "block_size",
-           "order", "packing", "dtype", "scale", "k_strides", "v_strides")
+_DYNAMIC = -(1 << 63)  # a '?' stride in kvgen_component_info
 
 
-def _split_top(text):
-    """Splits at commas outside [...]."""
-    parts, depth, cur = [], 0, []
-    for ch in text:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    parts.append("".join(cur))
-    return [p.strip() for p in parts if p.strip()]
+def _strides_text(st):
+    if len(st) != 3:
+        raise ValueError(f"strides {tuple(st)!r} need 3 entries "
+                         "(block, token, head)")
+    return "[" + ", ".join("?" if x is None else str(int(x))
+                           for x in st) + "]"
 
 
 class Layout:
-    """A paged K/V cache layout (kvgen::LayoutDesc; docs in Layout.h).
+    """A paged cache layout (kvgen::LayoutDesc, runtime/include/kvgen/
+    Layout.h), parsed and validated by the runtime (kvgen_layout_parse).
 
-    Sizes in elements. `k_strides` / `v_strides`: optional (block, token,
-    head) element strides; an entry None is a dynamic ('?') stride, given at
-    launch time through `cache_strides`.
+    Sizes and strides in elements. A K/V layout is built from
+    `head_size_k` / `head_size_v`; other layouts (e.g. DeepSeek MLA) from
+    `components=[("kv_c", 512), ("k_pe", 64)]`. `k_strides` / `v_strides`
+    (K/V) or `strides={name: (block, token, head)}`: optional explicit
+    strides; an entry None is a dynamic ('?') stride, given at launch time
+    through `cache_strides`. Raises ValueError with the runtime's message
+    when the layout is invalid.
     """
 
-    def __init__(self, num_kv_heads, head_size_k, head_size_v, block_size,
-                 dtype="bf16", order="nhd", packing="separate", scale=None,
-                 k_strides=None, v_strides=None):
-        if dtype not in DTYPE_SIZES:
-            raise ValueError(f"dtype {dtype!r} is not one of "
-                             f"{', '.join(DTYPE_SIZES)}")
+    def __init__(self, num_kv_heads, head_size_k=None, head_size_v=None,
+                 block_size=None, dtype="bf16", order="nhd",
+                 packing="separate", scale=None, k_strides=None,
+                 v_strides=None, components=None, strides=None):
+        if block_size is None:
+            raise ValueError("Layout: block_size is required")
         if scale is None:
             scale = "per_tensor" if dtype in FP8_DTYPES else "none"
-        if order not in ("nhd", "hnd"):
-            raise ValueError(f"order {order!r} must be 'nhd' or 'hnd'")
-        if packing not in ("separate", "packed"):
-            raise ValueError(f"packing {packing!r} must be 'separate' or "
-                             "'packed'")
-        if scale not in ("none", "per_tensor", "per_head"):
-            raise ValueError(f"scale {scale!r} must be none, per_tensor or "
-                             "per_head")
-        self.num_kv_heads = int(num_kv_heads)
-        self.head_size_k = int(head_size_k)
-        self.head_size_v = int(head_size_v)
-        self.block_size = int(block_size)
-        self.dtype = dtype
-        self.order = order
-        self.packing = packing
-        self.scale = scale
-        self.k_strides = None if k_strides is None else tuple(k_strides)
-        self.v_strides = None if v_strides is None else tuple(v_strides)
+        parts = [f"num_kv_heads = {int(num_kv_heads)}"]
+        strides = dict(strides or {})
+        if components is None:
+            if head_size_k is None or head_size_v is None:
+                raise ValueError("Layout: give head_size_k and head_size_v "
+                                 "or components")
+            parts += [f"head_size_k = {int(head_size_k)}",
+                      f"head_size_v = {int(head_size_v)}"]
+            if k_strides is not None:
+                strides["k"] = k_strides
+            if v_strides is not None:
+                strides["v"] = v_strides
+        else:
+            if head_size_k is not None or head_size_v is not None:
+                raise ValueError("Layout: components excludes head_size_k "
+                                 "/ head_size_v")
+            parts.append("components = [" + ", ".join(
+                f"{name}: {int(size)}" for name, size in components) + "]")
+        parts += [f"block_size = {int(block_size)}", f"order = {order}",
+                  f"packing = {packing}", f"dtype = {dtype}",
+                  f"scale = {scale}"]
+        parts += [f"{name}_strides = {_strides_text(st)}"
+                  for name, st in strides.items()]
+        self._load(", ".join(parts))
 
     @classmethod
     def parse(cls, text):
         """Parses kvgen::toString(LayoutDesc) text (also accepts a
-        `#kv.layout<...>` wrapper)."""
-        t = text.strip()
-        m = re.fullmatch(r"#kv\.layout<(.*)>", t, re.S)
-        if m:
-            t = m.group(1)
-        kw = {}
-        for part in _split_top(t):
-            if "=" not in part:
-                raise ValueError(f"layout text: '{part}' is not "
-                                 f"'field = value' in {text!r}")
-            k, v = (s.strip() for s in part.split("=", 1))
-            if k not in _FIELDS:
-                raise ValueError(f"layout text: unknown field '{k}'")
-            if k in ("k_strides", "v_strides"):
-                items = [s.strip() for s in v.strip("[] ").split(",")]
-                if len(items) != 3:
-                    raise ValueError(f"layout text: {k} needs 3 entries")
-                kw[k] = tuple(None if s == "?" else int(s) for s in items)
-            elif k in ("num_kv_heads", "head_size_k", "head_size_v",
-                       "block_size"):
-                kw[k] = int(v)
-            else:
-                kw[k] = v
-        for req in ("num_kv_heads", "head_size_k", "head_size_v",
-                    "block_size", "dtype"):
-            if req not in kw:
-                raise ValueError(f"layout text lacks '{req}': {text!r}")
-        return cls(**kw)
+        `#kv.layout<...>` wrapper); the runtime's grammar and checks."""
+        self = cls.__new__(cls)
+        self._load(text)
+        return self
+
+    def _load(self, text):
+        L = _capi.lib()
+        h = ctypes.c_void_p()
+        if L.kvgen_layout_parse(text.encode(), ctypes.byref(h)) != \
+                _capi.SUCCESS:
+            raise ValueError(_capi.last_error())
+        try:
+            info = _capi.LayoutInfo()
+            _check("kvgen_layout_get_info",
+                   L.kvgen_layout_get_info(h, ctypes.byref(info)))
+            comps = []
+            for c in range(info.num_components):
+                ci = _capi.ComponentInfo()
+                _check("kvgen_layout_component",
+                       L.kvgen_layout_component(h, c, ctypes.byref(ci)))
+                comps.append((ci.name.decode(), ci.head_size,
+                              tuple(None if x == _DYNAMIC else x
+                                    for x in ci.strides),
+                              bool(ci.explicit_strides), ci.base))
+        except BaseException:
+            L.kvgen_layout_destroy(h)
+            raise
+        self._lib, self._h = L, h
+        self.text = info.text.decode()
+        self.num_kv_heads = info.num_kv_heads
+        self.block_size = info.block_size
+        self.order = info.order.decode()
+        self.packing = info.packing.decode()
+        self.dtype = info.dtype.decode()
+        self.scale = info.scale.decode()
+        self.element_size = info.element_bytes
+        self.is_kv = bool(info.is_kv)
+        #: Component names in row order ("k", "v" for a K/V layout).
+        self.components = tuple(c[0] for c in comps)
+        self._sizes = {c[0]: c[1] for c in comps}
+        self._strides = {c[0]: c[2] for c in comps}
+        self._explicit = {c[0]: c[2] if c[3] else None for c in comps}
+        self._base = {c[0]: c[4] for c in comps}
+
+    def __del__(self):
+        h = getattr(self, "_h", None)
+        if h is not None and h.value:
+            self._lib.kvgen_layout_destroy(h)
+            self._h = None
+
+    # K/V conveniences (None for other layouts).
+    @property
+    def head_size_k(self):
+        return self._sizes.get("k") if self.is_kv else None
 
     @property
-    def text(self):
-        """The canonical text (kvgen::toString(LayoutDesc))."""
-        s = (f"num_kv_heads = {self.num_kv_heads}, "
-             f"head_size_k = {self.head_size_k}, "
-             f"head_size_v = {self.head_size_v}, "
-             f"block_size = {self.block_size}, order = {self.order}, "
-             f"packing = {self.packing}, dtype = {self.dtype}, "
-             f"scale = {self.scale}")
+    def head_size_v(self):
+        return self._sizes.get("v") if self.is_kv else None
 
-        def fmt(st):
-            return "[" + ", ".join("?" if x is None else str(x)
-                                   for x in st) + "]"
-        if self.k_strides is not None:
-            s += ", k_strides = " + fmt(self.k_strides)
-        if self.v_strides is not None:
-            s += ", v_strides = " + fmt(self.v_strides)
-        return s
+    @property
+    def k_strides(self):
+        return self._explicit.get("k") if self.is_kv else None
+
+    @property
+    def v_strides(self):
+        return self._explicit.get("v") if self.is_kv else None
 
     def __str__(self):
         return self.text
@@ -197,37 +216,30 @@ class Layout:
         return hash(self.text)
 
     @property
-    def element_size(self):
-        """Bytes per cache element."""
-        return DTYPE_SIZES[self.dtype]
-
-    @property
     def packed(self):
         return self.packing == "packed"
 
+    def _name(self, side):
+        if isinstance(side, int):
+            return self.components[side]
+        if side not in self._sizes:
+            raise ValueError(f"layout has no component {side!r} "
+                             f"(has {', '.join(self.components)})")
+        return side
+
     def head_size(self, side):
-        """side: 'k' or 'v'."""
-        return self.head_size_k if side == "k" else self.head_size_v
+        """Head size of component `side` ('k', 'v', 'kv_c', ... or an
+        index)."""
+        return self._sizes[self._name(side)]
 
     def has_dynamic_strides(self):
-        return any(x is None for st in (self.k_strides, self.v_strides)
-                   if st is not None for x in st)
+        return any(x is None for st in self._strides.values() for x in st)
 
     def strides(self, side, dynamic=None):
-        """(block, token, head) element strides of side 'k' or 'v';
+        """(block, token, head) element strides of component `side`;
         dynamic ('?') entries taken from `dynamic` (a 3-sequence)."""
-        own = self.k_strides if side == "k" else self.v_strides
-        other = self.v_strides if side == "k" else self.k_strides
-        st = own if own is not None else (other if self.packed else None)
-        if st is None:
-            w = (self.head_size_k + self.head_size_v if self.packed
-                 else self.head_size(side))
-            h, bs = self.num_kv_heads, self.block_size
-            if self.order == "nhd":
-                return (bs * h * w, h * w, w)
-            return (bs * h * w, w, bs * w)
         out = []
-        for i, x in enumerate(st):
+        for i, x in enumerate(self._strides[self._name(side)]):
             if x is None:
                 if dynamic is None:
                     raise ValueError(
@@ -238,28 +250,32 @@ class Layout:
         return tuple(out)
 
     def base(self, side):
-        """First column of the side in its row (head_size_k for packed V)."""
-        return self.head_size_k if side == "v" and self.packed else 0
+        """First column of the component in its row (packed), else 0."""
+        return self._base[self._name(side)]
 
     def extent_bytes(self, side, num_blocks, dynamic=None):
-        """Bytes a buffer needs to hold `side` for num_blocks blocks."""
-        if num_blocks <= 0:
-            return 0
-        b, t, h = self.strides(side, dynamic)
-        last = ((num_blocks - 1) * b + (self.block_size - 1) * t +
-                (self.num_kv_heads - 1) * h + self.base(side) +
-                self.head_size(side))
-        return last * self.element_size
+        """Bytes a buffer needs to hold `side` for num_blocks blocks
+        (kvgen_layout_extent_bytes)."""
+        name = self._name(side)
+        dyn = None
+        if dynamic is not None:
+            dyn = (ctypes.c_int64 * 3)(*(0 if x is None else int(x)
+                                         for x in dynamic))
+        out = ctypes.c_int64()
+        _check("kvgen_layout_extent_bytes",
+               self._lib.kvgen_layout_extent_bytes(
+                   self._h, self.components.index(name), int(num_blocks),
+                   dyn, ctypes.byref(out)))
+        return out.value
 
     def max_blocks(self, side, nbytes, dynamic=None):
-        """The most blocks of `side` that fit in nbytes (may be <= 0)."""
-        b, t, h = self.strides(side, dynamic)
-        tail = ((self.block_size - 1) * t + (self.num_kv_heads - 1) * h +
-                self.base(side) + self.head_size(side))
-        elems = nbytes // self.element_size
-        if elems < tail:
+        """The most blocks of `side` whose extent fits in nbytes (0 when
+        not even one does)."""
+        one = self.extent_bytes(side, 1, dynamic)
+        if nbytes < one:
             return 0
-        return (elems - tail) // b + 1 if b > 0 else 0
+        b = self.strides(side, dynamic)[0] * self.element_size
+        return (nbytes - one) // b + 1 if b > 0 else 0
 
 
 #---------------------------------------------------------------------------
@@ -729,7 +745,7 @@ class Kernel:
             if a.role == "rows":
                 if b is None:
                     raise ValueError(f"{a.name} is required")
-                d = lay.head_size("k" if a.which == 0 else "v")
+                d = lay.head_size(a.which)
                 st, sh = b.check_rows(t, lay.num_kv_heads, d)
                 if self.io_dtype is not None:
                     b.check_dtype(self.io_dtype)
@@ -823,10 +839,11 @@ class Kernel:
                 for name, (cset, tensor, n) in cache_sizes.items():
                     if cset != a.which:
                         continue
-                    side = "k" if (tensor == 0) else "v"
-                    sides = ("k", "v") if packed else (side,)
-                    for sd in sides:
-                        m = lay.max_blocks(sd, n, dyn[0 if sd == "k" else 1])
+                    # The components this tensor holds.
+                    for c in range(len(lay.components)):
+                        if (0 if packed else c) != tensor:
+                            continue
+                        m = lay.max_blocks(c, n, dyn[min(c, len(dyn) - 1)])
                         nb = m if nb is None else min(nb, m)
                 if nb is None:
                     nb = 0

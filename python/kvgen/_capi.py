@@ -88,6 +88,34 @@ class KernelSpecC(ctypes.Structure):
     ]
 
 
+class LayoutInfo(ctypes.Structure):
+    """kvgen_layout_info."""
+    _fields_ = [
+        ("text", ctypes.c_char_p),
+        ("num_kv_heads", ctypes.c_int64),
+        ("block_size", ctypes.c_int64),
+        ("order", ctypes.c_char_p),
+        ("packing", ctypes.c_char_p),
+        ("dtype", ctypes.c_char_p),
+        ("scale", ctypes.c_char_p),
+        ("element_bytes", ctypes.c_int64),
+        ("num_components", ctypes.c_int),
+        ("is_kv", ctypes.c_int),
+    ]
+
+
+class ComponentInfo(ctypes.Structure):
+    """kvgen_component_info."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("head_size", ctypes.c_int64),
+        ("strides", ctypes.c_int64 * 3),
+        ("explicit_strides", ctypes.c_int),
+        ("base", ctypes.c_int64),
+        ("tensor", ctypes.c_int),
+    ]
+
+
 class CacheStats(ctypes.Structure):
     """kvgen_cache_stats."""
     _fields_ = [
@@ -141,6 +169,16 @@ _PROTOTYPES = {
                                        ctypes.POINTER(OptionInfo)]),
     "kvgen_launch": (ctypes.c_int, [_c, ctypes.c_void_p, ctypes.c_uint64,
                                     ctypes.c_void_p]),
+    "kvgen_layout_parse": (ctypes.c_int, [ctypes.c_char_p,
+                                          ctypes.POINTER(_c)]),
+    "kvgen_layout_destroy": (None, [_c]),
+    "kvgen_layout_get_info": (ctypes.c_int, [_c,
+                                             ctypes.POINTER(LayoutInfo)]),
+    "kvgen_layout_component": (ctypes.c_int, [
+        _c, ctypes.c_int, ctypes.POINTER(ComponentInfo)]),
+    "kvgen_layout_extent_bytes": (ctypes.c_int, [
+        _c, ctypes.c_int, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64),
+        ctypes.POINTER(ctypes.c_int64)]),
 }
 
 # Present in newer libraries only (bound when found; see has()).

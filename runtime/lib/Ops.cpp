@@ -77,6 +77,7 @@ const std::vector<OpDesc> &allOps() {
    #NAME,                                                                      \
    "kvgen_" #NAME "_args",                                                     \
    #WORK_FROM,                                                                 \
+   "kvgen::" #NAME,                                                            \
    sizeof(kvgen_##NAME##_args),                                                \
    kArgs_##NAME,                                                               \
    withoutSentinel(kArgs_##NAME),                                              \

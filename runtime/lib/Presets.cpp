@@ -6,16 +6,7 @@ namespace {
 LayoutDesc make(int64_t heads, int64_t hk, int64_t hv, int64_t block,
                 DType dtype = DType::BF16, ScaleKind scale = ScaleKind::None,
                 Packing packing = Packing::Separate, Order order = Order::NHD) {
-  LayoutDesc l;
-  l.numKvHeads = heads;
-  l.headSizeK = hk;
-  l.headSizeV = hv;
-  l.blockSize = block;
-  l.dtype = dtype;
-  l.scale = scale;
-  l.packing = packing;
-  l.order = order;
-  return l;
+  return LayoutDesc::kv(heads, hk, hv, block, dtype, scale, packing, order);
 }
 } // namespace
 

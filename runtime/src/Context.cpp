@@ -6,11 +6,13 @@
 #include "Validate.h"
 #include "kvgen/Bundle.h"
 #include "kvgen/Generator.h"
+#include "kvgen/Layout.h"
 #include "kvgen/Target.h"
 #include "kvgen/kvgen.h"
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -355,6 +357,102 @@ kvgen_status kvgen_op_info_at(int index, kvgen_op_info *out) {
   *out = {kvgen_op(int(d.op)), d.name,           d.argsType,
           d.workFrom,          uint64_t(d.argsSize), int(d.numArgs),
           int(d.numOptions),   d.doc};
+  return succeed();
+}
+
+//===----------------------------------------------------------------------===//
+// Layouts
+//===----------------------------------------------------------------------===//
+
+struct kvgen_layout_s {
+  LayoutDesc desc;
+  std::string text;
+};
+
+kvgen_status kvgen_layout_parse(const char *text, kvgen_layout *out) {
+  if (!text || !out)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                "kvgen_layout_parse: text or out is NULL");
+  std::string_view body(text);
+  auto trim = [](std::string_view s) {
+    while (!s.empty() && std::isspace((unsigned char)s.front()))
+      s.remove_prefix(1);
+    while (!s.empty() && std::isspace((unsigned char)s.back()))
+      s.remove_suffix(1);
+    return s;
+  };
+  body = trim(body);
+  constexpr std::string_view kOpen = "#kv.layout<";
+  if (body.substr(0, kOpen.size()) == kOpen && !body.empty() &&
+      body.back() == '>')
+    body = body.substr(kOpen.size(), body.size() - kOpen.size() - 1);
+  std::string error;
+  std::optional<LayoutDesc> d = parseLayout(body, &error);
+  if (!d)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT, "layout text: " + error);
+  if (std::optional<std::string> bad = d->validate())
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT, "invalid layout: " + *bad);
+  *out = new kvgen_layout_s{*d, toString(*d)};
+  return succeed();
+}
+
+void kvgen_layout_destroy(kvgen_layout layout) { delete layout; }
+
+kvgen_status kvgen_layout_get_info(kvgen_layout layout,
+                                   kvgen_layout_info *out) {
+  if (!layout || !out)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                "kvgen_layout_get_info: layout or out is NULL");
+  const LayoutDesc &l = layout->desc;
+  *out = {layout->text.c_str(),
+          l.numKvHeads,
+          l.blockSize,
+          toString(l.order),
+          toString(l.packing),
+          toString(l.dtype),
+          toString(l.scale),
+          elementSize(l.dtype),
+          l.numComponents(),
+          l.isKV() ? 1 : 0};
+  return succeed();
+}
+
+kvgen_status kvgen_layout_component(kvgen_layout layout, int component,
+                                    kvgen_component_info *out) {
+  if (!layout || !out || component < 0 ||
+      component >= layout->desc.numComponents())
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                fmt::format("kvgen_layout_component: layout or out is NULL "
+                            "or component {} is out of range",
+                            component));
+  const LayoutDesc &l = layout->desc;
+  const Component &c = l.components[size_t(component)];
+  Strides s = l.strides(component);
+  *out = {c.name.c_str(),
+          c.headSize,
+          {s.block, s.token, s.head},
+          c.strides ? 1 : 0,
+          l.base(component),
+          l.tensor(component)};
+  return succeed();
+}
+
+kvgen_status kvgen_layout_extent_bytes(kvgen_layout layout, int component,
+                                       int64_t num_blocks,
+                                       const int64_t *dynamic, int64_t *out) {
+  if (!layout || !out || component < 0 ||
+      component >= layout->desc.numComponents())
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                fmt::format("kvgen_layout_extent_bytes: layout or out is "
+                            "NULL or component {} is out of range",
+                            component));
+  const LayoutDesc &l = layout->desc;
+  if (!dynamic && l.strides(component).anyDynamic())
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                fmt::format("kvgen_layout_extent_bytes: component '{}' has "
+                            "dynamic ('?') strides; pass their values",
+                            l.components[size_t(component)].name));
+  *out = num_blocks <= 0 ? 0 : l.extentBytes(component, num_blocks, dynamic);
   return succeed();
 }
 

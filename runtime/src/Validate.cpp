@@ -45,20 +45,26 @@ const int64_t *stridesField(const void *args, const ArgDesc &a) {
                                            a.offset);
 }
 
-/// extentBytes of `side` with overflow detection: std::nullopt on overflow.
-std::optional<int64_t> safeExtentBytes(const LayoutDesc &l, Side side,
+/// extentBytes of component c with overflow detection: std::nullopt on
+/// overflow.
+std::optional<int64_t> safeExtentBytes(const LayoutDesc &l, int c,
                                        int64_t numBlocks, const int64_t *dyn) {
-  SideMap m = l.map(side, dyn);
+  SideMap m = l.map(c, dyn);
   // One past the last element, in 128-bit arithmetic (LayoutMap.h).
   __int128 last = elementOffsetAs<__int128>(m, numBlocks - 1, l.blockSize - 1,
-                                            l.numKvHeads - 1, l.headSize(side));
+                                            l.numKvHeads - 1, l.headSize(c));
   __int128 bytes = last * elementSize(l.dtype);
   if (bytes > __int128(INT64_MAX))
     return std::nullopt;
-  return l.extentBytes(side, numBlocks, dyn);
+  return l.extentBytes(c, numBlocks, dyn);
 }
 
-const char *sideName(Side s) { return s == Side::K ? "K" : "V"; }
+/// How messages name component c: K and V of a K/V layout, else its name.
+std::string componentName(const LayoutDesc &l, int c) {
+  if (l.isKV())
+    return c == kKey ? "K" : "V";
+  return l.components[size_t(c)].name;
+}
 
 } // namespace
 
@@ -174,45 +180,53 @@ Status validateLaunch(const KernelEntry &e, const void *args,
       return st;
   }
 
-  // Dynamic strides: the actual strides must form a valid layout.
-  const int64_t *dyn[2] = {nullptr, nullptr};
-  for (const ArgDesc *a = op.args; a != end; ++a)
-    if (a->role == ArgRole::CacheStrides && a->which >= 0 && a->which < 2)
-      dyn[a->which] = stridesField(args, *a);
+  // Dynamic strides: the actual strides must form a valid layout. A
+  // CACHE_STRIDES field serves its component (WHICH) or all (-1).
   static const int64_t kNone[3] = {0, 0, 0};
-  for (const int64_t *&d : dyn)
-    if (!d)
-      d = kNone;
-  Strides k = l.strides(Side::K), v = l.strides(Side::V);
-  if (k.anyDynamic() || v.anyDynamic()) {
-    auto fill = [](Strides st, const int64_t *d) {
+  std::vector<const int64_t *> dyn(size_t(l.numComponents()), kNone);
+  std::vector<const char *> dynName(size_t(l.numComponents()), "");
+  for (const ArgDesc *a = op.args; a != end; ++a)
+    if (a->role == ArgRole::CacheStrides)
+      for (int c = 0; c < l.numComponents(); ++c)
+        if (a->which == c || a->which < 0) {
+          dyn[size_t(c)] = stridesField(args, *a);
+          dynName[size_t(c)] = a->name;
+        }
+  if (l.anyDynamic()) {
+    std::vector<Strides> actual;
+    for (int c = 0; c < l.numComponents(); ++c) {
+      Strides st = l.strides(c);
+      const int64_t *d = dyn[size_t(c)];
       if (st.block == kDynamic)
         st.block = d[0];
       if (st.token == kDynamic)
         st.token = d[1];
       if (st.head == kDynamic)
         st.head = d[2];
-      return st;
-    };
-    Strides ak = fill(k, dyn[0]), av = fill(v, dyn[1]);
+      actual.push_back(st);
+    }
     bool known = false;
     if (memo) {
       std::lock_guard<std::mutex> g(memo->mutex);
-      known = memo->valid && memo->strides.size() == 2 &&
-              memo->strides[0] == ak && memo->strides[1] == av;
+      known = memo->valid && memo->strides == actual;
     }
     std::optional<std::string> err;
-    if (!known && !(err = l.validateStrides(ak, av)) && memo) {
+    if (!known && !(err = l.validateStrides(actual)) && memo) {
       std::lock_guard<std::mutex> g(memo->mutex);
-      memo->strides = {ak, av};
+      memo->strides = actual;
       memo->valid = true;
     }
-    if (err)
-      return invalid(fmt::format(
-          "{}: cache strides k_cache_strides = [{}, {}, {}], v_cache_strides "
-          "= [{}, {}, {}] are invalid for layout ({}): {}",
-          op.name, ak.block, ak.token, ak.head, av.block, av.token, av.head,
-          toString(l), *err));
+    if (err) {
+      std::string given;
+      for (int c = 0; c < l.numComponents(); ++c) {
+        const Strides &x = actual[size_t(c)];
+        given += fmt::format("{}{} = [{}, {}, {}]", c ? ", " : "",
+                             dynName[size_t(c)], x.block, x.token, x.head);
+      }
+      return invalid(fmt::format("{}: cache strides {} are invalid for "
+                                 "layout ({}): {}",
+                                 op.name, given, toString(l), *err));
+    }
   }
 
   // Extents: each cache tensor holds its components' rows for its set's
@@ -229,11 +243,10 @@ Status validateLaunch(const KernelEntry &e, const void *args,
       continue; // an op without a size for this cache (none today)
     const uint64_t have = field<uint64_t>(args, *bytesField);
     const int64_t nb = numBlocks[set];
-    for (Side side : {Side::K, Side::V}) {
-      if (!packed && int(side) != tensor)
+    for (int c = 0; c < l.numComponents(); ++c) {
+      if (l.tensor(c) != tensor)
         continue;
-      const int64_t *d = dyn[int(side)];
-      std::optional<int64_t> ext = safeExtentBytes(l, side, nb, d);
+      std::optional<int64_t> ext = safeExtentBytes(l, c, nb, dyn[size_t(c)]);
       if (!ext)
         return Status::error(KVGEN_ERROR_OUT_OF_BOUNDS,
                              fmt::format("{}: the cache extent for "
@@ -241,9 +254,10 @@ Status validateLaunch(const KernelEntry &e, const void *args,
                                          op.name, nb));
       if (uint64_t(*ext) > have) {
         std::string what =
-            packed && side == Side::V
-                ? fmt::format("V (packed in {})", a->name)
-                : std::string(sideName(side));
+            packed && c > 0
+                ? fmt::format("{} (packed in {})", componentName(l, c),
+                              a->name)
+                : componentName(l, c);
         return Status::error(
             KVGEN_ERROR_OUT_OF_BOUNDS,
             fmt::format("{}: {} of layout ({}) spans {} bytes for num_blocks "

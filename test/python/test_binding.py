@@ -361,6 +361,29 @@ def test_layout_text_roundtrip():
         kvgen.Layout(1, 1, 1, 1, dtype="f64")
 
 
+def test_layout_components_through_the_runtime():
+    """Layouts are parsed and checked by the runtime (kvgen_layout_parse):
+    named components, their strides and extents, and its messages."""
+    mla = kvgen.Layout(1, components=[("kv_c", 512), ("k_pe", 64)],
+                       block_size=64, packing="packed", dtype="f8E4M3FN")
+    assert mla.components == ("kv_c", "k_pe") and not mla.is_kv
+    assert mla.head_size_k is None
+    assert "components = [kv_c: 512, k_pe: 64]" in mla.text
+    assert mla.scale == "per_tensor"  # the fp8 default
+    assert mla.base("k_pe") == 512 and mla.base(0) == 0
+    assert mla.strides("k_pe") == (64 * 576, 576, 576)
+    # Row 63 of block 2 ends at its last k_pe element.
+    assert mla.extent_bytes("k_pe", 3) == (2 * 64 + 63) * 576 + 576
+    assert kvgen.Layout.parse(mla.text) == mla
+    kv = kvgen.Layout.parse("num_kv_heads = 4, components = [k: 192, "
+                            "v: 128], block_size = 16, dtype = bf16")
+    assert kv.is_kv and kv == kvgen.Layout(4, 192, 128, 16)
+    with pytest.raises(ValueError, match="component 'a' given twice"):
+        kvgen.Layout(1, components=[("a", 8), ("a", 8)], block_size=1)
+    with pytest.raises(ValueError, match="no component 'x'"):
+        mla.head_size("x")
+
+
 def test_op_structs_match_library():
     """The binding builds every op's argument struct from the runtime's op
     table (kvgen_op_arg); ctypes must place each field where C does."""

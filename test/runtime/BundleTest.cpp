@@ -17,7 +17,7 @@ void setOption(KernelSpec &spec, const char *name, const char *value) {
 
 std::vector<KernelEntry> sampleEntries() {
   LayoutDesc rcLayout = test::mimoLayout();
-  rcLayout.kStrides = Strides{kDynamic, 768, 192};
+  rcLayout.components[kKey].strides = Strides{kDynamic, 768, 192};
   KernelSpec rc = KernelSpec::make(KernelOp::ReshapeAndCache, rcLayout);
   setOption(rc, "io", "bf16");
   setOption(rc, "slots", "i64");
@@ -74,7 +74,7 @@ TEST(Manifest, FormatParseRoundTrip) {
   // Specific fields survive (not only the key string).
   EXPECT_TRUE(out[0].spec.flag("checked"));
   EXPECT_EQ(out[0].spec.option("io"), "bf16");
-  EXPECT_EQ(out[0].spec.layout.kStrides->block, kDynamic);
+  EXPECT_EQ(out[0].spec.layout.components[kKey].strides->block, kDynamic);
   EXPECT_EQ(out[1].spec.option("slots"), "i32");
   EXPECT_EQ(out[1].spec.dtype("io"), DType::F16);
   EXPECT_TRUE(out[1].spec.flag("dequantize"));

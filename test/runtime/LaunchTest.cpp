@@ -66,14 +66,14 @@ struct Buffers {
   static constexpr uint8_t kCanary = 0xA5;
   Buffers(const LayoutDesc &l, int64_t numBlocks, int64_t T, size_t slack = 64)
       : l(l), numBlocks(numBlocks), T(T) {
-    kBytes = size_t(l.extentBytes(Side::K, numBlocks));
-    vBytes = size_t(l.extentBytes(Side::V, numBlocks));
+    kBytes = size_t(l.extentBytes(kKey, numBlocks));
+    vBytes = size_t(l.extentBytes(kValue, numBlocks));
     kc.assign((kBytes + slack) / 2 + 64, 0);
     vc.assign((vBytes + slack) / 2 + 64, 0);
     std::memset(kc.data(), kCanary, kc.size() * 2);
     std::memset(vc.data(), kCanary, vc.size() * 2);
-    key.resize(size_t(T * l.numKvHeads * l.headSizeK));
-    value.resize(size_t(T * l.numKvHeads * l.headSizeV));
+    key.resize(size_t(T * l.numKvHeads * l.components[kKey].headSize));
+    value.resize(size_t(T * l.numKvHeads * l.components[kValue].headSize));
     std::mt19937 rng(7);
     for (auto &x : key)
       x = uint16_t(rng());
@@ -90,10 +90,10 @@ struct Buffers {
     a.slot_mapping = slots.data();
     a.num_tokens = T;
     a.num_blocks = numBlocks;
-    a.key_stride_token = l.numKvHeads * l.headSizeK;
-    a.key_stride_head = l.headSizeK;
-    a.value_stride_token = l.numKvHeads * l.headSizeV;
-    a.value_stride_head = l.headSizeV;
+    a.key_stride_token = l.numKvHeads * l.components[kKey].headSize;
+    a.key_stride_head = l.components[kKey].headSize;
+    a.value_stride_token = l.numKvHeads * l.components[kValue].headSize;
+    a.value_stride_head = l.components[kValue].headSize;
     a.key_cache_bytes = kBytes;
     a.value_cache_bytes = vBytes;
     return a;
@@ -108,10 +108,10 @@ struct Buffers {
     a.value_out = vo.data();
     a.num_tokens = T;
     a.num_blocks = numBlocks;
-    a.key_out_stride_token = l.numKvHeads * l.headSizeK;
-    a.key_out_stride_head = l.headSizeK;
-    a.value_out_stride_token = l.numKvHeads * l.headSizeV;
-    a.value_out_stride_head = l.headSizeV;
+    a.key_out_stride_token = l.numKvHeads * l.components[kKey].headSize;
+    a.key_out_stride_head = l.components[kKey].headSize;
+    a.value_out_stride_token = l.numKvHeads * l.components[kValue].headSize;
+    a.value_out_stride_head = l.components[kValue].headSize;
     a.key_cache_bytes = kBytes;
     a.value_cache_bytes = vBytes;
     return a;
@@ -158,22 +158,22 @@ TEST(HostLaunch, ReshapeAndCacheThenGatherRoundTrip) {
     Status s = hk.write.launch(buf.writeArgs());
     ASSERT_TRUE(s.ok()) << s.message;
     // Every written element is where LayoutMap.h says.
-    SideMap km = l.map(Side::K), vm = l.map(Side::V);
+    SideMap km = l.map(kKey), vm = l.map(kValue);
     const uint16_t *kc = buf.alignedK(), *vc = buf.alignedV();
     for (int64_t t = 0; t < T; ++t) {
       int64_t slot = buf.slots[size_t(t)];
       if (slot < 0)
         continue;
       for (int64_t h = 0; h < l.numKvHeads; ++h) {
-        for (int64_t e = 0; e < l.headSizeK; ++e)
+        for (int64_t e = 0; e < l.components[kKey].headSize; ++e)
           ASSERT_EQ(
               kc[elementOffset(km, slot / blockSize, slot % blockSize, h, e)],
-              buf.key[size_t((t * l.numKvHeads + h) * l.headSizeK + e)])
+              buf.key[size_t((t * l.numKvHeads + h) * l.components[kKey].headSize + e)])
               << "K t=" << t << " h=" << h << " e=" << e;
-        for (int64_t e = 0; e < l.headSizeV; ++e)
+        for (int64_t e = 0; e < l.components[kValue].headSize; ++e)
           ASSERT_EQ(
               vc[elementOffset(vm, slot / blockSize, slot % blockSize, h, e)],
-              buf.value[size_t((t * l.numKvHeads + h) * l.headSizeV + e)])
+              buf.value[size_t((t * l.numKvHeads + h) * l.components[kValue].headSize + e)])
               << "V t=" << t << " h=" << h << " e=" << e;
       }
     }
@@ -185,8 +185,8 @@ TEST(HostLaunch, ReshapeAndCacheThenGatherRoundTrip) {
         vo(buf.value.size(), 0x7777);
     s = hk.gather.launch(buf.gatherArgs(ko, vo));
     ASSERT_TRUE(s.ok()) << s.message;
-    size_t rowK = size_t(l.numKvHeads * l.headSizeK),
-           rowV = size_t(l.numKvHeads * l.headSizeV);
+    size_t rowK = size_t(l.numKvHeads * l.components[kKey].headSize),
+           rowV = size_t(l.numKvHeads * l.components[kValue].headSize);
     for (int64_t t = 0; t < T; ++t) {
       bool pad = buf.slots[size_t(t)] < 0;
       for (size_t i = 0; i < rowK; ++i)
@@ -494,7 +494,7 @@ TEST(ValidationCompileOnly, ScalesErrorFlagAndPackedExtent) {
   LayoutDesc p = test::mimoLayout(16);
   p.packing = Packing::Packed;
   HostKernels pk(p, /*compileOnly=*/true);
-  int64_t need = p.extentBytes(Side::V, 4);
+  int64_t need = p.extentBytes(kValue, 4);
   EXPECT_EQ(need, 4 * 16 * 4 * (192 + 128) * 2);
   kvgen_reshape_and_cache_args b{};
   alignas(64) static uint16_t big[4 * 16 * 4 * 320];
@@ -518,7 +518,7 @@ TEST(ValidationCompileOnly, ScalesErrorFlagAndPackedExtent) {
 
 TEST(ValidationCompileOnly, DynamicStridesAreCheckedAtLaunch) {
   LayoutDesc l = test::mimoLayout(16);
-  l.kStrides = Strides{kDynamic, kDynamic, kDynamic};
+  l.components[kKey].strides = Strides{kDynamic, kDynamic, kDynamic};
   HostKernels hk(l, /*compileOnly=*/true);
   ASSERT_TRUE(hk.write);
   alignas(64) static uint16_t kc[2 * 16 * 4 * 192 * 2], vc[2 * 16 * 4 * 128];
@@ -640,7 +640,7 @@ void deviceRoundTrip(kvgen_backend backend) {
   ASSERT_TRUE(s.ok()) << s.message;
 
   const int64_t numBlocks = 6, T = 70, rowK = 4 * 192, rowV = 4 * 128;
-  uint64_t cacheBytes = uint64_t(l.extentBytes(Side::V, numBlocks));
+  uint64_t cacheBytes = uint64_t(l.extentBytes(kValue, numBlocks));
   std::vector<uint16_t> key(size_t(T * rowK)), value(size_t(T * rowV));
   std::mt19937 rng(11);
   for (auto &x : key)
@@ -717,7 +717,7 @@ void deviceRoundTrip(kvgen_backend backend) {
               down(cache.data(), 3).ok() && down(&flag, 6).ok());
   EXPECT_EQ(flag, 0);
   // Slot (t * 37) % 96 repeats once T > 96 only; T = 70 keeps them distinct.
-  SideMap vm = l.map(Side::V);
+  SideMap vm = l.map(kValue);
   int64_t bad = 0;
   for (int64_t t = 0; t < T; ++t) {
     int64_t slot = slots[size_t(t)];
@@ -826,7 +826,7 @@ TEST(Generator, BySpecUsesTheRegisteredGenerator) {
     buf.slots[size_t(t)] = 31 - t;
   s = k1.launch(buf.writeArgs());
   ASSERT_TRUE(s.ok()) << s.message;
-  SideMap km = l.map(Side::K);
+  SideMap km = l.map(kKey);
   EXPECT_EQ(buf.alignedK()[elementOffset(km, 1, 15, 3, 191)],
             buf.key[size_t(0 * 4 * 192 + 3 * 192 + 191)]);
   // Generator errors surface with their message.

@@ -10,19 +10,19 @@ namespace {
 
 void expectSame(const LayoutDesc &a, const LayoutDesc &b) {
   EXPECT_EQ(a.numKvHeads, b.numKvHeads);
-  EXPECT_EQ(a.headSizeK, b.headSizeK);
-  EXPECT_EQ(a.headSizeV, b.headSizeV);
+  EXPECT_EQ(a.components[kKey].headSize, b.components[kKey].headSize);
+  EXPECT_EQ(a.components[kValue].headSize, b.components[kValue].headSize);
   EXPECT_EQ(a.blockSize, b.blockSize);
   EXPECT_EQ(a.order, b.order);
   EXPECT_EQ(a.packing, b.packing);
   EXPECT_EQ(a.dtype, b.dtype);
   EXPECT_EQ(a.scale, b.scale);
-  ASSERT_EQ(a.kStrides.has_value(), b.kStrides.has_value());
-  if (a.kStrides)
-    EXPECT_TRUE(*a.kStrides == *b.kStrides);
-  ASSERT_EQ(a.vStrides.has_value(), b.vStrides.has_value());
-  if (a.vStrides)
-    EXPECT_TRUE(*a.vStrides == *b.vStrides);
+  ASSERT_EQ(a.components[kKey].strides.has_value(), b.components[kKey].strides.has_value());
+  if (a.components[kKey].strides)
+    EXPECT_TRUE(*a.components[kKey].strides == *b.components[kKey].strides);
+  ASSERT_EQ(a.components[kValue].strides.has_value(), b.components[kValue].strides.has_value());
+  if (a.components[kValue].strides)
+    EXPECT_TRUE(*a.components[kValue].strides == *b.components[kValue].strides);
 }
 
 std::vector<LayoutDesc> sampleLayouts() {
@@ -38,16 +38,11 @@ std::vector<LayoutDesc> sampleLayouts() {
   fp8.scale = ScaleKind::PerHead;
   out.push_back(fp8);
   LayoutDesc dyn = test::mimoLayout(16);
-  dyn.kStrides = Strides{kDynamic, 768, 192};
-  dyn.vStrides = Strides{kDynamic, kDynamic, kDynamic};
+  dyn.components[kKey].strides = Strides{kDynamic, 768, 192};
+  dyn.components[kValue].strides = Strides{kDynamic, kDynamic, kDynamic};
   out.push_back(dyn);
-  LayoutDesc mla;
-  mla.numKvHeads = 1;
-  mla.headSizeK = 576;
-  mla.headSizeV = 512;
-  mla.blockSize = 1;
-  mla.dtype = DType::F32;
-  mla.kStrides = Strides{1 << 20, 576, 0};
+  LayoutDesc mla = LayoutDesc::kv(1, 576, 512, 1, DType::F32);
+  mla.components[kKey].strides = Strides{1 << 20, 576, 0};
   out.push_back(mla);
   return out;
 }
@@ -72,15 +67,15 @@ TEST(ParseLayout, ParsesTheDocumentedMiMoText) {
       &err);
   ASSERT_TRUE(l) << err;
   EXPECT_EQ(l->numKvHeads, 4);
-  EXPECT_EQ(l->headSizeK, 192);
-  EXPECT_EQ(l->headSizeV, 128);
+  EXPECT_EQ(l->components[kKey].headSize, 192);
+  EXPECT_EQ(l->components[kValue].headSize, 128);
   EXPECT_EQ(l->blockSize, 16);
-  ASSERT_TRUE(l->kStrides);
-  EXPECT_EQ(l->kStrides->block, kDynamic);
-  EXPECT_EQ(l->kStrides->token, 768);
-  EXPECT_EQ(l->kStrides->head, 192);
-  ASSERT_TRUE(l->vStrides);
-  EXPECT_EQ(l->vStrides->block, 8192);
+  ASSERT_TRUE(l->components[kKey].strides);
+  EXPECT_EQ(l->components[kKey].strides->block, kDynamic);
+  EXPECT_EQ(l->components[kKey].strides->token, 768);
+  EXPECT_EQ(l->components[kKey].strides->head, 192);
+  ASSERT_TRUE(l->components[kValue].strides);
+  EXPECT_EQ(l->components[kValue].strides->block, 8192);
   EXPECT_FALSE(l->validate().has_value());
 }
 
@@ -92,12 +87,12 @@ TEST(ParseLayout, AcceptsFieldsInAnyOrder) {
                   "num_kv_heads = 2",
                   &err);
   ASSERT_TRUE(l) << err;
-  EXPECT_EQ(l->headSizeK, 80);
-  EXPECT_EQ(l->headSizeV, 64);
+  EXPECT_EQ(l->components[kKey].headSize, 80);
+  EXPECT_EQ(l->components[kValue].headSize, 64);
   EXPECT_EQ(l->packing, Packing::Packed);
   EXPECT_EQ(l->order, Order::HND);
   EXPECT_EQ(l->dtype, DType::F16);
-  EXPECT_FALSE(l->kStrides.has_value());
+  EXPECT_FALSE(l->components[kKey].strides.has_value());
 }
 
 TEST(ParseLayout, RejectsBadText) {
@@ -107,9 +102,9 @@ TEST(ParseLayout, RejectsBadText) {
     std::string mustMention;
   } cases[] = {
       {"", "expected"},
-      {"num_kv_heads = 4", "missing field 'head_size_k'"},
+      {"num_kv_heads = 4", "missing required field 'head_size_k'"},
       {base + ", bogus = 1", "unknown field 'bogus'"},
-      {base + ", num_kv_heads = 4", "given twice"},
+      {base + ", num_kv_heads = 4", "duplicate field 'num_kv_heads'"},
       {"num_kv_heads = four, head_size_k = 192, head_size_v = 128, "
        "block_size = 16, order = nhd, packing = separate, dtype = bf16, "
        "scale = none",
@@ -126,7 +121,7 @@ TEST(ParseLayout, RejectsBadText) {
       {base + ", k_strides = [1, 2, x]", "k_strides"},
       {base + ", v_strides = 1, 2, 3", "v_strides"},
       {base + ", k_strides = [1, 2, 99999999999999999999]", "k_strides"},
-      {"num_kv_heads 4", "expected 'field = value'"},
+      {"num_kv_heads 4", "expected '=' after 'num_kv_heads'"},
   };
   for (const Case &c : cases) {
     std::string err;
@@ -137,3 +132,36 @@ TEST(ParseLayout, RejectsBadText) {
 }
 
 } // namespace
+
+TEST(ParseLayout, NamedComponents) {
+  std::string err;
+  std::optional<LayoutDesc> mla = parseLayout(
+      "num_kv_heads = 1, components = [kv_c: 512, k_pe: 64], block_size = "
+      "64, packing = packed, dtype = f8E4M3FN, scale = per_tensor",
+      &err);
+  ASSERT_TRUE(mla) << err;
+  EXPECT_FALSE(mla->validate().has_value());
+  EXPECT_FALSE(mla->isKV());
+  ASSERT_EQ(mla->numComponents(), 2);
+  EXPECT_EQ(mla->find("k_pe"), 1);
+  EXPECT_EQ(mla->find("k"), -1);
+  EXPECT_EQ(mla->headSize(0), 512);
+  EXPECT_EQ(mla->base(1), 512);
+  EXPECT_EQ(mla->rowWidth(1), 576);
+  // One packed row of 576 per token: block stride 64 * 576.
+  EXPECT_EQ(mla->strides(1).block, 64 * 576);
+  std::optional<LayoutDesc> back = parseLayout(toString(*mla), &err);
+  ASSERT_TRUE(back) << err;
+  EXPECT_TRUE(*back == *mla);
+  EXPECT_NE(toString(*mla).find("components = [kv_c: 512, k_pe: 64]"),
+            std::string::npos);
+
+  // `components = [k: .., v: ..]` is the K/V layout and prints as sugar.
+  std::optional<LayoutDesc> kv = parseLayout(
+      "num_kv_heads = 4, components = [k: 192, v: 128], block_size = 16, "
+      "dtype = bf16",
+      &err);
+  ASSERT_TRUE(kv) << err;
+  EXPECT_TRUE(*kv == LayoutDesc::kv(4, 192, 128, 16));
+  EXPECT_EQ(toString(*kv), toString(LayoutDesc::kv(4, 192, 128, 16)));
+}

@@ -13,16 +13,7 @@ namespace kvgen {
 namespace test {
 
 LayoutDesc mimoLayout(int64_t blockSize) {
-  LayoutDesc l;
-  l.numKvHeads = 4;
-  l.headSizeK = 192;
-  l.headSizeV = 128;
-  l.blockSize = blockSize;
-  l.order = Order::NHD;
-  l.packing = Packing::Separate;
-  l.dtype = DType::BF16;
-  l.scale = ScaleKind::None;
-  return l;
+  return LayoutDesc::kv(4, 192, 128, blockSize);
 }
 
 namespace {
@@ -44,7 +35,7 @@ std::string body(const KernelSpec &spec, const std::string &signature,
                  const std::string &tokenBegin, const std::string &tokenEnd,
                  const std::string &elemFor) {
   const LayoutDesc &l = spec.layout;
-  SideMap k = l.map(Side::K), v = l.map(Side::V);
+  SideMap k = l.map(kKey), v = l.map(kValue);
   bool packed = l.packing == Packing::Packed;
   bool rc = spec.op == KernelOp::ReshapeAndCache;
   std::string s = fmt::format(
@@ -54,7 +45,7 @@ std::string body(const KernelSpec &spec, const std::string &signature,
       "#define KB {}LL\n#define KT {}LL\n#define KH {}LL\n#define KBASE {}LL\n"
       "#define VB {}LL\n#define VT {}LL\n#define VH {}LL\n#define VBASE {}LL\n",
       elemType(l.dtype), spec.option("slots") == "i32" ? "int32_t" : "int64_t",
-      l.numKvHeads, l.headSizeK, l.headSizeV, l.blockSize, k.block, k.token,
+      l.numKvHeads, l.components[kKey].headSize, l.components[kValue].headSize, l.blockSize, k.block, k.token,
       k.head, k.base, v.block, v.token, v.head, v.base);
   s += signature + " {\n";
   s += rc ? "  const kvgen_reshape_and_cache_args *a = &args;\n"

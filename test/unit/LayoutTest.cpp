@@ -22,16 +22,7 @@ LayoutDesc makeLayout(int64_t heads, int64_t hk, int64_t hv, int64_t block,
                       Packing packing = Packing::Separate,
                       DType dtype = DType::BF16,
                       ScaleKind scale = ScaleKind::None) {
-  LayoutDesc l;
-  l.numKvHeads = heads;
-  l.headSizeK = hk;
-  l.headSizeV = hv;
-  l.blockSize = block;
-  l.order = order;
-  l.packing = packing;
-  l.dtype = dtype;
-  l.scale = scale;
-  return l;
+  return LayoutDesc::kv(heads, hk, hv, block, dtype, scale, packing, order);
 }
 
 /// MiMo-V2-Flash full attention: 4 kv heads, K 192 wide, V 128 wide.
@@ -82,10 +73,10 @@ TEST(LayoutMap, NhdSeparateMimo) {
   ASSERT_FALSE(l.validate());
   // K rows are 192 wide: head 192, token 4 * 192 = 768,
   // block 16 * 768 = 12288.
-  SideMap k = l.map(Side::K);
+  SideMap k = l.map(kKey);
   expectMap(k, 12288, 768, 192, 0);
   // V rows are 128 wide: head 128, token 4 * 128 = 512, block 16 * 512 = 8192.
-  SideMap v = l.map(Side::V);
+  SideMap v = l.map(kValue);
   expectMap(v, 8192, 512, 128, 0);
 
   // K(2, 5, 3, 7) = 2 * 12288 + 5 * 768 + 3 * 192 + 7
@@ -106,18 +97,18 @@ TEST(LayoutExtent, NhdSeparateMimo) {
   LayoutDesc l = mimo();
   // K, 10 blocks: K(9, 15, 3, 191) + 1 = 9 * 12288 + 15 * 768 + 3 * 192 +
   // 191 + 1 = 110592 + 11520 + 576 + 192 = 122880 = 10 * 12288.
-  EXPECT_EQ(l.extentElements(Side::K, 10), 122880);
+  EXPECT_EQ(l.extentElements(kKey, 10), 122880);
   // bf16: 122880 * 2 = 245760 bytes.
-  EXPECT_EQ(l.extentBytes(Side::K, 10), 245760);
+  EXPECT_EQ(l.extentBytes(kKey, 10), 245760);
   // V, 10 blocks: 10 * 8192 = 81920 elements, 163840 bytes.
-  EXPECT_EQ(l.extentElements(Side::V, 10), 81920);
-  EXPECT_EQ(l.extentBytes(Side::V, 10), 163840);
+  EXPECT_EQ(l.extentElements(kValue, 10), 81920);
+  EXPECT_EQ(l.extentBytes(kValue, 10), 163840);
   // One block: K 12288, V 8192.
-  EXPECT_EQ(l.extentElements(Side::K, 1), 12288);
-  EXPECT_EQ(l.extentElements(Side::V, 1), 8192);
+  EXPECT_EQ(l.extentElements(kKey, 1), 12288);
+  EXPECT_EQ(l.extentElements(kValue, 1), 8192);
   // No blocks, no bytes.
-  EXPECT_EQ(l.extentElements(Side::K, 0), 0);
-  EXPECT_EQ(l.extentBytes(Side::V, 0), 0);
+  EXPECT_EQ(l.extentElements(kKey, 0), 0);
+  EXPECT_EQ(l.extentBytes(kValue, 0), 0);
 }
 
 TEST(LayoutMap, NhdSymmetricLlama) {
@@ -126,14 +117,14 @@ TEST(LayoutMap, NhdSymmetricLlama) {
                             DType::F16);
   ASSERT_FALSE(l.validate());
   // head 128, token 8 * 128 = 1024, block 16 * 1024 = 16384; same for V.
-  expectMap(l.map(Side::K), 16384, 1024, 128, 0);
-  expectMap(l.map(Side::V), 16384, 1024, 128, 0);
+  expectMap(l.map(kKey), 16384, 1024, 128, 0);
+  expectMap(l.map(kValue), 16384, 1024, 128, 0);
   // (1, 2, 3, 4) = 16384 + 2048 + 384 + 4 = 18820.
-  EXPECT_EQ(elementOffset(l.map(Side::K), 1, 2, 3, 4), 18820);
-  EXPECT_EQ(elementOffset(l.map(Side::V), 1, 2, 3, 4), 18820);
+  EXPECT_EQ(elementOffset(l.map(kKey), 1, 2, 3, 4), 18820);
+  EXPECT_EQ(elementOffset(l.map(kValue), 1, 2, 3, 4), 18820);
   // 3 blocks: 3 * 16384 = 49152 elements, 98304 bytes.
-  EXPECT_EQ(l.extentElements(Side::K, 3), 49152);
-  EXPECT_EQ(l.extentBytes(Side::V, 3), 98304);
+  EXPECT_EQ(l.extentElements(kKey, 3), 49152);
+  EXPECT_EQ(l.extentBytes(kValue, 3), 98304);
 }
 
 //===----------------------------------------------------------------------===//
@@ -146,29 +137,29 @@ TEST(LayoutMap, HndSeparate) {
                             DType::F16);
   ASSERT_FALSE(l.validate());
   // token 128, head 16 * 128 = 2048, block 8 * 2048 = 16384.
-  SideMap k = l.map(Side::K);
+  SideMap k = l.map(kKey);
   expectMap(k, 16384, 128, 2048, 0);
   // (1, 3, 5, 9) = 16384 + 3 * 128 + 5 * 2048 + 9
   //             = 16384 + 384 + 10240 + 9 = 27017.
   EXPECT_EQ(elementOffset(k, 1, 3, 5, 9), 27017);
   // 4 blocks: K(3, 15, 7, 127) + 1 = 49152 + 1920 + 14336 + 127 + 1 = 65536.
-  EXPECT_EQ(l.extentElements(Side::K, 4), 65536);
+  EXPECT_EQ(l.extentElements(kKey, 4), 65536);
   // f16: 131072 bytes.
-  EXPECT_EQ(l.extentBytes(Side::K, 4), 131072);
+  EXPECT_EQ(l.extentBytes(kKey, 4), 131072);
 }
 
 TEST(LayoutMap, HndSeparateMimo) {
   LayoutDesc l = mimo(64, Order::HND);
   ASSERT_FALSE(l.validate());
   // K: token 192, head 64 * 192 = 12288, block 4 * 12288 = 49152.
-  expectMap(l.map(Side::K), 49152, 192, 12288, 0);
+  expectMap(l.map(kKey), 49152, 192, 12288, 0);
   // V: token 128, head 64 * 128 = 8192, block 4 * 8192 = 32768.
-  expectMap(l.map(Side::V), 32768, 128, 8192, 0);
+  expectMap(l.map(kValue), 32768, 128, 8192, 0);
   // V(1, 63, 2, 100) = 32768 + 63 * 128 + 2 * 8192 + 100
   //                 = 32768 + 8064 + 16384 + 100 = 57316.
-  EXPECT_EQ(elementOffset(l.map(Side::V), 1, 63, 2, 100), 57316);
+  EXPECT_EQ(elementOffset(l.map(kValue), 1, 63, 2, 100), 57316);
   // K(1, 63, 2, 100) = 49152 + 12096 + 24576 + 100 = 85924.
-  EXPECT_EQ(elementOffset(l.map(Side::K), 1, 63, 2, 100), 85924);
+  EXPECT_EQ(elementOffset(l.map(kKey), 1, 63, 2, 100), 85924);
 }
 
 //===----------------------------------------------------------------------===//
@@ -180,11 +171,11 @@ TEST(LayoutMap, PackedNhd) {
   ASSERT_FALSE(l.validate());
   // Rows of 192 + 128 = 320: head 320, token 4 * 320 = 1280,
   // block 16 * 1280 = 20480. K starts at column 0, V at column 192.
-  EXPECT_EQ(l.rowWidth(Side::K), 320);
-  EXPECT_EQ(l.rowWidth(Side::V), 320);
-  EXPECT_EQ(l.base(Side::K), 0);
-  EXPECT_EQ(l.base(Side::V), 192);
-  SideMap k = l.map(Side::K), v = l.map(Side::V);
+  EXPECT_EQ(l.rowWidth(kKey), 320);
+  EXPECT_EQ(l.rowWidth(kValue), 320);
+  EXPECT_EQ(l.base(kKey), 0);
+  EXPECT_EQ(l.base(kValue), 192);
+  SideMap k = l.map(kKey), v = l.map(kValue);
   expectMap(k, 20480, 1280, 320, 0);
   expectMap(v, 20480, 1280, 320, 192);
   // K(1, 2, 3, 4) = 20480 + 2560 + 960 + 4 = 24004; V adds the base 192.
@@ -197,19 +188,19 @@ TEST(LayoutMap, PackedNhd) {
   // 3 blocks: K(2, 15, 3, 191) + 1 = 40960 + 19200 + 960 + 191 + 1 = 61312;
   // V(2, 15, 3, 127) + 1 = 40960 + 19200 + 960 + 192 + 127 + 1 = 61440
   // = 3 * 20480, the whole tensor.
-  EXPECT_EQ(l.extentElements(Side::K, 3), 61312);
-  EXPECT_EQ(l.extentElements(Side::V, 3), 61440);
-  EXPECT_EQ(l.extentBytes(Side::V, 3), 122880);
+  EXPECT_EQ(l.extentElements(kKey, 3), 61312);
+  EXPECT_EQ(l.extentElements(kValue, 3), 61440);
+  EXPECT_EQ(l.extentBytes(kValue, 3), 122880);
 }
 
 TEST(LayoutMap, PackedHnd) {
   LayoutDesc l = mimo(16, Order::HND, Packing::Packed);
   ASSERT_FALSE(l.validate());
   // token 320, head 16 * 320 = 5120, block 4 * 5120 = 20480.
-  expectMap(l.map(Side::K), 20480, 320, 5120, 0);
-  expectMap(l.map(Side::V), 20480, 320, 5120, 192);
+  expectMap(l.map(kKey), 20480, 320, 5120, 0);
+  expectMap(l.map(kValue), 20480, 320, 5120, 192);
   // V(1, 2, 3, 4) = 20480 + 640 + 15360 + 192 + 4 = 36676.
-  EXPECT_EQ(elementOffset(l.map(Side::V), 1, 2, 3, 4), 36676);
+  EXPECT_EQ(elementOffset(l.map(kValue), 1, 2, 3, 4), 36676);
 }
 
 TEST(LayoutMap, PackedRow576) {
@@ -217,38 +208,38 @@ TEST(LayoutMap, PackedRow576) {
   LayoutDesc l = makeLayout(1, 512, 64, 64, Order::NHD, Packing::Packed);
   ASSERT_FALSE(l.validate());
   // head 576, token 1 * 576 = 576, block 64 * 576 = 36864; V base 512.
-  expectMap(l.map(Side::K), 36864, 576, 576, 0);
-  expectMap(l.map(Side::V), 36864, 576, 576, 512);
+  expectMap(l.map(kKey), 36864, 576, 576, 0);
+  expectMap(l.map(kValue), 36864, 576, 576, 512);
   // K(1, 10, 0, 500) = 36864 + 5760 + 500 = 43124.
-  EXPECT_EQ(elementOffset(l.map(Side::K), 1, 10, 0, 500), 43124);
+  EXPECT_EQ(elementOffset(l.map(kKey), 1, 10, 0, 500), 43124);
   // V(1, 10, 0, 63) = 36864 + 5760 + 512 + 63 = 43199.
-  EXPECT_EQ(elementOffset(l.map(Side::V), 1, 10, 0, 63), 43199);
+  EXPECT_EQ(elementOffset(l.map(kValue), 1, 10, 0, 63), 43199);
   // 2 blocks: K(1, 63, 0, 511) + 1 = 36864 + 36288 + 511 + 1 = 73664;
   // V(1, 63, 0, 63) + 1 = 36864 + 36288 + 512 + 63 + 1 = 73728 = 2 * 36864.
-  EXPECT_EQ(l.extentElements(Side::K, 2), 73664);
-  EXPECT_EQ(l.extentElements(Side::V, 2), 73728);
+  EXPECT_EQ(l.extentElements(kKey, 2), 73664);
+  EXPECT_EQ(l.extentElements(kValue, 2), 73728);
   // bf16: 147328 and 147456 bytes.
-  EXPECT_EQ(l.extentBytes(Side::K, 2), 147328);
-  EXPECT_EQ(l.extentBytes(Side::V, 2), 147456);
+  EXPECT_EQ(l.extentBytes(kKey, 2), 147328);
+  EXPECT_EQ(l.extentBytes(kValue, 2), 147456);
 }
 
 TEST(LayoutMap, PackedSharesOneSidesExplicitStrides) {
   // Rows padded from 320 to 384 elements, stated on K only: V uses them too.
   LayoutDesc l = mimo(16, Order::NHD, Packing::Packed);
   // head 384, token 4 * 384 = 1536, block 16 * 1536 = 24576.
-  l.kStrides = Strides{24576, 1536, 384};
+  l.components[kKey].strides = Strides{24576, 1536, 384};
   ASSERT_FALSE(l.validate());
-  EXPECT_TRUE(l.strides(Side::V) == l.strides(Side::K));
-  expectMap(l.map(Side::V), 24576, 1536, 384, 192);
+  EXPECT_TRUE(l.strides(kValue) == l.strides(kKey));
+  expectMap(l.map(kValue), 24576, 1536, 384, 192);
   // The same when only V states them.
   LayoutDesc w = mimo(16, Order::NHD, Packing::Packed);
-  w.vStrides = Strides{24576, 1536, 384};
+  w.components[kValue].strides = Strides{24576, 1536, 384};
   ASSERT_FALSE(w.validate());
-  expectMap(w.map(Side::K), 24576, 1536, 384, 0);
+  expectMap(w.map(kKey), 24576, 1536, 384, 0);
   // A separate layout does not share: K keeps its dense strides.
   LayoutDesc s = mimo();
-  s.vStrides = Strides{8448, 512, 128};
-  expectMap(s.map(Side::K), 12288, 768, 192, 0);
+  s.components[kValue].strides = Strides{8448, 512, 128};
+  expectMap(s.map(kKey), 12288, 768, 192, 0);
 }
 
 //===----------------------------------------------------------------------===//
@@ -260,70 +251,70 @@ TEST(LayoutMap, CombinedKvAllocation) {
   // block 2 * 16 * 8 * 128 = 32768, per token 8 * 128 = 1024, per head 128;
   // the V pointer is the K pointer + 16 * 8 * 128 = 16384.
   LayoutDesc l = makeLayout(8, 128, 128, 16);
-  l.kStrides = Strides{32768, 1024, 128};
-  l.vStrides = Strides{32768, 1024, 128};
+  l.components[kKey].strides = Strides{32768, 1024, 128};
+  l.components[kValue].strides = Strides{32768, 1024, 128};
   ASSERT_FALSE(l.validate());
   // K(3, 7, 2, 5) = 98304 + 7168 + 256 + 5 = 105733.
-  EXPECT_EQ(elementOffset(l.map(Side::K), 3, 7, 2, 5), 105733);
+  EXPECT_EQ(elementOffset(l.map(kKey), 3, 7, 2, 5), 105733);
   // 4 blocks: K(3, 15, 7, 127) + 1 = 98304 + 15360 + 896 + 127 + 1 = 114688;
   // from the V pointer the same, so V's last element is at
   // 16384 + 114688 = 131072 = 4 * 32768 from the K pointer: the allocation.
-  EXPECT_EQ(l.extentElements(Side::K, 4), 114688);
-  EXPECT_EQ(l.extentElements(Side::V, 4), 114688);
-  EXPECT_EQ(16384 + l.extentElements(Side::V, 4), 4 * 32768);
+  EXPECT_EQ(l.extentElements(kKey, 4), 114688);
+  EXPECT_EQ(l.extentElements(kValue, 4), 114688);
+  EXPECT_EQ(16384 + l.extentElements(kValue, 4), 4 * 32768);
 }
 
 TEST(LayoutMap, PaddedBlocks) {
   LayoutDesc l = mimo();
   // Dense blocks are 12288 (K) and 8192 (V); pad each by 256.
-  l.kStrides = Strides{12544, 768, 192};
-  l.vStrides = Strides{8448, 512, 128};
+  l.components[kKey].strides = Strides{12544, 768, 192};
+  l.components[kValue].strides = Strides{8448, 512, 128};
   ASSERT_FALSE(l.validate());
   // K(1, 0, 0, 0) = 12544: block 1 starts after the padding.
-  EXPECT_EQ(elementOffset(l.map(Side::K), 1, 0, 0, 0), 12544);
+  EXPECT_EQ(elementOffset(l.map(kKey), 1, 0, 0, 0), 12544);
   // 10 blocks: K(9, 15, 3, 191) + 1 = 112896 + 11520 + 576 + 191 + 1
   // = 125184 (the last block's padding is not needed).
-  EXPECT_EQ(l.extentElements(Side::K, 10), 125184);
+  EXPECT_EQ(l.extentElements(kKey, 10), 125184);
   // V(9, 15, 3, 127) + 1 = 76032 + 7680 + 384 + 127 + 1 = 84224.
-  EXPECT_EQ(l.extentElements(Side::V, 10), 84224);
+  EXPECT_EQ(l.extentElements(kValue, 10), 84224);
 }
 
 TEST(LayoutMap, DynamicStridesSuppliedAtRunTime) {
   LayoutDesc l = mimo();
-  l.kStrides = Strides{kDynamic, kDynamic, kDynamic};
+  l.components[kKey].strides = Strides{kDynamic, kDynamic, kDynamic};
   // Dynamic strides pass validate(); overlap is checked at launch.
   ASSERT_FALSE(l.validate());
-  EXPECT_TRUE(l.strides(Side::K).anyDynamic());
-  EXPECT_FALSE(l.strides(Side::V).anyDynamic());
+  EXPECT_TRUE(l.strides(kKey).anyDynamic());
+  EXPECT_FALSE(l.strides(kValue).anyDynamic());
   const int64_t dyn[3] = {40000, 2000, 400};
-  SideMap k = l.map(Side::K, dyn);
+  SideMap k = l.map(kKey, dyn);
   expectMap(k, 40000, 2000, 400, 0);
   // K(2, 3, 1, 10) = 80000 + 6000 + 400 + 10 = 86410.
   EXPECT_EQ(elementOffset(k, 2, 3, 1, 10), 86410);
   // 3 blocks: K(2, 15, 3, 191) + 1 = 80000 + 30000 + 1200 + 191 + 1 = 111392.
-  EXPECT_EQ(l.extentElements(Side::K, 3, dyn), 111392);
-  EXPECT_EQ(l.extentBytes(Side::K, 3, dyn), 222784);
+  EXPECT_EQ(l.extentElements(kKey, 3, dyn), 111392);
+  EXPECT_EQ(l.extentBytes(kKey, 3, dyn), 222784);
   // V is static and ignores `dyn`: 3 * 8192.
-  EXPECT_EQ(l.extentElements(Side::V, 3, dyn), 24576);
+  EXPECT_EQ(l.extentElements(kValue, 3, dyn), 24576);
   // validateStrides on the run-time values accepts these (rows of 192 inside
   // 400-element head slots)...
   Strides actual{40000, 2000, 400};
-  EXPECT_FALSE(l.validateStrides(actual, l.strides(Side::V)));
+  EXPECT_FALSE(l.validateStrides({actual, l.strides(kValue)}));
   // ...and rejects a head stride narrower than K's row.
   Strides narrow{40000, 2000, 128};
-  EXPECT_EQ(l.validateStrides(narrow, l.strides(Side::V)).value_or(""),
+  EXPECT_EQ(l.validateStrides({narrow, l.strides(kValue)}).value_or(""),
             "'k_strides' make two K positions overlap");
 }
 
 TEST(LayoutMap, MixedStaticAndDynamicStrides) {
   LayoutDesc l = mimo();
   // Only the block stride is dynamic; dyn[1] and dyn[2] are ignored.
-  l.kStrides = Strides{kDynamic, 768, 192};
+  l.components[kKey].strides = Strides{kDynamic, 768, 192};
   const int64_t dyn[3] = {13000, -1, -1};
-  expectMap(l.map(Side::K, dyn), 13000, 768, 192, 0);
+  expectMap(l.map(kKey, dyn), 13000, 768, 192, 0);
   // 2 blocks: 13000 + 15 * 768 + 3 * 192 + 191 + 1
   // = 13000 + 11520 + 576 + 192 = 25288.
-  EXPECT_EQ(l.extentElements(Side::K, 2, dyn), 25288);
+  EXPECT_EQ(l.extentElements(kKey, 2, dyn), 25288);
 }
 
 TEST(LayoutExtent, ElementSizes) {
@@ -343,8 +334,8 @@ TEST(LayoutExtent, ElementSizes) {
     EXPECT_EQ(elementSize(dtype), bytes);
     EXPECT_EQ(isFp8(dtype), bytes == 1);
     // Units are elements: the element extent does not depend on the dtype.
-    EXPECT_EQ(l.extentElements(Side::K, 2), 24576);
-    EXPECT_EQ(l.extentBytes(Side::K, 2), 24576 * bytes);
+    EXPECT_EQ(l.extentElements(kKey, 2), 24576);
+    EXPECT_EQ(l.extentBytes(kKey, 2), 24576 * bytes);
   }
 }
 
@@ -352,7 +343,7 @@ TEST(LayoutText, PrintsTheAttributeBody) {
   LayoutDesc l = mimo(64);
   l.dtype = DType::F8E4M3FN;
   l.scale = ScaleKind::PerTensor;
-  l.kStrides = Strides{kDynamic, 768, 192};
+  l.components[kKey].strides = Strides{kDynamic, 768, 192};
   EXPECT_EQ(toString(l),
             "num_kv_heads = 4, head_size_k = 192, head_size_v = 128, "
             "block_size = 64, order = nhd, packing = separate, "
@@ -372,10 +363,10 @@ TEST(LayoutValidate, NonPositiveSizes) {
   l.numKvHeads = 0;
   EXPECT_EQ(validateMessage(l), "'num_kv_heads' must be positive");
   l = mimo();
-  l.headSizeK = -192;
+  l.components[kKey].headSize = -192;
   EXPECT_EQ(validateMessage(l), "'head_size_k' must be positive");
   l = mimo();
-  l.headSizeV = 0;
+  l.components[kValue].headSize = 0;
   EXPECT_EQ(validateMessage(l), "'head_size_v' must be positive");
   l = mimo();
   l.blockSize = 0;
@@ -401,23 +392,23 @@ TEST(LayoutValidate, ScaleRules) {
 
 TEST(LayoutValidate, NegativeStrides) {
   LayoutDesc l = mimo();
-  l.kStrides = Strides{12288, -768, 192};
+  l.components[kKey].strides = Strides{12288, -768, 192};
   EXPECT_EQ(validateMessage(l), "'k_strides' must be non-negative");
   l = mimo();
-  l.vStrides = Strides{8192, 512, -128};
+  l.components[kValue].strides = Strides{8192, 512, -128};
   EXPECT_EQ(validateMessage(l), "'v_strides' must be non-negative");
   // With a dynamic stride the static ones are still sign-checked.
   l = mimo();
-  l.vStrides = Strides{kDynamic, -512, 128};
+  l.components[kValue].strides = Strides{kDynamic, -512, 128};
   EXPECT_EQ(validateMessage(l), "'v_strides' must be non-negative");
 }
 
 TEST(LayoutValidate, ZeroBlockStride) {
   LayoutDesc l = mimo();
-  l.kStrides = Strides{0, 768, 192};
+  l.components[kKey].strides = Strides{0, 768, 192};
   EXPECT_EQ(validateMessage(l), "'k_strides' block stride must be positive");
   l = mimo();
-  l.vStrides = Strides{0, 512, 128};
+  l.components[kValue].strides = Strides{0, 512, 128};
   EXPECT_EQ(validateMessage(l), "'v_strides' block stride must be positive");
 }
 
@@ -425,23 +416,23 @@ TEST(LayoutValidate, OverlappingK) {
   // A K/V width mix-up like the seed report's: K rows (192 wide) stepped
   // with V's head stride 128.
   LayoutDesc l = mimo();
-  l.kStrides = Strides{8192, 512, 128};
+  l.components[kKey].strides = Strides{8192, 512, 128};
   EXPECT_EQ(validateMessage(l), "'k_strides' make two K positions overlap");
   // Tokens too close: token stride 700 < 4 * 192 = 768.
-  l.kStrides = Strides{12288, 700, 192};
+  l.components[kKey].strides = Strides{12288, 700, 192};
   EXPECT_EQ(validateMessage(l), "'k_strides' make two K positions overlap");
   // Blocks too close: 12000 < 16 * 768 = 12288.
-  l.kStrides = Strides{12000, 768, 192};
+  l.components[kKey].strides = Strides{12000, 768, 192};
   EXPECT_EQ(validateMessage(l), "'k_strides' make two K positions overlap");
   // A zero head stride puts every head on the same row.
-  l.kStrides = Strides{12288, 768, 0};
+  l.components[kKey].strides = Strides{12288, 768, 0};
   EXPECT_EQ(validateMessage(l), "'k_strides' make two K positions overlap");
 }
 
 TEST(LayoutValidate, OverlappingV) {
   LayoutDesc l = mimo();
   // V rows of 128 with token stride 256 < 4 * 128.
-  l.vStrides = Strides{8192, 256, 128};
+  l.components[kValue].strides = Strides{8192, 256, 128};
   EXPECT_EQ(validateMessage(l), "'v_strides' make two V positions overlap");
 }
 
@@ -450,8 +441,8 @@ TEST(LayoutValidate, PackedVOverlapsK) {
   // Row 320 wide: V of head 0 occupies 192..319; with V's head stride 192
   // V of head 1 starts at 192 + 192 = 384 but K of head 1 (K's stride 320)
   // spans 320..511.
-  l.kStrides = Strides{20480, 1280, 320};
-  l.vStrides = Strides{20480, 1280, 192};
+  l.components[kKey].strides = Strides{20480, 1280, 320};
+  l.components[kValue].strides = Strides{20480, 1280, 192};
   EXPECT_EQ(validateMessage(l),
             "'v_strides' make V overlap K in the packed row");
 }
@@ -460,8 +451,8 @@ TEST(LayoutValidate, SeparateSidesMayAlias) {
   // Separate K and V tensors are checked each on its own: identical strides
   // are fine (they address different tensors).
   LayoutDesc l = makeLayout(8, 128, 128, 16);
-  l.kStrides = Strides{16384, 1024, 128};
-  l.vStrides = Strides{16384, 1024, 128};
+  l.components[kKey].strides = Strides{16384, 1024, 128};
+  l.components[kValue].strides = Strides{16384, 1024, 128};
   EXPECT_EQ(validateMessage(l), "<valid>");
 }
 
@@ -471,8 +462,8 @@ TEST(LayoutValidate, BlocksInterleavedIntoEachOther) {
   // token 1 (128). The number of blocks is not part of the layout, so this
   // is an overlap.
   LayoutDesc l = makeLayout(1, 64, 64, 4);
-  l.kStrides = Strides{64, 128, 64};
-  SideMap k = l.map(Side::K);
+  l.components[kKey].strides = Strides{64, 128, 64};
+  SideMap k = l.map(kKey);
   ASSERT_EQ(elementOffset(k, 2, 0, 0, 0), elementOffset(k, 0, 1, 0, 0));
   EXPECT_EQ(validateMessage(l), "'k_strides' make two K positions overlap");
 }
@@ -483,8 +474,8 @@ TEST(LayoutValidate, BlocksInterleavedIntoEachOther) {
 // [0, 6400) with token 0 and block 100's token 0 (6400) is block 0's token 1.
 TEST(LayoutValidate, OverlapBeyondSixtyFourBlocks) {
   LayoutDesc l = makeLayout(1, 64, 64, 16);
-  l.kStrides = Strides{64, 6400, 64};
-  SideMap k = l.map(Side::K);
+  l.components[kKey].strides = Strides{64, 6400, 64};
+  SideMap k = l.map(kKey);
   ASSERT_EQ(elementOffset(k, 100, 0, 0, 0), elementOffset(k, 0, 1, 0, 0));
   EXPECT_EQ(validateMessage(l), "'k_strides' make two K positions overlap");
 }

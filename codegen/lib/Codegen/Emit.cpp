@@ -85,10 +85,14 @@ std::string kvgen::preludeFor(StringRef target) {
 std::string kvgen::defaultKernelName(const KernelSpec &r) {
   const LayoutDesc &l = r.layout;
   const OpDesc &op = opDesc(r.op);
-  std::string name = llvm::formatv(
-      "kvgen_{0}_h{1}_k{2}_v{3}_b{4}_{5}_{6}_{7}", op.name, l.numKvHeads,
-      l.headSizeK, l.headSizeV, l.blockSize, toString(l.order),
-      l.packing == Packing::Packed ? "packed" : "sep", shortDType(l.dtype));
+  // Components as `_<name><head size>` (`_k192_v128` for K/V), explicit
+  // strides as `_<name>s<block>x<token>x<head>` (`d` = dynamic).
+  std::string name = llvm::formatv("kvgen_{0}_h{1}", op.name, l.numKvHeads);
+  for (const Component &c : l.components)
+    name += "_" + c.name + std::to_string(c.headSize);
+  name += llvm::formatv("_b{0}_{1}_{2}_{3}", l.blockSize, toString(l.order),
+                        l.packing == Packing::Packed ? "packed" : "sep",
+                        shortDType(l.dtype));
   if (l.scale != ScaleKind::None)
     name += l.scale == ScaleKind::PerHead ? "_sh" : "_st";
   auto stridesTag = [](const Strides &s) {
@@ -97,10 +101,9 @@ std::string kvgen::defaultKernelName(const KernelSpec &r) {
     };
     return one(s.block) + "x" + one(s.token) + "x" + one(s.head);
   };
-  if (l.kStrides)
-    name += "_ks" + stridesTag(*l.kStrides);
-  if (l.vStrides)
-    name += "_vs" + stridesTag(*l.vStrides);
+  for (const Component &c : l.components)
+    if (c.strides)
+      name += "_" + c.name + "s" + stridesTag(*c.strides);
   // The options, in table order: element types by their short names, slot
   // types as they are, set flags by name.
   for (size_t i = 0; i < op.numOptions; ++i) {

@@ -45,18 +45,22 @@ using namespace kvgen;
 using namespace kvgen::kv;
 
 PlanChoice kvgen::choosePlan(const LayoutDesc &layout, DType io,
-                             const Target &target, int64_t threads,
+                             const Target &target, int64_t itemTokens,
+                             int64_t threads,
                              int64_t tokensPerCta, int64_t smallMaxTokens) {
   PlanChoice c;
   const int64_t cacheSize = elementSize(layout.dtype);
   // Divisibility the vector width must respect, in elements.
-  int64_t g = std::gcd(layout.headSizeK, layout.headSizeV);
-  Strides k = layout.strides(Side::K), v = layout.strides(Side::V);
-  bool allStatic = !k.anyDynamic() && !v.anyDynamic();
+  int64_t g = 0;
+  for (int c = 0; c < layout.numComponents(); ++c)
+    g = std::gcd(g, layout.headSize(c));
+  bool allStatic = !layout.anyDynamic();
   if (allStatic) {
-    for (int64_t s : {k.block, k.token, k.head, v.block, v.token, v.head,
-                      layout.base(Side::V)})
-      g = std::gcd(g, s);
+    for (int c = 0; c < layout.numComponents(); ++c) {
+      Strides s = layout.strides(c);
+      for (int64_t x : {s.block, s.token, s.head, layout.base(c)})
+        g = std::gcd(g, x);
+    }
   }
   int64_t n = 1;
   // Cache accesses up to 16 bytes; the key/value (or gather output) side
@@ -72,8 +76,11 @@ PlanChoice kvgen::choosePlan(const LayoutDesc &layout, DType io,
   // power-of-two number of tokens (at most 8) whose accesses fit in 2048,
   // and a quarter as many threads (whole warps, 64..512), so few, fuller
   // CTAs stream the cache (measured on the H200, docs/performance.md).
-  int64_t perToken =
-      layout.numKvHeads * (layout.headSizeK + layout.headSizeV) / n;
+  int64_t rowElems = 0;
+  for (int c = 0; c < layout.numComponents(); ++c)
+    rowElems += layout.headSize(c);
+  // Accesses of one work item (a token, or a block of itemTokens tokens).
+  int64_t perToken = itemTokens * layout.numKvHeads * rowElems / n;
   if (tokensPerCta > 0) {
     c.tokensPerCta = tokensPerCta;
   } else {
@@ -118,9 +125,11 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
       return signalPassFailure();
     }
     MLIRContext *ctx = &getContext();
-    auto planFor = [&](LayoutAttr layout, Type io) {
-      PlanChoice c = choosePlan(layout.getDesc(), *fromMlirType(io), *parsed,
-                                threads, tokensPerCta, smallMaxTokens);
+    auto planFor = [&](KernelSpecOpInterface op) {
+      PlanChoice c = choosePlan(op.getLayout().getDesc(),
+                                *fromMlirType(op.getRowType()), *parsed,
+                                op.getWorkItemTokens(), threads, tokensPerCta,
+                                smallMaxTokens);
       return PlanAttr::get(
           ctx, target, c.vectorBytes, c.threads, c.tokensPerCta,
           c.smallMaxTokens, c.smallThreads,
@@ -128,7 +137,7 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
           c.streamingStores);
     };
     getOperation().walk([&](KernelSpecOpInterface op) {
-      op.setPlanAttr(planFor(op.getLayout(), op.getRowType()));
+      op.setPlanAttr(planFor(op));
     });
   }
 };

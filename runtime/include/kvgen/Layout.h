@@ -1,19 +1,23 @@
-//===- Layout.h - Paged K/V cache layout model (MLIR-free) ------*- C++ -*-===//
+//===- Layout.h - Paged KV cache layout model (MLIR-free) -------*- C++ -*-===//
 //
-// A LayoutDesc states the paged K/V cache of one attention layer. It is the
-// plain C++ model behind the MLIR attribute #kv.layout (dialect/) and is what
-// the runtime, the host reference tests and the launch-time bounds checks use.
-// The address formula itself is kvgen::elementOffset in LayoutMap.h.
+// A LayoutDesc states the paged cache of one attention layer. It is the plain
+// C++ model behind the MLIR attribute #kv.layout (dialect/), which wraps it,
+// and is what the runtime, the host reference tests and the launch-time
+// bounds checks use. The address formula itself is kvgen::elementOffset in
+// LayoutMap.h; the text grammar is parseLayout below (the MLIR attribute
+// parses through the same grammar, see LayoutSyntax.h).
 //
-// Shapes (dense, default strides), in elements:
-//   order = nhd, separate: K [num_blocks, block_size, num_kv_heads, head_size_k]
-//                          V [num_blocks, block_size, num_kv_heads, head_size_v]
-//   order = hnd, separate: K [num_blocks, num_kv_heads, block_size, head_size_k]
-//                          V [num_blocks, num_kv_heads, block_size, head_size_v]
-//   packing = packed: one tensor whose rows are head_size_k + head_size_v wide,
-//                     K in columns [0, head_size_k), V in
-//                     [head_size_k, head_size_k + head_size_v); rows ordered
-//                     as nhd or hnd above.
+// A cache row holds one or more *components*, each with its own name, head
+// size and strides: K and V of an attention cache (`k`, `v`), or the latent
+// `kv_c` and the rotary `k_pe` of DeepSeek-style MLA.
+//
+// Shapes (dense, default strides), in elements, per component c of head size
+// D_c:
+//   order = nhd, separate: [num_blocks, block_size, num_kv_heads, D_c]
+//   order = hnd, separate: [num_blocks, num_kv_heads, block_size, D_c]
+//   packing = packed: one tensor whose rows are sum_c D_c wide, component c
+//                     in columns [sum_{j<c} D_j, sum_{j<=c} D_j); rows
+//                     ordered as nhd or hnd above.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KVGEN_LAYOUT_H
@@ -24,6 +28,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace kvgen {
 
@@ -33,17 +39,22 @@ enum class Packing { Separate, Packed };
 /// types: bf16, f16, f32, f8E4M3FN, f8E4M3FNUZ, f8E5M2, f8E5M2FNUZ.
 enum class DType { BF16, F16, F32, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ };
 /// Dequantization scales: float32 values in device memory, one per tensor
-/// (per_tensor) or one per kv head (per_head), separately for K and V.
+/// (per_tensor) or one per kv head (per_head). Which scale serves which
+/// component is the kernel op's business (K/V ops have k_scale and v_scale,
+/// MLA ops one scale).
 enum class ScaleKind { None, PerTensor, PerHead };
-enum class Side { K, V };
+
+/// The components of a K/V layout.
+constexpr int kKey = 0, kValue = 1;
+/// The most components a layout has.
+constexpr size_t kMaxComponents = 4;
 
 /// Marks a stride that is not known when the kernel is generated; the kernel
-/// then reads it from its arguments (`k_cache_strides` / `v_cache_strides`).
-/// Printed as `?` in MLIR.
+/// then reads it from its arguments. Printed as `?` in MLIR.
 constexpr int64_t kDynamic = kDynamicStride;
 static_assert(kDynamic == INT64_MIN, "kDynamic is INT64_MIN");
 
-/// Element strides of one side, outermost first.
+/// Element strides of one component, outermost first.
 struct Strides {
   int64_t block = kDynamic;
   int64_t token = kDynamic;
@@ -54,65 +65,93 @@ struct Strides {
   bool operator==(const Strides &o) const {
     return block == o.block && token == o.token && head == o.head;
   }
+  bool operator!=(const Strides &o) const { return !(*this == o); }
+};
+
+/// One component of a cache row.
+struct Component {
+  std::string name;  ///< an identifier, unique in the layout
+  int64_t headSize = 0; ///< elements per (block, token, kv head)
+  /// Explicit strides; std::nullopt: the dense strides of order/packing (or,
+  /// packed, another component's explicit strides, see strides()).
+  std::optional<Strides> strides;
+  bool operator==(const Component &o) const {
+    return name == o.name && headSize == o.headSize && strides == o.strides;
+  }
 };
 
 struct LayoutDesc {
   int64_t numKvHeads = 0;
-  int64_t headSizeK = 0;
-  int64_t headSizeV = 0;
   int64_t blockSize = 0;
   Order order = Order::NHD;
   Packing packing = Packing::Separate;
   DType dtype = DType::BF16;
   ScaleKind scale = ScaleKind::None;
-  /// Explicit strides; std::nullopt means the dense strides of order/packing.
-  std::optional<Strides> kStrides;
-  std::optional<Strides> vStrides;
+  /// In row order. A K/V layout has {"k", head_size_k}, {"v", head_size_v}.
+  std::vector<Component> components;
 
+  /// A K/V layout: components k (headSizeK) and v (headSizeV).
+  static LayoutDesc kv(int64_t numKvHeads, int64_t headSizeK,
+                       int64_t headSizeV, int64_t blockSize,
+                       DType dtype = DType::BF16,
+                       ScaleKind scale = ScaleKind::None,
+                       Packing packing = Packing::Separate,
+                       Order order = Order::NHD);
+
+  int numComponents() const { return int(components.size()); }
+  /// The component named `name`, or -1.
+  int find(std::string_view name) const;
+  /// True for exactly the components k and v, in that order.
+  bool isKV() const;
+  /// Component c's head size in elements.
+  int64_t headSize(int c) const { return components[size_t(c)].headSize; }
   /// Width in elements of one (block, token, head) row of the tensor that
-  /// holds `side`: head_size of that side, or head_size_k + head_size_v when
-  /// packed.
-  int64_t rowWidth(Side side) const;
-  /// The side's head size in elements.
-  int64_t headSize(Side side) const {
-    return side == Side::K ? headSizeK : headSizeV;
-  }
+  /// holds component c: its head size, or the sum of all when packed.
+  int64_t rowWidth(int c) const;
+  /// The tensor holding component c: 0 when packed, else c.
+  int tensor(int c) const { return packing == Packing::Packed ? 0 : c; }
   /// Dense strides implied by order and packing.
-  Strides denseStrides(Side side) const;
-  /// Explicit strides when given (for a packed layout, the other side's
-  /// explicit strides when only that side states them), else the dense ones.
-  /// May contain kDynamic.
-  Strides strides(Side side) const;
-  /// First column of the side inside its row (head_size_k for packed V).
-  int64_t base(Side side) const {
-    return side == Side::V && packing == Packing::Packed ? headSizeK : 0;
-  }
-  /// The SideMap for `side`. Dynamic strides are taken from `dynamic`
+  Strides denseStrides(int c) const;
+  /// Explicit strides when given (for a packed layout, the first component's
+  /// explicit strides when c states none: the row is shared), else the
+  /// dense ones. May contain kDynamic.
+  Strides strides(int c) const;
+  /// First column of component c inside its row (packed: the head sizes of
+  /// the components before it; else 0).
+  int64_t base(int c) const;
+  /// The SideMap of component c. Dynamic strides are taken from `dynamic`
   /// ({block, token, head}); pass nullptr only when none is dynamic.
-  SideMap map(Side side, const int64_t *dynamic = nullptr) const;
+  SideMap map(int c, const int64_t *dynamic = nullptr) const;
+  /// True when any component has a dynamic stride.
+  bool anyDynamic() const;
 
   /// Largest element offset (inclusive) that any (block < numBlocks, token,
-  /// head, element) position of `side` maps to, plus one: the number of
-  /// elements a buffer must hold. Assumes non-negative strides (validate()).
-  int64_t extentElements(Side side, int64_t numBlocks,
+  /// head, element) position of component c maps to, plus one: the number
+  /// of elements a buffer must hold. Assumes non-negative strides.
+  int64_t extentElements(int c, int64_t numBlocks,
                          const int64_t *dynamic = nullptr) const;
   /// extentElements * element size, in bytes.
-  int64_t extentBytes(Side side, int64_t numBlocks,
+  int64_t extentBytes(int c, int64_t numBlocks,
                       const int64_t *dynamic = nullptr) const;
 
   /// Returns std::nullopt when the layout is valid, else one message that
   /// names the offending field. Rules (docs/layout.md):
-  ///  - num_kv_heads, head_size_k, head_size_v, block_size > 0;
+  ///  - num_kv_heads, block_size and every head size > 0; 1 to
+  ///    kMaxComponents components with distinct identifier names;
   ///  - fp8 caches need scale = per_tensor or per_head; other caches need
   ///    scale = none;
-  ///  - static strides are >= 0 and no two (token, head, element) positions of
-  ///    K, of V, or (packed) of K and V overlap, within a block or across
-  ///    blocks; with dynamic strides the check runs at launch time on the
-  ///    actual strides (see validateStrides).
+  ///  - static strides are >= 0 and no two (token, head, element) positions
+  ///    of one component, or (packed) of two components, overlap, within a
+  ///    block or across blocks; with dynamic strides the check runs at
+  ///    launch time on the actual strides (see validateStrides).
   std::optional<std::string> validate() const;
-  /// The overlap/sign check of validate() on fully known strides.
-  std::optional<std::string> validateStrides(const Strides &k,
-                                             const Strides &v) const;
+  /// The overlap/sign check of validate() on fully known strides, one
+  /// entry per component.
+  std::optional<std::string>
+  validateStrides(const std::vector<Strides> &strides) const;
+
+  bool operator==(const LayoutDesc &o) const;
+  bool operator!=(const LayoutDesc &o) const { return !(*this == o); }
 };
 
 /// Size in bytes of one element of `t`.
@@ -129,24 +168,28 @@ const char *toString(DType t);
 const char *toString(Order o);
 const char *toString(Packing p);
 const char *toString(ScaleKind s);
-std::optional<DType> parseDType(const std::string &s);
-std::optional<Order> parseOrder(const std::string &s);
-std::optional<Packing> parsePacking(const std::string &s);
-std::optional<ScaleKind> parseScaleKind(const std::string &s);
+std::optional<DType> parseDType(std::string_view s);
+std::optional<Order> parseOrder(std::string_view s);
+std::optional<Packing> parsePacking(std::string_view s);
+std::optional<ScaleKind> parseScaleKind(std::string_view s);
 
-/// A stable textual form, the same as the MLIR attribute's body:
-/// num_kv_heads = 4, head_size_k = 192, ..., used in manifests and keys.
+/// The canonical text of a layout, the body of the MLIR attribute
+/// (`#kv.layout<...>`): `num_kv_heads = 4, head_size_k = 192, head_size_v =
+/// 128, block_size = 16, order = nhd, packing = separate, dtype = bf16,
+/// scale = none` for a K/V layout (plus `k_strides = [b, t, h]` /
+/// `v_strides = ...` when explicit); other layouts list their components:
+/// `num_kv_heads = 1, components = [kv_c: 512, k_pe: 64], block_size = 64,
+/// ...` with `<name>_strides = [...]` per component with explicit strides.
+/// Used in manifests and keys.
 std::string toString(const LayoutDesc &l);
 
-/// Parses exactly the text toString(const LayoutDesc &) prints: comma
-/// separated `field = value` pairs, fields in any order, each at most once.
-/// Required: num_kv_heads, head_size_k, head_size_v, block_size, order,
-/// packing, dtype, scale. Optional: k_strides, v_strides as `[b, t, h]`
-/// (element strides block, token, head; `?` = kDynamic). Whitespace around
-/// tokens is ignored. Only the syntax is checked here, not the rules of
+/// Parses the text toString(const LayoutDesc &) prints (the grammar of
+/// LayoutSyntax.h): comma separated `field = value` pairs, fields in any
+/// order, each at most once; order, packing and scale may be omitted
+/// (nhd, separate, none). Only the syntax is checked here, not the rules of
 /// LayoutDesc::validate(). On failure returns std::nullopt and, when `error`
 /// is non-null, stores one message that names the offending field or text.
-std::optional<LayoutDesc> parseLayout(const std::string &text,
+std::optional<LayoutDesc> parseLayout(std::string_view text,
                                       std::string *error);
 
 } // namespace kvgen

@@ -75,6 +75,10 @@ struct OpDesc {
   const char *name;      ///< "reshape_and_cache"; MLIR op "kv.<name>"
   const char *argsType;  ///< "kvgen_reshape_and_cache_args"
   const char *workFrom;  ///< argument whose leading dim counts work items
+  /// The kernel body template in codegen/prelude/kernels.h,
+  /// "kvgen::<name>", instantiated with the layout, plan and options
+  /// structs of the emitted kernel.
+  const char *entry;
   size_t argsSize;       ///< sizeof the argument struct, bytes
   const ArgDesc *args;   ///< fields in struct order
   size_t numArgs;

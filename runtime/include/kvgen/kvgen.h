@@ -147,6 +147,60 @@ KVGEN_API kvgen_status kvgen_op_arg(kvgen_op op, int index,
 KVGEN_API kvgen_status kvgen_op_option(kvgen_op op, int index,
                                        kvgen_option_info *out);
 
+/** A parsed and validated cache layout (kvgen::LayoutDesc, kvgen/Layout.h).
+ * The binding reads layouts through these calls instead of parsing the
+ * text itself. */
+typedef struct kvgen_layout_s *kvgen_layout;
+
+/** Parses a layout's text, the body of `#kv.layout<...>` (a
+ * `#kv.layout<...>` wrapper is accepted; grammar: kvgen/LayoutSyntax.h) and
+ * checks its rules (LayoutDesc::validate). KVGEN_ERROR_INVALID_ARGUMENT with
+ * the message in kvgen_last_error on a syntax or rule error. */
+KVGEN_API kvgen_status kvgen_layout_parse(const char *text,
+                                          kvgen_layout *out);
+/** Frees a layout; NULL is ignored. */
+KVGEN_API void kvgen_layout_destroy(kvgen_layout layout);
+
+/** A layout's fields. Strings are valid while the layout lives. */
+typedef struct kvgen_layout_info {
+  const char *text;      /**< canonical text (kvgen::toString) */
+  int64_t num_kv_heads;
+  int64_t block_size;    /**< tokens per block */
+  const char *order;     /**< "nhd" or "hnd" */
+  const char *packing;   /**< "separate" or "packed" */
+  const char *dtype;     /**< MLIR builtin spelling, e.g. "f8E4M3FN" */
+  const char *scale;     /**< "none", "per_tensor" or "per_head" */
+  int64_t element_bytes; /**< bytes of one cache element */
+  int num_components;    /**< 2 (k, v) for a K/V layout */
+  int is_kv;             /**< 1 when the components are exactly k, v */
+} kvgen_layout_info;
+KVGEN_API kvgen_status kvgen_layout_get_info(kvgen_layout layout,
+                                             kvgen_layout_info *out);
+
+/** One component of a layout (in row order). Sizes and strides in
+ * elements; a dynamic ('?') stride is INT64_MIN. */
+typedef struct kvgen_component_info {
+  const char *name;    /**< "k", "v", "kv_c", ... */
+  int64_t head_size;
+  int64_t strides[3];  /**< block, token, head: explicit or dense */
+  int explicit_strides; /**< 1 when the text states them */
+  int64_t base;        /**< first column in its row (packed), else 0 */
+  int tensor;          /**< the cache tensor holding it: 0 packed, else c */
+} kvgen_component_info;
+KVGEN_API kvgen_status kvgen_layout_component(kvgen_layout layout,
+                                              int component,
+                                              kvgen_component_info *out);
+
+/** Bytes a buffer must hold for `num_blocks` blocks of `component`
+ * (largest offset + 1, times the element size; 0 for num_blocks <= 0).
+ * `dynamic` gives the {block, token, head} strides that are '?' in the
+ * layout (NULL when none is). */
+KVGEN_API kvgen_status kvgen_layout_extent_bytes(kvgen_layout layout,
+                                                 int component,
+                                                 int64_t num_blocks,
+                                                 const int64_t *dynamic,
+                                                 int64_t *out);
+
 /** A context that compiles for and launches on device `device_ordinal` of
  * `backend` (ignored for HOST). */
 KVGEN_API kvgen_status kvgen_context_create(kvgen_backend backend,

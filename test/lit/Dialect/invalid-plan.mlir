@@ -55,7 +55,7 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // -----
 
-// expected-error @+1 {{'kv.gather' op plan's 16 elements per access do not divide the head sizes 40 and 128}}
+// expected-error @+1 {{'kv.gather' op plan's 16 elements per access do not divide head size 40 of component 'k'}}
 kv.gather @r : #kv.layout<num_kv_heads = 4, head_size_k = 40,
     head_size_v = 128, block_size = 16, dtype = f8E4M3FN, scale = per_tensor>,
     output f8E4M3FN, slots i64

@@ -62,40 +62,40 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // -----
 
-// expected-error @+1 {{'dtype' must be one of bf16, f16, f32, f8E4M3FN, f8E4M3FNUZ, f8E5M2, f8E5M2FNUZ, got 'i8'}}
+// expected-error @+2 {{'dtype' must be one of bf16, f16, f32, f8E4M3FN, f8E4M3FNUZ, f8E5M2, f8E5M2FNUZ, got 'i8'}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = i8>, input bf16, slots i64
 
 // -----
 
-// expected-error @+1 {{'dtype' must be one of bf16, f16, f32, f8E4M3FN, f8E4M3FNUZ, f8E5M2, f8E5M2FNUZ, got 'f64'}}
+// expected-error @+2 {{'dtype' must be one of bf16, f16, f32, f8E4M3FN, f8E4M3FNUZ, f8E5M2, f8E5M2FNUZ, got 'f64'}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = f64>, input bf16, slots i64
 
 // -----
 
-// expected-error @+1 {{'k_strides' must have 3 entries [block, token, head], got 2}}
+// expected-error @+2 {{'k_strides' must have 3 entries [block, token, head], got 2}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16, k_strides = [768, 192]>,
     input bf16, slots i64
 
 // -----
 
-// expected-error @+1 {{'k_strides' must have 3 entries [block, token, head], got 0}}
+// expected-error @+2 {{'k_strides' must have 3 entries [block, token, head], got 0}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16, k_strides = []>,
     input bf16, slots i64
 
 // -----
 
-// expected-error @+1 {{'v_strides' must have 3 entries [block, token, head], got 4}}
+// expected-error @+3 {{'v_strides' must have 3 entries [block, token, head], got 4}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16,
     v_strides = [8192, 512, 128, 1]>, input bf16, slots i64
 
 // -----
 
-// expected-error @+1 {{'v_strides' must have 3 entries [block, token, head], got 0}}
+// expected-error @+2 {{'v_strides' must have 3 entries [block, token, head], got 0}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16, v_strides = []>,
     input bf16, slots i64

@@ -16,8 +16,9 @@
 // CHECK-SAME: static constexpr int block_size = 16;
 // CHECK-SAME: static constexpr int scale = kvgen::SCALE_NONE;
 // CHECK-SAME: static constexpr bool packed = false;
-// CHECK-SAME: /// K: 4 x 192, strides [block 12288, token 768, head 192], row base 0 (elements).\0A  struct k {\0A    static constexpr int head_size = 192;\0A    static constexpr int64_t block = 12288, token = 768, head = 192, base = 0;\0A  };
-// CHECK-SAME: /// V: 4 x 128, strides [block 8192, token 512, head 128], row base 0 (elements).\0A  struct v {\0A    static constexpr int head_size = 128;\0A    static constexpr int64_t block = 8192, token = 512, head = 128, base = 0;\0A  };
+// CHECK-SAME: /// k: 4 x 192, strides [block 12288, token 768, head 192], row base 0 (elements).\0A  struct c0 {\0A    static constexpr int head_size = 192;\0A    static constexpr int64_t block = 12288, token = 768, head = 192, base = 0;\0A  };
+// CHECK-SAME: /// v: 4 x 128, strides [block 8192, token 512, head 128], row base 0 (elements).\0A  struct c1 {\0A    static constexpr int head_size = 128;\0A    static constexpr int64_t block = 8192, token = 512, head = 128, base = 0;\0A  };
+// CHECK-SAME: typedef c0 k;\0A  typedef c1 v;
 // The plan's decisions (pinned in plan.mlir) as constants; vec is
 // vector_bytes / 2 bytes of bf16.
 // CHECK-NEXT: emitc.verbatim "/// #kv.plan<target = \22sm_90\22, vector_bytes = 16, threads = [[T:[0-9]+]], tokens_per_cta = [[N:[0-9]+]], small_max_tokens = [[SN:[0-9]+]], small_threads = [[ST:[0-9]+]], cache_alignment = proven, hw_fp8 = false, streaming_stores = true>\0Astruct mimo_write_plan {
@@ -32,7 +33,7 @@
 // CHECK-NEXT: emitc.func @mimo_write(%[[ARGS:.*]]: !emitc.opaque<"kvgen_reshape_and_cache_args">)
 // CHECK-SAME: kv.plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = [[T]],
 // CHECK-SAME: specifiers = ["extern \22C\22", "__global__", "KVGEN_LAUNCH_BOUNDS([[T]])"]
-// CHECK-NEXT: call_opaque "kvgen::reshapeAndCache"(%[[ARGS]]) {template_args = [#emitc.opaque<"mimo_write_layout">, #emitc.opaque<"mimo_write_plan">, #emitc.opaque<"mimo_write_options">]}
+// CHECK-NEXT: call_opaque "kvgen::reshape_and_cache"(%[[ARGS]]) {template_args = [#emitc.opaque<"mimo_write_layout">, #emitc.opaque<"mimo_write_plan">, #emitc.opaque<"mimo_write_options">]}
 // CHECK-NEXT: return
 // CHECK-NOT: kv.reshape_and_cache
 // The host target adds the entry the CPU runs the kernel through.
@@ -52,9 +53,9 @@ kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
 // CHECK: struct fp8_read_layout {
 // CHECK-SAME: typedef kvgen::dt_f8e4m3fn cache;
 // CHECK-SAME: static constexpr int scale = kvgen::SCALE_PER_HEAD;
-// CHECK-SAME: /// K: 4 x 192, strides [block ?, token 768, head ?], row base 0 (elements).
+// CHECK-SAME: /// k: 4 x 192, strides [block ?, token 768, head ?], row base 0 (elements).
 // CHECK-SAME: static constexpr int64_t block = kvgen::kDynamicStride, token = 768, head = kvgen::kDynamicStride, base = 0;
-// CHECK-SAME: /// V: 4 x 128, strides [block ?, token ?, head ?], row base 0 (elements).
+// CHECK-SAME: /// v: 4 x 128, strides [block ?, token ?, head ?], row base 0 (elements).
 // CHECK-SAME: static constexpr int64_t block = kvgen::kDynamicStride, token = kvgen::kDynamicStride, head = kvgen::kDynamicStride, base = 0;
 // CHECK: struct fp8_read_plan {
 // CHECK-SAME: static constexpr int vector_bytes = 8, vec = 8;

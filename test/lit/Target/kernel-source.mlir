@@ -59,12 +59,12 @@
 // CHECK-NEXT: typedef kvgen::dt_bf16 cache;
 // CHECK-NEXT: static constexpr int num_kv_heads = 4;
 // CHECK-NEXT: static constexpr int block_size = 16;
-// CHECK:      /// K: 4 x 192, strides [block 12288, token 768, head 192], row base 0 (elements).
-// CHECK-NEXT: struct k {
+// CHECK:      /// k: 4 x 192, strides [block 12288, token 768, head 192], row base 0 (elements).
+// CHECK-NEXT: struct c0 {
 // CHECK-NEXT: static constexpr int head_size = 192;
 // CHECK-NEXT: static constexpr int64_t block = 12288, token = 768, head = 192, base = 0;
-// CHECK:      /// V: 4 x 128, strides [block 8192, token 512, head 128], row base 0 (elements).
-// CHECK-NEXT: struct v {
+// CHECK:      /// v: 4 x 128, strides [block 8192, token 512, head 128], row base 0 (elements).
+// CHECK-NEXT: struct c1 {
 // CHECK-NEXT: static constexpr int head_size = 128;
 // CHECK-NEXT: static constexpr int64_t block = 8192, token = 512, head = 128, base = 0;
 // CHECK:      struct mimo_write_plan {
@@ -77,7 +77,7 @@
 // CHECK-NEXT: typedef int64_t slots;
 // CHECK-NEXT: static constexpr bool checked = false;
 // CHECK:      void mimo_write(kvgen_reshape_and_cache_args [[A:v[0-9]+]]) {
-// CHECK-NEXT: kvgen::reshapeAndCache<mimo_write_layout, mimo_write_plan, mimo_write_options>([[A]]);
+// CHECK-NEXT: kvgen::reshape_and_cache<mimo_write_layout, mimo_write_plan, mimo_write_options>([[A]]);
 // HOST: extern "C" void mimo_write_host_launch(
 kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,

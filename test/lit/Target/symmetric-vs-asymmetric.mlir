@@ -23,14 +23,14 @@
 // CHECK: > /// #kv.layout<num_kv_heads = 4, head_size_k = 192, head_size_v = 128,
 // CHECK: <   static constexpr int num_kv_heads = 8;
 // CHECK: >   static constexpr int num_kv_heads = 4;
-// CHECK: <   /// K: 8 x 128, strides [block 16384, token 1024, head 128], row base 0 (elements).
-// CHECK: >   /// K: 4 x 192, strides [block 12288, token 768, head 192], row base 0 (elements).
+// CHECK: <   /// k: 8 x 128, strides [block 16384, token 1024, head 128], row base 0 (elements).
+// CHECK: >   /// k: 4 x 192, strides [block 12288, token 768, head 192], row base 0 (elements).
 // CHECK: <     static constexpr int head_size = 128;
 // CHECK: <     static constexpr int64_t block = 16384, token = 1024, head = 128, base = 0;
 // CHECK: >     static constexpr int head_size = 192;
 // CHECK: >     static constexpr int64_t block = 12288, token = 768, head = 192, base = 0;
-// CHECK: <   /// V: 8 x 128, strides [block 16384, token 1024, head 128], row base 0 (elements).
-// CHECK: >   /// V: 4 x 128, strides [block 8192, token 512, head 128], row base 0 (elements).
+// CHECK: <   /// v: 8 x 128, strides [block 16384, token 1024, head 128], row base 0 (elements).
+// CHECK: >   /// v: 4 x 128, strides [block 8192, token 512, head 128], row base 0 (elements).
 // CHECK: <     static constexpr int64_t block = 16384, token = 1024, head = 128, base = 0;
 // CHECK: >     static constexpr int64_t block = 8192, token = 512, head = 128, base = 0;
 // CHECK: < /// #kv.plan<target = "{{gfx942|sm_90}}", vector_bytes = 16, threads = 512, tokens_per_cta = 8, small_max_tokens = 4096, small_threads = 256,

@@ -12,6 +12,26 @@
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/SymbolTable.h"
 
+#include "llvm/ADT/Hashing.h"
+
+namespace kvgen {
+/// Hash of a layout model, for the storage of #kv.layout (found by ADL).
+inline llvm::hash_code hash_value(const Strides &s) {
+  return llvm::hash_combine(s.block, s.token, s.head);
+}
+inline llvm::hash_code hash_value(const Component &c) {
+  return llvm::hash_combine(c.name, c.headSize, c.strides.has_value(),
+                            c.strides ? hash_value(*c.strides)
+                                      : llvm::hash_code(0));
+}
+inline llvm::hash_code hash_value(const LayoutDesc &l) {
+  return llvm::hash_combine(
+      l.numKvHeads, l.blockSize, int(l.order), int(l.packing), int(l.dtype),
+      int(l.scale),
+      llvm::hash_combine_range(l.components.begin(), l.components.end()));
+}
+} // namespace kvgen
+
 #include "kvgen/Dialect/KVDialect.h.inc"
 #include "kvgen/Dialect/KVEnums.h.inc"
 
@@ -21,6 +41,14 @@
 namespace kvgen::kv {
 class LayoutAttr;
 class PlanAttr;
+/// The kernel op's plan (if set) fits its layout: whole cache elements per
+/// access that divide each head size, `proven` alignment only with static
+/// strides, hardware fp8 only for e4m3fn / e5m2 caches. The verifier of
+/// KernelSpecOpInterface.
+llvm::LogicalResult verifyPlanFits(mlir::Operation *op);
+/// The op's layout is a K/V layout (components k and v), for the ops that
+/// move K and V; else an error naming the layout.
+llvm::LogicalResult verifyKVLayout(mlir::Operation *op, LayoutAttr layout);
 } // namespace kvgen::kv
 #include "kvgen/Dialect/KVInterfaces.h.inc"
 

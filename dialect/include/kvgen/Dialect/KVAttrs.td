@@ -20,64 +20,61 @@ def KV_Alignment : I32EnumAttr<"Alignment",
 }
 
 def KV_LayoutAttr : KV_Attr<"Layout", "layout"> {
-  let summary = "Paged K/V cache layout of one attention layer";
+  let summary = "Paged cache layout of one attention layer";
   let description = [{
-    States where every element of a paged K/V cache lives. Fields:
+    States where every element of a paged cache lives. A cache row holds
+    one or more *components*, each with its own head size and strides: K
+    and V of an attention cache, or the latent `kv_c` and rotary `k_pe` of
+    DeepSeek-style MLA. Fields:
 
-    - `num_kv_heads`, `head_size_k`, `head_size_v` (independent),
-      `block_size` (tokens per cache block): positive integers;
-    - `order`: `nhd` (`[num_blocks, block_size, num_kv_heads, head_size]`) or
-      `hnd` (`[num_blocks, num_kv_heads, block_size, head_size]`), default
-      `nhd`;
-    - `packing`: `separate` (K and V in two tensors) or `packed` (one row of
-      `head_size_k + head_size_v` elements per (block, token, head), K
-      first), default `separate`;
+    - `num_kv_heads`, `block_size` (tokens per cache block): positive
+      integers;
+    - the components, either `head_size_k = D_k, head_size_v = D_v` (a K/V
+      cache: components `k` and `v`, independent widths) or
+      `components = [name: D, ...]` (1 to 4 named components in row order;
+      `components = [k: 192, v: 128]` is the same layout as the sugar);
+    - `order`: `nhd` (`[num_blocks, block_size, num_kv_heads, D]`) or
+      `hnd` (`[num_blocks, num_kv_heads, block_size, D]`), default `nhd`;
+    - `packing`: `separate` (one tensor per component) or `packed` (one
+      row of `sum D` elements per (block, token, head), components in
+      order), default `separate`;
     - `dtype`: the cache element type, one of `bf16`, `f16`, `f32`,
       `f8E4M3FN`, `f8E4M3FNUZ`, `f8E5M2`, `f8E5M2FNUZ`;
     - `scale`: `none`, `per_tensor` or `per_head` (float32 in device memory);
       required (`per_tensor`/`per_head`) for fp8 caches and `none` otherwise,
       default `none`;
-    - `k_strides`, `v_strides`: optional element strides
-      `[block, token, head]`, each an integer or `?` (dynamic: a kernel
-      argument). When absent, the dense strides of `order`/`packing`.
+    - `<name>_strides` (e.g. `k_strides`, `v_strides`, `kv_c_strides`):
+      optional element strides `[block, token, head]` of one component, each
+      an integer or `?` (dynamic: a kernel argument). When absent, the
+      dense strides of `order`/`packing`.
 
     The verifier rejects non-positive sizes, a scale kind that does not fit
     the dtype, negative strides, and static strides under which two
-    positions of K, of V, or of K and V in a packed row overlap. The address
-    formula and the checks are kvgen's MLIR-free layout model
-    (runtime/include/kvgen/Layout.h), which this attribute wraps.
+    positions of a component, or of two components of a packed row,
+    overlap. The attribute wraps kvgen's MLIR-free layout model
+    (runtime/include/kvgen/Layout.h): its address formula, its checks and
+    its grammar (runtime/include/kvgen/LayoutSyntax.h, shared with the
+    runtime's text parser) are written once there.
 
-    Example:
+    Examples:
 
     ```mlir
     #kv.layout<num_kv_heads = 4, head_size_k = 192, head_size_v = 128,
                block_size = 64, order = hnd, packing = packed,
                dtype = f8E4M3FN, scale = per_head>
+    #kv.layout<num_kv_heads = 1, components = [kv_c: 512, k_pe: 64],
+               block_size = 64, packing = packed, dtype = bf16>
     ```
   }];
   let parameters = (ins
-    AttrParameter<"int64_t", "kv heads per layer">:$num_kv_heads,
-    AttrParameter<"int64_t", "elements of one K head">:$head_size_k,
-    AttrParameter<"int64_t", "elements of one V head">:$head_size_v,
-    AttrParameter<"int64_t", "tokens per cache block">:$block_size,
-    AttrParameter<"::kvgen::Order", "nhd or hnd">:$order,
-    AttrParameter<"::kvgen::Packing", "separate or packed">:$packing,
-    AttrParameter<"::mlir::Type", "cache element type">:$dtype,
-    AttrParameter<"::kvgen::ScaleKind",
-                  "none, per_tensor or per_head">:$scale,
-    OptionalArrayRefParameter<"int64_t",
-        "K element strides [block, token, head]; ? = dynamic">:$k_strides,
-    OptionalArrayRefParameter<"int64_t",
-        "V element strides [block, token, head]; ? = dynamic">:$v_strides
+    AttrParameter<"::kvgen::LayoutDesc", "the layout model",
+                  "const ::kvgen::LayoutDesc &">:$desc
   );
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
-    /// The MLIR-free layout model this attribute describes.
-    ::kvgen::LayoutDesc getDesc() const;
-    /// Builds the attribute from the MLIR-free model.
-    static LayoutAttr get(::mlir::MLIRContext *ctx,
-                          const ::kvgen::LayoutDesc &desc);
+    /// The cache element type as an MLIR builtin type.
+    ::mlir::Type getDtype() const;
   }];
 }
 

@@ -16,8 +16,11 @@ def KV_KernelSpecOpInterface : OpInterface<"KernelSpecOpInterface"> {
   }];
   let cppNamespace = "::kvgen::kv";
   let methods = [
-    InterfaceMethod<"The op's entry in kvgen's kernel table (Ops.def).",
-      "::kvgen::KernelOp", "getKernelOp">,
+    InterfaceMethod<"The op's entry in kvgen's kernel table (Ops.def): the "
+                    "one named like the op (kv.NAME).",
+      "::kvgen::KernelOp", "getKernelOp", (ins), [{}], [{
+        return ::kvgen::findOp($_op->getName().stripDialect())->op;
+      }]>,
     InterfaceMethod<"The kernel's symbol.",
       "::llvm::StringRef", "getSymName", (ins), [{}], [{
         return $_op.getSymName();
@@ -28,14 +31,29 @@ def KV_KernelSpecOpInterface : OpInterface<"KernelSpecOpInterface"> {
       }]>,
     InterfaceMethod<[{
         The element type of the dense rows the kernel moves besides the
-        cache (what kv-plan sizes its accesses for): the input of a write,
-        the output of a gather.
+        cache (what kv-plan sizes its accesses for): the op's `io` option
+        (the input of a write, the output of a gather), or the cache's
+        dtype for an op without one (a copy between caches).
       }],
-      "::mlir::Type", "getRowType">,
+      "::mlir::Type", "getRowType", (ins), [{}], [{
+        if (auto io = $_op->template getAttrOfType<::mlir::TypeAttr>("io"))
+          return io.getValue();
+        return $_op.getLayout().getDtype();
+      }]>,
     InterfaceMethod<"The kernel body template in the device prelude "
                     "(codegen/prelude/kernels.h), instantiated with the "
-                    "kernel's layout, plan and options structs.",
-      "::llvm::StringRef", "getEntryTemplate">,
+                    "kernel's layout, plan and options structs (Ops.def).",
+      "::llvm::StringRef", "getEntryTemplate", (ins), [{}], [{
+        return ::kvgen::opDesc($_op.getKernelOp()).entry;
+      }]>,
+    InterfaceMethod<[{
+        Cache tokens in one work item of the kernel (what kv-plan sizes a
+        CTA by): 1 for ops over tokens (slot_mapping), the block size for
+        ops over whole blocks (block_mapping).
+      }],
+      "int64_t", "getWorkItemTokens", (ins), [{}], [{
+        return 1;
+      }]>,
     InterfaceMethod<"The plan chosen by kv-plan, or null.",
       "::kvgen::kv::PlanAttr", "getPlanAttr", (ins), [{}], [{
         return $_op.getPlanAttr();
@@ -45,6 +63,9 @@ def KV_KernelSpecOpInterface : OpInterface<"KernelSpecOpInterface"> {
         $_op.setPlanAttr(plan);
       }]>,
   ];
+  let verify = [{
+    return ::kvgen::kv::verifyPlanFits($_op);
+  }];
 }
 
 #endif // KVGEN_KV_INTERFACES

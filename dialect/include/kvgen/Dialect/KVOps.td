@@ -9,9 +9,7 @@ include "mlir/IR/SymbolInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
 
 def KV_ReshapeAndCacheOp : KV_Op<"reshape_and_cache", [Symbol,
-    DeclareOpInterfaceMethods<KV_KernelSpecOpInterface,
-                              ["getKernelOp", "getRowType",
-                               "getEntryTemplate"]>]> {
+    KV_KernelSpecOpInterface]> {
   let summary = "Specifies a kernel that writes K/V tokens into a paged cache";
   let description = [{
     A kernel specification: the generated kernel takes
@@ -56,9 +54,7 @@ def KV_ReshapeAndCacheOp : KV_Op<"reshape_and_cache", [Symbol,
 }
 
 def KV_GatherOp : KV_Op<"gather", [Symbol,
-    DeclareOpInterfaceMethods<KV_KernelSpecOpInterface,
-                              ["getKernelOp", "getRowType",
-                               "getEntryTemplate"]>]> {
+    KV_KernelSpecOpInterface]> {
   let summary = "Specifies a kernel that reads cached tokens back to dense rows";
   let description = [{
     A kernel specification: the generated kernel takes `kvgen_gather_args`

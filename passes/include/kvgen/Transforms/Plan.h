@@ -22,10 +22,14 @@ struct PlanChoice {
 };
 
 /// Chooses the plan of a kernel over `layout` whose key/value (or gather
-/// output) element type is `io`. threads / tokensPerCta > 0 force a value;
-/// smallMaxTokens >= 0 forces the small-launch bound (0 disables it).
+/// output) element type is `io` and whose work items are `itemTokens`
+/// cache tokens each (1: a token of slot_mapping; block_size: a block of
+/// block_mapping). threads / tokensPerCta > 0 force a value (tokensPerCta
+/// counts work items); smallMaxTokens >= 0 forces the small-launch bound
+/// (0 disables it).
 PlanChoice choosePlan(const LayoutDesc &layout, DType io,
-                      const Target &target, int64_t threads = 0,
+                      const Target &target, int64_t itemTokens = 1,
+                      int64_t threads = 0,
                       int64_t tokensPerCta = 0, int64_t smallMaxTokens = -1);
 
 } // namespace kvgen

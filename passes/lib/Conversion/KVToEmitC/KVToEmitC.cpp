@@ -75,27 +75,32 @@ std::string layoutStruct(StringRef name, LayoutAttr attr) {
   os << "  static constexpr int num_kv_heads = " << l.numKvHeads << ";\n";
   os << "  static constexpr int block_size = " << l.blockSize << ";\n";
   os << "  static constexpr int scale = " << scaleName(l.scale) << ";\n";
-  os << "  /// K and V in one tensor (key_cache), V after K in each row.\n";
+  os << "  /// All components in one tensor, one row per (block, token, "
+        "head).\n";
   os << "  static constexpr bool packed = "
      << (l.packing == Packing::Packed ? "true" : "false") << ";\n";
-  for (Side side : {Side::K, Side::V}) {
-    Strides s = l.strides(side);
-    auto one = [](int64_t x) {
-      return x == kDynamic ? std::string("?") : std::to_string(x);
-    };
+  os << "  static constexpr int num_components = " << l.numComponents()
+     << ";\n";
+  auto one = [](int64_t x) {
+    return x == kDynamic ? std::string("?") : std::to_string(x);
+  };
+  for (int c = 0; c < l.numComponents(); ++c) {
+    Strides s = l.strides(c);
     os << llvm::formatv("  /// {0}: {1} x {2}, strides [block {3}, token {4}, "
                         "head {5}], row base {6} (elements).\n",
-                        side == Side::K ? "K" : "V", l.numKvHeads,
-                        l.headSize(side), one(s.block), one(s.token),
-                        one(s.head), l.base(side));
-    os << "  struct " << (side == Side::K ? "k" : "v") << " {\n";
-    os << "    static constexpr int head_size = " << l.headSize(side) << ";\n";
+                        l.components[c].name, l.numKvHeads, l.headSize(c),
+                        one(s.block), one(s.token), one(s.head), l.base(c));
+    os << "  struct c" << c << " {\n";
+    os << "    static constexpr int head_size = " << l.headSize(c) << ";\n";
     os << "    static constexpr int64_t block = " << strideText(s.block)
        << ", token = " << strideText(s.token)
-       << ", head = " << strideText(s.head) << ", base = " << l.base(side)
+       << ", head = " << strideText(s.head) << ", base = " << l.base(c)
        << ";\n";
     os << "  };\n";
   }
+  // K/V kernels name their components.
+  if (l.isKV())
+    os << "  typedef c0 k;\n  typedef c1 v;\n";
   os << "};";
   return out;
 }

@@ -1,0 +1,64 @@
+//===- LayoutSyntax.h - The one grammar of a layout's text ------*- C++ -*-===//
+//
+// The grammar of a layout (the body of `#kv.layout<...>`), written once and
+// run over two token sources: plain text (kvgen::parseLayout, used by the
+// runtime, manifests and the C API) and MLIR's AsmParser (the dialect's
+// attribute parser). Both give the same LayoutDesc and the same messages.
+//
+//   body      := field (',' field)*
+//   field     := 'num_kv_heads' '=' int | 'block_size' '=' int
+//              | 'head_size_k' '=' int | 'head_size_v' '=' int
+//              | 'components' '=' '[' name ':' int (',' name ':' int)* ']'
+//              | 'order' '=' ('nhd' | 'hnd')
+//              | 'packing' '=' ('separate' | 'packed')
+//              | 'dtype' '=' type      (bf16, f16, f32, f8E4M3FN, ...)
+//              | 'scale' '=' ('none' | 'per_tensor' | 'per_head')
+//              | NAME '_strides' '=' '[' s ',' s ',' s ']'   (s: int or '?')
+//
+// Fields come in any order, each at most once. head_size_k and head_size_v
+// (a K/V layout, components k and v) and `components` exclude each other;
+// `<name>_strides` names a component. Required: num_kv_heads, block_size,
+// dtype and the head sizes; order, packing and scale default to nhd,
+// separate and none. The rules a layout must obey beyond its syntax are
+// LayoutDesc::validate().
+//
+//===----------------------------------------------------------------------===//
+#ifndef KVGEN_LAYOUTSYNTAX_H
+#define KVGEN_LAYOUTSYNTAX_H
+
+#include "kvgen/Layout.h"
+
+#include <optional>
+#include <string>
+
+namespace kvgen {
+
+/// The tokens the layout grammar reads. Each call consumes its token only
+/// when it returns true; `error` reports at a position from pos().
+class LayoutTokens {
+public:
+  virtual ~LayoutTokens() = default;
+  /// The position of the next token (for error()).
+  virtual const char *pos() = 0;
+  /// An identifier ([A-Za-z_][A-Za-z0-9_.]*); false (nothing consumed, no
+  /// error) if the next token is none.
+  virtual bool keyword(std::string *out) = 0;
+  /// A (signed) integer; false if the next token is none.
+  virtual bool integer(int64_t *out) = 0;
+  /// One of '=', ',', ':', '[', ']', '?'; false if the next token differs.
+  virtual bool punct(char c) = 0;
+  /// An element type (MLIR: a builtin type; text: its spelling). On
+  /// failure returns false and, when the next token is a word, stores it
+  /// in *word.
+  virtual bool dtype(DType *out, std::string *word) = 0;
+  /// Reports `message` at `at`.
+  virtual void error(const char *at, const std::string &message) = 0;
+};
+
+/// Parses a layout body from `tokens` (without the angle brackets). On
+/// failure reports through tokens.error and returns std::nullopt.
+std::optional<LayoutDesc> parseLayoutBody(LayoutTokens &tokens);
+
+} // namespace kvgen
+
+#endif // KVGEN_LAYOUTSYNTAX_H

@@ -1,0 +1,215 @@
+//===- LayoutSyntax.cpp - The one grammar of a layout's text --------------===//
+#include "kvgen/LayoutSyntax.h"
+
+#include <algorithm>
+#include <map>
+
+namespace kvgen {
+
+namespace {
+
+const char kDTypeList[] =
+    "bf16, f16, f32, f8E4M3FN, f8E4M3FNUZ, f8E5M2, f8E5M2FNUZ";
+
+struct Parser {
+  LayoutTokens &t;
+  const char *start;
+
+  bool fail(const char *at, const std::string &msg) {
+    t.error(at, msg);
+    return false;
+  }
+  bool expect(char c, const std::string &what) {
+    if (t.punct(c))
+      return true;
+    return fail(t.pos(), std::string("expected '") + c + "' " + what);
+  }
+  bool integer(const std::string &key, int64_t *out) {
+    const char *at = t.pos();
+    if (t.integer(out))
+      return true;
+    return fail(at, "'" + key + "' must be an integer");
+  }
+  /// `[s, s, s]`, each an integer or `?`.
+  bool strides(const std::string &key, Strides *out) {
+    const char *at = t.pos();
+    if (!expect('[', "to open '" + key + "'"))
+      return false;
+    int64_t v[3];
+    int n = 0;
+    if (!t.punct(']')) {
+      do {
+        int64_t x;
+        if (t.punct('?'))
+          x = kDynamic;
+        else if (!t.integer(&x))
+          return fail(t.pos(), "'" + key + "' entries must be integers or ?");
+        if (n < 3)
+          v[n] = x;
+        ++n;
+      } while (t.punct(','));
+      if (!expect(']', "to close '" + key + "'"))
+        return false;
+    }
+    if (n != 3)
+      return fail(at, "'" + key + "' must have 3 entries [block, token, "
+                      "head], got " + std::to_string(n));
+    *out = Strides{v[0], v[1], v[2]};
+    return true;
+  }
+  template <class E, class Fn>
+  bool word(const std::string &key, Fn parse, E *out, const char *expected) {
+    const char *at = t.pos();
+    std::string w;
+    if (!t.keyword(&w))
+      return fail(at, "'" + key + "' must be " + expected);
+    std::optional<E> e = parse(w);
+    if (!e)
+      return fail(at, "'" + key + "' must be " + expected + ", got '" + w +
+                          "'");
+    *out = *e;
+    return true;
+  }
+
+  std::optional<LayoutDesc> run() {
+    LayoutDesc l;
+    std::vector<std::string> seen;
+    std::optional<int64_t> hk, hv;
+    bool haveHeads = false, haveBlock = false, haveDtype = false;
+    const char *componentsAt = nullptr, *hkAt = nullptr;
+    std::vector<Component> listed;
+    std::vector<std::pair<std::string, const char *>> strideKeys;
+    std::map<std::string, Strides> stridesOf;
+    do {
+      const char *keyAt = t.pos();
+      std::string key;
+      if (!t.keyword(&key)) {
+        fail(keyAt, "expected a layout field name");
+        return std::nullopt;
+      }
+      if (!expect('=', "after '" + key + "'"))
+        return std::nullopt;
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+        fail(keyAt, "duplicate field '" + key + "'");
+        return std::nullopt;
+      }
+      seen.push_back(key);
+      bool ok = true;
+      if (key == "num_kv_heads") {
+        ok = integer(key, &l.numKvHeads);
+        haveHeads = true;
+      } else if (key == "block_size") {
+        ok = integer(key, &l.blockSize);
+        haveBlock = true;
+      } else if (key == "head_size_k" || key == "head_size_v") {
+        int64_t v = 0;
+        ok = integer(key, &v);
+        (key == "head_size_k" ? hk : hv) = v;
+        if (!hkAt)
+          hkAt = keyAt;
+      } else if (key == "components") {
+        componentsAt = keyAt;
+        ok = expect('[', "to open 'components'");
+        if (ok && !t.punct(']')) {
+          do {
+            Component c;
+            const char *nameAt = t.pos();
+            if (!t.keyword(&c.name)) {
+              ok = fail(nameAt, "'components' entries are 'name: head_size'");
+              break;
+            }
+            if (!expect(':', "after component '" + c.name + "'") ||
+                !integer("head size of '" + c.name + "'", &c.headSize)) {
+              ok = false;
+              break;
+            }
+            for (const Component &o : listed)
+              if (o.name == c.name)
+                ok = fail(nameAt, "component '" + c.name + "' given twice");
+            if (!ok)
+              break;
+            listed.push_back(c);
+          } while (t.punct(','));
+          ok = ok && expect(']', "to close 'components'");
+        }
+      } else if (key == "order") {
+        ok = word(key, parseOrder, &l.order, "nhd or hnd");
+      } else if (key == "packing") {
+        ok = word(key, parsePacking, &l.packing, "separate or packed");
+      } else if (key == "scale") {
+        ok = word(key, parseScaleKind, &l.scale,
+                  "none, per_tensor or per_head");
+      } else if (key == "dtype") {
+        const char *at = t.pos();
+        std::string w;
+        if (!t.dtype(&l.dtype, &w))
+          ok = fail(at, std::string("'dtype' must be one of ") + kDTypeList +
+                            (w.empty() ? "" : ", got '" + w + "'"));
+        haveDtype = true;
+      } else if (key.size() > 8 &&
+                 key.compare(key.size() - 8, 8, "_strides") == 0) {
+        Strides s;
+        ok = strides(key, &s);
+        stridesOf[key.substr(0, key.size() - 8)] = s;
+        strideKeys.emplace_back(key, keyAt);
+      } else {
+        fail(keyAt, "unknown field '" + key + "'");
+        return std::nullopt;
+      }
+      if (!ok)
+        return std::nullopt;
+    } while (t.punct(','));
+
+    // The components: head_size_k/v (a K/V layout) or the list.
+    if (componentsAt && (hk || hv)) {
+      fail(componentsAt, "give either 'components' or 'head_size_k' and "
+                         "'head_size_v', not both");
+      return std::nullopt;
+    }
+    if (componentsAt) {
+      if (listed.empty()) {
+        fail(componentsAt, "'components' lists no component");
+        return std::nullopt;
+      }
+      l.components = listed;
+    } else {
+      for (auto [name, present] :
+           {std::pair<const char *, bool>{"head_size_k", bool(hk)},
+            {"head_size_v", bool(hv)}})
+        if (!present) {
+          fail(hkAt ? hkAt : start,
+               std::string("missing required field '") + name + "'");
+          return std::nullopt;
+        }
+      l.components = {Component{"k", *hk, std::nullopt},
+                      Component{"v", *hv, std::nullopt}};
+    }
+    for (auto [name, present] :
+         {std::pair<const char *, bool>{"num_kv_heads", haveHeads},
+          {"block_size", haveBlock},
+          {"dtype", haveDtype}})
+      if (!present) {
+        fail(start, std::string("missing required field '") + name + "'");
+        return std::nullopt;
+      }
+    for (const auto &[key, at] : strideKeys) {
+      std::string name = key.substr(0, key.size() - 8);
+      int c = l.find(name);
+      if (c < 0) {
+        fail(at, "'" + key + "' names no component of the layout");
+        return std::nullopt;
+      }
+      l.components[size_t(c)].strides = stridesOf[name];
+    }
+    return l;
+  }
+};
+
+} // namespace
+
+std::optional<LayoutDesc> parseLayoutBody(LayoutTokens &tokens) {
+  Parser p{tokens, tokens.pos()};
+  return p.run();
+}
+
+} // namespace kvgen
