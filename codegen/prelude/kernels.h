@@ -782,6 +782,112 @@ KVGEN_DEVICE inline void gather(const kvgen_gather_args &a) {
         P::cache_proven, O::dequantize>(a, kMap, vMap);
 }
 
+/// The cache element type and vector width cacheAligned needs, for kernels
+/// without a Spec.
+template <class L, class P> struct CacheVec {
+  typedef typename L::cache cache;
+  enum { vec = P::vec };
+};
+
+/// One CTA of kv.copy_blocks: rows [first, first + ITEMS) of block_mapping;
+/// every VEC-element access of K, then V, of each row's src block copied to
+/// its dst block through the layout's maps, raw bits. Access i of the CTA
+/// belongs to thread i % THREADS. A thread issues the loads of up to four
+/// of its accesses before their stores, as writeCta does: a load may not be
+/// moved above a store that might alias it.
+template <class L, int VEC, int ITEMS, int THREADS, bool CHECKED, bool STREAM>
+KVGEN_DEVICE inline void copyBlocksCta(const kvgen_copy_blocks_args &a,
+                                       const SideMap &kMap,
+                                       const SideMap &vMap, int64_t first) {
+  typedef typename L::cache::storage CS;
+  enum {
+    kRow = L::k::head_size / VEC,
+    vRow = L::v::head_size / VEC,
+    kItems = L::num_kv_heads * kRow,
+    perToken = kItems + L::num_kv_heads * vRow,
+    perItem = L::block_size * perToken,
+    total = ITEMS * perItem,
+    rounds = (total + THREADS - 1) / THREADS,
+    batch = rounds < 4 ? rounds : 4
+  };
+  CS *const kc = static_cast<CS *>(a.key_cache);
+  CS *const vc = static_cast<CS *>(L::packed ? a.key_cache : a.value_cache);
+  const int64_t *const mapping = static_cast<const int64_t *>(a.block_mapping);
+  for (int r0 = 0; r0 < int(rounds); r0 += batch) {
+    Frag<CS, VEC> f[batch];
+    CS *dst[batch];
+    KVGEN_UNROLL
+    for (int j = 0; j < int(batch); ++j) {
+      dst[j] = 0;
+      const int i = KVGEN_THREAD_ID_X + (r0 + j) * THREADS;
+      if (i >= int(total))
+        continue;
+      // Unsigned: divisions by constants without sign fix-ups.
+      const unsigned u = unsigned(i);
+      const int64_t row = first + int64_t(u / unsigned(perItem));
+      if (row >= a.num_pairs)
+        continue;
+      const unsigned r = u % unsigned(perItem);
+      const int64_t token = int64_t(r / unsigned(perToken));
+      const unsigned c = r % unsigned(perToken);
+      const bool isK = c < unsigned(kItems);
+      const unsigned cv = c - unsigned(kItems);
+      const int64_t head = int64_t(isK ? c / unsigned(kRow) : cv / unsigned(vRow));
+      const int64_t elem =
+          int64_t(isK ? c % unsigned(kRow) : cv % unsigned(vRow)) * VEC;
+      const int64_t from = mapping[2 * row], to = mapping[2 * row + 1];
+      if (CHECKED && (from < 0 || from >= a.num_blocks || to < 0 ||
+                      to >= a.num_blocks)) {
+        *a.error_flag = 1;
+        continue;
+      }
+      const SideMap &m = isK ? kMap : vMap;
+      CS *const base = isK ? kc : vc;
+      loadFrag<CS, VEC>(f[j], base + elementOffset(m, from, token, head, elem));
+      dst[j] = base + elementOffset(m, to, token, head, elem);
+    }
+    KVGEN_UNROLL
+    for (int j = 0; j < int(batch); ++j)
+      if (dst[j])
+        storeFrag<CS, VEC, STREAM>(dst[j], f[j]);
+  }
+}
+
+/// kv.copy_blocks over layout L with plan P and options O. A work item is
+/// one row of block_mapping (one block); launches of at most
+/// P::small_max_tokens rows take the small shape (one row per CTA), as in
+/// reshape_and_cache. A CTA whose cache rows are not all VEC-aligned (only
+/// possible with '?' strides) moves one element per access.
+template <class L, class P, class O>
+KVGEN_DEVICE inline void copy_blocks(const kvgen_copy_blocks_args &a) {
+  const SideMap kMap = sideMap<typename L::k>(a.k_cache_strides);
+  const SideMap vMap = sideMap<typename L::v>(a.v_cache_strides);
+  const bool aligned =
+      P::cache_proven ||
+      cacheAligned<CacheVec<L, P> >(
+          a.key_cache, L::packed ? a.key_cache : a.value_cache, kMap, vMap);
+  const bool small =
+      P::small_max_tokens > 0 && a.num_pairs <= P::small_max_tokens;
+  const int64_t first =
+      int64_t(KVGEN_BLOCK_ID_X) * (small ? 1 : P::tokens_per_cta);
+  enum { kSmall = SmallThreads<P>::value };
+  if (P::vec > 1 && aligned) {
+    if (small)
+      copyBlocksCta<L, P::vec, 1, kSmall, O::checked, P::streaming_stores>(
+          a, kMap, vMap, first);
+    else
+      copyBlocksCta<L, P::vec, P::tokens_per_cta, P::threads, O::checked,
+                    P::streaming_stores>(a, kMap, vMap, first);
+  } else {
+    if (small)
+      copyBlocksCta<L, 1, 1, kSmall, O::checked, P::streaming_stores>(
+          a, kMap, vMap, first);
+    else
+      copyBlocksCta<L, 1, P::tokens_per_cta, P::threads, O::checked,
+                    P::streaming_stores>(a, kMap, vMap, first);
+  }
+}
+
 } // namespace kvgen
 
 #endif // KVGEN_PRELUDE_KERNELS_H

@@ -91,4 +91,45 @@ def KV_GatherOp : KV_Op<"gather", [Symbol,
   let hasVerifier = 1;
 }
 
+def KV_CopyBlocksOp : KV_Op<"copy_blocks", [Symbol,
+    DeclareOpInterfaceMethods<KV_KernelSpecOpInterface,
+                              ["getWorkItemTokens"]>]> {
+  let summary = "Specifies a kernel that copies whole cache blocks";
+  let description = [{
+    A kernel specification: the generated kernel takes
+    `kvgen_copy_blocks_args` and, for each row (src, dst) of
+    `block_mapping` (`[num_pairs, 2]` int64), copies every K and V element
+    of block src to block dst through the layout's maps (raw bits, any
+    dtype), as engines do for copy-on-write and prefix sharing. A work item
+    is one block. With `checked`, a row naming a block outside
+    `[0, num_blocks)` sets the error flag instead of being copied.
+
+    Example:
+
+    ```mlir
+    kv.copy_blocks @cow : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+        head_size_v = 128, block_size = 64, order = hnd, dtype = bf16>
+        checked
+    ```
+  }];
+  let arguments = (ins
+    SymbolNameAttr:$sym_name,
+    KV_LayoutAttr:$layout,
+    UnitAttr:$checked,
+    OptionalAttr<KV_PlanAttr>:$plan
+  );
+  let assemblyFormat = [{
+    $sym_name `:` $layout (`checked` $checked^)? attr-dict
+  }];
+  let extraClassDefinition = [{
+    int64_t $cppClass::getWorkItemTokens() {
+      return getLayout().getDesc().blockSize;
+    }
+    ::llvm::LogicalResult $cppClass::verify() {
+      return verifyKVLayout(*this, getLayout());
+    }
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // KVGEN_KV_OPS

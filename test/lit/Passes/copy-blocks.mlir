@@ -1,0 +1,25 @@
+// RUN: kvgen-opt --kv-plan=target=sm_90 %s | FileCheck %s --check-prefix=PLAN
+// RUN: kvgen-opt --kv-plan=target=sm_90 --convert-kv-to-emitc %s | FileCheck %s --check-prefix=EMITC
+
+// kv.copy_blocks plans a CTA per block: a work item is one row of
+// block_mapping, i.e. block_size x num_kv_heads x (Dk + Dv) elements (here
+// 16 x 4 x 320 / 8 per access = 2560 accesses), so one item per CTA and the
+// most threads; 16-byte accesses divide both head sizes.
+// PLAN-LABEL: kv.copy_blocks @cow
+// PLAN-SAME: vector_bytes = 16, threads = 512, tokens_per_cta = 1,
+// PLAN-SAME: cache_alignment = proven
+kv.copy_blocks @cow : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>
+
+// Dynamic strides: alignment checked in the kernel.
+// PLAN-LABEL: kv.copy_blocks @cow_dyn
+// PLAN-SAME: checked {plan = #kv.plan<target = "sm_90", vector_bytes = 16,
+// PLAN-SAME: cache_alignment = checked
+kv.copy_blocks @cow_dyn : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 64, order = hnd, packing = packed,
+    dtype = f8E4M3FN, scale = per_head, k_strides = [?, ?, ?]> checked
+
+// EMITC-LABEL: emitc.func @cow(
+// EMITC-SAME: !emitc.opaque<"kvgen_copy_blocks_args">
+// EMITC: call_opaque "kvgen::copy_blocks"(%{{.*}}) {template_args = [#emitc.opaque<"cow_layout">, #emitc.opaque<"cow_plan">, #emitc.opaque<"cow_options">]}
+// EMITC: struct cow_dyn_options {\0A  static constexpr bool checked = true;\0A};
