@@ -789,16 +789,28 @@ template <class L, class P> struct CacheVec {
   enum { vec = P::vec };
 };
 
-/// One CTA of kv.copy_blocks: rows [first, first + ITEMS) of block_mapping;
+/// What a block copy reads and writes: the caches of its source and
+/// destination (the same ones for copy_blocks; a device and a host cache for
+/// swap_blocks), each set's block count, and the mapping.
+template <class CS> struct BlockCopy {
+  const CS *srcK, *srcV;
+  CS *dstK, *dstV;
+  int64_t srcBlocks, dstBlocks;
+  const int64_t *mapping; ///< [numPairs, 2] (src, dst)
+  int64_t numPairs;
+  int32_t *errorFlag;
+};
+
+/// One CTA of a block copy: rows [first, first + ITEMS) of the mapping;
 /// every VEC-element access of K, then V, of each row's src block copied to
 /// its dst block through the layout's maps, raw bits. Access i of the CTA
 /// belongs to thread i % THREADS. A thread issues the loads of up to four
 /// of its accesses before their stores, as writeCta does: a load may not be
 /// moved above a store that might alias it.
 template <class L, int VEC, int ITEMS, int THREADS, bool CHECKED, bool STREAM>
-KVGEN_DEVICE inline void copyBlocksCta(const kvgen_copy_blocks_args &a,
-                                       const SideMap &kMap,
-                                       const SideMap &vMap, int64_t first) {
+KVGEN_DEVICE inline void copyBlocksCta(
+    const BlockCopy<typename L::cache::storage> &a, const SideMap &kMap,
+    const SideMap &vMap, int64_t first) {
   typedef typename L::cache::storage CS;
   enum {
     kRow = L::k::head_size / VEC,
@@ -810,9 +822,6 @@ KVGEN_DEVICE inline void copyBlocksCta(const kvgen_copy_blocks_args &a,
     rounds = (total + THREADS - 1) / THREADS,
     batch = rounds < 4 ? rounds : 4
   };
-  CS *const kc = static_cast<CS *>(a.key_cache);
-  CS *const vc = static_cast<CS *>(L::packed ? a.key_cache : a.value_cache);
-  const int64_t *const mapping = static_cast<const int64_t *>(a.block_mapping);
   for (int r0 = 0; r0 < int(rounds); r0 += batch) {
     Frag<CS, VEC> f[batch];
     CS *dst[batch];
@@ -825,26 +834,27 @@ KVGEN_DEVICE inline void copyBlocksCta(const kvgen_copy_blocks_args &a,
       // Unsigned: divisions by constants without sign fix-ups.
       const unsigned u = unsigned(i);
       const int64_t row = first + int64_t(u / unsigned(perItem));
-      if (row >= a.num_pairs)
+      if (row >= a.numPairs)
         continue;
       const unsigned r = u % unsigned(perItem);
       const int64_t token = int64_t(r / unsigned(perToken));
       const unsigned c = r % unsigned(perToken);
       const bool isK = c < unsigned(kItems);
       const unsigned cv = c - unsigned(kItems);
-      const int64_t head = int64_t(isK ? c / unsigned(kRow) : cv / unsigned(vRow));
+      const int64_t head =
+          int64_t(isK ? c / unsigned(kRow) : cv / unsigned(vRow));
       const int64_t elem =
           int64_t(isK ? c % unsigned(kRow) : cv % unsigned(vRow)) * VEC;
-      const int64_t from = mapping[2 * row], to = mapping[2 * row + 1];
-      if (CHECKED && (from < 0 || from >= a.num_blocks || to < 0 ||
-                      to >= a.num_blocks)) {
-        *a.error_flag = 1;
+      const int64_t from = a.mapping[2 * row], to = a.mapping[2 * row + 1];
+      if (CHECKED && (from < 0 || from >= a.srcBlocks || to < 0 ||
+                      to >= a.dstBlocks)) {
+        *a.errorFlag = 1;
         continue;
       }
       const SideMap &m = isK ? kMap : vMap;
-      CS *const base = isK ? kc : vc;
-      loadFrag<CS, VEC>(f[j], base + elementOffset(m, from, token, head, elem));
-      dst[j] = base + elementOffset(m, to, token, head, elem);
+      loadFrag<CS, VEC>(f[j], (isK ? a.srcK : a.srcV) +
+                                  elementOffset(m, from, token, head, elem));
+      dst[j] = (isK ? a.dstK : a.dstV) + elementOffset(m, to, token, head, elem);
     }
     KVGEN_UNROLL
     for (int j = 0; j < int(batch); ++j)
@@ -853,21 +863,21 @@ KVGEN_DEVICE inline void copyBlocksCta(const kvgen_copy_blocks_args &a,
   }
 }
 
-/// kv.copy_blocks over layout L with plan P and options O. A work item is
-/// one row of block_mapping (one block); launches of at most
-/// P::small_max_tokens rows take the small shape (one row per CTA), as in
-/// reshape_and_cache. A CTA whose cache rows are not all VEC-aligned (only
-/// possible with '?' strides) moves one element per access.
+/// A block copy over layout L with plan P and options O. A work item is one
+/// row of the mapping (one block); launches of at most P::small_max_tokens
+/// rows take the small shape (one row per CTA), as in reshape_and_cache. A
+/// CTA whose cache rows are not all VEC-aligned (only possible with '?'
+/// strides or unaligned bases) moves one element per access.
 template <class L, class P, class O>
-KVGEN_DEVICE inline void copy_blocks(const kvgen_copy_blocks_args &a) {
-  const SideMap kMap = sideMap<typename L::k>(a.k_cache_strides);
-  const SideMap vMap = sideMap<typename L::v>(a.v_cache_strides);
+KVGEN_DEVICE inline void copyBlocks(
+    const BlockCopy<typename L::cache::storage> &a, const SideMap &kMap,
+    const SideMap &vMap) {
   const bool aligned =
       P::cache_proven ||
-      cacheAligned<CacheVec<L, P> >(
-          a.key_cache, L::packed ? a.key_cache : a.value_cache, kMap, vMap);
+      (cacheAligned<CacheVec<L, P> >(a.srcK, a.srcV, kMap, vMap) &&
+       cacheAligned<CacheVec<L, P> >(a.dstK, a.dstV, kMap, vMap));
   const bool small =
-      P::small_max_tokens > 0 && a.num_pairs <= P::small_max_tokens;
+      P::small_max_tokens > 0 && a.numPairs <= P::small_max_tokens;
   const int64_t first =
       int64_t(KVGEN_BLOCK_ID_X) * (small ? 1 : P::tokens_per_cta);
   enum { kSmall = SmallThreads<P>::value };
@@ -886,6 +896,45 @@ KVGEN_DEVICE inline void copy_blocks(const kvgen_copy_blocks_args &a) {
       copyBlocksCta<L, 1, P::tokens_per_cta, P::threads, O::checked,
                     P::streaming_stores>(a, kMap, vMap, first);
   }
+}
+
+/// kv.copy_blocks: block copies inside one cache.
+template <class L, class P, class O>
+KVGEN_DEVICE inline void copy_blocks(const kvgen_copy_blocks_args &a) {
+  typedef typename L::cache::storage CS;
+  CS *const k = static_cast<CS *>(a.key_cache);
+  CS *const v = static_cast<CS *>(L::packed ? a.key_cache : a.value_cache);
+  const BlockCopy<CS> c = {k,
+                           v,
+                           k,
+                           v,
+                           a.num_blocks,
+                           a.num_blocks,
+                           static_cast<const int64_t *>(a.block_mapping),
+                           a.num_pairs,
+                           a.error_flag};
+  copyBlocks<L, P, O>(c, sideMap<typename L::k>(a.k_cache_strides),
+                      sideMap<typename L::v>(a.v_cache_strides));
+}
+
+/// kv.swap_blocks: block copies from one cache to another of the same
+/// layout (a device cache and a pinned host cache, which the kernel reaches
+/// through unified addressing).
+template <class L, class P, class O>
+KVGEN_DEVICE inline void swap_blocks(const kvgen_swap_blocks_args &a) {
+  typedef typename L::cache::storage CS;
+  const BlockCopy<CS> c = {
+      static_cast<const CS *>(a.src_key_cache),
+      static_cast<const CS *>(L::packed ? a.src_key_cache : a.src_value_cache),
+      static_cast<CS *>(a.dst_key_cache),
+      static_cast<CS *>(L::packed ? a.dst_key_cache : a.dst_value_cache),
+      a.src_num_blocks,
+      a.dst_num_blocks,
+      static_cast<const int64_t *>(a.block_mapping),
+      a.num_pairs,
+      a.error_flag};
+  copyBlocks<L, P, O>(c, sideMap<typename L::k>(a.k_cache_strides),
+                      sideMap<typename L::v>(a.v_cache_strides));
 }
 
 } // namespace kvgen

@@ -132,4 +132,46 @@ def KV_CopyBlocksOp : KV_Op<"copy_blocks", [Symbol,
   let hasVerifier = 1;
 }
 
+def KV_SwapBlocksOp : KV_Op<"swap_blocks", [Symbol,
+    DeclareOpInterfaceMethods<KV_KernelSpecOpInterface,
+                              ["getWorkItemTokens"]>]> {
+  let summary = "Specifies a kernel that copies blocks between two caches";
+  let description = [{
+    A kernel specification: the generated kernel takes
+    `kvgen_swap_blocks_args` and, for each row (src, dst) of
+    `block_mapping`, copies every K and V element of block src of the
+    source caches to block dst of the destination caches, both of `layout`
+    (raw bits). Offload and reload use it between a device cache and a
+    pinned host cache, which the kernel reaches through unified addressing.
+    A work item is one block. With `checked`, a row naming a block outside
+    its cache's `[0, num_blocks)` sets the error flag instead.
+
+    Example:
+
+    ```mlir
+    kv.swap_blocks @offload : #kv.layout<num_kv_heads = 4,
+        head_size_k = 192, head_size_v = 128, block_size = 64,
+        dtype = bf16>
+    ```
+  }];
+  let arguments = (ins
+    SymbolNameAttr:$sym_name,
+    KV_LayoutAttr:$layout,
+    UnitAttr:$checked,
+    OptionalAttr<KV_PlanAttr>:$plan
+  );
+  let assemblyFormat = [{
+    $sym_name `:` $layout (`checked` $checked^)? attr-dict
+  }];
+  let extraClassDefinition = [{
+    int64_t $cppClass::getWorkItemTokens() {
+      return getLayout().getDesc().blockSize;
+    }
+    ::llvm::LogicalResult $cppClass::verify() {
+      return verifyKVLayout(*this, getLayout());
+    }
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // KVGEN_KV_OPS
