@@ -782,19 +782,32 @@ KVGEN_DEVICE inline void gather(const kvgen_gather_args &a) {
         P::cache_proven, O::dequantize>(a, kMap, vMap);
 }
 
-/// The cache element type and vector width cacheAligned needs, for kernels
-/// without a Spec.
-template <class L, class P> struct CacheVec {
-  typedef typename L::cache cache;
-  enum { vec = P::vec };
+/// Component I of layout struct L (L::c0 .. L::c3, as convert-kv-to-emitc
+/// emits them); a layout with fewer components gives an empty one (head
+/// size 0) so that code over "up to two components" needs no branches on
+/// the count.
+struct NoComponent {
+  static constexpr int head_size = 0;
+  static constexpr int64_t block = 0, token = 0, head = 0, base = 0;
+};
+template <class L, int I, bool HAS = (I < L::num_components)>
+struct ComponentOf {
+  typedef NoComponent type;
+};
+template <class L> struct ComponentOf<L, 0, true> {
+  typedef typename L::c0 type;
+};
+template <class L> struct ComponentOf<L, 1, true> {
+  typedef typename L::c1 type;
 };
 
-/// What a block copy reads and writes: the caches of its source and
-/// destination (the same ones for copy_blocks; a device and a host cache for
-/// swap_blocks), each set's block count, and the mapping.
+/// What a block copy reads and writes: the cache tensors of its source and
+/// destination sets (the same ones for copy_blocks; a device and a host
+/// cache for swap_blocks), tensor t holding component t (every component
+/// when packed), each set's block count, and the mapping.
 template <class CS> struct BlockCopy {
-  const CS *srcK, *srcV;
-  CS *dstK, *dstV;
+  const CS *src[2];
+  CS *dst[2];
   int64_t srcBlocks, dstBlocks;
   const int64_t *mapping; ///< [numPairs, 2] (src, dst)
   int64_t numPairs;
@@ -802,21 +815,23 @@ template <class CS> struct BlockCopy {
 };
 
 /// One CTA of a block copy: rows [first, first + ITEMS) of the mapping;
-/// every VEC-element access of K, then V, of each row's src block copied to
-/// its dst block through the layout's maps, raw bits. Access i of the CTA
-/// belongs to thread i % THREADS. A thread issues the loads of up to four
-/// of its accesses before their stores, as writeCta does: a load may not be
-/// moved above a store that might alias it.
+/// every VEC-element access of component 0, then component 1, of each
+/// row's src block copied to its dst block through the layout's maps, raw
+/// bits. Access i of the CTA belongs to thread i % THREADS. A thread issues
+/// the loads of up to four of its accesses before their stores, as writeCta
+/// does: a load may not be moved above a store that might alias it.
 template <class L, int VEC, int ITEMS, int THREADS, bool CHECKED, bool STREAM>
 KVGEN_DEVICE inline void copyBlocksCta(
-    const BlockCopy<typename L::cache::storage> &a, const SideMap &kMap,
-    const SideMap &vMap, int64_t first) {
+    const BlockCopy<typename L::cache::storage> &a, const SideMap *maps,
+    int64_t first) {
   typedef typename L::cache::storage CS;
+  typedef typename ComponentOf<L, 0>::type C0;
+  typedef typename ComponentOf<L, 1>::type C1;
   enum {
-    kRow = L::k::head_size / VEC,
-    vRow = L::v::head_size / VEC,
-    kItems = L::num_kv_heads * kRow,
-    perToken = kItems + L::num_kv_heads * vRow,
+    row0 = C0::head_size / VEC,
+    row1 = C1::head_size / VEC > 0 ? C1::head_size / VEC : 1,
+    items0 = L::num_kv_heads * row0,
+    perToken = items0 + L::num_kv_heads * (C1::head_size / VEC),
     perItem = L::block_size * perToken,
     total = ITEMS * perItem,
     rounds = (total + THREADS - 1) / THREADS,
@@ -839,22 +854,23 @@ KVGEN_DEVICE inline void copyBlocksCta(
       const unsigned r = u % unsigned(perItem);
       const int64_t token = int64_t(r / unsigned(perToken));
       const unsigned c = r % unsigned(perToken);
-      const bool isK = c < unsigned(kItems);
-      const unsigned cv = c - unsigned(kItems);
+      const int comp = c < unsigned(items0) ? 0 : 1;
+      const unsigned cc = comp == 0 ? c : c - unsigned(items0);
       const int64_t head =
-          int64_t(isK ? c / unsigned(kRow) : cv / unsigned(vRow));
+          int64_t(comp == 0 ? cc / unsigned(row0) : cc / unsigned(row1));
       const int64_t elem =
-          int64_t(isK ? c % unsigned(kRow) : cv % unsigned(vRow)) * VEC;
+          int64_t(comp == 0 ? cc % unsigned(row0) : cc % unsigned(row1)) * VEC;
       const int64_t from = a.mapping[2 * row], to = a.mapping[2 * row + 1];
       if (CHECKED && (from < 0 || from >= a.srcBlocks || to < 0 ||
                       to >= a.dstBlocks)) {
         *a.errorFlag = 1;
         continue;
       }
-      const SideMap &m = isK ? kMap : vMap;
-      loadFrag<CS, VEC>(f[j], (isK ? a.srcK : a.srcV) +
-                                  elementOffset(m, from, token, head, elem));
-      dst[j] = (isK ? a.dstK : a.dstV) + elementOffset(m, to, token, head, elem);
+      const SideMap &m = maps[comp];
+      const int t = L::packed ? 0 : comp;
+      loadFrag<CS, VEC>(f[j], a.src[t] + elementOffset(m, from, token, head,
+                                                       elem));
+      dst[j] = a.dst[t] + elementOffset(m, to, token, head, elem);
     }
     KVGEN_UNROLL
     for (int j = 0; j < int(batch); ++j)
@@ -863,19 +879,39 @@ KVGEN_DEVICE inline void copyBlocksCta(
   }
 }
 
-/// A block copy over layout L with plan P and options O. A work item is one
-/// row of the mapping (one block); launches of at most P::small_max_tokens
-/// rows take the small shape (one row per CTA), as in reshape_and_cache. A
-/// CTA whose cache rows are not all VEC-aligned (only possible with '?'
-/// strides or unaligned bases) moves one element per access.
+/// True when every row start of the (up to two) components of a block copy
+/// is VEC-aligned in both sets.
+template <class L, class P>
+KVGEN_DEVICE inline bool blockCopyAligned(
+    const BlockCopy<typename L::cache::storage> &a, const SideMap *maps) {
+  typedef typename L::cache::storage CS;
+  bool ok = true;
+  KVGEN_UNROLL
+  for (int c = 0; c < (L::num_components < 2 ? L::num_components : 2); ++c) {
+    const int t = L::packed ? 0 : c;
+    ok = ok && rowsAligned<CS, P::vec>(a.src[t], maps[c].block,
+                                       maps[c].token) &&
+         rowsAligned<CS, P::vec>(a.src[t], maps[c].head, maps[c].base) &&
+         rowsAligned<CS, P::vec>(a.dst[t], maps[c].block, maps[c].token) &&
+         rowsAligned<CS, P::vec>(a.dst[t], maps[c].head, maps[c].base);
+  }
+  return ok;
+}
+
+/// A block copy over layout L with plan P and options O; `dyn0` / `dyn1`:
+/// the '?' strides of components 0 and 1. A work item is one row of the
+/// mapping (one block); launches of at most P::small_max_tokens rows take
+/// the small shape (one row per CTA), as in reshape_and_cache. A CTA whose
+/// cache rows are not all VEC-aligned (only possible with '?' strides)
+/// moves one element per access. Layouts of at most two components or
+/// packed ones (kv.copy_blocks' verifier).
 template <class L, class P, class O>
 KVGEN_DEVICE inline void copyBlocks(
-    const BlockCopy<typename L::cache::storage> &a, const SideMap &kMap,
-    const SideMap &vMap) {
-  const bool aligned =
-      P::cache_proven ||
-      (cacheAligned<CacheVec<L, P> >(a.srcK, a.srcV, kMap, vMap) &&
-       cacheAligned<CacheVec<L, P> >(a.dstK, a.dstV, kMap, vMap));
+    const BlockCopy<typename L::cache::storage> &a, const int64_t *dyn0,
+    const int64_t *dyn1) {
+  const SideMap maps[2] = {sideMap<typename ComponentOf<L, 0>::type>(dyn0),
+                           sideMap<typename ComponentOf<L, 1>::type>(dyn1)};
+  const bool aligned = P::cache_proven || blockCopyAligned<L, P>(a, maps);
   const bool small =
       P::small_max_tokens > 0 && a.numPairs <= P::small_max_tokens;
   const int64_t first =
@@ -884,17 +920,17 @@ KVGEN_DEVICE inline void copyBlocks(
   if (P::vec > 1 && aligned) {
     if (small)
       copyBlocksCta<L, P::vec, 1, kSmall, O::checked, P::streaming_stores>(
-          a, kMap, vMap, first);
+          a, maps, first);
     else
       copyBlocksCta<L, P::vec, P::tokens_per_cta, P::threads, O::checked,
-                    P::streaming_stores>(a, kMap, vMap, first);
+                    P::streaming_stores>(a, maps, first);
   } else {
     if (small)
       copyBlocksCta<L, 1, 1, kSmall, O::checked, P::streaming_stores>(
-          a, kMap, vMap, first);
+          a, maps, first);
     else
       copyBlocksCta<L, 1, P::tokens_per_cta, P::threads, O::checked,
-                    P::streaming_stores>(a, kMap, vMap, first);
+                    P::streaming_stores>(a, maps, first);
   }
 }
 
@@ -902,19 +938,16 @@ KVGEN_DEVICE inline void copyBlocks(
 template <class L, class P, class O>
 KVGEN_DEVICE inline void copy_blocks(const kvgen_copy_blocks_args &a) {
   typedef typename L::cache::storage CS;
-  CS *const k = static_cast<CS *>(a.key_cache);
-  CS *const v = static_cast<CS *>(L::packed ? a.key_cache : a.value_cache);
-  const BlockCopy<CS> c = {k,
-                           v,
-                           k,
-                           v,
+  CS *const t0 = static_cast<CS *>(a.key_cache);
+  CS *const t1 = static_cast<CS *>(L::packed ? a.key_cache : a.value_cache);
+  const BlockCopy<CS> c = {{t0, t1},
+                           {t0, t1},
                            a.num_blocks,
                            a.num_blocks,
                            static_cast<const int64_t *>(a.block_mapping),
                            a.num_pairs,
                            a.error_flag};
-  copyBlocks<L, P, O>(c, sideMap<typename L::k>(a.k_cache_strides),
-                      sideMap<typename L::v>(a.v_cache_strides));
+  copyBlocks<L, P, O>(c, a.k_cache_strides, a.v_cache_strides);
 }
 
 /// kv.swap_blocks: block copies from one cache to another of the same
@@ -924,17 +957,17 @@ template <class L, class P, class O>
 KVGEN_DEVICE inline void swap_blocks(const kvgen_swap_blocks_args &a) {
   typedef typename L::cache::storage CS;
   const BlockCopy<CS> c = {
-      static_cast<const CS *>(a.src_key_cache),
-      static_cast<const CS *>(L::packed ? a.src_key_cache : a.src_value_cache),
-      static_cast<CS *>(a.dst_key_cache),
-      static_cast<CS *>(L::packed ? a.dst_key_cache : a.dst_value_cache),
+      {static_cast<const CS *>(a.src_key_cache),
+       static_cast<const CS *>(L::packed ? a.src_key_cache
+                                         : a.src_value_cache)},
+      {static_cast<CS *>(a.dst_key_cache),
+       static_cast<CS *>(L::packed ? a.dst_key_cache : a.dst_value_cache)},
       a.src_num_blocks,
       a.dst_num_blocks,
       static_cast<const int64_t *>(a.block_mapping),
       a.num_pairs,
       a.error_flag};
-  copyBlocks<L, P, O>(c, sideMap<typename L::k>(a.k_cache_strides),
-                      sideMap<typename L::v>(a.v_cache_strides));
+  copyBlocks<L, P, O>(c, a.k_cache_strides, a.v_cache_strides);
 }
 
 } // namespace kvgen

@@ -297,7 +297,7 @@ _RAW_INTS = ("u8", "i8", "i16", "u16", "i32", "u32", "i64", "u64")
 class _Buf:
     """What the binding needs of one tensor/array argument."""
     __slots__ = ("what", "ptr", "shape", "strides", "itemsize", "dtype",
-                 "kind", "device")
+                 "kind", "device", "pinned")
 
     def __init__(self, x, what):
         self.what = what
@@ -310,6 +310,9 @@ class _Buf:
             self.itemsize = x.element_size()
             name = str(x.dtype).replace("torch.", "")
             self.device = x.device
+            # Page-locked host memory: with unified addressing its host
+            # pointer is also its device address.
+            self.pinned = x.device.type == "cpu" and x.is_pinned()
         elif hasattr(x, "__array_interface__") and hasattr(x, "ctypes"):
             self.kind = "numpy"
             self.ptr = x.ctypes.data
@@ -323,6 +326,7 @@ class _Buf:
             self.strides = tuple(s // self.itemsize for s in x.strides)
             name = x.dtype.name
             self.device = None
+            self.pinned = False
         else:
             raise TypeError(f"{what}: expected a torch tensor or a numpy "
                             f"array, got {type(x).__name__}")
@@ -354,8 +358,15 @@ class _Buf:
                         f"of {DTYPE_SIZES[want]} bytes as raw bits)")
 
     def check_rows(self, t, h, d):
-        """[T, H, D] with a contiguous last dim; returns (token, head)
-        strides in elements."""
+        """[T, H, D] (or [T, D] when H = 1) with a contiguous last dim;
+        returns (token, head) strides in elements."""
+        if h == 1 and len(self.shape) == 2 and self.shape[1] == d and \
+                (t is None or self.shape[0] == t):
+            if d > 1 and self.strides[1] != 1:
+                raise ValueError(f"{self.what}: the last dimension must be "
+                                 f"contiguous (stride {self.strides[1]}, "
+                                 "need 1)")
+            return self.strides[0], d
         if len(self.shape) != 3 or self.shape[1:] != (h, d) or \
                 (t is not None and self.shape[0] != t):
             want = f"[{'T' if t is None else t}, {h}, {d}]"
@@ -710,17 +721,23 @@ class Kernel:
             raise ValueError(f"{op.work_from} is required")
         t = wf.shape[0] if wf.shape else 0
         backend = self._ctx.backend
-        for b in bufs.values():
+        roles = {a.name: a.role for a in op.args}
+        for name, b in bufs.items():
             if b is None:
                 continue
             if backend == "host" and b.is_device:
                 raise TypeError(f"{b.what}: a {b.device} tensor, but the "
                                 "context's backend is host (pass numpy "
                                 "arrays or CPU tensors)")
+            # A cache may be pinned host memory (e.g. swap_blocks'
+            # offload side): kernels reach it through unified addressing.
+            if backend != "host" and b.pinned and roles[name] == "cache":
+                continue
             if backend != "host" and not b.is_device:
                 raise TypeError(f"{b.what}: host memory ({b.kind}), but the "
                                 f"context's backend is {backend} (pass "
-                                "device tensors)")
+                                "device tensors, or pinned host tensors "
+                                "for caches)")
         # dynamic strides
         dyn = [(0, 0, 0), (0, 0, 0)]
         if cache_strides is not None:

@@ -259,6 +259,16 @@ LogicalResult kvgen::kv::verifyKVLayout(Operation *op, LayoutAttr layout) {
          << layout;
 }
 
+LogicalResult kvgen::kv::verifyBlockLayout(Operation *op, LayoutAttr layout) {
+  const LayoutDesc &l = layout.getDesc();
+  if (l.packing == Packing::Packed || l.numComponents() <= 2)
+    return success();
+  return op->emitOpError("copies the components of at most two cache "
+                         "tensors: needs a packed layout or one of at most "
+                         "two components, got ")
+         << layout;
+}
+
 namespace {
 bool isIoFloat(Type t) { return isa<BFloat16Type, Float16Type, Float32Type>(t); }
 

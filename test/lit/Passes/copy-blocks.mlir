@@ -23,3 +23,22 @@ kv.copy_blocks @cow_dyn : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 // EMITC-SAME: !emitc.opaque<"kvgen_copy_blocks_args">
 // EMITC: call_opaque "kvgen::copy_blocks"(%{{.*}}) {template_args = [#emitc.opaque<"cow_layout">, #emitc.opaque<"cow_plan">, #emitc.opaque<"cow_options">]}
 // EMITC: struct cow_dyn_options {\0A  static constexpr bool checked = true;\0A};
+
+// An MLA latent cache (one packed 576-wide row): the same one-block CTA,
+// 16-byte accesses dividing both components.
+// PLAN-LABEL: kv.copy_blocks @cow_mla
+// PLAN-SAME: vector_bytes = 16, threads = {{[0-9]+}}, tokens_per_cta = 1,
+kv.copy_blocks @cow_mla : #kv.layout<num_kv_heads = 1,
+    components = [kv_c: 512, k_pe: 64], block_size = 64, packing = packed,
+    dtype = bf16>
+
+// swap_blocks plans as copy_blocks.
+// PLAN-LABEL: kv.swap_blocks @offload
+// PLAN-SAME: vector_bytes = 16, threads = 512, tokens_per_cta = 1,
+// PLAN-SAME: cache_alignment = proven
+kv.swap_blocks @offload : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>
+
+// EMITC-LABEL: emitc.func @offload(
+// EMITC-SAME: !emitc.opaque<"kvgen_swap_blocks_args">
+// EMITC: call_opaque "kvgen::swap_blocks"

@@ -49,6 +49,10 @@ llvm::LogicalResult verifyPlanFits(mlir::Operation *op);
 /// The op's layout is a K/V layout (components k and v), for the ops that
 /// move K and V; else an error naming the layout.
 llvm::LogicalResult verifyKVLayout(mlir::Operation *op, LayoutAttr layout);
+/// The op's layout keeps its components in at most two cache tensors
+/// (packed, or at most two components), for the block copies, whose
+/// argument structs have two cache tensors per set; else an error.
+llvm::LogicalResult verifyBlockLayout(mlir::Operation *op, LayoutAttr layout);
 } // namespace kvgen::kv
 #include "kvgen/Dialect/KVInterfaces.h.inc"
 

@@ -101,7 +101,9 @@ def KV_CopyBlocksOp : KV_Op<"copy_blocks", [Symbol,
     `block_mapping` (`[num_pairs, 2]` int64), copies every K and V element
     of block src to block dst through the layout's maps (raw bits, any
     dtype), as engines do for copy-on-write and prefix sharing. A work item
-    is one block. With `checked`, a row naming a block outside
+    is one block. Any layout whose components live in at most two tensors
+    (K/V, packed, or an MLA `kv_c` + `k_pe` cache): `key_cache` holds
+    component 0 (every component when packed), `value_cache` component 1. With `checked`, a row naming a block outside
     `[0, num_blocks)` sets the error flag instead of being copied.
 
     Example:
@@ -126,7 +128,7 @@ def KV_CopyBlocksOp : KV_Op<"copy_blocks", [Symbol,
       return getLayout().getDesc().blockSize;
     }
     ::llvm::LogicalResult $cppClass::verify() {
-      return verifyKVLayout(*this, getLayout());
+      return verifyBlockLayout(*this, getLayout());
     }
   }];
   let hasVerifier = 1;
@@ -139,9 +141,9 @@ def KV_SwapBlocksOp : KV_Op<"swap_blocks", [Symbol,
   let description = [{
     A kernel specification: the generated kernel takes
     `kvgen_swap_blocks_args` and, for each row (src, dst) of
-    `block_mapping`, copies every K and V element of block src of the
-    source caches to block dst of the destination caches, both of `layout`
-    (raw bits). Offload and reload use it between a device cache and a
+    `block_mapping`, copies every element of block src of the source caches
+    to block dst of the destination caches, both of `layout` (raw bits;
+    layouts as for `kv.copy_blocks`). Offload and reload use it between a device cache and a
     pinned host cache, which the kernel reaches through unified addressing.
     A work item is one block. With `checked`, a row naming a block outside
     its cache's `[0, num_blocks)` sets the error flag instead.
@@ -168,7 +170,7 @@ def KV_SwapBlocksOp : KV_Op<"swap_blocks", [Symbol,
       return getLayout().getDesc().blockSize;
     }
     ::llvm::LogicalResult $cppClass::verify() {
-      return verifyKVLayout(*this, getLayout());
+      return verifyBlockLayout(*this, getLayout());
     }
   }];
   let hasVerifier = 1;
