@@ -1,7 +1,8 @@
 //===- RunJob.cpp - `kvgen run`: the end-to-end job -----------------------===//
 //
 // Random tokens are written with the generated reshape_and_cache kernel and
-// read back with gather; the whole cache (plus canary slack past its end)
+// read back with gather (for an MLA latent layout, components [kv_c, k_pe]:
+// concat_and_cache_mla and gather_mla, one scale for both components); the whole cache (plus canary slack past its end)
 // and every gathered row are compared bit for bit with a host reference that
 // uses the same address map (kvgen::elementOffset) and the same fp8
 // rounding (Numerics.h) the kernels are built from. The independent
@@ -114,6 +115,53 @@ double msSince(std::chrono::steady_clock::time_point t0) {
       .count();
 }
 
+/// Launches a write kernel with the fields of `a`: reshape_and_cache, or
+/// for an MLA layout concat_and_cache_mla (key -> kv_c, value -> k_pe, one
+/// cache tensor, k_scale as the scale).
+kvgen_status launchWrite(kvgen_kernel k, bool mla,
+                         const kvgen_reshape_and_cache_args &a) {
+  if (!mla)
+    return kvgen_launch_reshape_and_cache(k, &a, nullptr);
+  kvgen_concat_and_cache_mla_args m{};
+  m.kv_c = a.key;
+  m.k_pe = a.value;
+  m.kv_cache = a.key_cache;
+  m.slot_mapping = a.slot_mapping;
+  m.scale = a.k_scale;
+  m.error_flag = a.error_flag;
+  m.num_tokens = a.num_tokens;
+  m.num_blocks = a.num_blocks;
+  m.kv_c_stride_token = a.key_stride_token;
+  m.kv_c_stride_head = a.key_stride_head;
+  m.k_pe_stride_token = a.value_stride_token;
+  m.k_pe_stride_head = a.value_stride_head;
+  m.kv_cache_bytes = a.key_cache_bytes;
+  return kvgen_launch_concat_and_cache_mla(k, &m, nullptr);
+}
+
+/// Launches a gather kernel with the fields of `a` (gather or gather_mla,
+/// mapped as in launchWrite).
+kvgen_status launchGather(kvgen_kernel k, bool mla,
+                          const kvgen_gather_args &a) {
+  if (!mla)
+    return kvgen_launch_gather(k, &a, nullptr);
+  kvgen_gather_mla_args m{};
+  m.kv_cache = a.key_cache;
+  m.slot_mapping = a.slot_mapping;
+  m.kv_c_out = a.key_out;
+  m.k_pe_out = a.value_out;
+  m.scale = a.k_scale;
+  m.error_flag = a.error_flag;
+  m.num_tokens = a.num_tokens;
+  m.num_blocks = a.num_blocks;
+  m.kv_c_out_stride_token = a.key_out_stride_token;
+  m.kv_c_out_stride_head = a.key_out_stride_head;
+  m.k_pe_out_stride_token = a.value_out_stride_token;
+  m.k_pe_out_stride_head = a.value_out_stride_head;
+  m.kv_cache_bytes = a.key_cache_bytes;
+  return kvgen_launch_gather_mla(k, &m, nullptr);
+}
+
 } // namespace
 
 int runJob(const RunOptions &o) {
@@ -127,9 +175,14 @@ int runJob(const RunOptions &o) {
                        "exercised by the test grids, not by kvgen run\n");
     return 1;
   }
-  if (!l.isKV()) {
+  // K/V layouts, or MLA latent rows (the MLA ops' verifier says which).
+  const bool mla = l.numComponents() == 2 && l.components[0].name == "kv_c" &&
+                   l.components[1].name == "k_pe" &&
+                   l.packing == Packing::Packed;
+  if (!l.isKV() && !mla) {
     fmt::print(stderr, "kvgen run: needs a K/V layout (head_size_k / "
-                       "head_size_v), got {}\n",
+                       "head_size_v) or an MLA one (components = [kv_c: N, "
+                       "k_pe: M], packed), got {}\n",
                toString(l));
     return 1;
   }
@@ -171,10 +224,12 @@ int runJob(const RunOptions &o) {
   };
   kvgen_kernel write = nullptr, gatherRaw = nullptr, gatherDq = nullptr;
   double writeMs = 0, gatherMs = 0, dqMs = 0;
-  if (!getKernel(KVGEN_OP_RESHAPE_AND_CACHE, "bf16", 0, &write, &writeMs) ||
-      !getKernel(KVGEN_OP_GATHER, toString(l.dtype), 0, &gatherRaw,
-                 &gatherMs) ||
-      (fp8 && !getKernel(KVGEN_OP_GATHER, "bf16", 1, &gatherDq, &dqMs)))
+  const kvgen_op writeOp =
+      mla ? KVGEN_OP_CONCAT_AND_CACHE_MLA : KVGEN_OP_RESHAPE_AND_CACHE;
+  const kvgen_op gatherOp = mla ? KVGEN_OP_GATHER_MLA : KVGEN_OP_GATHER;
+  if (!getKernel(writeOp, "bf16", 0, &write, &writeMs) ||
+      !getKernel(gatherOp, toString(l.dtype), 0, &gatherRaw, &gatherMs) ||
+      (fp8 && !getKernel(gatherOp, "bf16", 1, &gatherDq, &dqMs)))
     return 1;
 
   // Problem: T tokens of a fused [T, H * (Dk + Dv)] projection; slots drawn
@@ -210,6 +265,8 @@ int runJob(const RunOptions &o) {
       kScale.assign(H, kScale[0]);
       vScale.assign(H, vScale[0]);
     }
+    if (mla) // one scale for both components
+      vScale = kScale;
   }
 
   // Host reference of the cache after the write.
@@ -287,8 +344,7 @@ int runJob(const RunOptions &o) {
   wa.value_stride_head = Dv;
   wa.key_cache_bytes = refK.size() - kSlack;
   wa.value_cache_bytes = packed ? 0 : refV.size() - kSlack;
-  if (!check(kvgen_launch_reshape_and_cache(write, &wa, nullptr),
-             "launching reshape_and_cache") ||
+  if (!check(launchWrite(write, mla, wa), "launching the write") ||
       !check(kvgen_context_synchronize(ctx), "synchronizing"))
     return 1;
 
@@ -346,8 +402,7 @@ int runJob(const RunOptions &o) {
     std::vector<uint8_t> zero(std::max(ko.bytes, vo.bytes), 0);
     (void)outSize;
     return toDevice(ko, zero.data()) && toDevice(vo, zero.data()) &&
-           check(kvgen_launch_gather(k, &ga, nullptr),
-                 "launching gather") &&
+           check(launchGather(k, mla, ga), "launching the gather") &&
            check(kvgen_context_synchronize(ctx), "synchronizing");
   };
   int64_t compared = 0;
@@ -383,7 +438,7 @@ int runJob(const RunOptions &o) {
             if (std::memcmp(g, want, outSize) != 0) {
               fmt::print(stderr, "kvgen run: {} {} differs at token {} head "
                                  "{} element {}\n",
-                         what, side == kKey ? "K" : "V", t, h, e);
+                         what, l.components[size_t(side)].name, t, h, e);
               return false;
             }
           }

@@ -782,6 +782,69 @@ KVGEN_DEVICE inline void gather(const kvgen_gather_args &a) {
         P::cache_proven, O::dequantize>(a, kMap, vMap);
 }
 
+/// The first two components of layout struct L under the names the K/V
+/// bodies use (k, v): the MLA ops run those bodies over kv_c and k_pe.
+template <class L> struct FirstTwoAsKV : L {
+  typedef typename L::c0 k;
+  typedef typename L::c1 v;
+};
+
+/// Copies a [block, token, head] stride triple.
+KVGEN_DEVICE inline void copyStrides(int64_t *dst, const int64_t *src) {
+  dst[0] = src[0];
+  dst[1] = src[1];
+  dst[2] = src[2];
+}
+
+/// kv.concat_and_cache_mla: reshape_and_cache's body over the latent row,
+/// kv_c as its first and k_pe as its second component, both in kv_cache
+/// (the layout is packed), one scale for both.
+template <class L, class P, class O>
+KVGEN_DEVICE inline void
+concat_and_cache_mla(const kvgen_concat_and_cache_mla_args &m) {
+  kvgen_reshape_and_cache_args a = {};
+  a.key = m.kv_c;
+  a.value = m.k_pe;
+  a.key_cache = m.kv_cache;
+  a.value_cache = m.kv_cache;
+  a.slot_mapping = m.slot_mapping;
+  a.k_scale = m.scale;
+  a.v_scale = m.scale;
+  a.error_flag = m.error_flag;
+  a.num_tokens = m.num_tokens;
+  a.num_blocks = m.num_blocks;
+  a.key_stride_token = m.kv_c_stride_token;
+  a.key_stride_head = m.kv_c_stride_head;
+  a.value_stride_token = m.k_pe_stride_token;
+  a.value_stride_head = m.k_pe_stride_head;
+  copyStrides(a.k_cache_strides, m.cache_strides);
+  copyStrides(a.v_cache_strides, m.cache_strides);
+  reshape_and_cache<FirstTwoAsKV<L>, P, O>(a);
+}
+
+/// kv.gather_mla: gather's body over the latent row (as above).
+template <class L, class P, class O>
+KVGEN_DEVICE inline void gather_mla(const kvgen_gather_mla_args &m) {
+  kvgen_gather_args a = {};
+  a.key_cache = m.kv_cache;
+  a.value_cache = m.kv_cache;
+  a.slot_mapping = m.slot_mapping;
+  a.key_out = m.kv_c_out;
+  a.value_out = m.k_pe_out;
+  a.k_scale = m.scale;
+  a.v_scale = m.scale;
+  a.error_flag = m.error_flag;
+  a.num_tokens = m.num_tokens;
+  a.num_blocks = m.num_blocks;
+  a.key_out_stride_token = m.kv_c_out_stride_token;
+  a.key_out_stride_head = m.kv_c_out_stride_head;
+  a.value_out_stride_token = m.k_pe_out_stride_token;
+  a.value_out_stride_head = m.k_pe_out_stride_head;
+  copyStrides(a.k_cache_strides, m.cache_strides);
+  copyStrides(a.v_cache_strides, m.cache_strides);
+  gather<FirstTwoAsKV<L>, P, O>(a);
+}
+
 /// Component I of layout struct L (L::c0 .. L::c3, as convert-kv-to-emitc
 /// emits them); a layout with fewer components gives an empty one (head
 /// size 0) so that code over "up to two components" needs no branches on

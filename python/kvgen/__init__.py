@@ -843,7 +843,8 @@ class Kernel:
             elif a.role == "work":
                 fields[a.name] = t
             elif a.role == "cache_strides":
-                fields[a.name] = dyn[a.which] if a.which < 2 else dyn[0]
+                # WHICH < 0: one triple serves every component.
+                fields[a.name] = dyn[a.which] if 0 <= a.which < 2 else dyn[0]
         # num_blocks per cache set
         for a in op.args:
             if a.role != "num_blocks":

@@ -8,6 +8,19 @@ LayoutDesc make(int64_t heads, int64_t hk, int64_t hv, int64_t block,
                 Packing packing = Packing::Separate, Order order = Order::NHD) {
   return LayoutDesc::kv(heads, hk, hv, block, dtype, scale, packing, order);
 }
+/// A DeepSeek-style MLA latent cache: components kv_c and k_pe packed in one
+/// row of one kv head.
+LayoutDesc mla(int64_t dc, int64_t dpe, int64_t block,
+               DType dtype = DType::BF16, ScaleKind scale = ScaleKind::None) {
+  LayoutDesc l;
+  l.numKvHeads = 1;
+  l.blockSize = block;
+  l.packing = Packing::Packed;
+  l.dtype = dtype;
+  l.scale = scale;
+  l.components = {{"kv_c", dc, std::nullopt}, {"k_pe", dpe, std::nullopt}};
+  return l;
+}
 } // namespace
 
 const std::vector<Preset> &presets() {
@@ -29,9 +42,12 @@ const std::vector<Preset> &presets() {
        make(8, 128, 128, 16)},
       {"gpt-oss-120b", "GPT-OSS-120B: 8 KV heads, 64 / 64, block 16, bf16",
        make(8, 64, 64, 16)},
-      {"deepseek-v3-mla", "DeepSeek-V3 MLA latent row: 1 head, packed 512 + 64 = "
-                          "576 wide, block 64, bf16",
-       make(1, 512, 64, 64, DType::BF16, ScaleKind::None, Packing::Packed)},
+      {"deepseek-v3-mla", "DeepSeek-V3 MLA latent row: components kv_c 512 + "
+                          "k_pe 64, packed (576 wide), 1 head, block 64, bf16",
+       mla(512, 64, 64)},
+      {"deepseek-v3-mla-fp8", "DeepSeek-V3 MLA latent row as above, "
+                              "f8E4M3FN with one per-tensor scale",
+       mla(512, 64, 64, DType::F8E4M3FN, ScaleKind::PerTensor)},
   };
   return all;
 }

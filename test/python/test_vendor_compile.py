@@ -20,7 +20,11 @@ BUILD = Path(os.environ.get("KVGEN_BUILD_DIR", REPO / "build"))
 KVGEN = BUILD / "bin" / "kvgen"
 
 MIMO = dict(num_kv_heads=4, head_size_k=192, head_size_v=128, block_size=16)
-# (layout, op, io, extra flags): the MiMo geometry in each cache dtype and
+# DeepSeek-V3's MLA latent row (kv_c 512 + k_pe 64), fp8.
+MLA_FP8 = kvgen.Layout(1, block_size=64, dtype="f8E4M3FN", scale="per_tensor",
+                       packing="packed",
+                       components=[("kv_c", 512), ("k_pe", 64)])
+# (layout, op, io or None for ops without one, extra flags): the MiMo geometry in each cache dtype and
 # layout family, odd head sizes, a 576-wide packed row, dynamic strides.
 SPECS = [
     (kvgen.Layout(**MIMO), "reshape_and_cache", "bf16", []),
@@ -41,6 +45,12 @@ SPECS = [
     (kvgen.Layout(**MIMO, k_strides=(None, 768, 192),
                   v_strides=(None, None, 128)), "reshape_and_cache", "bf16",
      []),
+    (kvgen.Layout(**MIMO, order="hnd"), "copy_blocks", None, ["--checked"]),
+    (kvgen.Layout(**MIMO, dtype="f8E4M3FN", scale="per_tensor"),
+     "swap_blocks", None, []),
+    (MLA_FP8, "concat_and_cache_mla", "bf16", []),
+    (MLA_FP8, "gather_mla", "bf16", ["--dequantize"]),
+    (MLA_FP8, "copy_blocks", None, []),
 ]
 
 
@@ -48,8 +58,10 @@ def emit_bundle(directory, target):
     for i, (layout, op, io, extra) in enumerate(SPECS):
         f = directory / f"layout{i}.mlir"
         f.write_text(f"#kv.layout<{layout.text}>\n")
-        cmd = [str(KVGEN), "emit", "--layout", str(f), "--op", op, "--io", io,
+        cmd = [str(KVGEN), "emit", "--layout", str(f), "--op", op,
                "--target", target, "--bundle", str(directory / "bundle")]
+        if io is not None:
+            cmd += ["--io", io]
         r = subprocess.run(cmd + extra, capture_output=True, text=True)
         assert r.returncode == 0, r.stdout + r.stderr
     names = [line.split("=", 1)[1].strip()

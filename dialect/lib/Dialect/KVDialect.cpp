@@ -275,32 +275,68 @@ bool isIoFloat(Type t) { return isa<BFloat16Type, Float16Type, Float32Type>(t); 
 bool isSlotType(Type t) {
   return t.isSignlessInteger(32) || t.isSignlessInteger(64);
 }
+
+/// The io/slots rules of the writes (reshape_and_cache, concat_and_cache_mla).
+LogicalResult verifyWriteTypes(Operation *op, Type io, Type slots) {
+  if (!isIoFloat(io))
+    return op->emitOpError("'input' must be bf16, f16 or f32, got ") << io;
+  if (!isSlotType(slots))
+    return op->emitOpError("'slots' must be i32 or i64, got ") << slots;
+  return success();
+}
+
+/// The io/slots/dequantize rules of the gathers (gather, gather_mla).
+LogicalResult verifyGatherTypes(Operation *op, LayoutAttr layout, Type io,
+                                Type slots, bool dequantize) {
+  if (!isSlotType(slots))
+    return op->emitOpError("'slots' must be i32 or i64, got ") << slots;
+  Type cacheType = layout.getDtype();
+  if (dequantize) {
+    if (!isIoFloat(io))
+      return op->emitOpError("'output' must be bf16, f16 or f32 with "
+                             "dequantize, got ")
+             << io;
+  } else if (io != cacheType) {
+    return op->emitOpError("'output' must be the cache dtype ")
+           << cacheType << " without dequantize, got " << io;
+  }
+  return success();
+}
+
+/// An MLA latent layout: components kv_c and k_pe, in that order, packed.
+LogicalResult verifyMlaLayout(Operation *op, LayoutAttr layout) {
+  const LayoutDesc &l = layout.getDesc();
+  if (l.numComponents() == 2 && l.components[0].name == "kv_c" &&
+      l.components[1].name == "k_pe" && l.packing == Packing::Packed)
+    return success();
+  return op->emitOpError("needs an MLA layout: components = [kv_c: D_c, "
+                         "k_pe: D_pe] with packing = packed, got ")
+         << layout;
+}
 } // namespace
 
 LogicalResult ReshapeAndCacheOp::verify() {
   if (failed(verifyKVLayout(*this, getLayout())))
     return failure();
-  if (!isIoFloat(getIo()))
-    return emitOpError("'input' must be bf16, f16 or f32, got ") << getIo();
-  if (!isSlotType(getSlots()))
-    return emitOpError("'slots' must be i32 or i64, got ") << getSlots();
-  return success();
+  return verifyWriteTypes(*this, getIo(), getSlots());
 }
 
 LogicalResult GatherOp::verify() {
   if (failed(verifyKVLayout(*this, getLayout())))
     return failure();
-  if (!isSlotType(getSlots()))
-    return emitOpError("'slots' must be i32 or i64, got ") << getSlots();
-  Type cacheType = getLayout().getDtype();
-  if (getDequantize()) {
-    if (!isIoFloat(getIo()))
-      return emitOpError("'output' must be bf16, f16 or f32 with dequantize, "
-                         "got ")
-             << getIo();
-  } else if (getIo() != cacheType) {
-    return emitOpError("'output' must be the cache dtype ")
-           << cacheType << " without dequantize, got " << getIo();
-  }
-  return success();
+  return verifyGatherTypes(*this, getLayout(), getIo(), getSlots(),
+                           getDequantize());
+}
+
+LogicalResult ConcatAndCacheMlaOp::verify() {
+  if (failed(verifyMlaLayout(*this, getLayout())))
+    return failure();
+  return verifyWriteTypes(*this, getIo(), getSlots());
+}
+
+LogicalResult GatherMlaOp::verify() {
+  if (failed(verifyMlaLayout(*this, getLayout())))
+    return failure();
+  return verifyGatherTypes(*this, getLayout(), getIo(), getSlots(),
+                           getDequantize());
 }

@@ -176,4 +176,80 @@ def KV_SwapBlocksOp : KV_Op<"swap_blocks", [Symbol,
   let hasVerifier = 1;
 }
 
+def KV_ConcatAndCacheMlaOp : KV_Op<"concat_and_cache_mla", [Symbol,
+    KV_KernelSpecOpInterface]> {
+  let summary = "Specifies a kernel that writes MLA latent rows into a "
+                "paged cache";
+  let description = [{
+    A kernel specification: the generated kernel takes
+    `kvgen_concat_and_cache_mla_args` and, for each of the T tokens, writes
+    `kv_c[t]` (the compressed latent, `D_c` elements) and `k_pe[t]` (the
+    rotary key part, `D_pe` elements) into one cache row at slot
+    `slot_mapping[t]`: the layout has exactly the components `kv_c` and
+    `k_pe`, in that order, packed in one tensor (DeepSeek-V2/V3: 512 + 64,
+    one kv head). Negative slots are padding. For fp8 caches the stored
+    value is saturate(x / scale), one scale for both components (the
+    engines' `concat_and_cache_mla`). Options as `kv.reshape_and_cache`.
+
+    Example:
+
+    ```mlir
+    kv.concat_and_cache_mla @mla_write : #kv.layout<num_kv_heads = 1,
+        components = [kv_c: 512, k_pe: 64], block_size = 64,
+        packing = packed, dtype = f8E4M3FN, scale = per_tensor>,
+        input bf16, slots i64
+    ```
+  }];
+  let arguments = (ins
+    SymbolNameAttr:$sym_name,
+    KV_LayoutAttr:$layout,
+    TypeAttr:$io,
+    TypeAttr:$slots,
+    UnitAttr:$checked,
+    OptionalAttr<KV_PlanAttr>:$plan
+  );
+  let assemblyFormat = [{
+    $sym_name `:` $layout `,` `input` $io `,` `slots` $slots
+    (`checked` $checked^)? attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def KV_GatherMlaOp : KV_Op<"gather_mla", [Symbol,
+    KV_KernelSpecOpInterface]> {
+  let summary = "Specifies a kernel that reads MLA latent rows back";
+  let description = [{
+    A kernel specification: the generated kernel takes
+    `kvgen_gather_mla_args` and, for each of the T tokens, reads the
+    `kv_c` and `k_pe` parts of slot `slot_mapping[t]` into `kv_c_out[t]`
+    and `k_pe_out[t]` (for instance the two column ranges of one dense
+    `[T, D_c + D_pe]` tensor). Layout as for `kv.concat_and_cache_mla`;
+    output type, `dequantize` (one scale for both components) and negative
+    slots as `kv.gather`.
+
+    Example:
+
+    ```mlir
+    kv.gather_mla @mla_read : #kv.layout<num_kv_heads = 1,
+        components = [kv_c: 512, k_pe: 64], block_size = 64,
+        packing = packed, dtype = f8E4M3FN, scale = per_tensor>,
+        output bf16, slots i64 dequantize
+    ```
+  }];
+  let arguments = (ins
+    SymbolNameAttr:$sym_name,
+    KV_LayoutAttr:$layout,
+    TypeAttr:$io,
+    TypeAttr:$slots,
+    UnitAttr:$dequantize,
+    UnitAttr:$checked,
+    OptionalAttr<KV_PlanAttr>:$plan
+  );
+  let assemblyFormat = [{
+    $sym_name `:` $layout `,` `output` $io `,` `slots` $slots
+    (`dequantize` $dequantize^)? (`checked` $checked^)? attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // KVGEN_KV_OPS
