@@ -50,27 +50,31 @@ def mla(dtype, scale="none"):
                         components=[("kv_c", 512), ("k_pe", 64)])
 
 
-# (label, layout) of the block copies.
-BLOCK_LAYOUTS = [
-    ("mimo_b16_bf16", kvgen.Layout(4, 192, 128, 16)),
-    ("mimo_b64_hnd_bf16", kvgen.Layout(4, 192, 128, 64, order="hnd")),
-    ("mimo_b16_packed", kvgen.Layout(4, 192, 128, 16, packing="packed")),
-    ("mimo_b16_fp8", kvgen.Layout(4, 192, 128, 16, dtype="f8E4M3FN",
-                                  scale="per_tensor")),
-    ("llama_b16_bf16", kvgen.Layout(8, 128, 128, 16)),
-    ("mla_b64_bf16", mla("bf16")),
-]
-MLA_LAYOUTS = [("mla_b64_bf16", mla("bf16")),
-               ("mla_b64_fp8", mla("f8E4M3FN", "per_tensor"))]
+def block_layouts():
+    """(label, layout) of the block copies."""
+    return [
+        ("mimo_b16_bf16", kvgen.Layout(4, 192, 128, 16)),
+        ("mimo_b64_hnd_bf16", kvgen.Layout(4, 192, 128, 64, order="hnd")),
+        ("mimo_b16_packed", kvgen.Layout(4, 192, 128, 16, packing="packed")),
+        ("mimo_b16_fp8", kvgen.Layout(4, 192, 128, 16, dtype="f8E4M3FN",
+                                      scale="per_tensor")),
+        ("llama_b16_bf16", kvgen.Layout(8, 128, 128, 16)),
+        ("mla_b64_bf16", mla("bf16")),
+    ]
+
+
+def mla_layouts():
+    return [("mla_b64_bf16", mla("bf16")),
+            ("mla_b64_fp8", mla("f8E4M3FN", "per_tensor"))]
 
 
 def specs():
     """(op, layout, emit flags) of every kernel `run` uses."""
     out = []
-    for _, lay in BLOCK_LAYOUTS:
+    for _, lay in block_layouts():
         out.append(("copy_blocks", lay, []))
         out.append(("swap_blocks", lay, []))
-    for _, lay in MLA_LAYOUTS:
+    for _, lay in mla_layouts():
         out.append(("concat_and_cache_mla", lay, ["--io", "bf16"]))
         out.append(("gather_mla", lay, []))
         if lay.dtype != "bf16":
@@ -130,11 +134,11 @@ def alloc_caches(torch, lay, nb, device, pin=False):
     out = []
     for _, comps in tensors_of(lay):
         n = max(lay.extent_bytes(c, nb) for c in comps) // lay.element_size
-        if device == "cpu":
-            x = torch.randint(-100, 100, (n,), dtype=dt).pin_memory() \
-                if pin else torch.randint(-100, 100, (n,), dtype=dt)
-        else:
-            x = torch.randint(-100, 100, (n,), dtype=dt, device=device)
+        lo = 0 if dt == torch.uint8 else -100
+        x = torch.randint(lo, 100, (n,), dtype=dt,
+                          device="cpu" if device == "cpu" else device)
+        if pin:
+            x = x.pin_memory()
         out.append(x)
     return out + [None] * (2 - len(out))
 
@@ -164,13 +168,24 @@ def run_copy(torch, ctx, timer, label, lay, pairs, res, log):
     src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
     dst = torch.empty_like(src)
     t_c = timer(lambda: dst.copy_(src))
-    res.append({"op": "copy_blocks", "layout": label, "pairs": pairs,
-                "bytes": nbytes, "ok": ok, "kernel_us": t_k["median"],
-                "copy_us": t_c["median"],
-                "ratio": t_c["median"] / t_k["median"]})
-    log(f"copy_blocks {label} pairs={pairs} {nbytes / 2**20:.0f} MiB ok={ok} "
+    row = {"op": "copy_blocks", "layout": label, "pairs": pairs,
+           "bytes": nbytes, "ok": ok, "kernel_us": t_k["median"],
+           "copy_us": t_c["median"], "ratio": t_c["median"] / t_k["median"]}
+    extra = ""
+    if nbytes < (64 << 20):
+        # Small copies: also per launch under CUDA-graph replay (no host
+        # time in the interval), against a graph of torch copies.
+        from bench import graph_per_launch
+        g_k = graph_per_launch(torch, timer, lambda h: k.copy_blocks(
+            caches[0], caches[1], mapping, stream=h))
+        g_c = graph_per_launch(torch, timer, lambda h: dst.copy_(src))
+        row.update(graph_kernel_us=g_k["median"], graph_copy_us=g_c["median"])
+        extra = (f" graph {g_k['median']:.2f} us vs copy "
+                 f"{g_c['median']:.2f} us")
+    res.append(row)
+    log(f"copy_blocks {label} pairs={pairs} {nbytes / 2**20:.1f} MiB ok={ok} "
         f"kernel {t_k['median']:.1f} us copy {t_c['median']:.1f} us ratio "
-        f"{t_c['median'] / t_k['median']:.3f}")
+        f"{t_c['median'] / t_k['median']:.3f}{extra}")
 
 
 def run_swap(torch, ctx, timer, label, lay, pairs, res, log):
@@ -224,8 +239,8 @@ def run_mla(torch, ctx, timer, label, lay, T, res, log):
     slots[3::7] = -1
     scale = torch.full((1,), 0.05, device=dev)
     raw = raw_dtype(torch, lay)
-    cache = torch.randint(-100, 100, (nb * bs * (dc + dpe),), dtype=raw,
-                          device=dev)
+    cache = torch.randint(0 if raw == torch.uint8 else -100, 100,
+                          (nb * bs * (dc + dpe),), dtype=raw, device=dev)
     want = cache.clone().view(nb * bs, dc + dpe)
     v = slots >= 0
     rows = torch.cat([kv_c, k_pe], 1)[v].float()
@@ -272,6 +287,9 @@ def run_mla(torch, ctx, timer, label, lay, T, res, log):
 
 
 def run(args):
+    # torch before the runtime library: importing torch after
+    # libkvgen-runtime.so was loaded crashed in torch's import (H200 image,
+    # torch 2.11).
     import torch
     from bench import Timer
     out = Path(args.out)
@@ -289,7 +307,7 @@ def run(args):
     timer = Timer(torch, args.reps)
     res = []
     failures = 0
-    for label, lay in BLOCK_LAYOUTS:
+    for label, lay in block_layouts():
         for pairs in (8, args.large_bytes // block_bytes(lay)):
             for fn in (run_copy, run_swap):
                 try:
@@ -297,7 +315,7 @@ def run(args):
                 except Exception as e:  # noqa: BLE001
                     log(f"{fn.__name__} {label} pairs={pairs}: ERROR {e!r}")
                     failures += 1
-    for label, lay in MLA_LAYOUTS:
+    for label, lay in mla_layouts():
         for T in (7, 4096, 65536):
             try:
                 run_mla(torch, ctx, timer, label, lay, T, res, log)
@@ -318,6 +336,28 @@ def run(args):
     return 1 if failures else 0
 
 
+def variants(args):
+    """copy_blocks of the first block layout (large case) from several
+    bundles that hold variants of the same kernel (same name), each in its
+    own context: same-call A/B."""
+    import torch
+    from bench import Timer
+    if args.lib:
+        os.environ["KVGEN_LIB"] = args.lib
+    timer = Timer(torch, args.reps)
+    label, lay = block_layouts()[0]
+    res = []
+    for b in args.bundles.split(","):
+        ctx = kvgen.Context("cuda", cache_dir=tempfile.mkdtemp())
+        ctx.load_bundle(b)
+        for _ in range(2):
+            run_copy(torch, ctx, timer, f"{label}@{Path(b).name}", lay,
+                     args.large_bytes // block_bytes(lay), res,
+                     lambda m: print(m, flush=True))
+        ctx.close()
+    return 0 if all(r["ok"] for r in res) else 1
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -334,8 +374,13 @@ def main():
     r.add_argument("--reps", type=int, default=50)
     r.add_argument("--large-bytes", type=int, default=256 << 20,
                    help="bytes of blocks in the large case (default 256 MiB)")
+    v = sub.add_parser("variants")
+    v.add_argument("--bundles", required=True)
+    v.add_argument("--lib", default=None)
+    v.add_argument("--reps", type=int, default=50)
+    v.add_argument("--large-bytes", type=int, default=256 << 20)
     a = p.parse_args()
-    sys.exit(emit(a) if a.cmd == "emit" else run(a))
+    sys.exit({"emit": emit, "run": run, "variants": variants}[a.cmd](a))
 
 
 if __name__ == "__main__":

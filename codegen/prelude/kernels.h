@@ -881,9 +881,11 @@ template <class CS> struct BlockCopy {
 /// every VEC-element access of component 0, then component 1, of each
 /// row's src block copied to its dst block through the layout's maps, raw
 /// bits. Access i of the CTA belongs to thread i % THREADS. A thread issues
-/// the loads of up to four of its accesses before their stores, as writeCta
-/// does: a load may not be moved above a store that might alias it.
-template <class L, int VEC, int ITEMS, int THREADS, bool CHECKED, bool STREAM>
+/// the loads of up to BATCH (the plan's copy_batch) of its accesses before
+/// their stores, since a load may not be moved above a store that might
+/// alias it: a block copy is bound by the loads in flight.
+template <class L, int VEC, int ITEMS, int THREADS, int BATCH, bool CHECKED,
+          bool STREAM>
 KVGEN_DEVICE inline void copyBlocksCta(
     const BlockCopy<typename L::cache::storage> &a, const SideMap *maps,
     int64_t first) {
@@ -898,7 +900,7 @@ KVGEN_DEVICE inline void copyBlocksCta(
     perItem = L::block_size * perToken,
     total = ITEMS * perItem,
     rounds = (total + THREADS - 1) / THREADS,
-    batch = rounds < 4 ? rounds : 4
+    batch = rounds < BATCH ? rounds : BATCH
   };
   for (int r0 = 0; r0 < int(rounds); r0 += batch) {
     Frag<CS, VEC> f[batch];
@@ -982,18 +984,20 @@ KVGEN_DEVICE inline void copyBlocks(
   enum { kSmall = SmallThreads<P>::value };
   if (P::vec > 1 && aligned) {
     if (small)
-      copyBlocksCta<L, P::vec, 1, kSmall, O::checked, P::streaming_stores>(
+      copyBlocksCta<L, P::vec, 1, kSmall, P::copy_batch, O::checked,
+                    P::streaming_stores>(
           a, maps, first);
     else
-      copyBlocksCta<L, P::vec, P::tokens_per_cta, P::threads, O::checked,
-                    P::streaming_stores>(a, maps, first);
+      copyBlocksCta<L, P::vec, P::tokens_per_cta, P::threads, P::copy_batch,
+                    O::checked, P::streaming_stores>(a, maps, first);
   } else {
     if (small)
-      copyBlocksCta<L, 1, 1, kSmall, O::checked, P::streaming_stores>(
+      copyBlocksCta<L, 1, 1, kSmall, P::copy_batch, O::checked,
+                    P::streaming_stores>(
           a, maps, first);
     else
-      copyBlocksCta<L, 1, P::tokens_per_cta, P::threads, O::checked,
-                    P::streaming_stores>(a, maps, first);
+      copyBlocksCta<L, 1, P::tokens_per_cta, P::threads, P::copy_batch,
+                    O::checked, P::streaming_stores>(a, maps, first);
   }
 }
 

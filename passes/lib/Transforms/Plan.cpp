@@ -89,13 +89,22 @@ PlanChoice kvgen::choosePlan(const LayoutDesc &layout, DType io,
       t *= 2;
     c.tokensPerCta = t;
   }
+  // Accesses per thread: about 4 for ops over tokens; about
+  // kBlockCopyBatch (Plan.h) for ops over whole blocks, whose threads issue
+  // the loads of all their accesses of a block before the first store.
+  const int64_t perThread = itemTokens > 1 ? kBlockCopyBatch : 4;
   if (threads > 0)
     c.threads = threads;
   else
     c.threads = std::min<int64_t>(
-        512, std::max<int64_t>(
-                 64, ((perToken * c.tokensPerCta + 3) / 4 + 31) / 32 * 32));
-  c.smallThreads = std::min<int64_t>(512, (perToken + 31) / 32 * 32);
+        512, std::max<int64_t>(64, ((perToken * c.tokensPerCta + perThread -
+                                     1) / perThread + 31) / 32 * 32));
+  c.smallThreads =
+      itemTokens > 1
+          ? c.threads / c.tokensPerCta / 32 * 32
+          : std::min<int64_t>(512, (perToken + 31) / 32 * 32);
+  if (c.smallThreads == 0)
+    c.smallThreads = 32;
   if (smallMaxTokens >= 0)
     c.smallMaxTokens = smallMaxTokens;
   else if (target.vendor() == Vendor::Host)

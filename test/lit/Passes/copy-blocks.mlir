@@ -3,10 +3,11 @@
 
 // kv.copy_blocks plans a CTA per block: a work item is one row of
 // block_mapping, i.e. block_size x num_kv_heads x (Dk + Dv) elements (here
-// 16 x 4 x 320 / 8 per access = 2560 accesses), so one item per CTA and the
-// most threads; 16-byte accesses divide both head sizes.
+// 16 x 4 x 320 / 8 per access = 2560 accesses), so one item per CTA, with
+// threads for about kBlockCopyBatch = 20 accesses each (2560 / 20 = 128);
+// 16-byte accesses divide both head sizes.
 // PLAN-LABEL: kv.copy_blocks @cow
-// PLAN-SAME: vector_bytes = 16, threads = 512, tokens_per_cta = 1,
+// PLAN-SAME: vector_bytes = 16, threads = 128, tokens_per_cta = 1,
 // PLAN-SAME: cache_alignment = proven
 kv.copy_blocks @cow : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16>
@@ -22,6 +23,8 @@ kv.copy_blocks @cow_dyn : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 // EMITC-LABEL: emitc.func @cow(
 // EMITC-SAME: !emitc.opaque<"kvgen_copy_blocks_args">
 // EMITC: call_opaque "kvgen::copy_blocks"(%{{.*}}) {template_args = [#emitc.opaque<"cow_layout">, #emitc.opaque<"cow_plan">, #emitc.opaque<"cow_options">]}
+// The plan struct carries the batch the kernel loads before storing.
+// EMITC: static constexpr int copy_batch = 20;
 // EMITC: struct cow_dyn_options {\0A  static constexpr bool checked = true;\0A};
 
 // An MLA latent cache (one packed 576-wide row): the same one-block CTA,
@@ -34,7 +37,7 @@ kv.copy_blocks @cow_mla : #kv.layout<num_kv_heads = 1,
 
 // swap_blocks plans as copy_blocks.
 // PLAN-LABEL: kv.swap_blocks @offload
-// PLAN-SAME: vector_bytes = 16, threads = 512, tokens_per_cta = 1,
+// PLAN-SAME: vector_bytes = 16, threads = 128, tokens_per_cta = 1,
 // PLAN-SAME: cache_alignment = proven
 kv.swap_blocks @offload : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16>

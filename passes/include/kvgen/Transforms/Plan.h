@@ -8,6 +8,14 @@
 
 namespace kvgen {
 
+/// Accesses whose loads a thread of a block copy (copy_blocks, swap_blocks)
+/// issues before its first store; kv-plan sizes those CTAs so that each
+/// thread has about this many accesses of a block, and the kernels read it
+/// from their plan struct (`copy_batch`). Block copies are bound by the
+/// loads in flight: on the H200, 128 threads x 20 in-flight 16-byte loads
+/// per MiMo block beat 512 x 4 (docs/performance.md, "Block copies").
+constexpr int kBlockCopyBatch = 20;
+
 /// The decisions of the kv-plan pass for one kernel (see Plan.cpp).
 struct PlanChoice {
   int64_t vectorBytes = 1; ///< bytes per cache access

@@ -19,6 +19,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kvgen/Conversion/Passes.h"
+#include "kvgen/Transforms/Plan.h"
 #include "kvgen/Target.h"
 
 #include "mlir/IR/Builders.h"
@@ -122,6 +123,8 @@ std::string planStruct(StringRef name, PlanAttr plan, DType cache) {
      << ", hw_fp8 = " << (plan.getHwFp8() ? "true" : "false")
      << ", streaming_stores = "
      << (plan.getStreamingStores() ? "true" : "false") << ";\n";
+  os << "  /// Loads a block-copy thread issues before its first store.\n";
+  os << "  static constexpr int copy_batch = " << kBlockCopyBatch << ";\n";
   os << "};";
   return out;
 }
