@@ -452,7 +452,15 @@ kvgen_status kvgen_layout_extent_bytes(kvgen_layout layout, int component,
                 fmt::format("kvgen_layout_extent_bytes: component '{}' has "
                             "dynamic ('?') strides; pass their values",
                             l.components[size_t(component)].name));
-  *out = num_blocks <= 0 ? 0 : l.extentBytes(component, num_blocks, dynamic);
+  std::optional<int64_t> bytes =
+      l.checkedExtentBytes(component, num_blocks, dynamic);
+  if (!bytes)
+    return fail(KVGEN_ERROR_OUT_OF_BOUNDS,
+                fmt::format("kvgen_layout_extent_bytes: the extent of "
+                            "component '{}' for num_blocks = {} overflows 64 "
+                            "bits, or a '?' stride is negative or above 2^38",
+                            l.components[size_t(component)].name, num_blocks));
+  *out = *bytes;
   return succeed();
 }
 

@@ -1,5 +1,6 @@
 //===- KVDialect.cpp - The kv dialect -------------------------------------===//
 #include "kvgen/Dialect/KV.h"
+#include "kvgen/Launch.h"
 #include "kvgen/LayoutSyntax.h"
 #include "kvgen/Target.h"
 
@@ -228,7 +229,27 @@ LogicalResult kvgen::kv::verifyPlanFits(Operation *op) {
   PlanAttr plan = spec.getPlanAttr();
   if (!plan)
     return success();
+  // A plan built with PlanAttr::get (not getChecked, not parsed) skipped its
+  // own verifier: run it here, where every op is verified.
+  if (failed(PlanAttr::verify([&] { return op->emitOpError("plan: "); },
+                              plan.getTarget(), plan.getVectorBytes(),
+                              plan.getThreads(), plan.getTokensPerCta(),
+                              plan.getSmallMaxTokens(), plan.getSmallThreads(),
+                              plan.getCacheAlignment(), plan.getHwFp8(),
+                              plan.getStreamingStores())))
+    return failure();
   const LayoutDesc &l = spec.getLayout().getDesc();
+  // Kernels number a CTA's accesses in 32 bits (kvgen/Launch.h).
+  int64_t rowElems = 0;
+  for (const Component &c : l.components)
+    rowElems += c.headSize;
+  const int64_t itemElements =
+      spec.getWorkItemTokens() * l.numKvHeads * rowElems;
+  if (!ctaFits(plan.getTokensPerCta(), itemElements))
+    return op->emitOpError("plan's 'tokens_per_cta' = ")
+           << plan.getTokensPerCta() << " work items of " << itemElements
+           << " elements exceed the 2^30 elements a CTA's 32-bit access "
+              "numbers reach";
   int64_t esize = elementSize(l.dtype);
   if (plan.getVectorBytes() % esize != 0)
     return op->emitOpError("plan's 'vector_bytes' = ")
