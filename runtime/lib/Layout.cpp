@@ -712,9 +712,13 @@ public:
   bool integer(int64_t *out) override {
     skip();
     const char *q = p_;
+    // Decimal, with an optional '-' right before the digits (what MLIR's
+    // integer tokens are, less their hexadecimal form).
     bool neg = false;
-    if (q != end_ && (*q == '-' || *q == '+'))
-      neg = *q++ == '-';
+    if (q != end_ && *q == '-') {
+      neg = true;
+      ++q;
+    }
     if (q == end_ || !isDigit(*q))
       return false;
     // Accumulate as a negative number so that INT64_MIN is representable.
@@ -775,10 +779,18 @@ private:
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
   }
   static bool isDigit(char c) { return c >= '0' && c <= '9'; }
+  /// Blanks and `//` comments (to the end of the line), as in MLIR.
   void skip() {
-    while (p_ != end_ &&
-           (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r'))
-      ++p_;
+    while (p_ != end_) {
+      if (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r') {
+        ++p_;
+      } else if (*p_ == '/' && p_ + 1 != end_ && p_[1] == '/') {
+        while (p_ != end_ && *p_ != '\n')
+          ++p_;
+      } else {
+        break;
+      }
+    }
   }
   const char *begin_, *p_, *end_;
   std::string error_;

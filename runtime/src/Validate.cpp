@@ -112,7 +112,7 @@ Status validateLaunch(const KernelEntry &e, const void *args,
                                  op.name, st->name, t, sh->name, h));
     __int128 last = __int128(*work - 1) * t + __int128(l.numKvHeads - 1) * h +
                     l.headSize(a->which);
-    if (last * 4 > __int128(INT64_MAX))
+    if (last > __int128(INT64_MAX / 4)) // 4: the widest io element
       return Status::error(
           KVGEN_ERROR_OUT_OF_BOUNDS,
           fmt::format("{}: the rows of '{}' ({} = {}, {} = {}) span more "

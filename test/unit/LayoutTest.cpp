@@ -695,4 +695,24 @@ TEST(LayoutHostile, TypedMinimumIsNotDynamic) {
                                  "block stride -9223372036854775807");
 }
 
+TEST(LayoutHostile, OneGrammarForIntegersAndComments) {
+  // Found by the fuzzer: the text parser took `+6`, which MLIR's attribute
+  // parser refuses; MLIR took `0x10` and `- 5`, which the text parser
+  // refuses. The grammar's integers are decimal with '-' right before the
+  // digits, in both (the MLIR side is test/lit/Dialect/invalid-bounds.mlir).
+  const std::string head = "num_kv_heads = 4, head_size_k = 192, "
+                           "head_size_v = 128, dtype = bf16, block_size = ";
+  std::string err;
+  EXPECT_FALSE(parseLayout(head + "+6", &err));
+  EXPECT_EQ(err, "'block_size' must be an integer (at '+6')");
+  EXPECT_FALSE(parseLayout(head + "0x10", &err));
+  EXPECT_FALSE(parseLayout(head + "- 5", &err));
+  // `//` comments separate tokens, as in MLIR.
+  std::optional<LayoutDesc> l =
+      parseLayout(head + "16 // tokens per block\n, order = hnd", &err);
+  ASSERT_TRUE(l) << err;
+  EXPECT_EQ(l->blockSize, 16);
+  EXPECT_EQ(l->order, Order::HND);
+}
+
 } // namespace

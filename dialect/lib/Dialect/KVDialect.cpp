@@ -91,6 +91,14 @@ public:
     return true;
   }
   bool integer(int64_t *out) override {
+    // The grammar's integers are decimal with '-' right before the digits
+    // (as parseLayout reads them); MLIR would also take `0x1f` and `- 5`.
+    const char *c = pos();
+    if (*c == '-')
+      ++c;
+    if (!(*c >= '0' && *c <= '9') ||
+        (c[0] == '0' && (c[1] == 'x' || c[1] == 'X')))
+      return false;
     OptionalParseResult r = p.parseOptionalInteger(*out);
     return r.has_value() && succeeded(*r);
   }

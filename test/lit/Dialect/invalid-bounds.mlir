@@ -77,6 +77,19 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // -----
 
+// One grammar with parseLayout: decimal integers only (found by the fuzzer).
+// expected-error @+2 {{'block_size' must be an integer}}
+kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 0x10, dtype = bf16>, input bf16, slots i64
+
+// -----
+
+// expected-error @+2 {{'block_size' must be an integer}}
+kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = - 16, dtype = bf16>, input bf16, slots i64
+
+// -----
+
 // A plan whose CTA would number more accesses than 32 bits hold.
 #plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 512,
     tokens_per_cta = 1048576, small_max_tokens = 0, small_threads = 0,
