@@ -30,12 +30,17 @@ Shapes (T = num_tokens, H = num_kv_heads, Dk/Dv = head_size_k/v):
       contiguous one). A packed layout uses key_cache only (value_cache may
       be None).
   k_scale / v_scale float32 [1] (scale = per_tensor) or [H] (per_head)
-  error_flag        int32 [>= 1], required by checked kernels (set to 1 when
-                    a slot >= num_blocks * block_size was skipped)
+  error_flag        int32 [>= 1], optional: kernels (all but `unchecked`
+                    ones) skip a slot >= num_blocks * block_size and set it
+                    to 1; without one they set the context's error word,
+                    which Context.check() / Context.synchronize() report as
+                    KvgenError (KVGEN_ERROR_INDEX_OUT_OF_RANGE), and which a
+                    launch on the host backend checks at once
 
 Every launch is validated by the runtime; failures raise KvgenError with the
 runtime's message (kvgen_last_error()). Argument mistakes the binding can see
-itself (shapes, dtypes) raise ValueError / TypeError before any C call.
+itself (shapes, dtypes, cache views whose strides are not the layout's) raise
+ValueError / TypeError before any C call.
 """
 
 import ctypes
@@ -725,9 +730,21 @@ class Context:
 
     def synchronize(self):
         """Waits for all work on the context's device; asynchronous kernel
-        faults raise KvgenError (KVGEN_ERROR_LAUNCH)."""
+        faults raise KvgenError (KVGEN_ERROR_LAUNCH), and indices that
+        checked kernels skipped since the last check raise KvgenError
+        (KVGEN_ERROR_INDEX_OUT_OF_RANGE; see check())."""
         _check("kvgen_context_synchronize",
                self._optional("kvgen_context_synchronize")(self._h()))
+        self.check()
+
+    def check(self):
+        """kvgen_context_check: waits for the device, then raises KvgenError
+        (KVGEN_ERROR_INDEX_OUT_OF_RANGE, naming the kernels) when a kernel
+        launched without an error_flag skipped a slot >= num_blocks *
+        block_size or a block id outside [0, num_blocks) since the last
+        check. Nothing was written or read outside the cache then; the
+        skipped tokens or blocks were not moved."""
+        _check("kvgen_context_check", self._lib.kvgen_context_check(self._h()))
 
     def alloc(self, nbytes):
         """Allocates nbytes of device memory (host memory for the host
@@ -764,14 +781,21 @@ class Context:
         op: an op name (kvgen.ops() lists them: 'reshape_and_cache',
         'gather', ...); layout: a Layout or its text; options: the op's
         options by name (kvgen.ops()[op].options), e.g. io='bf16',
-        slots='i32', checked=True, dequantize=True; omitted ones take the
-        op's defaults. io_dtype / slot_dtype are the older names of io /
-        slots."""
+        slots='i32', dequantize=True, unchecked=True (kernels test every
+        slot and block id unless unchecked: "the caller proves every slot <
+        num_blocks * block_size"); omitted ones take the op's defaults.
+        io_dtype / slot_dtype are the older names of io / slots; checked
+        (deprecated: kernels are checked by default) is the inverse of
+        unchecked."""
         o = _capi.op(op)
+        if checked is not None:
+            if "unchecked" in options:
+                raise TypeError("give unchecked or checked, not both")
+            options["unchecked"] = not checked
         # The older positional names; a false flag the op lacks is no
         # option at all.
         for name, value in (("io", io_dtype), ("slots", slot_dtype),
-                            ("checked", checked), ("dequantize", dequantize)):
+                            ("dequantize", dequantize)):
             if value is None or (value is False and o.option(name) is None):
                 continue
             options.setdefault(name, value)
@@ -832,7 +856,9 @@ class Kernel:
             self.options[k] = v
         self.io_dtype = self.options.get("io")
         self.slot_dtype = self.options.get("slots")
-        self.checked = self.options.get("checked") == "1"
+        #: False only for kernels built with the option unchecked.
+        self.unchecked = self.options.get("unchecked") == "1"
+        self.checked = not self.unchecked
         self.dequantize = self.options.get("dequantize") == "1"
 
     def __repr__(self):
@@ -855,7 +881,7 @@ class Kernel:
         raise AttributeError(name)
 
     def launch(self, *positional, num_blocks=None, stream=None,
-               cache_strides=None, cache_bytes=None, **tensors):
+               cache_strides=None, cache_bytes=None, check=None, **tensors):
         """Validates what the binding can see, fills the op's argument
         struct from `tensors` (by field name; positional ones in the order
         of the op's tensor fields) and launches through kvgen_launch.
@@ -870,7 +896,12 @@ class Kernel:
         strides for '?' layout strides. stream: a CUstream handle (int) or
         an object with .cuda_stream; default torch's current stream for
         device tensors. Asynchronous on CUDA/HIP; KvgenError on a runtime
-        failure."""
+        failure. check: after the launch, Context.check() (KvgenError when
+        a kernel skipped an out-of-range index into the context's error
+        word); default: on the host backend only, whose launches are
+        synchronous so the check costs no wait; on a device that would be a
+        host synchronization, so call ctx.check() or ctx.synchronize() when
+        it suits."""
         op = self._op
         lay = self.layout
         tensor_args = [a for a in op.args
@@ -1010,11 +1041,7 @@ class Kernel:
                 fields[a.name] = b.ptr
             elif a.role == "error_flag":
                 if b is None:
-                    if self.checked and t > 0:
-                        raise ValueError(f"kernel {self.name} is checked: "
-                                         f"pass {a.name} (an int32 tensor, "
-                                         "zeroed)")
-                    continue
+                    continue  # the context's error word (Context.check)
                 if b.dtype != "i32":
                     raise TypeError(f"{a.name}: dtype {b.dtype}, need int32")
                 fields[a.name] = b.ptr
@@ -1065,6 +1092,8 @@ class Kernel:
             stream = stream.cuda_stream
         args = op.args_struct(**fields)
         self.launch_raw(args, stream=int(stream))
+        if check or (check is None and backend == "host"):
+            self._ctx.check()
 
     def launch_raw(self, args, stream=0):
         """Launches with a prebuilt argument struct (args_struct(); no

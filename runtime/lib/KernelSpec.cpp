@@ -85,6 +85,15 @@ std::optional<std::string> KernelSpec::set(std::string_view name,
                                            std::string_view value) {
   const OpDesc &d = opDesc(op);
   const OptionDesc *o = d.option(name);
+  if (!o && name == "checked") {
+    // Deprecated: kernels are checked by default; `checked` is read as the
+    // inverse of `unchecked` (texts written before the default changed).
+    std::optional<std::string> v = canonical(OptionKind::Flag, trim(value));
+    if (!v)
+      return "option 'checked' must be 0 or 1, got '" +
+             std::string(trim(value)) + "'";
+    return set(kUncheckedOption.name, *v == "1" ? "0" : "1");
+  }
   if (!o) {
     std::string known;
     for (size_t i = 0; i < d.numOptions; ++i)

@@ -12,11 +12,12 @@
 
 #include <fmt/format.h>
 
-#include <cctype>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -116,6 +117,12 @@ struct kvgen_kernel_s {
   std::string optionsText;
   std::unique_ptr<LoadedModule> module; // null on compile-only contexts
   StrideMemo memo;
+  kvgen_context_s *ctx = nullptr;
+  /// The op's ERROR_FLAG field, when the kernel tests indices (not
+  /// `unchecked`): a NULL one gets the context's error word.
+  const ArgDesc *errorFlag = nullptr;
+  /// Launched with the context's error word since the last check.
+  std::atomic<bool> usedErrorWord{false};
 };
 
 struct kvgen_context_s {
@@ -137,6 +144,39 @@ struct kvgen_context_s {
   std::unordered_map<std::string, kvgen_kernel_s *> byCanonicalSpec;
   std::map<Digest, kvgen_kernel_s *> byContent;
   std::chrono::milliseconds lockTimeout{60000};
+
+  /// One int32 of device memory that checked kernels launched without an
+  /// error_flag set (kvgen_context_check reads and clears it); allocated on
+  /// first use, freed with the context.
+  std::mutex errorWordMutex;
+  std::atomic<int32_t *> errorWord{nullptr};
+
+  ~kvgen_context_s() {
+    if (int32_t *w = errorWord.load())
+      backend->free(w);
+  }
+
+  /// The error word, allocated and zeroed on first use.
+  Status getErrorWord(int32_t **out) {
+    if ((*out = errorWord.load(std::memory_order_acquire)))
+      return Status::ok();
+    std::lock_guard<std::mutex> g(errorWordMutex);
+    if ((*out = errorWord.load()))
+      return Status::ok();
+    void *p = nullptr;
+    Status st = backend->alloc(sizeof(int32_t), &p);
+    if (!st.isOk())
+      return st;
+    const int32_t zero = 0;
+    st = backend->copy(p, &zero, sizeof zero, KVGEN_COPY_HOST_TO_DEVICE);
+    if (!st.isOk()) {
+      backend->free(p);
+      return st;
+    }
+    *out = static_cast<int32_t *>(p);
+    errorWord.store(*out, std::memory_order_release);
+    return Status::ok();
+  }
 
   std::atomic<uint64_t> memoryHits{0}, diskHits{0}, compiles{0}, diskWrites{0},
       evictions{0};
@@ -249,6 +289,9 @@ Status kvgen_context_s::obtain(const KernelEntry &e, const std::string &source,
   }
   auto k = std::make_unique<kvgen_kernel_s>();
   k->entry = e;
+  k->ctx = this;
+  if (!e.spec.flag("unchecked"))
+    k->errorFlag = opDesc(e.spec.op).argWithRole(ArgRole::ErrorFlag);
   k->layoutText = toString(e.spec.layout);
   k->optionsText = e.spec.optionsText();
   std::string binary;
@@ -335,6 +378,8 @@ const char *kvgen_status_string(kvgen_status s) {
     return "KVGEN_ERROR_COMPILE_ONLY";
   case KVGEN_ERROR_INTERNAL:
     return "KVGEN_ERROR_INTERNAL";
+  case KVGEN_ERROR_INDEX_OUT_OF_RANGE:
+    return "KVGEN_ERROR_INDEX_OUT_OF_RANGE";
   }
   return "KVGEN_ERROR_UNKNOWN";
 }
@@ -694,6 +739,43 @@ kvgen_status kvgen_context_synchronize(kvgen_context ctx) {
   return report(ctx->backend->synchronize());
 }
 
+kvgen_status kvgen_context_check(kvgen_context ctx) {
+  if (kvgen_status s = needDevice(ctx, "kvgen_context_check"))
+    return s;
+  Status st = ctx->backend->synchronize();
+  if (!st.isOk())
+    return report(st);
+  int32_t *word = ctx->errorWord.load();
+  if (!word)
+    return succeed(); // no launch used it
+  int32_t value = 0;
+  st =
+      ctx->backend->copy(&value, word, sizeof value, KVGEN_COPY_DEVICE_TO_HOST);
+  if (!st.isOk())
+    return report(st);
+  // The kernels launched with the word since the last check.
+  std::string names;
+  {
+    std::lock_guard<std::mutex> g(ctx->mutex);
+    for (const auto &k : ctx->kernels)
+      if (k->usedErrorWord.exchange(false))
+        names += (names.empty() ? "" : ", ") + k->entry.name;
+  }
+  if (value == 0)
+    return succeed();
+  const int32_t zero = 0;
+  st = ctx->backend->copy(word, &zero, sizeof zero, KVGEN_COPY_HOST_TO_DEVICE);
+  if (!st.isOk())
+    return report(st);
+  return fail(KVGEN_ERROR_INDEX_OUT_OF_RANGE,
+              fmt::format("a kernel skipped a slot >= num_blocks * "
+                          "block_size or a block id outside [0, num_blocks) "
+                          "since the last check (kernels launched with the "
+                          "context's error word since then: {}); nothing was "
+                          "written or read outside the cache",
+                          names.empty() ? "none recorded" : names));
+}
+
 kvgen_status kvgen_context_load_bundle(kvgen_context ctx, const char *dir) {
   if (!ctx || !dir || !*dir)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT, "ctx or dir is NULL/empty");
@@ -916,6 +998,31 @@ kvgen_status kvgen_launch(kvgen_kernel k, const void *args, uint64_t argsSize,
                 fmt::format("{} work items need {} CTAs, more than grid.x "
                             "allows",
                             work, grid));
+  // A checked kernel without an error_flag reports to the context's error
+  // word: launch a copy of the arguments with the field filled in (the
+  // backends copy the arguments at launch).
+  if (k->errorFlag) {
+    void *flag = nullptr;
+    std::memcpy(&flag, static_cast<const char *>(args) + k->errorFlag->offset,
+                sizeof flag);
+    if (!flag) {
+      int32_t *word = nullptr;
+      Status ws = k->ctx->getErrorWord(&word);
+      if (!ws.isOk())
+        return report(ws);
+      alignas(16) char copy[1024];
+      if (argsSize > sizeof copy)
+        return fail(KVGEN_ERROR_INTERNAL,
+                    fmt::format("{} bytes of arguments exceed the {} the "
+                                "launch copies",
+                                argsSize, sizeof copy));
+      std::memcpy(copy, args, size_t(argsSize));
+      std::memcpy(copy + k->errorFlag->offset, &word, sizeof word);
+      k->usedErrorWord.store(true, std::memory_order_relaxed);
+      return report(k->module->launch(copy, size_t(argsSize), uint32_t(grid),
+                                      uint32_t(block), stream));
+    }
+  }
   return report(k->module->launch(args, size_t(argsSize), uint32_t(grid),
                                   uint32_t(block), stream));
 }

@@ -149,10 +149,6 @@ Status validateLaunch(const KernelEntry &e, const void *args,
       required = scaled && s.flag("dequantize");
       why = scaleWhy;
       break;
-    case ArgNeed::Checked:
-      required = s.flag("checked");
-      why = " but the kernel is checked";
-      break;
     case ArgNeed::Never:
       break;
     }

@@ -62,8 +62,6 @@ def ctx(tmp_path_factory):
         lf.write_text(f"#kv.layout<{LAYOUTS[key].text}>\n")
         cmd = [str(KVGEN), "emit", "--layout", str(lf), "--target", "host",
                "--op", "copy_blocks", "--bundle", str(d / "bundle")]
-        if checked:
-            cmd.append("--checked")
         r = subprocess.run(cmd, capture_output=True, text=True)
         assert r.returncode == 0, r.stdout + r.stderr
     c = kvgen.Context("host", cache_dir=str(d / "cache"))

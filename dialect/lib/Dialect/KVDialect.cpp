@@ -234,6 +234,16 @@ LogicalResult KVDialect::verifyOperationAttribute(Operation *op,
 
 LogicalResult kvgen::kv::verifyPlanFits(Operation *op) {
   auto spec = cast<KernelSpecOpInterface>(op);
+  // The op's options (Ops.def, incl. the `unchecked` every op has) are its
+  // attributes: an op declared without one would silently drop it.
+  const OpDesc &desc = opDesc(spec.getKernelOp());
+  ArrayRef<StringAttr> names = op->getName().getAttributeNames();
+  for (size_t i = 0; i < desc.numOptions; ++i)
+    if (llvm::none_of(names, [&](StringAttr n) {
+          return n.getValue() == desc.options[i].name;
+        }))
+      return op->emitOpError("declares no attribute for option '")
+             << desc.options[i].name << "' of its table entry (Ops.def)";
   PlanAttr plan = spec.getPlanAttr();
   if (!plan)
     return success();
