@@ -152,6 +152,7 @@ struct kvgen_context_s {
   std::atomic<int32_t *> errorWord{nullptr};
 
   ~kvgen_context_s() {
+    flushWarnings(); // never delivered (no compile, no callback): now
     if (int32_t *w = errorWord.load())
       backend->free(w);
   }
@@ -182,11 +183,21 @@ struct kvgen_context_s {
       evictions{0};
   std::atomic<double> lastCompileMs{0}, lastLoadMs{0};
 
+  /// Warnings of context creation (e.g. an unusable default cache
+  /// directory) wait here until a callback is installed or the context
+  /// first compiles, so that a callback set right after creation gets them.
+  std::vector<std::string> pendingWarnings;
+  bool deferWarnings = true;
+
   void warn(const std::string &msg) {
     kvgen_warning_fn fn;
     void *user;
     {
       std::lock_guard<std::mutex> g(mutex);
+      if (deferWarnings) {
+        pendingWarnings.push_back(msg);
+        return;
+      }
       fn = warnFn;
       user = warnUser;
     }
@@ -194,6 +205,18 @@ struct kvgen_context_s {
       fn(msg.c_str(), user);
     else
       std::fprintf(stderr, "%s\n", msg.c_str());
+  }
+
+  /// Stops deferring and delivers the deferred warnings to the sink in use.
+  void flushWarnings() {
+    std::vector<std::string> pending;
+    {
+      std::lock_guard<std::mutex> g(mutex);
+      deferWarnings = false;
+      pending.swap(pendingWarnings);
+    }
+    for (const std::string &m : pending)
+      warn(m);
   }
 
   // Must be called without `mutex` held (DiskCache may warn).
@@ -233,6 +256,7 @@ Status kvgen_context_s::getBinary(const KernelEntry &e,
                                   const std::string &source, const Digest &key,
                                   bool forceCompile, std::string *binary,
                                   bool *fromDisk) {
+  flushWarnings();
   std::shared_ptr<DiskCache> cache;
   {
     std::lock_guard<std::mutex> g(mutex);
@@ -653,6 +677,7 @@ const char *kvgen_context_target(kvgen_context ctx) {
 kvgen_status kvgen_context_set_cache_dir(kvgen_context ctx, const char *dir) {
   if (!ctx)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+  ctx->flushWarnings();
   ctx->setCacheDir(dir ? dir : "");
   return succeed();
 }
@@ -668,9 +693,12 @@ void kvgen_context_set_warning_callback(kvgen_context ctx, kvgen_warning_fn fn,
                                         void *user_data) {
   if (!ctx)
     return;
-  std::lock_guard<std::mutex> g(ctx->mutex);
-  ctx->warnFn = fn;
-  ctx->warnUser = user_data;
+  {
+    std::lock_guard<std::mutex> g(ctx->mutex);
+    ctx->warnFn = fn;
+    ctx->warnUser = user_data;
+  }
+  ctx->flushWarnings(); // creation's warnings reach the new sink
 }
 
 kvgen_status kvgen_context_get_stats(kvgen_context ctx,

@@ -19,7 +19,9 @@
  *
  * Disk cache: $KVGEN_CACHE_DIR, else $XDG_CACHE_HOME/kvgen, else
  * $HOME/.cache/kvgen. A directory that cannot be created or written turns
- * the context's cache memory-only, with one warning.
+ * the context's cache memory-only, with one warning (through the warning
+ * callback when one is set, see kvgen_context_set_warning_callback). Lock
+ * files serialize compiles across processes and are removed after use.
  *
  *===----------------------------------------------------------------------===*/
 #ifndef KVGEN_KVGEN_H
@@ -229,7 +231,10 @@ KVGEN_API kvgen_status kvgen_context_set_cache_dir(kvgen_context ctx,
                                                    const char *dir);
 /** The disk cache directory in use, "" when memory-only. */
 KVGEN_API const char *kvgen_context_cache_dir(kvgen_context ctx);
-/** Replaces the default warning sink (stderr); fn NULL restores it. */
+/** Replaces the default warning sink (stderr); fn NULL restores it.
+ * Warnings of context creation (an unusable default cache directory) are
+ * held until this call or the context's first compile, so a callback set
+ * right after kvgen_context_create receives them. */
 KVGEN_API void kvgen_context_set_warning_callback(kvgen_context ctx,
                                                   kvgen_warning_fn fn,
                                                   void *user_data);
