@@ -177,7 +177,11 @@ def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log):
     if args.tokens:
         Ts = tuple(int(t) for t in args.tokens.split(","))
     for label, lay in geoms:
+        # The default kernels test every slot (skipped + reported into the
+        # context's error word); the unchecked ones are timed in the same
+        # run on the same arguments: check_cost = checked / unchecked - 1.
         k = ctx.kernel("reshape_and_cache", lay, "bf16")
+        ku = ctx.kernel("reshape_and_cache", lay, "bf16", unchecked=True)
         H, Dk, Dv, bs = (lay.num_kv_heads, lay.head_size_k, lay.head_size_v,
                          lay.block_size)
         for T in Ts:
@@ -198,12 +202,13 @@ def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log):
                     scales = {"k_scale": torch.full((1,), 0.1, device=dev),
                               "v_scale": torch.full((1,), 0.1, device=dev)}
 
-                def launch(h=None):
-                    k.reshape_and_cache(
+                def launch(h=None, kern=k):
+                    kern.reshape_and_cache(
                         key, value, kc, vc, slots, num_blocks=nb,
                         stream=(torch.cuda.current_stream().cuda_stream
                                 if h is None else h), **scales)
                 t_k = timer(launch)
+                t_u = timer(lambda: launch(kern=ku))
                 rd, wr = moved_bytes(lay, T)
                 total = rd + wr
                 n = -(-total // 2)
@@ -220,7 +225,9 @@ def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log):
                        "kernel_us_min": t_k["min"],
                        "kernel_GBps": total / t_k["median"] / 1e3,
                        "copy_us": t_c["median"],
-                       "copy_GBps": 2 * n / t_c["median"] / 1e3}
+                       "copy_GBps": 2 * n / t_c["median"] / 1e3,
+                       "unchecked_us": t_u["median"],
+                       "check_cost": t_k["median"] / t_u["median"] - 1}
                 row["ratio_to_copy"] = row["kernel_GBps"] / row["copy_GBps"]
                 gk = None
                 if T <= 64:
@@ -241,19 +248,23 @@ def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log):
                 log(f"  {label:26s} T={T:6d} {row['kernel_us']:9.2f} us "
                     f"{row['kernel_GBps']:8.1f} GB/s  copy "
                     f"{row['copy_GBps']:8.1f} GB/s  ratio "
-                    f"{row['ratio_to_copy']:.3f}"
+                    f"{row['ratio_to_copy']:.3f}  check "
+                    f"{100 * row['check_cost']:+.1f}%"
                     + (f"  graph {row['graph_us_per_launch']:.2f} us"
                        if "graph_us_per_launch" in row else ""))
                 # gather of the rows just written (fp8: dequantized to bf16)
                 fp8 = lay.dtype != "bf16"
                 gk = ctx.kernel("gather", lay, "bf16", dequantize=fp8)
+                gku = ctx.kernel("gather", lay, "bf16", dequantize=fp8,
+                                 unchecked=True)
                 ko = torch.empty_like(key)
                 vo = torch.empty_like(value)
 
-                def glaunch():
-                    gk.gather(kc, vc, slots, ko, vo, num_blocks=nb,
-                              **scales)
+                def glaunch(kern=gk):
+                    kern.gather(kc, vc, slots, ko, vo, num_blocks=nb,
+                                **scales)
                 t_g = timer(glaunch)
+                t_gu = timer(lambda: glaunch(gku))
                 grd, gwr = gather_bytes(lay, T)
                 # A gather moves the write's bytes in the other direction:
                 # the same copy baseline.
@@ -265,11 +276,14 @@ def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log):
                      "kernel_us": t_g["median"], "kernel_us_min": t_g["min"],
                      "kernel_GBps": (grd + gwr) / t_g["median"] / 1e3,
                      "copy_us": row["copy_us"],
-                     "copy_GBps": row["copy_GBps"]}
+                     "copy_GBps": row["copy_GBps"],
+                     "unchecked_us": t_gu["median"],
+                     "check_cost": t_g["median"] / t_gu["median"] - 1}
                 g["ratio_to_copy"] = g["kernel_GBps"] / g["copy_GBps"]
                 rows.append(g)
                 log(f"  {label:26s} T={T:6d} gather {g['kernel_us']:9.2f} us"
-                    f" ratio {g['ratio_to_copy']:.3f}")
+                    f" ratio {g['ratio_to_copy']:.3f}  check "
+                    f"{100 * g['check_cost']:+.1f}%")
             except Exception as e:  # noqa: BLE001
                 rows.append({"op": "reshape_and_cache", "geometry": label,
                              "dtype": lay.dtype, "T": T,
@@ -532,7 +546,8 @@ def goals(rows, ovh, jit):
 COLS = ["op", "geometry", "dtype", "T", "bytes_read", "bytes_written",
         "bytes_total", "kernel_us", "kernel_GBps", "copy_us", "copy_GBps",
         "ratio_to_copy", "graph_us_per_launch", "empty_graph_us",
-        "graph_ratio_to_empty", "torch_add_graph_us", "error"]
+        "graph_ratio_to_empty", "torch_add_graph_us", "unchecked_us",
+        "check_cost", "error"]
 
 
 def write_csv(rows, path):

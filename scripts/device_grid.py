@@ -545,8 +545,9 @@ def run_case(ctx, X, case, T, seed, rec, slack):
     for role, spec in case.kernels().items():
         try:
             kernels[role] = ctx.kernel(spec.op, spec.layout, spec.io,
-                                       spec.slots, spec.checked,
-                                       spec.dequantize)
+                                       spec.slots,
+                                       dequantize=spec.dequantize,
+                                       unchecked=spec.unchecked)
         except Exception as e:  # noqa: BLE001
             rec.add(case, T, f"kernel:{role}", False,
                     f"{type(e).__name__}: {e}")
@@ -760,7 +761,8 @@ def api_checks(ctx, X, rec, slack):
     # fp8: missing scale (binding), and NULL scale through the raw C API.
     fcase = next(c for c in G.grid_cases() if c.name == "checked_oob_e4m3")
     fk = fcase.kernels()["write"]
-    fw = ctx.kernel(fk.op, fk.layout, fk.io, fk.slots, fk.checked)
+    fw = ctx.kernel(fk.op, fk.layout, fk.io, fk.slots,
+                    unchecked=fk.unchecked)
     fc = Caches(X, fcase, nb, gen, slack)
     fkc, fvc = fc.args()
     flag = X.zeros_i32(1)

@@ -32,7 +32,7 @@ from kvgen import read_manifest  # noqa: E402
 def spec_of(e):
     # Manifest v2: the op's options under their Ops.def names.
     return G.KSpec(e["op"], G.Layout.parse(e["layout"]).text, e["io"],
-                   e["slots"], e.get("checked", "0") == "1",
+                   e["slots"], e.get("unchecked", "0") == "1",
                    e.get("dequantize", "0") == "1")
 
 
@@ -97,8 +97,8 @@ def check_compile(bundle, target, specs):
         t0 = time.time()
         for s in specs:
             try:
-                ctx.kernel(s.op, s.layout, s.io, s.slots, s.checked,
-                           s.dequantize)
+                ctx.kernel(s.op, s.layout, s.io, s.slots,
+                           dequantize=s.dequantize, unchecked=s.unchecked)
             except kvgen.KvgenError as e:
                 sys.exit(f"emit_device_bundle: {s} does not compile: {e}")
         st = ctx.stats()

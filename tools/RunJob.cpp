@@ -452,6 +452,11 @@ int runJob(const RunOptions &o) {
               !checkGather(dKq, dVq, 2, true, "dequantizing gather")))
     ++failures;
 
+  // The kernels are checked (the default) and launched without an
+  // error_flag: an index they skipped is in the context's error word.
+  if (!check(kvgen_context_check(ctx), "checking the kernels' error word"))
+    ++failures;
+
   kvgen_cache_stats stats{};
   kvgen_context_get_stats(ctx, &stats);
   fmt::print("kvgen run: {} on {}{}\n", o.presetName, target,

@@ -2,7 +2,7 @@
 //
 //   kvgen emit  (--preset NAME | --layout FILE) --op reshape_and_cache|gather
 //               --target gfx90a|gfx942|gfx950|sm_80|sm_89|sm_90|host
-//               [--io bf16] [--slots i64] [--checked] [--dequantize]
+//               [--io bf16] [--slots i64] [--unchecked] [--dequantize]
 //               [-o FILE | --bundle DIR]
 //   kvgen run   [--preset NAME | --layout FILE] [--backend auto|cuda|hip|host]
 //               [--bundle DIR] [--tokens N] [--seed N]
@@ -89,7 +89,8 @@ const char kUsageTail[] =
     "\n"
     "run: the end-to-end job: emits (or loads from --bundle), compiles and\n"
     "launches reshape_and_cache then gather on random tokens and checks the\n"
-    "cache and the gathered rows bit for bit against a host reference.\n"
+    "cache and the gathered rows bit for bit against a host reference, and\n"
+    "that the (checked) kernels skipped no slot (kvgen_context_check).\n"
     "  --preset NAME    a built-in layout (default: mimo-v2-flash)\n"
     "  --layout FILE    as for emit (MLIR build only); not with --preset\n"
     "  --backend B      auto (CUDA, else HIP, else host; default), cuda, hip\n"
@@ -209,6 +210,10 @@ int parseFlags(const std::string &cmd, int argc, char **argv, int first,
       if (a.empty() || a[0] != '-')
         return usageError(("kvgen " + cmd).c_str(), "unexpected argument '{}'",
                           a);
+      if (a == "--checked")
+        return usageError(("kvgen " + cmd).c_str(),
+                          "--checked is gone: kernels are checked by "
+                          "default (--unchecked opts out)");
       return usageError(("kvgen " + cmd).c_str(), "unknown option '{}'", a);
     }
     if (!spec->takesValue) {

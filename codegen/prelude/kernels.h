@@ -430,8 +430,9 @@ struct SlotPos {
 };
 
 /// The cache position of `slot`: block < 0 for padding (negative slots) and,
-/// in checked kernels, for slots past the cache (which also set the error
-/// flag).
+/// in checked kernels (the default; all but `unchecked` ones), for slots
+/// past the cache, which also set the error flag (the caller's, or the
+/// runtime's context error word).
 template <class SP>
 KVGEN_DEVICE inline SlotPos place(int64_t slot, int64_t numBlocks,
                                   int32_t *errorFlag) {
@@ -736,7 +737,7 @@ template <class L, class P, class O, class CACHE, int TOKENS, int THREADS>
 struct SpecOf {
   typedef Spec<typename O::io, CACHE, typename O::slots, L::num_kv_heads,
                L::k::head_size, L::v::head_size, L::block_size, P::vec, TOKENS,
-               THREADS, L::scale, O::checked, L::packed, P::streaming_stores>
+               THREADS, L::scale, !O::unchecked, L::packed, P::streaming_stores>
       type;
 };
 /// The small-launch shape's threads (32 when the plan has no such shape:
@@ -984,20 +985,20 @@ KVGEN_DEVICE inline void copyBlocks(
   enum { kSmall = SmallThreads<P>::value };
   if (P::vec > 1 && aligned) {
     if (small)
-      copyBlocksCta<L, P::vec, 1, kSmall, P::copy_batch, O::checked,
+      copyBlocksCta<L, P::vec, 1, kSmall, P::copy_batch, !O::unchecked,
                     P::streaming_stores>(
           a, maps, first);
     else
       copyBlocksCta<L, P::vec, P::tokens_per_cta, P::threads, P::copy_batch,
-                    O::checked, P::streaming_stores>(a, maps, first);
+                    !O::unchecked, P::streaming_stores>(a, maps, first);
   } else {
     if (small)
-      copyBlocksCta<L, 1, 1, kSmall, P::copy_batch, O::checked,
+      copyBlocksCta<L, 1, 1, kSmall, P::copy_batch, !O::unchecked,
                     P::streaming_stores>(
           a, maps, first);
     else
       copyBlocksCta<L, 1, P::tokens_per_cta, P::threads, P::copy_batch,
-                    O::checked, P::streaming_stores>(a, maps, first);
+                    !O::unchecked, P::streaming_stores>(a, maps, first);
   }
 }
 

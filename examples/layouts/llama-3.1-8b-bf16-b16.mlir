@@ -10,7 +10,7 @@ kv.reshape_and_cache @llama31_8b_bf16_b16_write :
     #kv.layout<num_kv_heads = 8, head_size_k = 128,
       head_size_v = 128, block_size = 16, order = nhd,
       packing = separate, dtype = bf16, scale = none>,
-      input bf16, slots i64 checked
+      input bf16, slots i64
 
 // Reads the cached rows of the slots back into dense [8, 128] / [8, 128] rows.
 kv.gather @llama31_8b_bf16_b16_read :

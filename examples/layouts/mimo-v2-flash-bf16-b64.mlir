@@ -12,7 +12,7 @@ kv.reshape_and_cache @mimo_v2_flash_bf16_b64_write :
     #kv.layout<num_kv_heads = 4, head_size_k = 192,
       head_size_v = 128, block_size = 64, order = nhd,
       packing = separate, dtype = bf16, scale = none>,
-      input bf16, slots i64 checked
+      input bf16, slots i64
 
 // Reads the cached rows of the slots back into dense [4, 192] / [4, 128] rows.
 kv.gather @mimo_v2_flash_bf16_b64_read :

@@ -12,7 +12,7 @@ kv.reshape_and_cache @mimo_v2_flash_fp8_b16_write :
     #kv.layout<num_kv_heads = 4, head_size_k = 192,
       head_size_v = 128, block_size = 16, order = nhd,
       packing = separate, dtype = f8E4M3FN, scale = per_tensor>,
-      input bf16, slots i64 checked
+      input bf16, slots i64
 
 // Reads the cached rows of the slots back into dense [4, 192] / [4, 128] rows
 // in bf16, multiplying by the scale.

@@ -16,17 +16,31 @@ Shapes (T = num_tokens, H = num_kv_heads, Dk/Dv = head_size_k/v):
   key / key_out     [T, H, Dk], last dim contiguous, any token/head strides
   value / value_out [T, H, Dv], as key
   slot_mapping      [T] int32 or int64 (the kernel's slot dtype); < 0 = pad
-  key_cache, value_cache: any tensor/array (any dtype, e.g. uint8 for fp8)
-      whose memory holds the layout's extent; its size in bytes is the span
-      of the view (numel * element_size for a contiguous one). A packed
-      layout uses key_cache only (value_cache may be None).
+  key_cache, value_cache: a raw buffer (1-D or contiguous, any dtype, e.g.
+      uint8 for fp8) whose memory holds the layout's extent, or a view of
+      the layout's shape ([num_blocks, block_size, H, D] for nhd,
+      [num_blocks, H, block_size, D] for hnd; D = Dk + Dv when packed) in
+      the cache dtype, whose strides must then be the layout's: a mismatch
+      (e.g. the K and V halves of a [num_blocks, 2, block_size, H, D]
+      allocation passed to a dense layout) raises ValueError naming the
+      stride and the k_strides / v_strides that would describe the views.
+      '?' layout strides are taken from such views when cache_strides is
+      not given. K and V views of one allocation must not overlap. The size
+      in bytes is the span of the view (numel * element_size for a
+      contiguous one). A packed layout uses key_cache only (value_cache may
+      be None).
   k_scale / v_scale float32 [1] (scale = per_tensor) or [H] (per_head)
-  error_flag        int32 [>= 1], required by checked kernels (set to 1 when
-                    a slot >= num_blocks * block_size was skipped)
+  error_flag        int32 [>= 1], optional: kernels (all but `unchecked`
+                    ones) skip a slot >= num_blocks * block_size and set it
+                    to 1; without one they set the context's error word,
+                    which Context.check() / Context.synchronize() report as
+                    KvgenError (KVGEN_ERROR_INDEX_OUT_OF_RANGE), and which a
+                    launch on the host backend checks at once
 
 Every launch is validated by the runtime; failures raise KvgenError with the
 runtime's message (kvgen_last_error()). Argument mistakes the binding can see
-itself (shapes, dtypes) raise ValueError / TypeError before any C call.
+itself (shapes, dtypes, cache views whose strides are not the layout's) raise
+ValueError / TypeError before any C call.
 """
 
 import ctypes
@@ -378,6 +392,183 @@ class _Buf:
         return self.strides[0], self.strides[1]
 
 
+def _is_contiguous(shape, strides):
+    """C-order contiguous (strides in elements; size-1 dims ignored)."""
+    want = 1
+    for n, st in reversed(list(zip(shape, strides))):
+        if n > 1 and st != want:
+            return False
+        want *= n
+    return True
+
+
+def _cache_view(lay, buf, tensor):
+    """How cache argument `buf` describes tensor `tensor` of layout `lay`.
+
+    A cache is either a raw buffer (1-D, or contiguous of any shape, or of
+    another element size): the layout alone says where its elements are;
+    or a view of the tensor's logical shape, [num_blocks, block_size, H, W]
+    (nhd) or [num_blocks, H, block_size, W] (hnd) in elements of the cache
+    dtype (W: the component's head size, the row width when packed): its
+    strides are then the tensor's real strides. Returns None for a raw
+    buffer, else the view's (block, token, head) strides; raises ValueError
+    for a view that is neither (non-contiguous of another shape, or a last
+    dimension that is not contiguous)."""
+    comps = list(range(len(lay.components))) if lay.packed else [tensor]
+    w = sum(lay.head_size(c) for c in comps)
+    h, bs = lay.num_kv_heads, lay.block_size
+    nhd = lay.order == "nhd"
+    shape = buf.shape
+    logical = len(shape) == 4 and buf.itemsize == lay.element_size and \
+        shape[1:] == ((bs, h, w) if nhd else (h, bs, w))
+    if not logical:
+        if len(shape) <= 1 or _is_contiguous(shape, buf.strides) or \
+                buf.itemsize != lay.element_size:
+            if len(shape) > 1 and not _is_contiguous(shape, buf.strides):
+                raise ValueError(
+                    f"{buf.what}: a non-contiguous view of {buf.dtype} "
+                    f"elements ({buf.itemsize} bytes), but the layout's "
+                    f"elements are {lay.element_size} bytes: pass a view "
+                    "of the cache dtype, or a contiguous buffer")
+            return None
+        want = [bs, h, w] if nhd else [h, bs, w]
+        raise ValueError(
+            f"{buf.what}: a non-contiguous view of shape {list(shape)} "
+            f"(strides {list(buf.strides)} elements) is neither a raw "
+            f"buffer (contiguous) nor the layout's [num_blocks, "
+            f"{'block_size, H' if nhd else 'H, block_size'}, "
+            f"{'row width' if lay.packed else 'head size'}] = "
+            f"[N, {', '.join(map(str, want))}] view")
+    st = buf.strides
+    if w > 1 and st[3] != 1:
+        raise ValueError(f"{buf.what}: the last dimension must be "
+                         f"contiguous (stride {st[3]}, need 1)")
+    return (st[0], st[1], st[2]) if nhd else (st[0], st[2], st[1])
+
+
+def _strides_arg(lay, c, s):
+    name = lay.components[c]
+    return f"{name}_strides = [{s[0]}, {s[1]}, {s[2]}]"
+
+
+def _check_cache_views(op, lay, bufs, dyn):
+    """Compares every cache view (see _cache_view) with the layout's strides
+    and refuses a mismatch, naming the stride and the layout that would fit.
+    For '?' layout strides without cache_strides (dyn None) the views'
+    strides are the values; returns the (block, token, head) triples to pass
+    as cache_strides per component, or None."""
+    views = {}  # component -> (buf, its strides)
+    for a in op.args:
+        if a.role != "cache" or bufs.get(a.name) is None:
+            continue
+        tensor = a.which & 1
+        if lay.packed and tensor == 1:
+            continue
+        got = _cache_view(lay, bufs[a.name], tensor)
+        if got is None:
+            continue
+        for c in (range(len(lay.components)) if lay.packed else [tensor]):
+            views.setdefault(c, []).append((bufs[a.name], got))
+    if not views:
+        return None
+    names = ("block", "token", "head")
+    inferred = {}
+    problems = []
+    for c, seen in sorted(views.items()):
+        declared = lay._strides[lay.components[c]]
+        for buf, got in seen:
+            if any(x is None for x in declared) and dyn is None:
+                prev = inferred.setdefault(c, got)
+                if prev != got:
+                    problems.append(f"{buf.what} has strides {list(got)}, "
+                                    f"another view of component "
+                                    f"{lay.components[c]} {list(prev)}")
+                continue
+            want = [got[i] if x is None and dyn is None else
+                    (int(dyn[min(c, len(dyn) - 1)][i]) if x is None else x)
+                    for i, x in enumerate(declared)]
+            sizes = (None, lay.block_size, lay.num_kv_heads)
+            for i in range(3):
+                # Strides of a dimension of size 1 address nothing.
+                if (sizes[i] is None or sizes[i] > 1) and got[i] != want[i]:
+                    ratio = ""
+                    if want[i] and got[i] % want[i] == 0 and got[i] > want[i]:
+                        ratio = f" ({got[i] // want[i]} x the layout's)"
+                    problems.append(
+                        f"{names[i]} stride of {buf.what} is {got[i]} "
+                        f"elements{ratio}, the layout's is {want[i]}")
+                    break
+    if problems:
+        fit = []
+        for c, seen in sorted(views.items()):
+            if lay.packed and c > 0:
+                break
+            fit.append(_strides_arg(lay, c, seen[0][1]))
+        raise ValueError(
+            "; ".join(problems) + f" (layout {lay.text}): describe the "
+            "views with " + ", ".join(fit) + " (kvgen.Layout(..., "
+            "k_strides=..., v_strides=...) or strides={name: ...}), or pass "
+            "caches laid out as the layout says")
+    if not inferred:
+        return None
+    out = []
+    for c in range(len(lay.components)):
+        out.append(inferred.get(c, inferred.get(0) if lay.packed else
+                                (0, 0, 0)))
+    return out
+
+
+def _check_cache_aliasing(op, lay, bufs, fields, dyn):
+    """Refuses K and V caches of one cache set whose elements may share
+    memory: their spans (the layout's extents from each pointer) intersect,
+    and either they start at the same byte or, with equal block strides,
+    block 0's spans meet modulo the block stride (then some blocks do).
+    Intersecting spans with different block strides are not decided here.
+    E.g. K and V passed as the same tensor, or V's pointer inside K's rows;
+    the halves of a [num_blocks, 2, ...] allocation pass."""
+    if lay.packed:
+        return
+    sets = {}
+    for a in op.args:
+        if a.role == "cache" and bufs.get(a.name) is not None:
+            sets.setdefault(a.which >> 1, {})[a.which & 1] = a
+    for cset, by_tensor in sets.items():
+        if 0 not in by_tensor or 1 not in by_tensor:
+            continue
+        ka, va = by_tensor[0], by_tensor[1]
+        kb, vb = bufs[ka.name], bufs[va.name]
+        if kb.is_device != vb.is_device:
+            continue
+        nb = None
+        for a in op.args:
+            if a.role == "num_blocks" and a.which == cset:
+                nb = fields.get(a.name)
+        if not nb or nb <= 0:
+            continue
+        es = lay.element_size
+        k_st = lay.strides(0, dyn[0])
+        v_st = lay.strides(1, dyn[min(1, len(dyn) - 1)])
+        k_ext = lay.extent_bytes(0, nb, dyn[0])
+        v_ext = lay.extent_bytes(1, nb, dyn[min(1, len(dyn) - 1)])
+        d = vb.ptr - kb.ptr  # bytes from K's first element to V's
+        if d >= k_ext or -d >= v_ext:
+            continue  # disjoint spans
+        clash = d == 0
+        if not clash and k_st[0] == v_st[0]:
+            m = k_st[0] * es
+            k1 = lay.extent_bytes(0, 1, dyn[0])
+            v1 = lay.extent_bytes(1, 1, dyn[min(1, len(dyn) - 1)])
+            r = d % m
+            # Block 0's spans as arcs modulo the block stride.
+            clash = k1 > m or v1 > m or r < k1 or r + v1 > m
+        if clash:
+            raise ValueError(
+                f"{ka.name} and {va.name} overlap: {va.name} starts {d} "
+                f"bytes after {ka.name}, "
+                f"inside its {k_ext}-byte span of {nb} blocks; K and V of "
+                f"layout {lay.text} need disjoint memory")
+
+
 def _opt(x, what):
     return None if x is None else _Buf(x, what)
 
@@ -550,9 +741,21 @@ class Context:
 
     def synchronize(self):
         """Waits for all work on the context's device; asynchronous kernel
-        faults raise KvgenError (KVGEN_ERROR_LAUNCH)."""
+        faults raise KvgenError (KVGEN_ERROR_LAUNCH), and indices that
+        checked kernels skipped since the last check raise KvgenError
+        (KVGEN_ERROR_INDEX_OUT_OF_RANGE; see check())."""
         _check("kvgen_context_synchronize",
                self._optional("kvgen_context_synchronize")(self._h()))
+        self.check()
+
+    def check(self):
+        """kvgen_context_check: waits for the device, then raises KvgenError
+        (KVGEN_ERROR_INDEX_OUT_OF_RANGE, naming the kernels) when a kernel
+        launched without an error_flag skipped a slot >= num_blocks *
+        block_size or a block id outside [0, num_blocks) since the last
+        check. Nothing was written or read outside the cache then; the
+        skipped tokens or blocks were not moved."""
+        _check("kvgen_context_check", self._lib.kvgen_context_check(self._h()))
 
     def alloc(self, nbytes):
         """Allocates nbytes of device memory (host memory for the host
@@ -589,14 +792,21 @@ class Context:
         op: an op name (kvgen.ops() lists them: 'reshape_and_cache',
         'gather', ...); layout: a Layout or its text; options: the op's
         options by name (kvgen.ops()[op].options), e.g. io='bf16',
-        slots='i32', checked=True, dequantize=True; omitted ones take the
-        op's defaults. io_dtype / slot_dtype are the older names of io /
-        slots."""
+        slots='i32', dequantize=True, unchecked=True (kernels test every
+        slot and block id unless unchecked: "the caller proves every slot <
+        num_blocks * block_size"); omitted ones take the op's defaults.
+        io_dtype / slot_dtype are the older names of io / slots; checked
+        (deprecated: kernels are checked by default) is the inverse of
+        unchecked."""
         o = _capi.op(op)
+        if checked is not None:
+            if "unchecked" in options:
+                raise TypeError("give unchecked or checked, not both")
+            options["unchecked"] = not checked
         # The older positional names; a false flag the op lacks is no
         # option at all.
         for name, value in (("io", io_dtype), ("slots", slot_dtype),
-                            ("checked", checked), ("dequantize", dequantize)):
+                            ("dequantize", dequantize)):
             if value is None or (value is False and o.option(name) is None):
                 continue
             options.setdefault(name, value)
@@ -657,7 +867,9 @@ class Kernel:
             self.options[k] = v
         self.io_dtype = self.options.get("io")
         self.slot_dtype = self.options.get("slots")
-        self.checked = self.options.get("checked") == "1"
+        #: False only for kernels built with the option unchecked.
+        self.unchecked = self.options.get("unchecked") == "1"
+        self.checked = not self.unchecked
         self.dequantize = self.options.get("dequantize") == "1"
 
     def __repr__(self):
@@ -680,7 +892,7 @@ class Kernel:
         raise AttributeError(name)
 
     def launch(self, *positional, num_blocks=None, stream=None,
-               cache_strides=None, cache_bytes=None, **tensors):
+               cache_strides=None, cache_bytes=None, check=None, **tensors):
         """Validates what the binding can see, fills the op's argument
         struct from `tensors` (by field name; positional ones in the order
         of the op's tensor fields) and launches through kvgen_launch.
@@ -695,7 +907,12 @@ class Kernel:
         strides for '?' layout strides. stream: a CUstream handle (int) or
         an object with .cuda_stream; default torch's current stream for
         device tensors. Asynchronous on CUDA/HIP; KvgenError on a runtime
-        failure."""
+        failure. check: after the launch, Context.check() (KvgenError when
+        a kernel skipped an out-of-range index into the context's error
+        word); default: on the host backend only, whose launches are
+        synchronous so the check costs no wait; on a device that would be a
+        host synchronization, so call ctx.check() or ctx.synchronize() when
+        it suits."""
         op = self._op
         lay = self.layout
         tensor_args = [a for a in op.args
@@ -748,11 +965,20 @@ class Kernel:
             if len(dyn) != 2 or any(len(d) != 3 for d in dyn):
                 raise ValueError("cache_strides: two (block, token, head) "
                                  "triples")
-        elif lay.has_dynamic_strides() and t > 0:
+        # Cache views: their strides must be the layout's (or give the '?'
+        # ones).
+        from_views = _check_cache_views(
+            op, lay, bufs, None if cache_strides is None else dyn)
+        if cache_strides is None and from_views is not None:
+            dyn = [tuple(x) for x in from_views]
+            while len(dyn) < 2:
+                dyn.append(dyn[0])
+        elif cache_strides is None and lay.has_dynamic_strides() and t > 0:
             raise ValueError(
                 f"kernel {self.name}: its layout has dynamic ('?') "
                 "strides; pass cache_strides=((kb, kt, kh), (vb, vt, "
-                "vh)) in elements")
+                "vh)) in elements, or the caches as views of the layout's "
+                "shape")
         packed = lay.packed
         cache_sizes = {}
         if cache_bytes is not None:
@@ -832,11 +1058,7 @@ class Kernel:
                 fields[a.name] = b.ptr
             elif a.role == "error_flag":
                 if b is None:
-                    if self.checked and t > 0:
-                        raise ValueError(f"kernel {self.name} is checked: "
-                                         f"pass {a.name} (an int32 tensor, "
-                                         "zeroed)")
-                    continue
+                    continue  # the context's error word (Context.check)
                 if b.dtype != "i32":
                     raise TypeError(f"{a.name}: dtype {b.dtype}, need int32")
                 fields[a.name] = b.ptr
@@ -873,6 +1095,7 @@ class Kernel:
                         + ") hold no whole block of the layout; pass "
                         "num_blocks explicitly to get the runtime's check")
             fields[a.name] = int(nb)
+        _check_cache_aliasing(op, lay, bufs, fields, dyn)
         # stream
         if stream is None:
             dev = next((b for b in bufs.values()
@@ -887,6 +1110,8 @@ class Kernel:
             stream = stream.cuda_stream
         args = op.args_struct(**fields)
         self.launch_raw(args, stream=int(stream))
+        if check or (check is None and backend == "host"):
+            self._ctx.check()
 
     def launch_raw(self, args, stream=0):
         """Launches with a prebuilt argument struct (args_struct(); no

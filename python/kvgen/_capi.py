@@ -32,6 +32,7 @@ STATUS_NAMES = {
     9: "KVGEN_ERROR_BUNDLE",
     10: "KVGEN_ERROR_COMPILE_ONLY",
     11: "KVGEN_ERROR_INTERNAL",
+    12: "KVGEN_ERROR_INDEX_OUT_OF_RANGE",
 }
 
 # kvgen_backend
@@ -150,6 +151,7 @@ _PROTOTYPES = {
     "kvgen_context_get_stats": (ctypes.c_int, [_c,
                                                ctypes.POINTER(CacheStats)]),
     "kvgen_context_load_bundle": (ctypes.c_int, [_c, ctypes.c_char_p]),
+    "kvgen_context_check": (ctypes.c_int, [_c]),
     "kvgen_context_get_kernel": (ctypes.c_int, [_c, ctypes.c_char_p,
                                                 ctypes.POINTER(_c)]),
     "kvgen_context_get_kernel_by_spec": (

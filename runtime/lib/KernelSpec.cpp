@@ -85,6 +85,15 @@ std::optional<std::string> KernelSpec::set(std::string_view name,
                                            std::string_view value) {
   const OpDesc &d = opDesc(op);
   const OptionDesc *o = d.option(name);
+  if (!o && name == "checked") {
+    // Deprecated: kernels are checked by default; `checked` is read as the
+    // inverse of `unchecked` (texts written before the default changed).
+    std::optional<std::string> v = canonical(OptionKind::Flag, trim(value));
+    if (!v)
+      return "option 'checked' must be 0 or 1, got '" +
+             std::string(trim(value)) + "'";
+    return set(kUncheckedOption.name, *v == "1" ? "0" : "1");
+  }
   if (!o) {
     std::string known;
     for (size_t i = 0; i < d.numOptions; ++i)
@@ -182,6 +191,18 @@ std::optional<std::string> KernelSpec::validate() const {
   const OpDesc &d = opDesc(op);
   if (options.size() != d.numOptions)
     return std::string("options are not set (use KernelSpec::make)");
+  // Fields that name a component (rows, scales, strides) need it in the
+  // layout: a K/V op reads components 0 and 1.
+  for (size_t i = 0; i < d.numArgs; ++i) {
+    const ArgDesc &a = d.args[i];
+    if ((a.role == ArgRole::Rows || a.role == ArgRole::Scale ||
+         a.role == ArgRole::CacheStrides) &&
+        a.which >= layout.numComponents())
+      return "op " + std::string(d.name) + " reads component " +
+             std::to_string(a.which) + " ('" + a.name + "'), but the layout " +
+             "has " + std::to_string(layout.numComponents()) + " component" +
+             (layout.numComponents() == 1 ? "" : "s");
+  }
   for (size_t i = 0; i < d.numOptions; ++i) {
     const OptionDesc &o = d.options[i];
     if (!canonical(o.kind, options[i]))

@@ -110,39 +110,80 @@ int64_t LayoutDesc::extentBytes(int c, int64_t numBlocks,
   return extentElements(c, numBlocks, dynamic) * elementSize(dtype);
 }
 
+std::optional<int64_t>
+LayoutDesc::checkedExtentBytes(int c, int64_t numBlocks,
+                               const int64_t *dynamic) const {
+  if (numBlocks <= 0)
+    return int64_t(0);
+  if (c < 0 || c >= numComponents() || numKvHeads < 1 ||
+      numKvHeads > kMaxNumKvHeads || blockSize < 1 ||
+      blockSize > kMaxBlockSize || headSize(c) < 1 ||
+      headSize(c) > kMaxHeadSize)
+    return std::nullopt;
+  Strides s = strides(c);
+  int64_t v[3] = {s.block, s.token, s.head};
+  for (int i = 0; i < 3; ++i) {
+    if (v[i] == kDynamic) {
+      if (!dynamic)
+        return std::nullopt;
+      v[i] = dynamic[i];
+    }
+    if (v[i] < 0 || v[i] > kMaxStride)
+      return std::nullopt;
+  }
+  // One past the last element (LayoutMap.h's formula), in 128 bits.
+  SideMap m{v[0], v[1], v[2], base(c)};
+  __int128 end = elementOffsetAs<__int128>(m, numBlocks - 1, blockSize - 1,
+                                           numKvHeads - 1, headSize(c));
+  __int128 bytes = end * elementSize(dtype);
+  if (bytes > __int128(INT64_MAX))
+    return std::nullopt;
+  return int64_t(bytes);
+}
+
 bool LayoutDesc::operator==(const LayoutDesc &o) const {
   return numKvHeads == o.numKvHeads && blockSize == o.blockSize &&
          order == o.order && packing == o.packing && dtype == o.dtype &&
          scale == o.scale && components == o.components;
 }
 
+//===----------------------------------------------------------------------===//
+// Validation: bounds, signs and overlap
+//===----------------------------------------------------------------------===//
+//
+// Overlap. A component c places element e of (block b, token t, head h) at
+//   b * B + t * T + h * S + base_c + e,   t < bs, h < H, e < D_c, b >= 0,
+// with any number of blocks (the layout does not know num_blocks). Two
+// components overlap only when they share a tensor (packed).
+//
+// 1. Nested strides decide in constant time (the common case). Sort the
+//    token and head dimensions of size > 1 by stride, s_1 <= s_2, and let
+//    E_0 = W (the row: the component's D, or for packed components sharing
+//    strides the row they tile, sum D, since their bases are prefix sums),
+//    E_k = E_{k-1} + (n_k - 1) * s_k (the span of the dimensions up to k).
+//    If s_k >= E_{k-1} for each k and B >= E_2, no two positions overlap.
+//    Proof sketch, by induction over k: with the outer indices fixed, the
+//    positions of dimensions < k lie in [o, o + E_{k-1}); consecutive
+//    indices of dimension k shift that set by s_k >= E_{k-1}, so the
+//    shifted sets are disjoint and together lie in [o, o + E_k). The block
+//    dimension is the outermost (unbounded, shifted by B >= E_2), so blocks
+//    are pairwise disjoint too. Packed components tile the W-wide row, so
+//    within a row they are disjoint by construction.
+// 2. Otherwise the rows of block 0 are enumerated, when there are at most
+//    kMaxEnumeratedRows of them, and the decision is exact: positions p, q
+//    of components with one block stride B collide for some blocks iff
+//    p = q (mod B) (shift the block of the smaller one by (p - q) / B), so
+//    the rows of block 0 are reduced modulo B and checked for overlapping
+//    residues. Components with block strides B_a != B_b collide iff p = q
+//    (mod gcd(B_a, B_b)) (Bezout, then shift both blocks by multiples of
+//    B_b / g and B_a / g until both are >= 0).
+// 3. Larger non-nested layouts are rejected: kvgen cannot prove them.
+
 namespace {
-struct Interval {
-  int64_t begin, end; // [begin, end) in elements
-  int comp;
-};
+const char *const kDimNames[3] = {"block", "token", "head"};
 
-// Appends the rows of component c in blocks [0, numBlocks) as intervals.
-void appendRows(const LayoutDesc &l, int c, const Strides &s,
-                int64_t numBlocks, std::vector<Interval> &out) {
-  SideMap m{s.block, s.token, s.head, l.base(c)};
-  for (int64_t b = 0; b < numBlocks; ++b)
-    for (int64_t t = 0; t < l.blockSize; ++t)
-      for (int64_t h = 0; h < l.numKvHeads; ++h) {
-        int64_t begin = elementOffset(m, b, t, h, 0);
-        out.push_back({begin, begin + l.headSize(c), c});
-      }
-}
-
-// Returns the first pair of overlapping intervals' components, if any.
-std::optional<std::pair<int, int>> findOverlap(std::vector<Interval> &rows) {
-  std::sort(rows.begin(), rows.end(), [](const Interval &a, const Interval &b) {
-    return a.begin < b.begin;
-  });
-  for (size_t i = 1; i < rows.size(); ++i)
-    if (rows[i].begin < rows[i - 1].end)
-      return std::make_pair(rows[i - 1].comp, rows[i].comp);
-  return std::nullopt;
+int64_t dim(const Strides &s, int i) {
+  return i == 0 ? s.block : i == 1 ? s.token : s.head;
 }
 
 std::string stridesField(const LayoutDesc &l, int c) {
@@ -156,6 +197,19 @@ std::string shown(const LayoutDesc &l, int c) {
   return l.components[size_t(c)].name;
 }
 
+/// "2^38 = 274877906944".
+std::string boundText(int64_t bound) {
+  int e = 0;
+  while ((int64_t(1) << e) < bound)
+    ++e;
+  return "2^" + std::to_string(e) + " = " + std::to_string(bound);
+}
+
+std::string stridesText(const Strides &s) {
+  return "[" + std::to_string(s.block) + ", " + std::to_string(s.token) + ", " +
+         std::to_string(s.head) + "]";
+}
+
 bool isIdentifier(const std::string &s) {
   if (s.empty() || (s[0] >= '0' && s[0] <= '9'))
     return false;
@@ -165,14 +219,113 @@ bool isIdentifier(const std::string &s) {
       return false;
   return true;
 }
+
+/// The first dimension whose stride is smaller than the span inside it
+/// (rule 1 above), or std::nullopt when the strides are nested.
+struct NestFailure {
+  int dim;      ///< 0 block, 1 token, 2 head
+  int64_t span; ///< the span of the dimensions inside it
+};
+std::optional<NestFailure> nestFailure(const Strides &s, int64_t blockSize,
+                                       int64_t heads, int64_t width) {
+  struct Dim {
+    int index;
+    int64_t stride, size;
+  };
+  Dim dims[2] = {{1, s.token, blockSize}, {2, s.head, heads}};
+  if (dims[1].stride < dims[0].stride)
+    std::swap(dims[0], dims[1]);
+  // Bounded sizes and strides keep the spans below 2^60.
+  int64_t span = width;
+  for (const Dim &d : dims) {
+    if (d.size == 1)
+      continue;
+    if (d.stride < span)
+      return NestFailure{d.index, span};
+    span += (d.size - 1) * d.stride;
+  }
+  if (s.block < span)
+    return NestFailure{0, span};
+  return std::nullopt;
+}
+
+/// One (token, head) row of a component in block 0.
+struct Row {
+  int64_t start; ///< offset of its element 0
+  int64_t width; ///< the component's head size
+  int comp;
+  int64_t token, head;
+};
+/// Residues [begin, end) of row `row` modulo some m; `elem` is the row's
+/// element at `begin`.
+struct Arc {
+  int64_t begin, end, elem;
+  size_t row;
+};
+
+/// Appends the residues of `r` (index i) modulo m: one arc, or two when the
+/// row wraps. A row wider than m covers every residue: [0, m).
+void reduce(const Row &r, size_t i, int64_t m, std::vector<Arc> &out) {
+  if (r.width >= m) {
+    out.push_back({0, m, (m - r.start % m) % m, i});
+    return;
+  }
+  int64_t b = r.start % m, e = b + r.width;
+  if (e <= m) {
+    out.push_back({b, e, 0, i});
+  } else {
+    out.push_back({b, m, 0, i});
+    out.push_back({0, e - m, m - b, i});
+  }
+}
+
+/// Two arcs that share a residue: of any rows, or (crossOnly) of rows of
+/// different components.
+std::optional<std::pair<Arc, Arc>>
+sweep(std::vector<Arc> arcs, const std::vector<Row> &rows, bool crossOnly) {
+  std::sort(arcs.begin(), arcs.end(),
+            [](const Arc &a, const Arc &b) { return a.begin < b.begin; });
+  // The arc reaching furthest so far, per component (crossOnly) or of all.
+  std::vector<std::optional<Arc>> reach(crossOnly ? kMaxComponents : 1);
+  for (const Arc &a : arcs) {
+    size_t mine = crossOnly ? size_t(rows[a.row].comp) : 0;
+    for (size_t k = 0; k < reach.size(); ++k) {
+      if (crossOnly && k == mine)
+        continue;
+      if (reach[k] && reach[k]->end > a.begin)
+        return std::make_pair(*reach[k], a);
+    }
+    if (!reach[mine] || a.end > reach[mine]->end)
+      reach[mine] = a;
+  }
+  return std::nullopt;
+}
+
+int64_t gcd64(int64_t a, int64_t b) {
+  while (b) {
+    int64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
 } // namespace
 
 std::optional<std::string>
 LayoutDesc::validateStrides(const std::vector<Strides> &all) const {
+  // Signs and bounds.
   for (int c = 0; c < numComponents(); ++c) {
     const Strides &s = all[size_t(c)];
-    if (s.block < 0 || s.token < 0 || s.head < 0)
-      return "'" + stridesField(*this, c) + "' must be non-negative";
+    for (int i = 0; i < 3; ++i) {
+      int64_t v = dim(s, i);
+      if (v < 0)
+        return "'" + stridesField(*this, c) + "' must be non-negative, got " +
+               kDimNames[i] + " stride " + std::to_string(v);
+      if (v > kMaxStride)
+        return "'" + stridesField(*this, c) + "' " + kDimNames[i] + " stride " +
+               std::to_string(v) + " exceeds " + boundText(kMaxStride) +
+               ", the bound that keeps cache offsets in 64 bits";
+    }
     if (s.block == 0)
       return "'" + stridesField(*this, c) + "' block stride must be positive";
   }
@@ -188,53 +341,67 @@ LayoutDesc::validateStrides(const std::vector<Strides> &all) const {
       groups.push_back({c});
   }
   for (const std::vector<int> &group : groups) {
-    std::vector<Interval> rows;
-    const int64_t blockStride = all[size_t(group[0])].block;
-    bool oneBlockStride = true;
+    const Strides &s0 = all[size_t(group[0])];
+    bool shared = true;
+    for (int c : group)
+      shared &= all[size_t(c)] == s0;
+    std::optional<NestFailure> nest;
+    if (shared) {
+      // Rule 1: the components' columns tile one row, then nested strides.
+      std::vector<int> byBase = group;
+      std::sort(byBase.begin(), byBase.end(),
+                [&](int a, int b) { return base(a) < base(b); });
+      bool gapless = true;
+      for (size_t i = 1; i < byBase.size(); ++i) {
+        int a = byBase[i - 1], b = byBase[i];
+        int64_t endA = base(a) + headSize(a);
+        if (base(b) < endA) {
+          int later = std::max(a, b), earlier = std::min(a, b);
+          return "'" + stridesField(*this, later) + "' make " +
+                 shown(*this, later) + " overlap " + shown(*this, earlier) +
+                 " in the packed row";
+        }
+        gapless &= base(b) == endA;
+      }
+      int64_t width =
+          base(byBase.back()) + headSize(byBase.back()) - base(byBase.front());
+      nest = nestFailure(s0, blockSize, numKvHeads, width);
+      if (gapless && !nest)
+        continue; // proven
+    }
+    // Rule 2: enumerate the rows of block 0 (bounded sizes: no overflow).
+    const int64_t perComponent = blockSize * numKvHeads;
+    if (perComponent * int64_t(group.size()) > kMaxEnumeratedRows) {
+      // Rule 3.
+      const int c = group.back();
+      if (!shared)
+        return "'" + stridesField(*this, c) + "' differ from '" +
+               stridesField(*this, group[0]) + "' in a packed layout of " +
+               std::to_string(perComponent) +
+               " rows per block: kvgen decides the overlap of packed "
+               "components with different strides for at most " +
+               std::to_string(kMaxEnumeratedRows) +
+               " rows; give them the same strides";
+      std::string span = std::to_string(nest ? nest->span : 0);
+      return "'" + stridesField(*this, group[0]) + "' = " + stridesText(s0) +
+             " are not nested: the " + kDimNames[nest ? nest->dim : 0] +
+             " stride " + std::to_string(dim(s0, nest ? nest->dim : 0)) +
+             " is smaller than " + span +
+             ", the span of the rows inside it; kvgen proves layouts of "
+             "more than " +
+             std::to_string(kMaxEnumeratedRows) +
+             " rows per block only when each stride is at least the span of "
+             "the dimensions inside it (docs/layout.md)";
+    }
+    std::vector<Row> rows;
     for (int c : group) {
-      oneBlockStride &= all[size_t(c)].block == blockStride;
-      appendRows(*this, c, all[size_t(c)], 1, rows);
+      const Strides &s = all[size_t(c)];
+      for (int64_t t = 0; t < blockSize; ++t)
+        for (int64_t h = 0; h < numKvHeads; ++h)
+          rows.push_back(
+              {t * s.token + h * s.head + base(c), headSize(c), c, t, h});
     }
-    if (oneBlockStride) {
-      // Block b holds block 0's rows shifted by b * B. With unboundedly many
-      // blocks, two positions collide exactly when they are congruent modulo
-      // B, so reduce block 0's rows modulo B (splitting rows that wrap) and
-      // look for overlap there: this covers every pair of blocks.
-      std::vector<Interval> reduced;
-      for (const Interval &r : rows) {
-        if (r.end - r.begin > blockStride) {
-          reduced.push_back({0, blockStride, r.comp});
-          reduced.push_back({0, blockStride, r.comp});
-          continue;
-        }
-        int64_t begin = r.begin % blockStride;
-        int64_t end = begin + (r.end - r.begin);
-        if (end <= blockStride) {
-          reduced.push_back({begin, end, r.comp});
-        } else {
-          reduced.push_back({begin, blockStride, r.comp});
-          reduced.push_back({0, end - blockStride, r.comp});
-        }
-      }
-      rows.swap(reduced);
-    } else {
-      // Packed components with different block strides: enumerate the
-      // blocks that can reach block 0's span.
-      int64_t span = 0, minBlock = INT64_MAX;
-      for (int c : group) {
-        const Strides &s = all[size_t(c)];
-        SideMap m{s.block, s.token, s.head, base(c)};
-        span = std::max(span, elementOffset(m, 0, blockSize - 1,
-                                            numKvHeads - 1, headSize(c)));
-        minBlock = std::min(minBlock, s.block);
-      }
-      int64_t blocks = std::min<int64_t>(2 + span / minBlock, 4096);
-      rows.clear();
-      for (int c : group)
-        appendRows(*this, c, all[size_t(c)], blocks, rows);
-    }
-    if (auto clash = findOverlap(rows)) {
-      auto [a, b] = *clash;
+    auto overlapMessage = [&](int a, int b) {
       if (a != b) {
         int later = std::max(a, b), earlier = std::min(a, b);
         return "'" + stridesField(*this, later) + "' make " +
@@ -243,7 +410,72 @@ LayoutDesc::validateStrides(const std::vector<Strides> &all) const {
       }
       return "'" + stridesField(*this, a) + "' make two " + shown(*this, a) +
              " positions overlap";
+    };
+    bool oneBlockStride = true;
+    for (int c : group)
+      oneBlockStride &= all[size_t(c)].block == s0.block;
+    if (oneBlockStride) {
+      const int64_t m = s0.block;
+      std::vector<Arc> arcs;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (rows[i].width > m)
+          return overlapMessage(rows[i].comp, rows[i].comp) + ": a row of " +
+                 std::to_string(rows[i].width) +
+                 " elements is wider than the block stride " +
+                 std::to_string(m);
+        reduce(rows[i], i, m, arcs);
+      }
+      if (auto hit = sweep(arcs, rows, false)) {
+        // A witness: the shared residue is the later arc's begin.
+        const Arc &x = hit->first, &y = hit->second;
+        const Row &rx = rows[x.row], &ry = rows[y.row];
+        int64_t ex = (x.elem + (y.begin - x.begin)) % m, ey = y.elem;
+        int64_t ox = rx.start + ex, oy = ry.start + ey;
+        int64_t bx = ox < oy ? (oy - ox) / m : 0;
+        int64_t by = oy < ox ? (ox - oy) / m : 0;
+        auto where = [&](const Row &r, int64_t b, int64_t e) {
+          return shown(*this, r.comp) + " block " + std::to_string(b) +
+                 ", token " + std::to_string(r.token) + ", head " +
+                 std::to_string(r.head) + ", element " + std::to_string(e);
+        };
+        return overlapMessage(rx.comp, ry.comp) + ": " + where(rx, bx, ex) +
+               " and " + where(ry, by, ey) + " are both at offset " +
+               std::to_string(std::max(ox, oy));
+      }
+      continue;
     }
+    // Packed components with their own block strides.
+    for (int c : group) {
+      const int64_t m = all[size_t(c)].block;
+      std::vector<Arc> arcs;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (rows[i].comp != c)
+          continue;
+        if (rows[i].width > m)
+          return overlapMessage(c, c) + ": a row of " +
+                 std::to_string(rows[i].width) +
+                 " elements is wider than the block stride " +
+                 std::to_string(m);
+        reduce(rows[i], i, m, arcs);
+      }
+      if (sweep(arcs, rows, false))
+        return overlapMessage(c, c);
+    }
+    for (size_t i = 0; i < group.size(); ++i)
+      for (size_t j = i + 1; j < group.size(); ++j) {
+        int a = group[i], b = group[j];
+        const int64_t g = gcd64(all[size_t(a)].block, all[size_t(b)].block);
+        std::vector<Arc> arcs;
+        for (size_t r = 0; r < rows.size(); ++r)
+          if (rows[r].comp == a || rows[r].comp == b)
+            reduce(rows[r], r, g, arcs);
+        if (sweep(arcs, rows, true))
+          return overlapMessage(a, b) + " (their block strides " +
+                 std::to_string(all[size_t(a)].block) + " and " +
+                 std::to_string(all[size_t(b)].block) +
+                 " meet at positions congruent modulo " + std::to_string(g) +
+                 ")";
+      }
   }
   return std::nullopt;
 }
@@ -251,6 +483,10 @@ LayoutDesc::validateStrides(const std::vector<Strides> &all) const {
 std::optional<std::string> LayoutDesc::validate() const {
   if (numKvHeads <= 0)
     return std::string("'num_kv_heads' must be positive");
+  if (numKvHeads > kMaxNumKvHeads)
+    return "'num_kv_heads' = " + std::to_string(numKvHeads) + " exceeds " +
+           boundText(kMaxNumKvHeads) +
+           ", the bound that keeps cache offsets in 64 bits";
   if (components.empty() || components.size() > kMaxComponents)
     return "a layout has 1 to " + std::to_string(kMaxComponents) +
            " components, got " + std::to_string(components.size());
@@ -261,29 +497,74 @@ std::optional<std::string> LayoutDesc::validate() const {
     for (size_t d = 0; d < c; ++d)
       if (components[d].name == x.name)
         return "component '" + x.name + "' given twice";
+    std::string field = isKV() ? "'head_size_" + x.name + "'"
+                               : "the head size of component '" + x.name + "'";
     if (x.headSize <= 0)
-      return isKV() ? "'head_size_" + x.name + "' must be positive"
-                    : "the head size of component '" + x.name +
-                          "' must be positive";
+      return field + " must be positive";
+    if (x.headSize > kMaxHeadSize)
+      return field + " = " + std::to_string(x.headSize) + " exceeds " +
+             boundText(kMaxHeadSize) +
+             ", the bound that keeps cache offsets in 64 bits";
   }
   if (blockSize <= 0)
     return std::string("'block_size' must be positive");
+  if (blockSize > kMaxBlockSize)
+    return "'block_size' = " + std::to_string(blockSize) + " exceeds " +
+           boundText(kMaxBlockSize) +
+           ", the bound that keeps cache offsets in 64 bits";
   if (isFp8(dtype) && scale == ScaleKind::None)
     return std::string("'scale' must be per_tensor or per_head for an fp8 "
                        "cache");
   if (!isFp8(dtype) && scale != ScaleKind::None)
     return std::string("'scale' must be none for a ") + toString(dtype) +
            " cache";
+  // Dense strides (products of bounded sizes: < 2^62, no overflow) must
+  // obey the stride bound too; the block stride is the largest.
+  bool anyExplicit = false;
+  for (const Component &x : components)
+    anyExplicit |= bool(x.strides);
+  for (int c = 0; c < numComponents(); ++c) {
+    if (components[size_t(c)].strides ||
+        (packing == Packing::Packed && anyExplicit))
+      continue;
+    int64_t block = denseStrides(c).block;
+    if (block > kMaxStride) {
+      std::string width =
+          packing == Packing::Packed
+              ? "the row width " + std::to_string(rowWidth(c))
+              : (isKV() ? "head_size_" + components[size_t(c)].name
+                        : "the head size of '" + components[size_t(c)].name +
+                              "'") +
+                    " " + std::to_string(headSize(c));
+      return "the dense block stride of " + shown(*this, c) + ", block_size " +
+             std::to_string(blockSize) + " x num_kv_heads " +
+             std::to_string(numKvHeads) + " x " + width + " = " +
+             std::to_string(block) + ", exceeds " + boundText(kMaxStride) +
+             ", the bound that keeps cache offsets in 64 bits";
+    }
+  }
   std::vector<Strides> all;
   for (int c = 0; c < numComponents(); ++c)
     all.push_back(strides(c));
   if (anyDynamic()) {
-    // Check what is known: signs here, overlap at launch time.
+    // Check what is known: signs and bounds here, overlap at launch time.
     for (int c = 0; c < numComponents(); ++c)
-      for (int64_t x : {all[size_t(c)].block, all[size_t(c)].token,
-                        all[size_t(c)].head})
-        if (x != kDynamic && x < 0)
-          return "'" + stridesField(*this, c) + "' must be non-negative";
+      for (int i = 0; i < 3; ++i) {
+        int64_t x = dim(all[size_t(c)], i);
+        if (x == kDynamic)
+          continue;
+        if (x < 0)
+          return "'" + stridesField(*this, c) + "' must be non-negative, got " +
+                 kDimNames[i] + " stride " + std::to_string(x);
+        if (x > kMaxStride)
+          return "'" + stridesField(*this, c) + "' " + kDimNames[i] +
+                 " stride " + std::to_string(x) + " exceeds " +
+                 boundText(kMaxStride) +
+                 ", the bound that keeps cache offsets in 64 bits";
+        if (i == 0 && x == 0)
+          return "'" + stridesField(*this, c) +
+                 "' block stride must be positive";
+      }
     return std::nullopt;
   }
   return validateStrides(all);
@@ -431,9 +712,13 @@ public:
   bool integer(int64_t *out) override {
     skip();
     const char *q = p_;
+    // Decimal, with an optional '-' right before the digits (what MLIR's
+    // integer tokens are, less their hexadecimal form).
     bool neg = false;
-    if (q != end_ && (*q == '-' || *q == '+'))
-      neg = *q++ == '-';
+    if (q != end_ && *q == '-') {
+      neg = true;
+      ++q;
+    }
     if (q == end_ || !isDigit(*q))
       return false;
     // Accumulate as a negative number so that INT64_MIN is representable.
@@ -494,10 +779,18 @@ private:
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
   }
   static bool isDigit(char c) { return c >= '0' && c <= '9'; }
+  /// Blanks and `//` comments (to the end of the line), as in MLIR.
   void skip() {
-    while (p_ != end_ &&
-           (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r'))
-      ++p_;
+    while (p_ != end_) {
+      if (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r') {
+        ++p_;
+      } else if (*p_ == '/' && p_ + 1 != end_ && p_[1] == '/') {
+        while (p_ != end_ && *p_ != '\n')
+          ++p_;
+      } else {
+        break;
+      }
+    }
   }
   const char *begin_, *p_, *end_;
   std::string error_;

@@ -40,10 +40,17 @@ struct Parser {
     if (!t.punct(']')) {
       do {
         int64_t x;
-        if (t.punct('?'))
+        const char *entryAt = t.pos();
+        if (t.punct('?')) {
           x = kDynamic;
-        else if (!t.integer(&x))
-          return fail(t.pos(), "'" + key + "' entries must be integers or ?");
+        } else if (!t.integer(&x)) {
+          return fail(entryAt, "'" + key + "' entries must be integers or ?");
+        } else if (x == kDynamic) {
+          // '?' is a token of its own: no number may stand for it.
+          return fail(entryAt, "'" + key + "' entry " + std::to_string(x) +
+                                   " is not a stride (strides are 0 to "
+                                   "2^38; write ? for a dynamic one)");
+        }
         if (n < 3)
           v[n] = x;
         ++n;

@@ -6,6 +6,11 @@
 namespace kvgen {
 
 namespace {
+constexpr const char kUncheckedName[] = "unchecked";
+constexpr const char kUncheckedDoc[] =
+    "omit the range test of slots and block ids: the caller proves every "
+    "slot < num_blocks * block_size (every block id in [0, num_blocks)); by "
+    "default kernels skip an index outside the cache and set the error flag";
 
 // Per op: its fields, then its options, each closed by a sentinel entry (an
 // op may have no options; arrays of unknown bound need one initializer).
@@ -47,7 +52,6 @@ namespace {
 #define SEPARATE_N Separate
 #define SCALED_N Scaled
 #define DEQUANT_N Dequant
-#define CHECKED_N Checked
 #define NEVER_N Never
 #include "kvgen/Ops.def"
 
@@ -55,8 +59,11 @@ namespace {
   const OptionDesc kOptions_##NAME[] = {
 #define KVGEN_OPTION(OP, NAME, KIND, DEFAULT, DOC)                             \
   {#NAME, OptionKind::KIND##_K, DEFAULT, DOC},
+// Every op ends with kUncheckedOption (Ops.def).
 #define KVGEN_OP_END(NAME)                                                     \
-  {nullptr, OptionKind::Flag, nullptr, nullptr}                                \
+  {kUncheckedName, OptionKind::Flag, "0", kUncheckedDoc}, {                    \
+    nullptr, OptionKind::Flag, nullptr, nullptr                                \
+  }                                                                            \
   }                                                                            \
   ;
 #define IO_TYPE_K IoType
@@ -69,6 +76,9 @@ template <class T, size_t N> constexpr size_t withoutSentinel(const T (&)[N]) {
 }
 
 } // namespace
+
+const OptionDesc kUncheckedOption = {kUncheckedName, OptionKind::Flag, "0",
+                                     kUncheckedDoc};
 
 const std::vector<OpDesc> &allOps() {
   static const std::vector<OpDesc> ops = {
@@ -203,8 +213,6 @@ const char *toString(ArgNeed n) {
     return "scaled";
   case ArgNeed::Dequant:
     return "dequant";
-  case ArgNeed::Checked:
-    return "checked";
   case ArgNeed::Never:
     return "never";
   }
@@ -228,6 +236,14 @@ std::string formatKernelAbi() {
                     "strides in elements, *_bytes in bytes. */\n";
   for (const OpDesc &op : allOps()) {
     out += "/** kv." + std::string(op.name) + ": " + op.doc + ". */\n";
+    // The options are part of what a kernel means (e.g. which kernels test
+    // indices), so they are part of the fingerprint too.
+    out += "/* options of kv." + std::string(op.name) + ":";
+    for (size_t i = 0; i < op.numOptions; ++i)
+      out += std::string(i ? ", " : " ") + op.options[i].name + " (" +
+             toString(op.options[i].kind) + ", default " +
+             op.options[i].defaultValue + ")";
+    out += " */\n";
     out += "typedef struct " + std::string(op.argsType) + " {\n";
     for (size_t i = 0; i < op.numArgs; ++i) {
       const ArgDesc &a = op.args[i];

@@ -12,11 +12,12 @@
 
 #include <fmt/format.h>
 
-#include <cctype>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -116,6 +117,12 @@ struct kvgen_kernel_s {
   std::string optionsText;
   std::unique_ptr<LoadedModule> module; // null on compile-only contexts
   StrideMemo memo;
+  kvgen_context_s *ctx = nullptr;
+  /// The op's ERROR_FLAG field, when the kernel tests indices (not
+  /// `unchecked`): a NULL one gets the context's error word.
+  const ArgDesc *errorFlag = nullptr;
+  /// Launched with the context's error word since the last check.
+  std::atomic<bool> usedErrorWord{false};
 };
 
 struct kvgen_context_s {
@@ -138,15 +145,59 @@ struct kvgen_context_s {
   std::map<Digest, kvgen_kernel_s *> byContent;
   std::chrono::milliseconds lockTimeout{60000};
 
+  /// One int32 of device memory that checked kernels launched without an
+  /// error_flag set (kvgen_context_check reads and clears it); allocated on
+  /// first use, freed with the context.
+  std::mutex errorWordMutex;
+  std::atomic<int32_t *> errorWord{nullptr};
+
+  ~kvgen_context_s() {
+    flushWarnings(); // never delivered (no compile, no callback): now
+    if (int32_t *w = errorWord.load())
+      backend->free(w);
+  }
+
+  /// The error word, allocated and zeroed on first use.
+  Status getErrorWord(int32_t **out) {
+    if ((*out = errorWord.load(std::memory_order_acquire)))
+      return Status::ok();
+    std::lock_guard<std::mutex> g(errorWordMutex);
+    if ((*out = errorWord.load()))
+      return Status::ok();
+    void *p = nullptr;
+    Status st = backend->alloc(sizeof(int32_t), &p);
+    if (!st.isOk())
+      return st;
+    const int32_t zero = 0;
+    st = backend->copy(p, &zero, sizeof zero, KVGEN_COPY_HOST_TO_DEVICE);
+    if (!st.isOk()) {
+      backend->free(p);
+      return st;
+    }
+    *out = static_cast<int32_t *>(p);
+    errorWord.store(*out, std::memory_order_release);
+    return Status::ok();
+  }
+
   std::atomic<uint64_t> memoryHits{0}, diskHits{0}, compiles{0}, diskWrites{0},
       evictions{0};
   std::atomic<double> lastCompileMs{0}, lastLoadMs{0};
+
+  /// Warnings of context creation (e.g. an unusable default cache
+  /// directory) wait here until a callback is installed or the context
+  /// first compiles, so that a callback set right after creation gets them.
+  std::vector<std::string> pendingWarnings;
+  bool deferWarnings = true;
 
   void warn(const std::string &msg) {
     kvgen_warning_fn fn;
     void *user;
     {
       std::lock_guard<std::mutex> g(mutex);
+      if (deferWarnings) {
+        pendingWarnings.push_back(msg);
+        return;
+      }
       fn = warnFn;
       user = warnUser;
     }
@@ -154,6 +205,18 @@ struct kvgen_context_s {
       fn(msg.c_str(), user);
     else
       std::fprintf(stderr, "%s\n", msg.c_str());
+  }
+
+  /// Stops deferring and delivers the deferred warnings to the sink in use.
+  void flushWarnings() {
+    std::vector<std::string> pending;
+    {
+      std::lock_guard<std::mutex> g(mutex);
+      deferWarnings = false;
+      pending.swap(pendingWarnings);
+    }
+    for (const std::string &m : pending)
+      warn(m);
   }
 
   // Must be called without `mutex` held (DiskCache may warn).
@@ -193,6 +256,7 @@ Status kvgen_context_s::getBinary(const KernelEntry &e,
                                   const std::string &source, const Digest &key,
                                   bool forceCompile, std::string *binary,
                                   bool *fromDisk) {
+  flushWarnings();
   std::shared_ptr<DiskCache> cache;
   {
     std::lock_guard<std::mutex> g(mutex);
@@ -249,6 +313,9 @@ Status kvgen_context_s::obtain(const KernelEntry &e, const std::string &source,
   }
   auto k = std::make_unique<kvgen_kernel_s>();
   k->entry = e;
+  k->ctx = this;
+  if (!e.spec.flag("unchecked"))
+    k->errorFlag = opDesc(e.spec.op).argWithRole(ArgRole::ErrorFlag);
   k->layoutText = toString(e.spec.layout);
   k->optionsText = e.spec.optionsText();
   std::string binary;
@@ -335,6 +402,8 @@ const char *kvgen_status_string(kvgen_status s) {
     return "KVGEN_ERROR_COMPILE_ONLY";
   case KVGEN_ERROR_INTERNAL:
     return "KVGEN_ERROR_INTERNAL";
+  case KVGEN_ERROR_INDEX_OUT_OF_RANGE:
+    return "KVGEN_ERROR_INDEX_OUT_OF_RANGE";
   }
   return "KVGEN_ERROR_UNKNOWN";
 }
@@ -452,7 +521,15 @@ kvgen_status kvgen_layout_extent_bytes(kvgen_layout layout, int component,
                 fmt::format("kvgen_layout_extent_bytes: component '{}' has "
                             "dynamic ('?') strides; pass their values",
                             l.components[size_t(component)].name));
-  *out = num_blocks <= 0 ? 0 : l.extentBytes(component, num_blocks, dynamic);
+  std::optional<int64_t> bytes =
+      l.checkedExtentBytes(component, num_blocks, dynamic);
+  if (!bytes)
+    return fail(KVGEN_ERROR_OUT_OF_BOUNDS,
+                fmt::format("kvgen_layout_extent_bytes: the extent of "
+                            "component '{}' for num_blocks = {} overflows 64 "
+                            "bits, or a '?' stride is negative or above 2^38",
+                            l.components[size_t(component)].name, num_blocks));
+  *out = *bytes;
   return succeed();
 }
 
@@ -600,6 +677,7 @@ const char *kvgen_context_target(kvgen_context ctx) {
 kvgen_status kvgen_context_set_cache_dir(kvgen_context ctx, const char *dir) {
   if (!ctx)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+  ctx->flushWarnings();
   ctx->setCacheDir(dir ? dir : "");
   return succeed();
 }
@@ -615,9 +693,12 @@ void kvgen_context_set_warning_callback(kvgen_context ctx, kvgen_warning_fn fn,
                                         void *user_data) {
   if (!ctx)
     return;
-  std::lock_guard<std::mutex> g(ctx->mutex);
-  ctx->warnFn = fn;
-  ctx->warnUser = user_data;
+  {
+    std::lock_guard<std::mutex> g(ctx->mutex);
+    ctx->warnFn = fn;
+    ctx->warnUser = user_data;
+  }
+  ctx->flushWarnings(); // creation's warnings reach the new sink
 }
 
 kvgen_status kvgen_context_get_stats(kvgen_context ctx,
@@ -684,6 +765,43 @@ kvgen_status kvgen_context_synchronize(kvgen_context ctx) {
   if (kvgen_status s = needDevice(ctx, "kvgen_context_synchronize"))
     return s;
   return report(ctx->backend->synchronize());
+}
+
+kvgen_status kvgen_context_check(kvgen_context ctx) {
+  if (kvgen_status s = needDevice(ctx, "kvgen_context_check"))
+    return s;
+  Status st = ctx->backend->synchronize();
+  if (!st.isOk())
+    return report(st);
+  int32_t *word = ctx->errorWord.load();
+  if (!word)
+    return succeed(); // no launch used it
+  int32_t value = 0;
+  st =
+      ctx->backend->copy(&value, word, sizeof value, KVGEN_COPY_DEVICE_TO_HOST);
+  if (!st.isOk())
+    return report(st);
+  // The kernels launched with the word since the last check.
+  std::string names;
+  {
+    std::lock_guard<std::mutex> g(ctx->mutex);
+    for (const auto &k : ctx->kernels)
+      if (k->usedErrorWord.exchange(false))
+        names += (names.empty() ? "" : ", ") + k->entry.name;
+  }
+  if (value == 0)
+    return succeed();
+  const int32_t zero = 0;
+  st = ctx->backend->copy(word, &zero, sizeof zero, KVGEN_COPY_HOST_TO_DEVICE);
+  if (!st.isOk())
+    return report(st);
+  return fail(KVGEN_ERROR_INDEX_OUT_OF_RANGE,
+              fmt::format("a kernel skipped a slot >= num_blocks * "
+                          "block_size or a block id outside [0, num_blocks) "
+                          "since the last check (kernels launched with the "
+                          "context's error word since then: {}); nothing was "
+                          "written or read outside the cache",
+                          names.empty() ? "none recorded" : names));
 }
 
 kvgen_status kvgen_context_load_bundle(kvgen_context ctx, const char *dir) {
@@ -908,6 +1026,31 @@ kvgen_status kvgen_launch(kvgen_kernel k, const void *args, uint64_t argsSize,
                 fmt::format("{} work items need {} CTAs, more than grid.x "
                             "allows",
                             work, grid));
+  // A checked kernel without an error_flag reports to the context's error
+  // word: launch a copy of the arguments with the field filled in (the
+  // backends copy the arguments at launch).
+  if (k->errorFlag) {
+    void *flag = nullptr;
+    std::memcpy(&flag, static_cast<const char *>(args) + k->errorFlag->offset,
+                sizeof flag);
+    if (!flag) {
+      int32_t *word = nullptr;
+      Status ws = k->ctx->getErrorWord(&word);
+      if (!ws.isOk())
+        return report(ws);
+      alignas(16) char copy[1024];
+      if (argsSize > sizeof copy)
+        return fail(KVGEN_ERROR_INTERNAL,
+                    fmt::format("{} bytes of arguments exceed the {} the "
+                                "launch copies",
+                                argsSize, sizeof copy));
+      std::memcpy(copy, args, size_t(argsSize));
+      std::memcpy(copy + k->errorFlag->offset, &word, sizeof word);
+      k->usedErrorWord.store(true, std::memory_order_relaxed);
+      return report(k->module->launch(copy, size_t(argsSize), uint32_t(grid),
+                                      uint32_t(block), stream));
+    }
+  }
   return report(k->module->launch(args, size_t(argsSize), uint32_t(grid),
                                   uint32_t(block), stream));
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 
@@ -143,6 +144,9 @@ bool DiskCache::write(const Digest &key, const std::string &payload) {
 
 DiskCache::Lock::~Lock() {
   if (fd_ >= 0) {
+    // Removed while held: a process waiting on this inode sees that the
+    // path no longer names it and retries on a fresh file (see lock()).
+    ::unlink(path_.c_str());
     ::flock(fd_, LOCK_UN);
     ::close(fd_);
   }
@@ -156,14 +160,28 @@ DiskCache::Lock DiskCache::lock(const Digest &key,
     *timedOut = false;
   if (!enabled())
     return l;
-  int fd = ::open(lockPath(key).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  const std::string path = lockPath(key);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0)
     return l;
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
-      l.fd_ = fd;
-      return l;
+      // The lock counts only if `path` still names the locked file: a
+      // holder unlinks it before releasing, so a waiter may have locked a
+      // removed file. Then retry on the file now at `path`.
+      struct stat held, now;
+      if (::fstat(fd, &held) == 0 && ::stat(path.c_str(), &now) == 0 &&
+          held.st_ino == now.st_ino && held.st_dev == now.st_dev) {
+        l.fd_ = fd;
+        l.path_ = path;
+        return l;
+      }
+      ::close(fd);
+      fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd < 0)
+        return l;
+      continue;
     }
     if (errno != EWOULDBLOCK && errno != EINTR)
       break;

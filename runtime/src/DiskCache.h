@@ -12,7 +12,10 @@
 // Entries are published atomically (temporary file, fsync, rename, fsync of
 // the directory) and verified on every read; a bad entry is removed.
 // `<hex key>.lock` files serialize compiles of one key across processes
-// (flock); they are left in place (removing them would race).
+// (flock). The holder removes its file before releasing it, and a process
+// that then obtains the lock of a removed file retries on the one now at
+// the path, so no lock files are left behind and no two processes hold one
+// key.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KVGEN_RUNTIME_DISKCACHE_H
@@ -55,7 +58,9 @@ public:
   class Lock {
   public:
     Lock() = default;
-    Lock(Lock &&o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+    Lock(Lock &&o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) {
+      o.fd_ = -1;
+    }
     Lock &operator=(Lock &&) = delete;
     ~Lock();
     bool held() const { return fd_ >= 0; }
@@ -63,6 +68,7 @@ public:
   private:
     friend class DiskCache;
     int fd_ = -1;
+    std::string path_; ///< removed on release
   };
   /// Polls flock(LOCK_EX | LOCK_NB) every few ms for up to `timeout`. A lock
   /// that cannot be had (timeout, unwritable dir) returns an unheld Lock and

@@ -45,20 +45,6 @@ const int64_t *stridesField(const void *args, const ArgDesc &a) {
                                            a.offset);
 }
 
-/// extentBytes of component c with overflow detection: std::nullopt on
-/// overflow.
-std::optional<int64_t> safeExtentBytes(const LayoutDesc &l, int c,
-                                       int64_t numBlocks, const int64_t *dyn) {
-  SideMap m = l.map(c, dyn);
-  // One past the last element, in 128-bit arithmetic (LayoutMap.h).
-  __int128 last = elementOffsetAs<__int128>(m, numBlocks - 1, l.blockSize - 1,
-                                            l.numKvHeads - 1, l.headSize(c));
-  __int128 bytes = last * elementSize(l.dtype);
-  if (bytes > __int128(INT64_MAX))
-    return std::nullopt;
-  return l.extentBytes(c, numBlocks, dyn);
-}
-
 /// How messages name component c: K and V of a K/V layout, else its name.
 std::string componentName(const LayoutDesc &l, int c) {
   if (l.isKV())
@@ -101,7 +87,37 @@ Status validateLaunch(const KernelEntry &e, const void *args,
     if (n <= 0)
       return invalid(
           fmt::format("{}: {} = {} must be > 0", op.name, a->name, n));
+    // Checked kernels compare slots with num_blocks * block_size in int64.
+    if (__int128(n) * l.blockSize > __int128(INT64_MAX))
+      return Status::error(
+          KVGEN_ERROR_OUT_OF_BOUNDS,
+          fmt::format("{}: {} = {} times block_size {} overflows 64 bits",
+                      op.name, a->name, n, l.blockSize));
     numBlocks[a->which & 1] = n;
+  }
+
+  // Token rows: kernels address row t, head h at t * stride_token + h *
+  // stride_head + e in int64; the strides must be >= 0 and the last row's
+  // end must fit.
+  for (const ArgDesc *a = op.args; a != end; ++a) {
+    if (a->role != ArgRole::Rows)
+      continue;
+    const ArgDesc *st = op.arg(std::string(a->name) + "_stride_token");
+    const ArgDesc *sh = op.arg(std::string(a->name) + "_stride_head");
+    if (!st || !sh)
+      continue;
+    const int64_t t = field<int64_t>(args, *st), h = field<int64_t>(args, *sh);
+    if (t < 0 || h < 0)
+      return invalid(fmt::format("{}: {} = {} and {} = {} must be >= 0",
+                                 op.name, st->name, t, sh->name, h));
+    __int128 last = __int128(*work - 1) * t + __int128(l.numKvHeads - 1) * h +
+                    l.headSize(a->which);
+    if (last > __int128(INT64_MAX / 4)) // 4: the widest io element
+      return Status::error(
+          KVGEN_ERROR_OUT_OF_BOUNDS,
+          fmt::format("{}: the rows of '{}' ({} = {}, {} = {}) span more "
+                      "than 2^63 bytes",
+                      op.name, a->name, st->name, t, sh->name, h));
   }
 
   // Required pointers.
@@ -132,10 +148,6 @@ Status validateLaunch(const KernelEntry &e, const void *args,
     case ArgNeed::Dequant:
       required = scaled && s.flag("dequantize");
       why = scaleWhy;
-      break;
-    case ArgNeed::Checked:
-      required = s.flag("checked");
-      why = " but the kernel is checked";
       break;
     case ArgNeed::Never:
       break;
@@ -246,7 +258,7 @@ Status validateLaunch(const KernelEntry &e, const void *args,
     for (int c = 0; c < l.numComponents(); ++c) {
       if (l.tensor(c) != tensor)
         continue;
-      std::optional<int64_t> ext = safeExtentBytes(l, c, nb, dyn[size_t(c)]);
+      std::optional<int64_t> ext = l.checkedExtentBytes(c, nb, dyn[size_t(c)]);
       if (!ext)
         return Status::error(KVGEN_ERROR_OUT_OF_BOUNDS,
                              fmt::format("{}: the cache extent for "

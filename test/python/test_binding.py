@@ -45,6 +45,8 @@ SPECS = [
     ("gather", FP8, "bf16", "i64", False, True),
     ("reshape_and_cache", PACKED, "bf16", "i64", False, False),
     ("reshape_and_cache", DYN, "bf16", "i64", False, False),
+    # The default kernel (checked): issue 12, case 4.
+    ("reshape_and_cache", BF16, "bf16", "i64", True, False),
 ]
 
 
@@ -64,8 +66,8 @@ def bundle(tmp_path_factory):
         cmd = [str(KVGEN), "emit", "--layout", str(lf), "--target", "host",
                "--op", op, "--io", io, "--slots", slots,
                "--bundle", str(d / "bundle")]
-        if checked:
-            cmd.append("--checked")
+        if not checked:
+            cmd.append("--unchecked")
         if dq:
             cmd.append("--dequantize")
         r = subprocess.run(cmd, capture_output=True, text=True)
@@ -251,8 +253,7 @@ def test_checked_out_of_range(ctx):
     kc = np.zeros(extent(BF16, "k", nb), np.uint16)
     vc = np.zeros(extent(BF16, "v", nb), np.uint16)
     w = spec_kernel(ctx, 2)
-    with pytest.raises(ValueError, match="error_flag"):
-        w.reshape_and_cache(key, value, kc, vc, slots, num_blocks=nb)
+    assert w.checked and not w.unchecked
     flag = np.zeros(1, np.int32)
     w.reshape_and_cache(key, value, kc, vc, slots, num_blocks=nb,
                         error_flag=flag)
@@ -261,6 +262,45 @@ def test_checked_out_of_range(ctx):
     want_k = np.zeros_like(kc)
     want_k[offsets(BF16, "k", slots[ok])] = key[ok].view(np.uint16)
     assert np.array_equal(kc, want_k)
+
+
+def test_default_kernel_never_writes_past_the_cache(ctx):
+    """Issue 12, case 4: the default kernel given slot = num_blocks *
+    block_size overwrote the bytes after the K and V caches and returned
+    success; slot 2^40 crashed the process. Now such slots are skipped and
+    reported through the context's error word (no error_flag given)."""
+    rng = np.random.default_rng(7)
+    T, nb, slack = 12, 3, 4096
+    key, value = make_inputs(rng, T)
+    ek, ev = extent(BF16, "k", nb), extent(BF16, "v", nb)
+    w = spec_kernel(ctx, 7)
+    assert w.checked
+    for bad in (nb * BS, nb * BS + 1, 1 << 40):
+        slots = make_slots(rng, T, nb)
+        slots[4] = bad
+        # Canaries right after each cache's extent.
+        kbuf = np.full(ek + slack, 0xA5A5, np.uint16)
+        vbuf = np.full(ev + slack, 0xA5A5, np.uint16)
+        kc, vc = kbuf[:ek], vbuf[:ev]
+        with pytest.raises(kvgen.KvgenError) as e:
+            w.reshape_and_cache(key, value, kc, vc, slots, num_blocks=nb)
+        assert e.value.status_name == "KVGEN_ERROR_INDEX_OUT_OF_RANGE"
+        assert w.name in e.value.message
+        assert (kbuf[ek:] == 0xA5A5).all() and (vbuf[ev:] == 0xA5A5).all()
+        ok = (slots >= 0) & (slots < nb * BS)
+        want_k = np.full(ek, 0xA5A5, np.uint16)
+        want_k[offsets(BF16, "k", slots[ok])] = key[ok].view(np.uint16)
+        assert np.array_equal(kc, want_k), "the in-range slots are written"
+        # The check cleared the word: in-range slots report nothing.
+        w.reshape_and_cache(key, value, kc, vc, np.where(ok, slots, -1),
+                            num_blocks=nb)
+        ctx.check()
+    # Deferred: on request the launch does not check, ctx.check() does.
+    slots[4] = nb * BS
+    w.reshape_and_cache(key, value, kc, vc, slots, num_blocks=nb, check=False)
+    with pytest.raises(kvgen.KvgenError, match="INDEX_OUT_OF_RANGE"):
+        ctx.synchronize()
+    ctx.check()  # cleared
 
 
 def test_out_of_bounds_cache_raises(ctx):
@@ -410,7 +450,7 @@ def test_op_structs_match_library():
 
 def test_kernel_options_and_unknown_option(ctx):
     k = spec_kernel(ctx, 2)
-    assert k.options == {"io": "bf16", "slots": "i32", "checked": "1"}
+    assert k.options == {"io": "bf16", "slots": "i32", "unchecked": "0"}
     assert k.checked and k.slot_dtype == "i32"
     with pytest.raises(ValueError, match="no option 'dequantize'"):
         ctx.kernel("reshape_and_cache", BF16, dequantize=True)

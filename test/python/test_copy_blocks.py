@@ -51,9 +51,8 @@ LAYOUTS = {
                                  components=[("kv_c", 512), ("k_pe", 64)]),
 }
 OPS = ("copy_blocks", "swap_blocks")
-# (name, op, layout key, checked)
-KERNELS = [(f"{op}_{k}", op, k, False) for op in OPS for k in LAYOUTS] + \
-    [(f"{op}_checked", op, "nhd", True) for op in OPS]
+# (name, op, layout key): the default (range-checked) kernels.
+KERNELS = [(f"{op}_{k}", op, k) for op in OPS for k in LAYOUTS]
 
 
 @pytest.fixture(scope="module")
@@ -66,13 +65,11 @@ def ctx(tmp_path_factory):
     except OSError as e:
         pytest.skip(f"runtime library not loadable: {e}")
     d = tmp_path_factory.mktemp("copy_blocks")
-    for name, op, key, checked in KERNELS:
+    for name, op, key in KERNELS:
         lf = d / f"{name}.mlir"
         lf.write_text(f"#kv.layout<{LAYOUTS[key].text}>\n")
         cmd = [str(KVGEN), "emit", "--layout", str(lf), "--target", "host",
                "--op", op, "--bundle", str(d / "bundle")]
-        if checked:
-            cmd.append("--checked")
         r = subprocess.run(cmd, capture_output=True, text=True)
         assert r.returncode == 0, r.stdout + r.stderr
     c = kvgen.Context("host", cache_dir=str(d / "cache"))

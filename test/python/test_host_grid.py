@@ -100,8 +100,8 @@ class Spec:
             s = f"kv.gather @{self.name} : {lay}, output {self.io}, slots {self.slots}"
             if self.dequantize:
                 s += " dequantize"
-        if self.checked:
-            s += " checked"
+        if not self.checked:
+            s += " unchecked"  # kernels are checked by default
         return s
 
 

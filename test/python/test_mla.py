@@ -68,7 +68,6 @@ def ctx(tmp_path_factory):
     specs = set()
     for key, io in WRITES:
         specs.add((key, "concat_and_cache_mla", ("--io", io)))
-        specs.add((key, "concat_and_cache_mla", ("--io", io, "--checked")))
     for key, lay in LAYOUTS.items():
         specs.add((key, "gather_mla", ()))
         if lay.dtype.startswith("f8"):
@@ -198,7 +197,7 @@ def test_concat_and_cache_mla_checked(ctx):
     want[row_offsets(lay, 0, slots[ok], None)] = kv_c[ok]
     want[row_offsets(lay, 1, slots[ok], None)] = k_pe[ok]
     flag = np.zeros(1, np.int32)
-    w = ctx.kernel("concat_and_cache_mla", lay, io="bf16", checked=True)
+    w = ctx.kernel("concat_and_cache_mla", lay, io="bf16")
     w.concat_and_cache_mla(kv_c, k_pe, cache, slots, error_flag=flag,
                            num_blocks=num_blocks)
     assert flag[0] == 1

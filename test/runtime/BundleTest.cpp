@@ -21,7 +21,7 @@ std::vector<KernelEntry> sampleEntries() {
   KernelSpec rc = KernelSpec::make(KernelOp::ReshapeAndCache, rcLayout);
   setOption(rc, "io", "bf16");
   setOption(rc, "slots", "i64");
-  setOption(rc, "checked", "1");
+  setOption(rc, "unchecked", "1");
   LayoutDesc gLayout = test::mimoLayout(64);
   gLayout.dtype = DType::F8E4M3FN;
   gLayout.scale = ScaleKind::PerTensor;
@@ -56,10 +56,10 @@ TEST(Manifest, FormatParseRoundTrip) {
   std::string text = formatManifest(in);
   EXPECT_EQ(text.rfind("kvgen-bundle 2\n", 0), 0u) << text;
   // Version 2 writes each op's own option keys, not the v1 dtype keys.
-  EXPECT_NE(text.find("\nio = bf16\nslots = i64\nchecked = 1\n"),
+  EXPECT_NE(text.find("\nio = bf16\nslots = i64\nunchecked = 1\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("\nio = f16\nslots = i32\ndequantize = 1\nchecked = "
+  EXPECT_NE(text.find("\nio = f16\nslots = i32\ndequantize = 1\nunchecked = "
                       "0\n"),
             std::string::npos)
       << text;
@@ -72,13 +72,13 @@ TEST(Manifest, FormatParseRoundTrip) {
   for (size_t i = 0; i < in.size(); ++i)
     expectSameEntry(in[i], out[i]);
   // Specific fields survive (not only the key string).
-  EXPECT_TRUE(out[0].spec.flag("checked"));
+  EXPECT_TRUE(out[0].spec.flag("unchecked"));
   EXPECT_EQ(out[0].spec.option("io"), "bf16");
   EXPECT_EQ(out[0].spec.layout.components[kKey].strides->block, kDynamic);
   EXPECT_EQ(out[1].spec.option("slots"), "i32");
   EXPECT_EQ(out[1].spec.dtype("io"), DType::F16);
   EXPECT_TRUE(out[1].spec.flag("dequantize"));
-  EXPECT_FALSE(out[1].spec.flag("checked"));
+  EXPECT_FALSE(out[1].spec.flag("unchecked"));
   EXPECT_EQ(out[1].spec.layout.dtype, DType::F8E4M3FN);
   EXPECT_EQ(out[1].geometry.smallMaxTokens, 512);
   EXPECT_EQ(out[1].geometry.smallThreads, 96);
@@ -112,16 +112,16 @@ TEST(Manifest, LaunchShapeFollowsTheSmallBound) {
 TEST(Manifest, IgnoresCommentsAndKeyOrder) {
   // Options may come anywhere after `op` (here before `layout` and
   // `target`), in any order among themselves.
-  std::string text = "# made by hand\nkvgen-bundle 2\nabi = " +
-                     kernelAbiHash() +
-                     "\n\n[kernel]\n"
-                     "source = k.cpp\nname = k\nop = gather\nchecked = 0\n"
-                     "slots = i32\ntarget = host\n"
-                     "# the layout\n"
-                     "layout = " +
-                     toString(test::mimoLayout()) +
-                     "\ndequantize = 0\nio = bf16\nthreads = 64\n"
-                     "tokens_per_cta = 2\nvector_bytes = 4\n";
+  std::string text =
+      "# made by hand\nkvgen-bundle 2\nabi = " + kernelAbiHash() +
+      "\n\n[kernel]\n"
+      "source = k.cpp\nname = k\nop = gather\nunchecked = 0\n"
+      "slots = i32\ntarget = host\n"
+      "# the layout\n"
+      "layout = " +
+      toString(test::mimoLayout()) +
+      "\ndequantize = 0\nio = bf16\nthreads = 64\n"
+      "tokens_per_cta = 2\nvector_bytes = 4\n";
   std::vector<KernelEntry> out;
   std::string err;
   ASSERT_TRUE(parseManifest(text, &out, &err)) << err;
@@ -130,7 +130,7 @@ TEST(Manifest, IgnoresCommentsAndKeyOrder) {
   EXPECT_EQ(out[0].spec.op, KernelOp::Gather);
   EXPECT_EQ(out[0].spec.option("slots"), "i32");
   EXPECT_EQ(out[0].spec.optionsText(),
-            "io = bf16, slots = i32, dequantize = 0, checked = 0");
+            "io = bf16, slots = i32, dequantize = 0, unchecked = 0");
   EXPECT_EQ(out[0].geometry.tokensPerCta, 2);
 }
 
@@ -175,15 +175,16 @@ TEST(Manifest, RejectsMalformedManifests) {
       {replace("op = reshape_and_cache", "op = scatter"), "op"},
       {replace("source = rc.cu", "source = ../rc.cu"), "source"},
       {replace("name = kvgen_rc_mimo", "name = 9bad"), "C identifier"},
-      {replace("checked = 1", "checked = yes"), "checked"},
+      {replace("unchecked = 1", "unchecked = yes"), "unchecked"},
       {replace("io = bf16", "io = bf17"), "option 'io' must be"},
-      {replace("slots = i64", "slots = u8"), "option 'slots' must be i32 or i64"},
-      {replace("checked = 1", "checked = 1\ncolour = blue"), "unknown key"},
-      {replace("checked = 1", "checked = 1\nchecked = 0"), "twice"},
+      {replace("slots = i64", "slots = u8"),
+       "option 'slots' must be i32 or i64"},
+      {replace("unchecked = 1", "unchecked = 1\ncolour = blue"), "unknown key"},
+      {replace("unchecked = 1", "unchecked = 1\nunchecked = 0"), "twice"},
       // Option keys follow `op`; each entry has all of its op's options and
       // no other op's.
       {move("io = bf16", "op = reshape_and_cache"), "follow the 'op' line"},
-      {replace("checked = 1", "checked = 1\ndequantize = 0"),
+      {replace("unchecked = 1", "unchecked = 1\ndequantize = 0"),
        "not an option of op reshape_and_cache"},
       {replace("slots = i64\n", ""), "lacks its option 'slots'"},
       {replace("block_size = 16", "block_size = 0"), "block_size"},
@@ -205,7 +206,7 @@ TEST(Manifest, RejectsVersion1WithAHint) {
   std::string v1 = "kvgen-bundle 1\n[kernel]\nname = k\nop = gather\n"
                    "target = host\nlayout = " +
                    toString(test::mimoLayout()) +
-                   "\nio_dtype = bf16\nslot_dtype = i64\nchecked = 0\n"
+                   "\nio_dtype = bf16\nslot_dtype = i64\nunchecked = 0\n"
                    "dequantize = 0\nthreads = 64\ntokens_per_cta = 2\n"
                    "vector_bytes = 4\nsource = k.cpp\n";
   std::vector<KernelEntry> out;

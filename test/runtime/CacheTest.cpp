@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -217,6 +219,34 @@ TEST_F(HostCacheTest, UncreatableDirDegradesToMemoryWithOneWarning) {
   EXPECT_EQ(st.disk_writes, 0u);
 }
 
+TEST_F(HostCacheTest, CreationWarningReachesACallbackSetAfterwards) {
+  // The default directory ($KVGEN_CACHE_DIR) is unusable when the context
+  // is created; the warning used to go to stderr before a callback could be
+  // set.
+  std::string file = tmp.path() + "/plain-file2";
+  ASSERT_FALSE(rt::writeFileAtomic(file, "x", 1));
+  std::string bad = file + "/cache";
+  const char *old = std::getenv("KVGEN_CACHE_DIR");
+  std::string saved = old ? old : "";
+  ::setenv("KVGEN_CACHE_DIR", bad.c_str(), 1);
+  Context ctx;
+  Status s = Context::create(KVGEN_BACKEND_HOST, 0, &ctx);
+  if (old)
+    ::setenv("KVGEN_CACHE_DIR", saved.c_str(), 1);
+  else
+    ::unsetenv("KVGEN_CACHE_DIR");
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_EQ(ctx.cacheDir(), "");
+  std::vector<std::string> warnings;
+  ctx.setWarningCallback(
+      [](const char *m, void *u) {
+        static_cast<std::vector<std::string> *>(u)->push_back(m);
+      },
+      &warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find(bad), std::string::npos) << warnings[0];
+}
+
 TEST_F(HostCacheTest, EightProcessesOnAColdKeyCompileOnce) {
   constexpr int kProcs = 8;
   // A source that takes ~2 s to compile, so that all eight processes are
@@ -273,6 +303,8 @@ TEST_F(HostCacheTest, EightProcessesOnAColdKeyCompileOnce) {
   EXPECT_EQ(diskHits, kProcs - 1);
   EXPECT_EQ(test::countFiles(cacheDir, ".kvbin"), 1);
   EXPECT_EQ(test::countFiles(cacheDir, ".tmp."), 0);
+  // Each holder removed its lock file before releasing it: no litter.
+  EXPECT_EQ(test::countFiles(cacheDir, ".lock"), 0);
   // The one entry is valid.
   std::string err;
   std::optional<std::string> file = rt::readFile(entryFile(), &err);

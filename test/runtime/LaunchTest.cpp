@@ -15,7 +15,8 @@ using namespace kvgen;
 namespace {
 
 // A context with host reshape_and_cache + gather kernels for `layout`, with
-// io = the cache dtype (the test kernels copy bytes), `checked` on both and
+// io = the cache dtype (the test kernels copy bytes), `unchecked` on both
+// unless `checked` (the default of kernels, not of this helper), and
 // `gatherOptions` (KernelSpec::parse text) added to gather's.
 class HostKernels {
 public:
@@ -24,14 +25,14 @@ public:
                        const std::string &gatherOptions = "") {
     std::string err;
     std::string common = "io = " + std::string(toString(layout.dtype)) +
-                         (checked ? ", checked" : "");
+                         (checked ? "" : ", unchecked");
     std::optional<KernelSpec> rc =
         KernelSpec::parse(KernelOp::ReshapeAndCache, layout, common, &err);
     EXPECT_TRUE(rc.has_value()) << err;
     std::optional<KernelSpec> g = KernelSpec::parse(
         KernelOp::Gather, layout,
-        gatherOptions.empty() ? common : gatherOptions +
-                                             (checked ? ", checked" : ""),
+        gatherOptions.empty() ? common
+                              : gatherOptions + (checked ? "" : ", unchecked"),
         &err);
     EXPECT_TRUE(g.has_value()) << err;
     if (!rc || !g)
@@ -409,9 +410,9 @@ TEST(ValidationCompileOnly, GatherNeedsScalesOnlyWhenDequantizing) {
   HostKernels deq(l, /*compileOnly=*/true, /*checked=*/false, "dequantize");
   ASSERT_TRUE(plain.gather && deq.gather);
   EXPECT_STREQ(plain.gather.options(),
-               "io = f8E4M3FN, slots = i64, dequantize = 0, checked = 0");
+               "io = f8E4M3FN, slots = i64, dequantize = 0, unchecked = 1");
   EXPECT_STREQ(deq.gather.options(),
-               "io = bf16, slots = i64, dequantize = 1, checked = 0");
+               "io = bf16, slots = i64, dequantize = 1, unchecked = 1");
   alignas(64) static uint8_t kc[4 * 16 * 4 * 192], vc[4 * 16 * 4 * 128];
   alignas(64) static uint16_t ko[8 * 4 * 192 + 1], vo[8 * 4 * 128];
   static int64_t slots[8];
@@ -482,10 +483,11 @@ TEST(ValidationCompileOnly, ScalesErrorFlagAndPackedExtent) {
   EXPECT_NE(s.message.find("'v_scale'"), std::string::npos) << s.message;
   EXPECT_NE(s.message.find("per_head"), std::string::npos) << s.message;
   a.v_scale = scales;
+  // A checked kernel needs no error_flag: the runtime passes its context's
+  // error word (kvgen_context_check).
   a.error_flag = nullptr;
   s = hk.write.launch(a);
-  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(s.message.find("error_flag"), std::string::npos) << s.message;
+  EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE_ONLY) << s.message;
   a.error_flag = &flag;
   s = hk.write.launch(a);
   EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE_ONLY) << s.message;
@@ -556,7 +558,7 @@ TEST(ValidationCompileOnly, DynamicStridesAreCheckedAtLaunch) {
 
 TEST(BySpec, FindsBundleEntryAndCachesTheAlias) {
   LayoutDesc l = test::mimoLayout(16);
-  HostKernels hk(l);
+  HostKernels hk(l, /*compileOnly=*/false, /*checked=*/true);
   Kernel k1, k2;
   std::string text = toString(l);
   Status s = hk.ctx.getKernelBySpec(KVGEN_OP_GATHER, text,
@@ -564,7 +566,7 @@ TEST(BySpec, FindsBundleEntryAndCachesTheAlias) {
   ASSERT_TRUE(s.ok()) << s.message;
   EXPECT_EQ(k1.get(), hk.gather.get());
   EXPECT_STREQ(k1.options(),
-               "io = bf16, slots = i64, dequantize = 0, checked = 0");
+               "io = bf16, slots = i64, dequantize = 0, unchecked = 0");
   kvgen_cache_stats before{};
   ASSERT_TRUE(hk.ctx.stats(&before).ok());
   s = hk.ctx.getKernelBySpec(KVGEN_OP_GATHER, text, "io = bf16, slots = i64",
@@ -577,7 +579,7 @@ TEST(BySpec, FindsBundleEntryAndCachesTheAlias) {
   EXPECT_EQ(after.compiles, before.compiles);
   // The same spec spelled differently (defaults omitted or explicit, other
   // order and spacing) is the same kernel.
-  for (const char *same : {"", "slots=i64", "checked = 0,io=bf16",
+  for (const char *same : {"", "slots=i64", "unchecked = 0,io=bf16",
                            "dequantize = false, slots = i64, io = bf16"}) {
     Kernel k3;
     s = hk.ctx.getKernelBySpec(KVGEN_OP_GATHER, text, same, &k3);
@@ -795,7 +797,7 @@ TEST(Generator, BySpecUsesTheRegisteredGenerator) {
   EXPECT_EQ(k1.op(), KVGEN_OP_RESHAPE_AND_CACHE);
   EXPECT_EQ(k1.vectorBytes(), 16);
   EXPECT_EQ(std::string(k1.layout()), toString(l));
-  EXPECT_STREQ(k1.options(), "io = bf16, slots = i64, checked = 0");
+  EXPECT_STREQ(k1.options(), "io = bf16, slots = i64, unchecked = 0");
   EXPECT_EQ(seenTarget, "host");
   EXPECT_EQ(calls, 1);
   // The same spec with the layout's fields and the options in another

@@ -195,13 +195,13 @@ TEST(OpTable, OptionsHaveValidDefaults) {
   ASSERT_EQ(rc.numOptions, 3u);
   EXPECT_STREQ(rc.options[0].name, "io");
   EXPECT_STREQ(rc.options[1].name, "slots");
-  EXPECT_STREQ(rc.options[2].name, "checked");
+  EXPECT_STREQ(rc.options[2].name, "unchecked");
   const OpDesc &g = opDesc(KernelOp::Gather);
   ASSERT_EQ(g.numOptions, 4u);
   EXPECT_STREQ(g.options[0].name, "io");
   EXPECT_STREQ(g.options[1].name, "slots");
   EXPECT_STREQ(g.options[2].name, "dequantize");
-  EXPECT_STREQ(g.options[3].name, "checked");
+  EXPECT_STREQ(g.options[3].name, "unchecked");
 }
 
 TEST(OpTable, AbiSourceDeclaresEveryField) {
@@ -343,10 +343,10 @@ KernelSpec mustParse(KernelOp op, const LayoutDesc &l, const char *text) {
 
 TEST(KernelSpecOptions, Defaults) {
   KernelSpec rc = KernelSpec::make(KernelOp::ReshapeAndCache, fp8Layout());
-  EXPECT_EQ(rc.optionsText(), "io = bf16, slots = i64, checked = 0");
+  EXPECT_EQ(rc.optionsText(), "io = bf16, slots = i64, unchecked = 0");
   EXPECT_EQ(rc.option("io"), "bf16");
   EXPECT_EQ(rc.dtype("io"), DType::BF16);
-  EXPECT_FALSE(rc.flag("checked"));
+  EXPECT_FALSE(rc.flag("unchecked"));
   // Options another op has are absent here.
   EXPECT_EQ(rc.option("dequantize"), "");
   EXPECT_FALSE(rc.flag("dequantize"));
@@ -354,7 +354,7 @@ TEST(KernelSpecOptions, Defaults) {
   // Gather's io defaults to the cache dtype...
   KernelSpec g = KernelSpec::make(KernelOp::Gather, fp8Layout());
   EXPECT_EQ(g.optionsText(),
-            "io = f8E4M3FN, slots = i64, dequantize = 0, checked = 0");
+            "io = f8E4M3FN, slots = i64, dequantize = 0, unchecked = 0");
   EXPECT_EQ(g.dtype("io"), DType::F8E4M3FN);
   KernelSpec g16 = KernelSpec::make(KernelOp::Gather, test::mimoLayout());
   EXPECT_EQ(g16.option("io"), "bf16");
@@ -369,7 +369,7 @@ TEST(KernelSpecOptions, DequantizeMakesGathersDefaultIoBf16) {
   EXPECT_TRUE(g.flag("dequantize"));
   EXPECT_EQ(g.option("io"), "bf16");
   EXPECT_EQ(g.optionsText(),
-            "io = bf16, slots = i64, dequantize = 1, checked = 0");
+            "io = bf16, slots = i64, dequantize = 1, unchecked = 0");
   // An explicit io wins, in either order.
   EXPECT_EQ(mustParse(KernelOp::Gather, fp8Layout(), "dequantize, io = f32")
                 .option("io"),
@@ -390,22 +390,22 @@ TEST(KernelSpecOptions, DequantizeMakesGathersDefaultIoBf16) {
 }
 
 TEST(KernelSpecOptions, FlagAloneMeansOne) {
-  KernelSpec s = mustParse(KernelOp::ReshapeAndCache, test::mimoLayout(),
-                           "checked");
-  EXPECT_TRUE(s.flag("checked"));
-  EXPECT_EQ(s.option("checked"), "1");
+  KernelSpec s =
+      mustParse(KernelOp::ReshapeAndCache, test::mimoLayout(), "unchecked");
+  EXPECT_TRUE(s.flag("unchecked"));
+  EXPECT_EQ(s.option("unchecked"), "1");
   EXPECT_EQ(s.key(), mustParse(KernelOp::ReshapeAndCache, test::mimoLayout(),
-                               "checked = 1")
+                               "unchecked = 1")
                          .key());
   EXPECT_EQ(s.key(), mustParse(KernelOp::ReshapeAndCache, test::mimoLayout(),
-                               "checked = true")
+                               "unchecked = true")
                          .key());
   EXPECT_FALSE(mustParse(KernelOp::ReshapeAndCache, test::mimoLayout(),
-                         "checked = false")
-                   .flag("checked"));
-  EXPECT_FALSE(mustParse(KernelOp::ReshapeAndCache, test::mimoLayout(),
-                         "checked = 0")
-                   .flag("checked"));
+                         "unchecked = false")
+                   .flag("unchecked"));
+  EXPECT_FALSE(
+      mustParse(KernelOp::ReshapeAndCache, test::mimoLayout(), "unchecked = 0")
+          .flag("unchecked"));
 }
 
 TEST(KernelSpecOptions, ErrorsAreClear) {
@@ -416,17 +416,18 @@ TEST(KernelSpecOptions, ErrorsAreClear) {
   } cases[] = {
       {KernelOp::ReshapeAndCache, "dequantize",
        "op reshape_and_cache has no option 'dequantize' (its options: io, "
-       "slots, checked)"},
+       "slots, unchecked)"},
       {KernelOp::Gather, "colour = blue", "op gather has no option 'colour'"},
       {KernelOp::Gather, "slots = i16",
        "option 'slots' must be i32 or i64, got 'i16'"},
       {KernelOp::Gather, "io = bf17", "option 'io' must be an element type"},
       {KernelOp::Gather, "io", "option 'io' must be an element type"},
       {KernelOp::Gather, "io =", "option 'io' must be an element type"},
-      {KernelOp::ReshapeAndCache, "checked = yes",
-       "option 'checked' must be 0 or 1, got 'yes'"},
-      {KernelOp::ReshapeAndCache, "checked = 2", "option 'checked' must be 0 "
-                                                 "or 1"},
+      {KernelOp::ReshapeAndCache, "unchecked = yes",
+       "option 'unchecked' must be 0 or 1, got 'yes'"},
+      {KernelOp::ReshapeAndCache, "unchecked = 2",
+       "option 'unchecked' must be 0 "
+       "or 1"},
       {KernelOp::ReshapeAndCache, "io = f16, io = f32",
        "option 'io' given twice"},
       {KernelOp::ReshapeAndCache, "io = f16,, slots = i32", "empty item"},
@@ -462,11 +463,12 @@ TEST(KernelSpecOptions, ErrorsAreClear) {
 TEST(KernelSpecOptions, CanonicalKeyIgnoresOrderAndSpacing) {
   const LayoutDesc l = test::mimoLayout();
   KernelSpec a =
-      mustParse(KernelOp::Gather, l, "io = f16, slots = i32, checked");
-  KernelSpec b = mustParse(KernelOp::Gather, l,
-                           "  checked=1 ,slots =i32,io=  f16 , dequantize = 0");
+      mustParse(KernelOp::Gather, l, "io = f16, slots = i32, unchecked");
+  KernelSpec b =
+      mustParse(KernelOp::Gather, l,
+                "  unchecked=1 ,slots =i32,io=  f16 , dequantize = 0");
   KernelSpec c = KernelSpec::make(KernelOp::Gather, l);
-  ASSERT_FALSE(c.set("checked", "true").has_value());
+  ASSERT_FALSE(c.set("unchecked", "true").has_value());
   ASSERT_FALSE(c.set("io", " f16 ").has_value());
   ASSERT_FALSE(c.set("slots", "i32").has_value());
   EXPECT_EQ(a.key(), b.key());
@@ -474,12 +476,12 @@ TEST(KernelSpecOptions, CanonicalKeyIgnoresOrderAndSpacing) {
   EXPECT_TRUE(a == b);
   EXPECT_TRUE(a == c);
   EXPECT_EQ(a.optionsText(),
-            "io = f16, slots = i32, dequantize = 0, checked = 1");
+            "io = f16, slots = i32, dequantize = 0, unchecked = 1");
   EXPECT_NE(a.key().find("op=gather"), std::string::npos) << a.key();
   // Explicit defaults equal omitted ones.
   EXPECT_TRUE(mustParse(KernelOp::ReshapeAndCache, l, "") ==
               mustParse(KernelOp::ReshapeAndCache, l,
-                        "checked = 0, slots = i64, io = bf16"));
+                        "unchecked = 0, slots = i64, io = bf16"));
   // Any difference (an option, the op, the layout) changes the key.
   EXPECT_FALSE(a == mustParse(KernelOp::Gather, l, "io = f16, slots = i32"));
   EXPECT_FALSE(mustParse(KernelOp::Gather, l, "") ==

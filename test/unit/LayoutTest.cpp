@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 
 using namespace kvgen;
@@ -303,7 +304,9 @@ TEST(LayoutMap, DynamicStridesSuppliedAtRunTime) {
   // ...and rejects a head stride narrower than K's row.
   Strides narrow{40000, 2000, 128};
   EXPECT_EQ(l.validateStrides({narrow, l.strides(kValue)}).value_or(""),
-            "'k_strides' make two K positions overlap");
+            "'k_strides' make two K positions overlap: K block 0, token "
+            "0, head 0, element 128 and K block 0, token 0, head 1, "
+            "element 0 are both at offset 128");
 }
 
 TEST(LayoutMap, MixedStaticAndDynamicStrides) {
@@ -393,14 +396,17 @@ TEST(LayoutValidate, ScaleRules) {
 TEST(LayoutValidate, NegativeStrides) {
   LayoutDesc l = mimo();
   l.components[kKey].strides = Strides{12288, -768, 192};
-  EXPECT_EQ(validateMessage(l), "'k_strides' must be non-negative");
+  EXPECT_EQ(validateMessage(l),
+            "'k_strides' must be non-negative, got token stride -768");
   l = mimo();
   l.components[kValue].strides = Strides{8192, 512, -128};
-  EXPECT_EQ(validateMessage(l), "'v_strides' must be non-negative");
+  EXPECT_EQ(validateMessage(l),
+            "'v_strides' must be non-negative, got head stride -128");
   // With a dynamic stride the static ones are still sign-checked.
   l = mimo();
   l.components[kValue].strides = Strides{kDynamic, -512, 128};
-  EXPECT_EQ(validateMessage(l), "'v_strides' must be non-negative");
+  EXPECT_EQ(validateMessage(l),
+            "'v_strides' must be non-negative, got token stride -512");
 }
 
 TEST(LayoutValidate, ZeroBlockStride) {
@@ -417,23 +423,38 @@ TEST(LayoutValidate, OverlappingK) {
   // with V's head stride 128.
   LayoutDesc l = mimo();
   l.components[kKey].strides = Strides{8192, 512, 128};
-  EXPECT_EQ(validateMessage(l), "'k_strides' make two K positions overlap");
+  EXPECT_EQ(validateMessage(l),
+            "'k_strides' make two K positions overlap: K block 1, token "
+            "0, head 0, element 0 and K block 0, token 15, head 3, "
+            "element 128 are both at offset 8192");
   // Tokens too close: token stride 700 < 4 * 192 = 768.
   l.components[kKey].strides = Strides{12288, 700, 192};
-  EXPECT_EQ(validateMessage(l), "'k_strides' make two K positions overlap");
+  EXPECT_EQ(validateMessage(l),
+            "'k_strides' make two K positions overlap: K block 0, token "
+            "0, head 3, element 124 and K block 0, token 1, head 0, "
+            "element 0 are both at offset 700");
   // Blocks too close: 12000 < 16 * 768 = 12288.
   l.components[kKey].strides = Strides{12000, 768, 192};
-  EXPECT_EQ(validateMessage(l), "'k_strides' make two K positions overlap");
+  EXPECT_EQ(validateMessage(l),
+            "'k_strides' make two K positions overlap: K block 1, token "
+            "0, head 0, element 0 and K block 0, token 15, head 2, "
+            "element 96 are both at offset 12000");
   // A zero head stride puts every head on the same row.
   l.components[kKey].strides = Strides{12288, 768, 0};
-  EXPECT_EQ(validateMessage(l), "'k_strides' make two K positions overlap");
+  EXPECT_EQ(validateMessage(l),
+            "'k_strides' make two K positions overlap: K block 0, token "
+            "0, head 1, element 0 and K block 0, token 0, head 2, "
+            "element 0 are both at offset 0");
 }
 
 TEST(LayoutValidate, OverlappingV) {
   LayoutDesc l = mimo();
   // V rows of 128 with token stride 256 < 4 * 128.
   l.components[kValue].strides = Strides{8192, 256, 128};
-  EXPECT_EQ(validateMessage(l), "'v_strides' make two V positions overlap");
+  EXPECT_EQ(validateMessage(l),
+            "'v_strides' make two V positions overlap: V block 0, token "
+            "1, head 0, element 0 and V block 0, token 0, head 2, "
+            "element 0 are both at offset 256");
 }
 
 TEST(LayoutValidate, PackedVOverlapsK) {
@@ -444,7 +465,9 @@ TEST(LayoutValidate, PackedVOverlapsK) {
   l.components[kKey].strides = Strides{20480, 1280, 320};
   l.components[kValue].strides = Strides{20480, 1280, 192};
   EXPECT_EQ(validateMessage(l),
-            "'v_strides' make V overlap K in the packed row");
+            "'v_strides' make V overlap K in the packed row: K block 0, "
+            "token 0, head 1, element 64 and V block 0, token 0, head 1, "
+            "element 0 are both at offset 384");
 }
 
 TEST(LayoutValidate, SeparateSidesMayAlias) {
@@ -465,19 +488,231 @@ TEST(LayoutValidate, BlocksInterleavedIntoEachOther) {
   l.components[kKey].strides = Strides{64, 128, 64};
   SideMap k = l.map(kKey);
   ASSERT_EQ(elementOffset(k, 2, 0, 0, 0), elementOffset(k, 0, 1, 0, 0));
-  EXPECT_EQ(validateMessage(l), "'k_strides' make two K positions overlap");
+  EXPECT_EQ(validateMessage(l),
+            "'k_strides' make two K positions overlap: K block 2, token "
+            "0, head 0, element 0 and K block 0, token 1, head 0, "
+            "element 0 are both at offset 128");
 }
 
-// Known bug (see the report): validateStrides enumerates at most 64 blocks,
-// so an overlap that first appears between block 0 and block 100 is missed.
-// Here block b, token t starts at 64 * b + 6400 * t: blocks 0..99 tile
-// [0, 6400) with token 0 and block 100's token 0 (6400) is block 0's token 1.
+// An overlap that first appears between block 0 and block 100 (once missed
+// by a check that enumerated 64 blocks). Here block b, token t starts at
+// 64 * b + 6400 * t: blocks 0..99 tile [0, 6400) with token 0 and block
+// 100's token 0 (6400) is block 0's token 1.
 TEST(LayoutValidate, OverlapBeyondSixtyFourBlocks) {
   LayoutDesc l = makeLayout(1, 64, 64, 16);
   l.components[kKey].strides = Strides{64, 6400, 64};
   SideMap k = l.map(kKey);
   ASSERT_EQ(elementOffset(k, 100, 0, 0, 0), elementOffset(k, 0, 1, 0, 0));
-  EXPECT_EQ(validateMessage(l), "'k_strides' make two K positions overlap");
+  EXPECT_EQ(validateMessage(l),
+            "'k_strides' make two K positions overlap: K block 100, "
+            "token 0, head 0, element 0 and K block 0, token 1, head 0, "
+            "element 0 are both at offset 6400");
+}
+
+//===----------------------------------------------------------------------===//
+// Hostile input (issue 12): bounds, real causes, time independent of size.
+//===----------------------------------------------------------------------===//
+
+/// validate() with its wall time in milliseconds.
+std::string timedValidate(const LayoutDesc &l, double *ms) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::string m = validateMessage(l);
+  *ms = std::chrono::duration<double, std::milli>(
+            std::chrono::steady_clock::now() - t0)
+            .count();
+  return m;
+}
+
+// Each of these took seconds to minutes (or ran out of memory) when the
+// overlap check built one interval per (token, head); 250 ms is generous for
+// what is now a handful of comparisons, and far below the old times.
+constexpr double kFastMs = 250;
+
+TEST(LayoutHostile, HeadsAbove2To31AreRejectedByTheirBound) {
+  // Grew past 12 GB in 37 s before.
+  LayoutDesc l = makeLayout(int64_t(1) << 31, 128, 128, 16);
+  double ms = 0;
+  EXPECT_EQ(timedValidate(l, &ms),
+            "'num_kv_heads' = 2147483648 exceeds 2^20 = 1048576, the bound "
+            "that keeps cache offsets in 64 bits");
+  EXPECT_LT(ms, kFastMs);
+}
+
+TEST(LayoutHostile, LargeHeadsTimesBlockSizeNamesTheDenseStride) {
+  // Ran over 20 s before. Both sizes are within their bounds; the dense
+  // block stride 65536 x 65536 x 128 = 2^39 is not.
+  LayoutDesc l = makeLayout(65536, 128, 128, 65536);
+  double ms = 0;
+  EXPECT_EQ(timedValidate(l, &ms),
+            "the dense block stride of K, block_size 65536 x num_kv_heads "
+            "65536 x head_size_k 128 = 549755813888, exceeds 2^38 = "
+            "274877906944, the bound that keeps cache offsets in 64 bits");
+  EXPECT_LT(ms, kFastMs);
+}
+
+TEST(LayoutHostile, HugeBlockSize) {
+  LayoutDesc l = makeLayout(4, 128, 128, int64_t(1) << 40);
+  double ms = 0;
+  EXPECT_EQ(timedValidate(l, &ms),
+            "'block_size' = 1099511627776 exceeds 2^20 = 1048576, the bound "
+            "that keeps cache offsets in 64 bits");
+  EXPECT_LT(ms, kFastMs);
+}
+
+TEST(LayoutHostile, WrappingDenseProductsBlameTheSize) {
+  // Before, the dense strides wrapped around and the message blamed
+  // 'k_strides' ("must be non-negative", "block stride must be positive").
+  for (int64_t heads : {INT64_MAX, int64_t(1) << 62}) {
+    LayoutDesc l = makeLayout(heads, 128, 128, 16);
+    EXPECT_EQ(
+        validateMessage(l).rfind(
+            "'num_kv_heads' = " + std::to_string(heads) + " exceeds 2^20", 0),
+        0u)
+        << validateMessage(l);
+  }
+  // All strides '?': the sizes are still bounded.
+  LayoutDesc l = makeLayout(INT64_MAX, 128, 128, 16);
+  l.components[kKey].strides = Strides{kDynamic, kDynamic, kDynamic};
+  l.components[kValue].strides = Strides{kDynamic, kDynamic, kDynamic};
+  EXPECT_NE(validateMessage(l).find("'num_kv_heads' = 9223372036854775807 "
+                                    "exceeds"),
+            std::string::npos);
+}
+
+TEST(LayoutHostile, StridesAboveTheBound) {
+  LayoutDesc l = mimo();
+  l.components[kKey].strides = Strides{int64_t(1) << 39, 768, 192};
+  EXPECT_EQ(validateMessage(l),
+            "'k_strides' block stride 549755813888 exceeds 2^38 = "
+            "274877906944, the bound that keeps cache offsets in 64 bits");
+  // A static entry next to '?' ones too.
+  l.components[kKey].strides = Strides{kDynamic, int64_t(1) << 39, 192};
+  EXPECT_EQ(validateMessage(l),
+            "'k_strides' token stride 549755813888 exceeds 2^38 = "
+            "274877906944, the bound that keeps cache offsets in 64 bits");
+  // And the launch-time values of '?' strides.
+  EXPECT_EQ(l.validateStrides(
+                 {Strides{12288, 768, int64_t(1) << 40}, l.strides(kValue)})
+                .value_or(""),
+            "'k_strides' head stride 1099511627776 exceeds 2^38 = "
+            "274877906944, the bound that keeps cache offsets in 64 bits");
+}
+
+TEST(LayoutHostile, LargeNestedLayoutIsProvenWithoutEnumerating) {
+  // 1024 x 1024 rows per block (16x kMaxEnumeratedRows): dense strides are
+  // nested, so validate() needs no enumeration.
+  LayoutDesc l = makeLayout(1024, 128, 64, 1024, Order::HND, Packing::Packed);
+  double ms = 0;
+  EXPECT_EQ(timedValidate(l, &ms), "<valid>");
+  EXPECT_LT(ms, kFastMs);
+  // Padded explicit strides: still nested.
+  l = makeLayout(1024, 128, 128, 1024);
+  l.components[kKey].strides = Strides{(int64_t(1) << 27) + 4096, 131072, 128};
+  EXPECT_EQ(timedValidate(l, &ms), "<valid>");
+  EXPECT_LT(ms, kFastMs);
+}
+
+TEST(LayoutHostile, LargeNonNestedLayoutIsRejectedAsUnprovable) {
+  // Blocks closer than their span (2^27 elements), too many rows to
+  // enumerate: the message names the stride and the span.
+  LayoutDesc l = makeLayout(1024, 128, 128, 1024);
+  l.components[kKey].strides = Strides{int64_t(1) << 26, 131072, 128};
+  double ms = 0;
+  EXPECT_EQ(timedValidate(l, &ms),
+            "'k_strides' = [67108864, 131072, 128] are not nested: the block "
+            "stride 67108864 is smaller than 134217728, the span of the rows "
+            "inside it; kvgen proves layouts of more than 65536 rows per "
+            "block only when each stride is at least the span of the "
+            "dimensions inside it (docs/layout.md)");
+  EXPECT_LT(ms, kFastMs);
+}
+
+TEST(LayoutHostile, SmallNonNestedButDisjointLayoutIsAccepted) {
+  // 2 tokens of one 1-wide row at 0 and 3, blocks 2 apart: block b holds
+  // {2b, 2b + 3}, evens and odds, never equal. Not nested (2 < 4), decided
+  // exactly by enumerating block 0's rows modulo 2.
+  LayoutDesc l = makeLayout(1, 1, 1, 2);
+  l.components[kKey].strides = Strides{2, 3, 1};
+  EXPECT_EQ(validateMessage(l), "<valid>");
+}
+
+TEST(LayoutHostile, PackedComponentsWithOtherBlockStrides) {
+  // K 5 wide at 10 * b, V 1 wide at 11 * b' + 5: K block 6 [60, 65) holds
+  // V block 5 (60). The old check looked at 2 blocks and accepted this.
+  LayoutDesc l = makeLayout(1, 5, 1, 1, Order::NHD, Packing::Packed);
+  l.components[kKey].strides = Strides{10, 6, 6};
+  l.components[kValue].strides = Strides{11, 6, 6};
+  SideMap k = l.map(kKey), v = l.map(kValue);
+  ASSERT_EQ(elementOffset(k, 6, 0, 0, 0), elementOffset(v, 5, 0, 0, 0));
+  EXPECT_EQ(validateMessage(l),
+            "'v_strides' make V overlap K in the packed row (their block "
+            "strides 10 and 11 meet at positions congruent modulo 1)");
+  // K at 2 * b, V at 4 * b' + 1: evens and odds, disjoint forever.
+  l = makeLayout(1, 1, 1, 1, Order::NHD, Packing::Packed);
+  l.components[kKey].strides = Strides{2, 2, 2};
+  l.components[kValue].strides = Strides{4, 4, 4};
+  EXPECT_EQ(validateMessage(l), "<valid>");
+}
+
+TEST(LayoutHostile, CheckedExtentRefusesOverflowAndBadStrides) {
+  LayoutDesc l = mimo();
+  EXPECT_EQ(l.checkedExtentBytes(kKey, 10), l.extentBytes(kKey, 10));
+  EXPECT_EQ(l.checkedExtentBytes(kKey, 0), 0);
+  EXPECT_FALSE(l.checkedExtentBytes(kKey, INT64_MAX));
+  l.components[kKey].strides = Strides{kDynamic, 768, 192};
+  const int64_t neg[3] = {-12288, 0, 0}, big[3] = {int64_t(1) << 39, 0, 0},
+                ok[3] = {12288, 0, 0};
+  EXPECT_FALSE(l.checkedExtentBytes(kKey, 2, neg));
+  EXPECT_FALSE(l.checkedExtentBytes(kKey, 2, big));
+  EXPECT_FALSE(l.checkedExtentBytes(kKey, 2, nullptr));
+  EXPECT_EQ(l.checkedExtentBytes(kKey, 2, ok), l.extentBytes(kKey, 2, ok));
+}
+
+TEST(LayoutHostile, TypedMinimumIsNotDynamic) {
+  // `?` is a token of its own: INT64_MIN typed as a number was read as `?`
+  // and printed back as one.
+  std::string err;
+  std::optional<LayoutDesc> l = parseLayout(
+      "num_kv_heads = 4, head_size_k = 192, head_size_v = 128, block_size = "
+      "16, dtype = bf16, k_strides = [-9223372036854775808, 768, 192]",
+      &err);
+  EXPECT_FALSE(l);
+  EXPECT_EQ(err, "'k_strides' entry -9223372036854775808 is not a stride "
+                 "(strides are 0 to 2^38; write ? for a dynamic one) (at "
+                 "'-9223372036854775808, 76')");
+  l = parseLayout("num_kv_heads = 4, head_size_k = 192, head_size_v = 128, "
+                  "block_size = 16, dtype = bf16, k_strides = [?, 768, 192]",
+                  &err);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->components[kKey].strides->block, kDynamic);
+  // Other negative numbers stay numbers, for validate() to name.
+  l = parseLayout("num_kv_heads = 4, head_size_k = 192, head_size_v = 128, "
+                  "block_size = 16, dtype = bf16, k_strides = "
+                  "[-9223372036854775807, 768, 192]",
+                  &err);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(validateMessage(*l), "'k_strides' must be non-negative, got "
+                                 "block stride -9223372036854775807");
+}
+
+TEST(LayoutHostile, OneGrammarForIntegersAndComments) {
+  // Found by the fuzzer: the text parser took `+6`, which MLIR's attribute
+  // parser refuses; MLIR took `0x10` and `- 5`, which the text parser
+  // refuses. The grammar's integers are decimal with '-' right before the
+  // digits, in both (the MLIR side is test/lit/Dialect/invalid-bounds.mlir).
+  const std::string head = "num_kv_heads = 4, head_size_k = 192, "
+                           "head_size_v = 128, dtype = bf16, block_size = ";
+  std::string err;
+  EXPECT_FALSE(parseLayout(head + "+6", &err));
+  EXPECT_EQ(err, "'block_size' must be an integer (at '+6')");
+  EXPECT_FALSE(parseLayout(head + "0x10", &err));
+  EXPECT_FALSE(parseLayout(head + "- 5", &err));
+  // `//` comments separate tokens, as in MLIR.
+  std::optional<LayoutDesc> l =
+      parseLayout(head + "16 // tokens per block\n, order = hnd", &err);
+  ASSERT_TRUE(l) << err;
+  EXPECT_EQ(l->blockSize, 16);
+  EXPECT_EQ(l->order, Order::HND);
 }
 
 } // namespace

@@ -1,5 +1,6 @@
 //===- KVDialect.cpp - The kv dialect -------------------------------------===//
 #include "kvgen/Dialect/KV.h"
+#include "kvgen/Launch.h"
 #include "kvgen/LayoutSyntax.h"
 #include "kvgen/Target.h"
 
@@ -90,6 +91,14 @@ public:
     return true;
   }
   bool integer(int64_t *out) override {
+    // The grammar's integers are decimal with '-' right before the digits
+    // (as parseLayout reads them); MLIR would also take `0x1f` and `- 5`.
+    const char *c = pos();
+    if (*c == '-')
+      ++c;
+    if (!(*c >= '0' && *c <= '9') ||
+        (c[0] == '0' && (c[1] == 'x' || c[1] == 'X')))
+      return false;
     OptionalParseResult r = p.parseOptionalInteger(*out);
     return r.has_value() && succeeded(*r);
   }
@@ -225,10 +234,40 @@ LogicalResult KVDialect::verifyOperationAttribute(Operation *op,
 
 LogicalResult kvgen::kv::verifyPlanFits(Operation *op) {
   auto spec = cast<KernelSpecOpInterface>(op);
+  // The op's options (Ops.def, incl. the `unchecked` every op has) are its
+  // attributes: an op declared without one would silently drop it.
+  const OpDesc &desc = opDesc(spec.getKernelOp());
+  ArrayRef<StringAttr> names = op->getName().getAttributeNames();
+  for (size_t i = 0; i < desc.numOptions; ++i)
+    if (llvm::none_of(names, [&](StringAttr n) {
+          return n.getValue() == desc.options[i].name;
+        }))
+      return op->emitOpError("declares no attribute for option '")
+             << desc.options[i].name << "' of its table entry (Ops.def)";
   PlanAttr plan = spec.getPlanAttr();
   if (!plan)
     return success();
+  // A plan built with PlanAttr::get (not getChecked, not parsed) skipped its
+  // own verifier: run it here, where every op is verified.
+  if (failed(PlanAttr::verify([&] { return op->emitOpError("plan: "); },
+                              plan.getTarget(), plan.getVectorBytes(),
+                              plan.getThreads(), plan.getTokensPerCta(),
+                              plan.getSmallMaxTokens(), plan.getSmallThreads(),
+                              plan.getCacheAlignment(), plan.getHwFp8(),
+                              plan.getStreamingStores())))
+    return failure();
   const LayoutDesc &l = spec.getLayout().getDesc();
+  // Kernels number a CTA's accesses in 32 bits (kvgen/Launch.h).
+  int64_t rowElems = 0;
+  for (const Component &c : l.components)
+    rowElems += c.headSize;
+  const int64_t itemElements =
+      spec.getWorkItemTokens() * l.numKvHeads * rowElems;
+  if (!ctaFits(plan.getTokensPerCta(), itemElements))
+    return op->emitOpError("plan's 'tokens_per_cta' = ")
+           << plan.getTokensPerCta() << " work items of " << itemElements
+           << " elements exceed the 2^30 elements a CTA's 32-bit access "
+              "numbers reach";
   int64_t esize = elementSize(l.dtype);
   if (plan.getVectorBytes() % esize != 0)
     return op->emitOpError("plan's 'vector_bytes' = ")

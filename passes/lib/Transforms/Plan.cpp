@@ -29,6 +29,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kvgen/Transforms/Plan.h"
+#include "kvgen/Launch.h"
 #include "kvgen/Transforms/Passes.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -44,10 +45,23 @@ using namespace mlir;
 using namespace kvgen;
 using namespace kvgen::kv;
 
-PlanChoice kvgen::choosePlan(const LayoutDesc &layout, DType io,
-                             const Target &target, int64_t itemTokens,
-                             int64_t threads,
-                             int64_t tokensPerCta, int64_t smallMaxTokens) {
+llvm::FailureOr<PlanChoice>
+kvgen::choosePlan(const LayoutDesc &layout, DType io, const Target &target,
+                  int64_t itemTokens, int64_t threads, int64_t tokensPerCta,
+                  int64_t smallMaxTokens, std::string *error) {
+  auto fail = [&](const std::string &m) -> llvm::FailureOr<PlanChoice> {
+    if (error)
+      *error = m;
+    return llvm::failure();
+  };
+  if (std::optional<std::string> bad = layout.validate())
+    return fail("invalid layout: " + *bad);
+  if (itemTokens < 1 || itemTokens > layout.blockSize)
+    return fail("a work item of " + std::to_string(itemTokens) +
+                " tokens is not 1 to block_size");
+  if (threads < 0 || threads > 1024)
+    return fail("threads = " + std::to_string(threads) +
+                " must be 0 (planned) or 1 to 1024");
   PlanChoice c;
   const int64_t cacheSize = elementSize(layout.dtype);
   // Divisibility the vector width must respect, in elements.
@@ -79,9 +93,22 @@ PlanChoice kvgen::choosePlan(const LayoutDesc &layout, DType io,
   int64_t rowElems = 0;
   for (int c = 0; c < layout.numComponents(); ++c)
     rowElems += layout.headSize(c);
-  // Accesses of one work item (a token, or a block of itemTokens tokens).
-  int64_t perToken = itemTokens * layout.numKvHeads * rowElems / n;
+  // Elements and accesses of one work item (a token, or a block of
+  // itemTokens tokens): below 2^62 for a valid layout.
+  const int64_t itemElements = itemTokens * layout.numKvHeads * rowElems;
+  int64_t perToken = itemElements / n;
+  if (!ctaFits(1, itemElements))
+    return fail("a work item moves " + std::to_string(itemElements) +
+                " elements (" + std::to_string(itemTokens) + " tokens x " +
+                std::to_string(layout.numKvHeads) + " heads x " +
+                std::to_string(rowElems) +
+                "), more than the 2^30 a CTA's 32-bit access numbers reach");
   if (tokensPerCta > 0) {
+    if (!ctaFits(tokensPerCta, itemElements))
+      return fail("tokens_per_cta = " + std::to_string(tokensPerCta) +
+                  " work items of " + std::to_string(itemElements) +
+                  " elements exceed the 2^30 elements a CTA's 32-bit access "
+                  "numbers reach");
     c.tokensPerCta = tokensPerCta;
   } else {
     int64_t t = 1;
@@ -113,6 +140,14 @@ PlanChoice kvgen::choosePlan(const LayoutDesc &layout, DType io,
     c.smallMaxTokens = (int64_t(1) << 20) / perToken;
   if (c.smallMaxTokens == 0)
     c.smallThreads = 0;
+  // Positive by construction; stated here so a change to the rules above
+  // cannot plan a launch the runtime would refuse.
+  if (c.threads < 1 || c.threads > 1024 || c.tokensPerCta < 1 ||
+      c.smallMaxTokens < 0 ||
+      (c.smallMaxTokens > 0 && (c.smallThreads < 1 || c.smallThreads > 1024)))
+    return fail("internal: planned threads = " + std::to_string(c.threads) +
+                ", tokens_per_cta = " + std::to_string(c.tokensPerCta) +
+                ", small_threads = " + std::to_string(c.smallThreads));
   // The hardware converts (sm_89+) exist for e4m3fn and e5m2, not for the
   // FNUZ encodings; AMD's converts are not used yet.
   c.streamingStores = target.caps().streamingStores;
@@ -134,20 +169,33 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
       return signalPassFailure();
     }
     MLIRContext *ctx = &getContext();
-    auto planFor = [&](KernelSpecOpInterface op) {
-      PlanChoice c = choosePlan(op.getLayout().getDesc(),
-                                *fromMlirType(op.getRowType()), *parsed,
-                                op.getWorkItemTokens(), threads, tokensPerCta,
-                                smallMaxTokens);
-      return PlanAttr::get(
-          ctx, target, c.vectorBytes, c.threads, c.tokensPerCta,
-          c.smallMaxTokens, c.smallThreads,
-          c.cacheProven ? Alignment::proven : Alignment::checked, c.hwFp8,
-          c.streamingStores);
+    auto planFor = [&](KernelSpecOpInterface op) -> PlanAttr {
+      std::string error;
+      FailureOr<PlanChoice> c =
+          choosePlan(op.getLayout().getDesc(), *fromMlirType(op.getRowType()),
+                     *parsed, op.getWorkItemTokens(), threads, tokensPerCta,
+                     smallMaxTokens, &error);
+      if (failed(c)) {
+        op->emitOpError("kv-plan: ") << error;
+        return {};
+      }
+      // getChecked: the plan's own verifier, not only the op's.
+      return PlanAttr::getChecked(
+          [&] { return op->emitOpError("kv-plan: "); }, ctx, StringRef(target),
+          c->vectorBytes, c->threads, c->tokensPerCta, c->smallMaxTokens,
+          c->smallThreads,
+          c->cacheProven ? Alignment::proven : Alignment::checked, c->hwFp8,
+          c->streamingStores);
     };
-    getOperation().walk([&](KernelSpecOpInterface op) {
-      op.setPlanAttr(planFor(op));
+    WalkResult walk = getOperation().walk([&](KernelSpecOpInterface op) {
+      PlanAttr plan = planFor(op);
+      if (!plan)
+        return WalkResult::interrupt();
+      op.setPlanAttr(plan);
+      return WalkResult::advance();
     });
+    if (walk.wasInterrupted())
+      return signalPassFailure();
   }
 };
 } // namespace

@@ -11,7 +11,9 @@
 // ("checked" means "checked = 1"). Values: IO_TYPE options take an element
 // type name (bf16, f16, f32, f8E4M3FN, ...), SLOT_TYPE options i32 or i64,
 // FLAG options 0 or 1 (true/false accepted). Omitted options take the
-// defaults of Ops.def.
+// defaults of Ops.def. Every op has the flag `unchecked` (kernels test
+// every slot and block id unless it is set); the older `checked` is read as
+// its inverse.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KVGEN_KERNELSPEC_H

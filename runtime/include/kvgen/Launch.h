@@ -24,6 +24,20 @@ struct LaunchGeometry {
   int smallThreads = 0;
 };
 
+/// The most cache elements one CTA may move: a kernel numbers the accesses
+/// of its CTA in 32-bit ints (codegen/prelude/kernels.h: AccessMap,
+/// copyBlocksCta), one element per access on its unaligned path. kv-plan
+/// plans no CTA above it and the plan verifier rejects one.
+constexpr int64_t kMaxCtaElements = int64_t(1) << 30;
+
+/// True when a CTA of `items` work items of `itemElements` cache elements
+/// each (>= 1; e.g. num_kv_heads x the sum of head sizes per token) stays
+/// within kMaxCtaElements; computed without overflow.
+inline bool ctaFits(int64_t items, int64_t itemElements) {
+  return items >= 1 && itemElements >= 1 &&
+         items <= kMaxCtaElements / itemElements;
+}
+
 /// grid.x and block.x of a launch of `work` items (work >= 1).
 inline void launchShape(const LaunchGeometry &g, int64_t work, int64_t *grid,
                         int *block) {

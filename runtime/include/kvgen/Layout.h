@@ -50,9 +50,39 @@ constexpr int kKey = 0, kValue = 1;
 constexpr size_t kMaxComponents = 4;
 
 /// Marks a stride that is not known when the kernel is generated; the kernel
-/// then reads it from its arguments. Printed as `?` in MLIR.
+/// then reads it from its arguments. Printed as `?` in MLIR. The grammar has
+/// `?` as a token of its own and refuses INT64_MIN typed as a number, so no
+/// written number becomes dynamic.
 constexpr int64_t kDynamic = kDynamicStride;
 static_assert(kDynamic == INT64_MIN, "kDynamic is INT64_MIN");
+
+/// Upper bounds of a layout (LayoutDesc::validate rejects larger values, and
+/// the launch checks apply kMaxStride to '?' strides). They keep every
+/// address kvgen computes in int64 without overflow checks in the kernels:
+///   - within one block, the largest offset is at most
+///     (block_size - 1) * token + (num_kv_heads - 1) * head + base + D
+///     < 2^20 * 2^38 + 2^20 * 2^38 + 2^23 < 2^60 elements, < 2^62 bytes for
+///     4-byte elements;
+///   - every dense stride (block_size * num_kv_heads * row width <= 2^62)
+///     is computed in int64 and then checked against kMaxStride;
+///   - the block term block * block_stride is bounded at launch: the
+///     runtime checks, in 128-bit arithmetic, that the extent of num_blocks
+///     blocks fits in each cache's *_bytes (<= INT64_MAX), and that
+///     num_blocks * block_size fits in int64 (the slot bound of checked
+///     kernels).
+/// Sizes are elements or tokens; 2^20 also keeps them in the kernels' 32-bit
+/// `int` constants. 2^38 elements (>= 256 GiB) exceeds any one allocation of
+/// today's devices (an H200 has 141 GB).
+constexpr int64_t kMaxNumKvHeads = int64_t(1) << 20;
+constexpr int64_t kMaxBlockSize = int64_t(1) << 20;
+constexpr int64_t kMaxHeadSize = int64_t(1) << 20;
+constexpr int64_t kMaxStride = int64_t(1) << 38;
+/// The overlap check decides layouts whose strides are nested (each stride
+/// at least the span of the dimensions inside it, see validateStrides) in
+/// constant time; others exactly, by enumerating the rows of one block, when
+/// a tensor has at most this many (block_size * num_kv_heads rows per
+/// component); larger non-nested layouts are rejected as unprovable.
+constexpr int64_t kMaxEnumeratedRows = int64_t(1) << 16;
 
 /// Element strides of one component, outermost first.
 struct Strides {
@@ -127,26 +157,39 @@ struct LayoutDesc {
 
   /// Largest element offset (inclusive) that any (block < numBlocks, token,
   /// head, element) position of component c maps to, plus one: the number
-  /// of elements a buffer must hold. Assumes non-negative strides.
+  /// of elements a buffer must hold. Needs a valid layout, valid strides
+  /// (non-negative, at most kMaxStride) and an extent that fits in int64
+  /// (see checkedExtentBytes for untrusted values).
   int64_t extentElements(int c, int64_t numBlocks,
                          const int64_t *dynamic = nullptr) const;
   /// extentElements * element size, in bytes.
   int64_t extentBytes(int c, int64_t numBlocks,
                       const int64_t *dynamic = nullptr) const;
+  /// extentBytes for untrusted numBlocks and '?' strides, in 128-bit
+  /// arithmetic: std::nullopt when a stride it uses is negative or above
+  /// kMaxStride, or the extent exceeds INT64_MAX bytes; 0 for numBlocks <= 0.
+  std::optional<int64_t>
+  checkedExtentBytes(int c, int64_t numBlocks,
+                     const int64_t *dynamic = nullptr) const;
 
   /// Returns std::nullopt when the layout is valid, else one message that
-  /// names the offending field. Rules (docs/layout.md):
-  ///  - num_kv_heads, block_size and every head size > 0; 1 to
+  /// names the offending field and the cause (a bound, a sign, an overlap).
+  /// Rules (docs/layout.md):
+  ///  - num_kv_heads, block_size and every head size in [1, kMax...]; 1 to
   ///    kMaxComponents components with distinct identifier names;
   ///  - fp8 caches need scale = per_tensor or per_head; other caches need
   ///    scale = none;
-  ///  - static strides are >= 0 and no two (token, head, element) positions
-  ///    of one component, or (packed) of two components, overlap, within a
-  ///    block or across blocks; with dynamic strides the check runs at
-  ///    launch time on the actual strides (see validateStrides).
+  ///  - static strides, explicit or dense, are in [0, kMaxStride] (block
+  ///    strides >= 1), and no two (block, token, head, element) positions
+  ///    of one component, or (packed) of two components, overlap, for any
+  ///    number of blocks; with '?' strides the overlap check runs at launch
+  ///    time on the actual strides (see validateStrides).
+  /// Its time does not grow with num_kv_heads * block_size (see
+  /// kMaxEnumeratedRows).
   std::optional<std::string> validate() const;
-  /// The overlap/sign check of validate() on fully known strides, one
-  /// entry per component.
+  /// The bound, sign and overlap checks of validate() on fully known
+  /// strides, one entry per component (what the launch checks run on '?'
+  /// strides).
   std::optional<std::string>
   validateStrides(const std::vector<Strides> &strides) const;
 

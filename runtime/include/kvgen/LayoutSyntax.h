@@ -15,6 +15,8 @@
 //              | 'scale' '=' ('none' | 'per_tensor' | 'per_head')
 //              | NAME '_strides' '=' '[' s ',' s ',' s ']'   (s: int or '?')
 //
+// `int` is decimal, with an optional '-' right before its digits; blanks
+// and `//` comments separate tokens.
 // Fields come in any order, each at most once. head_size_k and head_size_v
 // (a K/V layout, components k and v) and `components` exclude each other;
 // `<name>_strides` names a component. Required: num_kv_heads, block_size,

@@ -45,7 +45,7 @@ enum class ArgRole {
   NumBlocks
 };
 /// When a pointer field must be non-NULL (Ops.def WHEN).
-enum class ArgNeed { Always, Separate, Scaled, Dequant, Checked, Never };
+enum class ArgNeed { Always, Separate, Scaled, Dequant, Never };
 /// The kind of a spec option (Ops.def KIND).
 enum class OptionKind { IoType, SlotType, Flag };
 
@@ -68,6 +68,10 @@ struct OptionDesc {
   const char *defaultValue; ///< see Ops.def DEFAULT
   const char *doc;
 };
+
+/// The option every op has, last in its options (Ops.def): kernels skip and
+/// report indices outside the cache unless it is set.
+extern const OptionDesc kUncheckedOption;
 
 /// One kernel op.
 struct OpDesc {

@@ -19,7 +19,9 @@
  *
  * Disk cache: $KVGEN_CACHE_DIR, else $XDG_CACHE_HOME/kvgen, else
  * $HOME/.cache/kvgen. A directory that cannot be created or written turns
- * the context's cache memory-only, with one warning.
+ * the context's cache memory-only, with one warning (through the warning
+ * callback when one is set, see kvgen_context_set_warning_callback). Lock
+ * files serialize compiles across processes and are removed after use.
  *
  *===----------------------------------------------------------------------===*/
 #ifndef KVGEN_KVGEN_H
@@ -52,7 +54,10 @@ typedef enum kvgen_status {
   KVGEN_ERROR_LAUNCH = 8,  /**< the backend's launch call failed */
   KVGEN_ERROR_BUNDLE = 9,  /**< unreadable or malformed bundle/manifest */
   KVGEN_ERROR_COMPILE_ONLY = 10, /**< launch on a compile-only context */
-  KVGEN_ERROR_INTERNAL = 11
+  KVGEN_ERROR_INTERNAL = 11,
+  /** a checked kernel skipped a slot or block id outside its cache
+   * (reported by kvgen_context_check) */
+  KVGEN_ERROR_INDEX_OUT_OF_RANGE = 12
 } kvgen_status;
 
 typedef enum kvgen_backend {
@@ -226,7 +231,10 @@ KVGEN_API kvgen_status kvgen_context_set_cache_dir(kvgen_context ctx,
                                                    const char *dir);
 /** The disk cache directory in use, "" when memory-only. */
 KVGEN_API const char *kvgen_context_cache_dir(kvgen_context ctx);
-/** Replaces the default warning sink (stderr); fn NULL restores it. */
+/** Replaces the default warning sink (stderr); fn NULL restores it.
+ * Warnings of context creation (an unusable default cache directory) are
+ * held until this call or the context's first compile, so a callback set
+ * right after kvgen_context_create receives them. */
 KVGEN_API void kvgen_context_set_warning_callback(kvgen_context ctx,
                                                   kvgen_warning_fn fn,
                                                   void *user_data);
@@ -255,6 +263,21 @@ KVGEN_API kvgen_status kvgen_context_copy(kvgen_context ctx, void *dst,
  * hipDeviceSynchronize; nothing for HOST, whose launches are synchronous).
  * Reports asynchronous kernel faults as KVGEN_ERROR_LAUNCH. */
 KVGEN_API kvgen_status kvgen_context_synchronize(kvgen_context ctx);
+
+/** Reports what checked kernels found since the last check. Kernels are
+ * checked unless built with the option `unchecked`: they skip every slot >=
+ * num_blocks * block_size (and every block id outside [0, num_blocks)) and
+ * set their error_flag. A launch whose error_flag is NULL gets the context's
+ * error word (one int32 in device memory, allocated on the first such
+ * launch), so the launch path costs no host synchronization. This call waits
+ * for all work on the device (kvgen_context_synchronize), reads and clears
+ * the word: KVGEN_SUCCESS when it was 0 (or never used),
+ * KVGEN_ERROR_INDEX_OUT_OF_RANGE when a kernel skipped an index (the message
+ * names the kernels launched with the word since the last check), or the
+ * error of the synchronization. Launches that pass their own error_flag are
+ * the caller's to read. Kernels launched by other threads while this call
+ * runs may be reported by the next call. */
+KVGEN_API kvgen_status kvgen_context_check(kvgen_context ctx);
 
 /** Reads dir/kvgen-manifest.txt and makes its entries available to the
  * get_kernel calls (sources are read on first use). Entries for other
@@ -303,15 +326,18 @@ KVGEN_API const char *kvgen_kernel_options(kvgen_kernel k);
  *
  * The checks follow the roles of the op's fields in kvgen/Ops.def, in
  * order: args non-NULL and of the op's size; the WORK count >= 0 (0 returns
- * KVGEN_SUCCESS without launching); num_blocks > 0; required pointers
- * non-NULL (value caches unless packed, scales when the layout has scale
- * != none and the op reads them, error_flag for checked kernels); cache
+ * KVGEN_SUCCESS without launching); num_blocks > 0 with num_blocks *
+ * block_size within int64; token-row strides >= 0 with the rows' span
+ * within int64; required pointers non-NULL (value caches unless packed,
+ * scales when the layout has scale != none and the op reads them); cache
  * pointers aligned to the kernel's vector bytes, token rows to their
  * element size, index arrays and scales to theirs (KVGEN_ERROR_MISALIGNED);
- * '?' cache strides valid (no overlap, >= 0); the layout's extent for
+ * '?' cache strides valid (no overlap, 0 to 2^38); the layout's extent for
  * num_blocks within each cache's *_bytes (KVGEN_ERROR_OUT_OF_BOUNDS). Values
- * that live on the device (slots, block ids) are checked by checked kernels
- * only. */
+ * that live on the device (slots, block ids) are tested by the kernels
+ * (all but `unchecked` ones), which skip an index outside the cache and set
+ * error_flag, or the context's error word when error_flag is NULL (see
+ * kvgen_context_check). */
 KVGEN_API kvgen_status kvgen_launch(kvgen_kernel k, const void *args,
                                     uint64_t args_size, void *stream);
 

@@ -27,7 +27,7 @@
 // CHECK-SAME: static constexpr int small_max_tokens = [[SN]], small_threads = [[ST]];
 // CHECK-SAME: static constexpr bool cache_proven = true, hw_fp8 = false, streaming_stores = true;
 // The options of kvgen/Ops.def, from the op's attributes of those names.
-// CHECK-NEXT: emitc.verbatim "struct mimo_write_options {\0A  typedef kvgen::dt_bf16 io;\0A  typedef int64_t slots;\0A  static constexpr bool checked = false;\0A};"
+// CHECK-NEXT: emitc.verbatim "struct mimo_write_options {\0A  typedef kvgen::dt_bf16 io;\0A  typedef int64_t slots;\0A  static constexpr bool unchecked = false;\0A};"
 // The plan stays on the kernel; the larger of its two block sizes (here
 // threads) is the launch bound.
 // CHECK-NEXT: emitc.func @mimo_write(%[[ARGS:.*]]: !emitc.opaque<"kvgen_reshape_and_cache_args">)
@@ -47,7 +47,7 @@ kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
 
 // Dynamic ('?') strides are kvgen::kDynamicStride in the layout struct (the
 // kernel reads them from k_cache_strides / v_cache_strides); static ones
-// stay numbers. fp8 per-head scale, i32 slots, checked and dequantizing:
+// stay numbers. fp8 per-head scale, i32 slots, unchecked and dequantizing:
 // alignment is checked at run time, hardware fp8 converts on sm_90.
 // CHECK-LABEL: module
 // CHECK: struct fp8_read_layout {
@@ -60,13 +60,13 @@ kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
 // CHECK: struct fp8_read_plan {
 // CHECK-SAME: static constexpr int vector_bytes = 8, vec = 8;
 // CHECK-SAME: cache_proven = false, hw_fp8 = true, streaming_stores = true;
-// CHECK-NEXT: emitc.verbatim "struct fp8_read_options {\0A  typedef kvgen::dt_f32 io;\0A  typedef int32_t slots;\0A  static constexpr bool dequantize = true;\0A  static constexpr bool checked = true;\0A};"
+// CHECK-NEXT: emitc.verbatim "struct fp8_read_options {\0A  typedef kvgen::dt_f32 io;\0A  typedef int32_t slots;\0A  static constexpr bool dequantize = true;\0A  static constexpr bool unchecked = true;\0A};"
 // CHECK-NEXT: emitc.func @fp8_read(%[[ARGS:.*]]: !emitc.opaque<"kvgen_gather_args">)
 // CHECK-NEXT: call_opaque "kvgen::gather"(%[[ARGS]]) {template_args = [#emitc.opaque<"fp8_read_layout">, #emitc.opaque<"fp8_read_plan">, #emitc.opaque<"fp8_read_options">]}
 kv.gather @fp8_read : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 64, dtype = f8E4M3FN, scale = per_head,
     k_strides = [?, 768, ?], v_strides = [?, ?, ?]>,
-    output f32, slots i32 dequantize checked
+    output f32, slots i32 dequantize unchecked
 
 // -----
 
@@ -83,8 +83,8 @@ kv.gather @fp8_read : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 // CHECK: struct packed_write_plan {
 // CHECK-SAME: static constexpr int vector_bytes = 16, vec = 16;
 // CHECK-SAME: cache_proven = true, hw_fp8 = true, streaming_stores = true;
-// CHECK: struct packed_write_options {\0A  typedef kvgen::dt_f16 io;\0A  typedef int64_t slots;\0A  static constexpr bool checked = true;\0A};"
+// CHECK: struct packed_write_options {\0A  typedef kvgen::dt_f16 io;\0A  typedef int64_t slots;\0A  static constexpr bool unchecked = true;\0A};"
 kv.reshape_and_cache @packed_write : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, order = hnd,
     packing = packed, dtype = f8E5M2, scale = per_tensor>,
-    input f16, slots i64 checked
+    input f16, slots i64 unchecked

@@ -14,18 +14,18 @@ kv.copy_blocks @cow : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // Dynamic strides: alignment checked in the kernel.
 // PLAN-LABEL: kv.copy_blocks @cow_dyn
-// PLAN-SAME: checked {plan = #kv.plan<target = "sm_90", vector_bytes = 16,
+// PLAN-SAME: unchecked {plan = #kv.plan<target = "sm_90", vector_bytes = 16,
 // PLAN-SAME: cache_alignment = checked
 kv.copy_blocks @cow_dyn : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 64, order = hnd, packing = packed,
-    dtype = f8E4M3FN, scale = per_head, k_strides = [?, ?, ?]> checked
+    dtype = f8E4M3FN, scale = per_head, k_strides = [?, ?, ?]> unchecked
 
 // EMITC-LABEL: emitc.func @cow(
 // EMITC-SAME: !emitc.opaque<"kvgen_copy_blocks_args">
 // EMITC: call_opaque "kvgen::copy_blocks"(%{{.*}}) {template_args = [#emitc.opaque<"cow_layout">, #emitc.opaque<"cow_plan">, #emitc.opaque<"cow_options">]}
 // The plan struct carries the batch the kernel loads before storing.
 // EMITC: static constexpr int copy_batch = 20;
-// EMITC: struct cow_dyn_options {\0A  static constexpr bool checked = true;\0A};
+// EMITC: struct cow_dyn_options {\0A  static constexpr bool unchecked = true;\0A};
 
 // An MLA latent cache (one packed 576-wide row): the same one-block CTA,
 // 16-byte accesses dividing both components.

@@ -75,7 +75,7 @@
 // CHECK:      struct mimo_write_options {
 // CHECK-NEXT: typedef kvgen::dt_bf16 io;
 // CHECK-NEXT: typedef int64_t slots;
-// CHECK-NEXT: static constexpr bool checked = false;
+// CHECK-NEXT: static constexpr bool unchecked = false;
 // CHECK:      void mimo_write(kvgen_reshape_and_cache_args [[A:v[0-9]+]]) {
 // CHECK-NEXT: kvgen::reshape_and_cache<mimo_write_layout, mimo_write_plan, mimo_write_options>([[A]]);
 // HOST: extern "C" void mimo_write_host_launch(
@@ -83,7 +83,7 @@ kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,
     input bf16, slots i64
 
-// fp8 (per-tensor scale) read back as bf16, block 64, checked slots. On
+// fp8 (per-tensor scale) read back as bf16, block 64, unchecked slots (the caller proves them in range). On
 // sm_90 the dequantizing gather reads through the hardware converts;
 // elsewhere through the portable decoder.
 // CHECK-LABEL: struct mimo_read_fp8_layout {
@@ -101,11 +101,11 @@ kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
 // CHECK-NEXT: typedef kvgen::dt_bf16 io;
 // CHECK-NEXT: typedef int32_t slots;
 // CHECK-NEXT: static constexpr bool dequantize = true;
-// CHECK-NEXT: static constexpr bool checked = true;
+// CHECK-NEXT: static constexpr bool unchecked = true;
 // CHECK:      kvgen::gather<mimo_read_fp8_layout, mimo_read_fp8_plan, mimo_read_fp8_options>(
 kv.gather @mimo_read_fp8 : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
-    scale = per_tensor>, output bf16, slots i32 dequantize checked
+    scale = per_tensor>, output bf16, slots i32 dequantize unchecked
 
 // CHECK-LABEL: struct fp8_f32_write_layout {
 // CHECK-NEXT: typedef kvgen::dt_f8e5m2fnuz cache;
@@ -141,11 +141,11 @@ kv.reshape_and_cache @h80_write : #kv.layout<num_kv_heads = 8,
 // CHECK:      static constexpr int64_t block = kvgen::kDynamicStride, token = kvgen::kDynamicStride, head = kvgen::kDynamicStride, base = 0;
 // CHECK:      struct dyn_write_plan {
 // CHECK:      static constexpr bool cache_proven = false,
-// CHECK:      static constexpr bool checked = true;
+// CHECK:      static constexpr bool unchecked = true;
 kv.reshape_and_cache @dyn_write : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16,
     k_strides = [?, ?, ?], v_strides = [?, ?, ?]>,
-    input bf16, slots i64 checked
+    input bf16, slots i64 unchecked
 
 // CHECK-LABEL: struct small_write_layout {
 // CHECK-NEXT: typedef kvgen::dt_bf16 cache;

@@ -27,12 +27,13 @@ def KV_LayoutAttr : KV_Attr<"Layout", "layout"> {
     and V of an attention cache, or the latent `kv_c` and rotary `k_pe` of
     DeepSeek-style MLA. Fields:
 
-    - `num_kv_heads`, `block_size` (tokens per cache block): positive
-      integers;
+    - `num_kv_heads`, `block_size` (tokens per cache block): integers from
+      1 to 2^20;
     - the components, either `head_size_k = D_k, head_size_v = D_v` (a K/V
       cache: components `k` and `v`, independent widths) or
       `components = [name: D, ...]` (1 to 4 named components in row order;
       `components = [k: 192, v: 128]` is the same layout as the sugar);
+      head sizes from 1 to 2^20;
     - `order`: `nhd` (`[num_blocks, block_size, num_kv_heads, D]`) or
       `hnd` (`[num_blocks, num_kv_heads, block_size, D]`), default `nhd`;
     - `packing`: `separate` (one tensor per component) or `packed` (one
@@ -45,13 +46,22 @@ def KV_LayoutAttr : KV_Attr<"Layout", "layout"> {
       default `none`;
     - `<name>_strides` (e.g. `k_strides`, `v_strides`, `kv_c_strides`):
       optional element strides `[block, token, head]` of one component, each
-      an integer or `?` (dynamic: a kernel argument). When absent, the
-      dense strides of `order`/`packing`.
+      an integer from 0 to 2^38 (a block stride from 1) or `?` (dynamic: a
+      kernel argument; `?` is a token of its own, no number stands for it).
+      When absent, the dense strides of `order`/`packing`, which must obey
+      the same bound.
 
-    The verifier rejects non-positive sizes, a scale kind that does not fit
-    the dtype, negative strides, and static strides under which two
-    positions of a component, or of two components of a packed row,
-    overlap. The attribute wraps kvgen's MLIR-free layout model
+    The bounds keep every cache offset in 64-bit arithmetic: inside a block
+    offsets stay below 2^60 elements, and the runtime bounds the block term
+    at launch against each cache's size (docs/layout.md, "Bounds"). The
+    verifier rejects sizes and strides outside their bounds, a scale kind
+    that does not fit the dtype, negative strides, and static strides under
+    which two positions of a component, or of two components of a packed
+    row, overlap; each message names the cause (a bound, a sign, or two
+    positions that meet). Overlap is decided in time independent of
+    `num_kv_heads * block_size`: nested strides are proven in constant time,
+    others decided exactly for at most 2^16 rows per block and refused
+    above that. The attribute wraps kvgen's MLIR-free layout model
     (runtime/include/kvgen/Layout.h): its address formula, its checks and
     its grammar (runtime/include/kvgen/LayoutSyntax.h, shared with the
     runtime's text parser) are written once there.

@@ -8,8 +8,26 @@ include "kvgen/Dialect/KVInterfaces.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
 
-def KV_ReshapeAndCacheOp : KV_Op<"reshape_and_cache", [Symbol,
-    KV_KernelSpecOpInterface]> {
+/// A kernel op of kvgen's table (runtime/include/kvgen/Ops.def): `kv.NAME`
+/// with a symbol, a layout, the op's own options (`options`, printed by
+/// `optionsFormat` after the layout) and the options every kernel op has:
+/// `unchecked` (Ops.def kUncheckedOption: kernels test every slot and block
+/// id against the cache unless it is set) and kv-plan's `plan`.
+class KV_KernelSpecOp<string mnemonic, dag options, string optionsFormat,
+                      list<Trait> traits = [KV_KernelSpecOpInterface]>
+    : KV_Op<mnemonic, !listconcat([Symbol], traits)> {
+  let arguments = !con((ins SymbolNameAttr:$sym_name, KV_LayoutAttr:$layout),
+                       options,
+                       (ins UnitAttr:$unchecked,
+                            OptionalAttr<KV_PlanAttr>:$plan));
+  let assemblyFormat = "$sym_name `:` $layout " # optionsFormat #
+                       " (`unchecked` $unchecked^)? attr-dict";
+  let hasVerifier = 1;
+}
+
+def KV_ReshapeAndCacheOp : KV_KernelSpecOp<"reshape_and_cache",
+    (ins TypeAttr:$io, TypeAttr:$slots),
+    "`,` `input` $io `,` `slots` $slots"> {
   let summary = "Specifies a kernel that writes K/V tokens into a paged cache";
   let description = [{
     A kernel specification: the generated kernel takes
@@ -21,12 +39,13 @@ def KV_ReshapeAndCacheOp : KV_Op<"reshape_and_cache", [Symbol,
     slot `slot_mapping[t]` (block = slot / block_size, token in block = slot
     % block_size). Negative slots are padding and skipped. key and value are
     views with run-time token and head strides. For fp8 caches the stored
-    value is saturate(x / scale) rounded to nearest even. With `checked`,
-    a slot at or beyond `num_blocks * block_size` sets the error flag
-    instead of being written.
+    value is saturate(x / scale) rounded to nearest even. A slot at or
+    beyond `num_blocks * block_size` is skipped and sets the error flag,
+    unless the op is `unchecked` (the caller proves every slot <
+    `num_blocks * block_size`).
 
     `slots` is `i32` or `i64`; `io` is `bf16`, `f16` or `f32`. The
-    attributes `io`, `slots` and `checked` are the op's spec options
+    attributes `io`, `slots` and `unchecked` are the op's spec options
     (Ops.def). The optional `plan` is set by `kv-plan`.
 
     Example:
@@ -35,36 +54,25 @@ def KV_ReshapeAndCacheOp : KV_Op<"reshape_and_cache", [Symbol,
     kv.reshape_and_cache @write : #kv.layout<num_kv_heads = 8,
         head_size_k = 128, head_size_v = 128, block_size = 16, order = nhd,
         packing = separate, dtype = bf16, scale = none>,
-        input bf16, slots i64 checked
+        input bf16, slots i64
     ```
   }];
-  let arguments = (ins
-    SymbolNameAttr:$sym_name,
-    KV_LayoutAttr:$layout,
-    TypeAttr:$io,
-    TypeAttr:$slots,
-    UnitAttr:$checked,
-    OptionalAttr<KV_PlanAttr>:$plan
-  );
-  let assemblyFormat = [{
-    $sym_name `:` $layout `,` `input` $io `,` `slots` $slots
-    (`checked` $checked^)? attr-dict
-  }];
-  let hasVerifier = 1;
 }
 
-def KV_GatherOp : KV_Op<"gather", [Symbol,
-    KV_KernelSpecOpInterface]> {
+def KV_GatherOp : KV_KernelSpecOp<"gather",
+    (ins TypeAttr:$io, TypeAttr:$slots, UnitAttr:$dequantize),
+    "`,` `output` $io `,` `slots` $slots (`dequantize` $dequantize^)?"> {
   let summary = "Specifies a kernel that reads cached tokens back to dense rows";
   let description = [{
     A kernel specification: the generated kernel takes `kvgen_gather_args`
     and, for each of the T tokens, reads K and V of slot `slot_mapping[t]`
     into `key_out[t]` (`[num_kv_heads, head_size_k]`) and `value_out[t]`.
-    Negative slots leave the output rows untouched. The output element type
-    `io` is printed after `output`. Without `dequantize`, it must be the
-    cache's dtype and the raw elements are copied; with it, it is `bf16`,
-    `f16` or `f32` and each element is converted (for fp8 caches: q *
-    scale).
+    Negative slots leave the output rows untouched, and so do slots at or
+    beyond `num_blocks * block_size`, which set the error flag unless the
+    op is `unchecked`. The output element type `io` is printed after
+    `output`. Without `dequantize`, it must be the cache's dtype and the raw
+    elements are copied; with it, it is `bf16`, `f16` or `f32` and each
+    element is converted (for fp8 caches: q * scale).
 
     Example:
 
@@ -75,25 +83,11 @@ def KV_GatherOp : KV_Op<"gather", [Symbol,
         output bf16, slots i32 dequantize
     ```
   }];
-  let arguments = (ins
-    SymbolNameAttr:$sym_name,
-    KV_LayoutAttr:$layout,
-    TypeAttr:$io,
-    TypeAttr:$slots,
-    UnitAttr:$dequantize,
-    UnitAttr:$checked,
-    OptionalAttr<KV_PlanAttr>:$plan
-  );
-  let assemblyFormat = [{
-    $sym_name `:` $layout `,` `output` $io `,` `slots` $slots
-    (`dequantize` $dequantize^)? (`checked` $checked^)? attr-dict
-  }];
-  let hasVerifier = 1;
 }
 
-def KV_CopyBlocksOp : KV_Op<"copy_blocks", [Symbol,
-    DeclareOpInterfaceMethods<KV_KernelSpecOpInterface,
-                              ["getWorkItemTokens"]>]> {
+def KV_CopyBlocksOp : KV_KernelSpecOp<"copy_blocks", (ins), "",
+    [DeclareOpInterfaceMethods<KV_KernelSpecOpInterface,
+                               ["getWorkItemTokens"]>]> {
   let summary = "Specifies a kernel that copies whole cache blocks";
   let description = [{
     A kernel specification: the generated kernel takes
@@ -103,25 +97,16 @@ def KV_CopyBlocksOp : KV_Op<"copy_blocks", [Symbol,
     dtype), as engines do for copy-on-write and prefix sharing. A work item
     is one block. Any layout whose components live in at most two tensors
     (K/V, packed, or an MLA `kv_c` + `k_pe` cache): `key_cache` holds
-    component 0 (every component when packed), `value_cache` component 1. With `checked`, a row naming a block outside
-    `[0, num_blocks)` sets the error flag instead of being copied.
+    component 0 (every component when packed), `value_cache` component 1.
+    A row naming a block outside `[0, num_blocks)` sets the error flag
+    instead of being copied, unless the op is `unchecked`.
 
     Example:
 
     ```mlir
     kv.copy_blocks @cow : #kv.layout<num_kv_heads = 4, head_size_k = 192,
         head_size_v = 128, block_size = 64, order = hnd, dtype = bf16>
-        checked
     ```
-  }];
-  let arguments = (ins
-    SymbolNameAttr:$sym_name,
-    KV_LayoutAttr:$layout,
-    UnitAttr:$checked,
-    OptionalAttr<KV_PlanAttr>:$plan
-  );
-  let assemblyFormat = [{
-    $sym_name `:` $layout (`checked` $checked^)? attr-dict
   }];
   let extraClassDefinition = [{
     int64_t $cppClass::getWorkItemTokens() {
@@ -131,12 +116,11 @@ def KV_CopyBlocksOp : KV_Op<"copy_blocks", [Symbol,
       return verifyBlockLayout(*this, getLayout());
     }
   }];
-  let hasVerifier = 1;
 }
 
-def KV_SwapBlocksOp : KV_Op<"swap_blocks", [Symbol,
-    DeclareOpInterfaceMethods<KV_KernelSpecOpInterface,
-                              ["getWorkItemTokens"]>]> {
+def KV_SwapBlocksOp : KV_KernelSpecOp<"swap_blocks", (ins), "",
+    [DeclareOpInterfaceMethods<KV_KernelSpecOpInterface,
+                               ["getWorkItemTokens"]>]> {
   let summary = "Specifies a kernel that copies blocks between two caches";
   let description = [{
     A kernel specification: the generated kernel takes
@@ -145,8 +129,9 @@ def KV_SwapBlocksOp : KV_Op<"swap_blocks", [Symbol,
     to block dst of the destination caches, both of `layout` (raw bits;
     layouts as for `kv.copy_blocks`). Offload and reload use it between a device cache and a
     pinned host cache, which the kernel reaches through unified addressing.
-    A work item is one block. With `checked`, a row naming a block outside
-    its cache's `[0, num_blocks)` sets the error flag instead.
+    A work item is one block. A row naming a block outside its cache's
+    `[0, num_blocks)` sets the error flag instead, unless the op is
+    `unchecked`.
 
     Example:
 
@@ -156,15 +141,6 @@ def KV_SwapBlocksOp : KV_Op<"swap_blocks", [Symbol,
         dtype = bf16>
     ```
   }];
-  let arguments = (ins
-    SymbolNameAttr:$sym_name,
-    KV_LayoutAttr:$layout,
-    UnitAttr:$checked,
-    OptionalAttr<KV_PlanAttr>:$plan
-  );
-  let assemblyFormat = [{
-    $sym_name `:` $layout (`checked` $checked^)? attr-dict
-  }];
   let extraClassDefinition = [{
     int64_t $cppClass::getWorkItemTokens() {
       return getLayout().getDesc().blockSize;
@@ -173,11 +149,11 @@ def KV_SwapBlocksOp : KV_Op<"swap_blocks", [Symbol,
       return verifyBlockLayout(*this, getLayout());
     }
   }];
-  let hasVerifier = 1;
 }
 
-def KV_ConcatAndCacheMlaOp : KV_Op<"concat_and_cache_mla", [Symbol,
-    KV_KernelSpecOpInterface]> {
+def KV_ConcatAndCacheMlaOp : KV_KernelSpecOp<"concat_and_cache_mla",
+    (ins TypeAttr:$io, TypeAttr:$slots),
+    "`,` `input` $io `,` `slots` $slots"> {
   let summary = "Specifies a kernel that writes MLA latent rows into a "
                 "paged cache";
   let description = [{
@@ -189,7 +165,8 @@ def KV_ConcatAndCacheMlaOp : KV_Op<"concat_and_cache_mla", [Symbol,
     `k_pe`, in that order, packed in one tensor (DeepSeek-V2/V3: 512 + 64,
     one kv head). Negative slots are padding. For fp8 caches the stored
     value is saturate(x / scale), one scale for both components (the
-    engines' `concat_and_cache_mla`). Options as `kv.reshape_and_cache`.
+    engines' `concat_and_cache_mla`). Options (and the range check of
+    slots unless `unchecked`) as `kv.reshape_and_cache`.
 
     Example:
 
@@ -200,23 +177,11 @@ def KV_ConcatAndCacheMlaOp : KV_Op<"concat_and_cache_mla", [Symbol,
         input bf16, slots i64
     ```
   }];
-  let arguments = (ins
-    SymbolNameAttr:$sym_name,
-    KV_LayoutAttr:$layout,
-    TypeAttr:$io,
-    TypeAttr:$slots,
-    UnitAttr:$checked,
-    OptionalAttr<KV_PlanAttr>:$plan
-  );
-  let assemblyFormat = [{
-    $sym_name `:` $layout `,` `input` $io `,` `slots` $slots
-    (`checked` $checked^)? attr-dict
-  }];
-  let hasVerifier = 1;
 }
 
-def KV_GatherMlaOp : KV_Op<"gather_mla", [Symbol,
-    KV_KernelSpecOpInterface]> {
+def KV_GatherMlaOp : KV_KernelSpecOp<"gather_mla",
+    (ins TypeAttr:$io, TypeAttr:$slots, UnitAttr:$dequantize),
+    "`,` `output` $io `,` `slots` $slots (`dequantize` $dequantize^)?"> {
   let summary = "Specifies a kernel that reads MLA latent rows back";
   let description = [{
     A kernel specification: the generated kernel takes
@@ -236,20 +201,6 @@ def KV_GatherMlaOp : KV_Op<"gather_mla", [Symbol,
         output bf16, slots i64 dequantize
     ```
   }];
-  let arguments = (ins
-    SymbolNameAttr:$sym_name,
-    KV_LayoutAttr:$layout,
-    TypeAttr:$io,
-    TypeAttr:$slots,
-    UnitAttr:$dequantize,
-    UnitAttr:$checked,
-    OptionalAttr<KV_PlanAttr>:$plan
-  );
-  let assemblyFormat = [{
-    $sym_name `:` $layout `,` `output` $io `,` `slots` $slots
-    (`dequantize` $dequantize^)? (`checked` $checked^)? attr-dict
-  }];
-  let hasVerifier = 1;
 }
 
 #endif // KVGEN_KV_OPS

@@ -5,6 +5,9 @@
 #include "kvgen/Layout.h"
 #include "kvgen/Target.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/LogicalResult.h"
+
+#include <string>
 
 namespace kvgen {
 
@@ -34,11 +37,16 @@ struct PlanChoice {
 /// cache tokens each (1: a token of slot_mapping; block_size: a block of
 /// block_mapping). threads / tokensPerCta > 0 force a value (tokensPerCta
 /// counts work items); smallMaxTokens >= 0 forces the small-launch bound
-/// (0 disables it).
-PlanChoice choosePlan(const LayoutDesc &layout, DType io,
-                      const Target &target, int64_t itemTokens = 1,
-                      int64_t threads = 0,
-                      int64_t tokensPerCta = 0, int64_t smallMaxTokens = -1);
+/// (0 disables it). `layout` must be valid (LayoutDesc::validate: its
+/// bounds keep this arithmetic in int64). Fails, with a message in *error,
+/// when a CTA would move more than kMaxCtaElements (kvgen/Launch.h) or a
+/// forced value is out of range; a plan it returns has positive launch
+/// dimensions.
+llvm::FailureOr<PlanChoice>
+choosePlan(const LayoutDesc &layout, DType io, const Target &target,
+           int64_t itemTokens = 1, int64_t threads = 0,
+           int64_t tokensPerCta = 0, int64_t smallMaxTokens = -1,
+           std::string *error = nullptr);
 
 } // namespace kvgen
 

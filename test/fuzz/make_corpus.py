@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Writes the layout fuzzer's seed corpus: the body of every #kv.layout<...>
+in the given .mlir files (examples/layouts), one file each, plus a few
+layouts that reach the grammar's other forms (components, '?' strides,
+packed, hnd) and one with launch argument bytes after a NUL.
+
+  make_corpus.py OUT_DIR FILE.mlir...
+"""
+import hashlib
+import pathlib
+import re
+import sys
+
+EXTRA = [
+    "num_kv_heads = 1, components = [kv_c: 512, k_pe: 64], block_size = 64,"
+    " packing = packed, dtype = bf16",
+    "num_kv_heads = 8, head_size_k = 128, head_size_v = 128, block_size = 16,"
+    " dtype = bf16, k_strides = [32768, 1024, 128],"
+    " v_strides = [32768, 1024, 128]",
+    "num_kv_heads = 4, head_size_k = 192, head_size_v = 128, block_size = 64,"
+    " order = hnd, packing = packed, dtype = f8E4M3FN, scale = per_head,"
+    " k_strides = [?, 320, 20480]",
+    "num_kv_heads = 4, head_size_k = 192, head_size_v = 128, block_size = 16,"
+    " dtype = bf16, k_strides = [?, ?, ?], v_strides = [8192, ?, 128]",
+]
+
+
+def main():
+    out = pathlib.Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    seeds = []
+    for f in sys.argv[2:]:
+        text = pathlib.Path(f).read_text()
+        for m in re.finditer(r"#kv\.layout<(.*?)>", text, re.S):
+            seeds.append(" ".join(m.group(1).split()).encode())
+    if not seeds:
+        sys.exit("make_corpus.py: no #kv.layout in the given files")
+    seeds += [s.encode() for s in EXTRA]
+    # A layout, NUL, an op index, option bits and argument bytes.
+    seeds.append(EXTRA[1].encode() + b"\0\x00\x00" + bytes(range(256)))
+    seeds.append(EXTRA[3].encode() + b"\0\x02\x00" + b"\x01" * 200)
+    for s in seeds:
+        (out / hashlib.sha1(s).hexdigest()).write_bytes(s)
+    print(f"make_corpus.py: {len(seeds)} seeds in {out}")
+
+
+if __name__ == "__main__":
+    main()
