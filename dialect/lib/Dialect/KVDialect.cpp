@@ -173,7 +173,11 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                StringRef target, int64_t vectorBytes,
                                int64_t threads, int64_t tokensPerCta,
                                int64_t smallMaxTokens, int64_t smallThreads,
-                               Alignment, bool hwFp8, bool streamingStores) {
+                               Alignment, bool hwFp8, bool streamingStores,
+                               int64_t rowsPerCta, int64_t rowGroup,
+                               int64_t itemCtas, int64_t splitCtas,
+                               int64_t splitMinTokens, int64_t splitAlign,
+                               int64_t partialBytes) {
   std::optional<Target> t = parseTarget(target.str());
   if (!t)
     return emitError() << "unknown target '" << target << "' (expected "
@@ -205,7 +209,41 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "'streaming_stores' needs a target with "
                           "cache-streaming stores; '"
                        << target << "' has none";
+  for (auto [name, v] :
+       {std::pair<const char *, int64_t>{"rows_per_cta", rowsPerCta},
+        {"split_ctas", splitCtas},
+        {"split_min_tokens", splitMinTokens},
+        {"split_align", splitAlign},
+        {"partial_bytes", partialBytes}})
+    if (v < 0 || v > INT32_MAX)
+      return emitError() << "'" << name << "' must be in [0, 2^31), got " << v;
+  if (rowGroup < 1 || rowGroup > INT32_MAX || itemCtas < 1 ||
+      itemCtas > INT32_MAX)
+    return emitError() << "'row_group' and 'item_ctas' must be positive, got "
+                       << rowGroup << " and " << itemCtas;
+  if (rowsPerCta == 0 && (splitCtas != 0 || rowGroup != 1 || itemCtas != 1))
+    return emitError() << "split-KV and row groups need 'rows_per_cta' > 0";
+  if (splitCtas > 0 && (splitMinTokens < 1 || partialBytes < 1))
+    return emitError() << "'split_ctas' > 0 needs 'split_min_tokens' and "
+                          "'partial_bytes' > 0";
   return success();
+}
+
+LaunchGeometry PlanAttr::geometry() const {
+  LaunchGeometry g;
+  g.threads = int(getThreads());
+  g.tokensPerCta = int(getTokensPerCta());
+  g.vectorBytes = int(getVectorBytes());
+  g.smallMaxTokens = int(getSmallMaxTokens());
+  g.smallThreads = int(getSmallThreads());
+  g.rowsPerCta = int(getRowsPerCta());
+  g.rowGroup = int(getRowGroup());
+  g.itemCtas = int(getItemCtas());
+  g.splitCtas = int(getSplitCtas());
+  g.splitMinTokens = int(getSplitMinTokens());
+  g.splitAlign = int(getSplitAlign());
+  g.partialBytes = int(getPartialBytes());
+  return g;
 }
 
 LogicalResult KVDialect::verifyOperationAttribute(Operation *op,

@@ -134,7 +134,8 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
           ctx, target, c.vectorBytes, c.threads, c.tokensPerCta,
           c.smallMaxTokens, c.smallThreads,
           c.cacheProven ? Alignment::proven : Alignment::checked, c.hwFp8,
-          c.streamingStores);
+          c.streamingStores, c.rowsPerCta, c.rowGroup, c.itemCtas,
+          c.splitCtas, c.splitMinTokens, c.splitAlign, c.partialBytes);
     };
     getOperation().walk([&](KernelSpecOpInterface op) {
       op.setPlanAttr(planFor(op));
