@@ -68,33 +68,73 @@ std::string componentName(const LayoutDesc &l, int c) {
 
 } // namespace
 
-Status validateLaunch(const KernelEntry &e, const void *args,
-                      uint64_t argsSize, StrideMemo *memo, int64_t *work) {
-  *work = 0;
-  const KernelSpec &s = e.spec;
-  const OpDesc &op = opDesc(s.op);
-  const LayoutDesc &l = s.layout;
-  const bool packed = l.packing == Packing::Packed;
+Status launchInputs(const KernelEntry &e, const void *args,
+                    uint64_t argsSize, LaunchInputs *in) {
+  *in = LaunchInputs();
+  const OpDesc &op = opDesc(e.spec.op);
   if (!args)
     return invalid(fmt::format("{}: args is NULL", op.name));
   if (argsSize != op.argsSize)
     return invalid(fmt::format("{}: args_size = {} but {} is {} bytes",
                                op.name, argsSize, op.argsType, op.argsSize));
-  const ArgDesc *end = op.args + op.numArgs;
+  // The launch rule's inputs, each >= 0 (WORK_ROWS >= 1 unless WORK = 0).
+  for (const ArgDesc *a = op.args; a != op.args + op.numArgs; ++a) {
+    int64_t *to = nullptr;
+    switch (a->role) {
+    case ArgRole::Work:
+      to = &in->work;
+      break;
+    case ArgRole::WorkRows:
+      to = &in->rows;
+      break;
+    case ArgRole::WorkSpan:
+      to = &in->span;
+      break;
+    case ArgRole::WorkWindow:
+      to = &in->window;
+      break;
+    default:
+      continue;
+    }
+    *to = field<int64_t>(args, *a);
+    if (*to < 0)
+      return invalid(
+          fmt::format("{}: {} = {} must be >= 0", op.name, a->name, *to));
+  }
+  if (in->work > 0)
+    if (const ArgDesc *a = op.argWithRole(ArgRole::WorkRows))
+      if (in->rows < 1)
+        return invalid(fmt::format("{}: {} = {} must be >= 1", op.name,
+                                   a->name, in->rows));
+  return Status::ok();
+}
 
-  // The work count and the blocks of each cache set.
+Status validateLaunch(const KernelEntry &e, const void *args,
+                      uint64_t argsSize, StrideMemo *memo,
+                      LaunchShape *shape) {
+  *shape = LaunchShape();
+  const KernelSpec &s = e.spec;
+  const OpDesc &op = opDesc(s.op);
+  const LayoutDesc &l = s.layout;
+  const bool packed = l.packing == Packing::Packed;
+  LaunchInputs in;
+  if (Status st = launchInputs(e, args, argsSize, &in); !st.isOk())
+    return st;
+  const ArgDesc *end = op.args + op.numArgs;
+  if (in.work == 0)
+    return Status::ok();
+  const LaunchShape sh = launchShape(e.geometry, in);
+
+  // The blocks of each cache set; counts of rows and table entries.
   int64_t numBlocks[2] = {0, 0};
   for (const ArgDesc *a = op.args; a != end; ++a) {
-    if (a->role == ArgRole::Work) {
-      *work = field<int64_t>(args, *a);
-      if (*work < 0)
-        return invalid(fmt::format("{}: {} = {} must be >= 0", op.name,
-                                   a->name, *work));
+    if (a->role == ArgRole::RowCount || a->role == ArgRole::TableWidth ||
+        a->role == ArgRole::TableStride) {
+      int64_t n = field<int64_t>(args, *a);
+      if (n < 0)
+        return invalid(
+            fmt::format("{}: {} = {} must be >= 0", op.name, a->name, n));
     }
-  }
-  if (*work == 0)
-    return Status::ok();
-  for (const ArgDesc *a = op.args; a != end; ++a) {
     if (a->role != ArgRole::NumBlocks)
       continue;
     int64_t n = field<int64_t>(args, *a);
@@ -137,6 +177,16 @@ Status validateLaunch(const KernelEntry &e, const void *args,
       required = s.flag("checked");
       why = " but the kernel is checked";
       break;
+    case ArgNeed::Option:
+      required = s.flag(a->name);
+      why = fmt::format(" but the kernel has option '{}'", a->name);
+      break;
+    case ArgNeed::Split:
+      required = sh.splits > 1;
+      why = fmt::format(" but the launch splits each unit into {} (it needs "
+                        "{} bytes of workspace)",
+                        sh.splits, sh.workspaceBytes);
+      break;
     case ArgNeed::Never:
       break;
     }
@@ -155,7 +205,17 @@ Status validateLaunch(const KernelEntry &e, const void *args,
       align = (packed && (a->which & 1)) ? 0 : e.geometry.vectorBytes;
       break;
     case ArgRole::Rows:
+    case ArgRole::QRows:
       align = ioSize;
+      break;
+    case ArgRole::BlockTables:
+    case ArgRole::SeqLens:
+    case ArgRole::QueryStartLoc:
+    case ArgRole::HeadF32:
+      align = 4;
+      break;
+    case ArgRole::Workspace:
+      align = 16;
       break;
     case ArgRole::Slots:
       align = slotSize;
@@ -179,6 +239,21 @@ Status validateLaunch(const KernelEntry &e, const void *args,
     if (!st.isOk())
       return st;
   }
+
+  // The workspace of a split launch.
+  if (sh.splits > 1)
+    for (const ArgDesc *a = op.args; a != end; ++a) {
+      if (a->role != ArgRole::WorkspaceBytes)
+        continue;
+      const uint64_t have = field<uint64_t>(args, *a);
+      if (have < sh.workspaceBytes)
+        return Status::error(
+            KVGEN_ERROR_OUT_OF_BOUNDS,
+            fmt::format("{}: the launch splits {} units into {} and needs "
+                        "{} bytes of workspace, but {} = {}",
+                        op.name, sh.units, sh.splits, sh.workspaceBytes,
+                        a->name, have));
+    }
 
   // Dynamic strides: the actual strides must form a valid layout. A
   // CACHE_STRIDES field serves its component (WHICH) or all (-1).
@@ -267,6 +342,7 @@ Status validateLaunch(const KernelEntry &e, const void *args,
       }
     }
   }
+  *shape = sh;
   return Status::ok();
 }
 

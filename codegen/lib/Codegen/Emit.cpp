@@ -121,6 +121,9 @@ std::string kvgen::defaultKernelName(const KernelSpec &r) {
       if (v == "1")
         name += std::string("_") + o.name;
       break;
+    case OptionKind::Count:
+      name += std::string("_") + o.name + v;
+      break;
     }
   }
   return name;
@@ -161,6 +164,9 @@ kvgen::buildSpecModule(MLIRContext *ctx, const KernelSpec &r,
     case OptionKind::Flag:
       if (v == "1")
         state.addAttribute(o.name, b.getUnitAttr());
+      break;
+    case OptionKind::Count:
+      state.addAttribute(o.name, b.getI64IntegerAttr(std::stoll(v)));
       break;
     }
   }

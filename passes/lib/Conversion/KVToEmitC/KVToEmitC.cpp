@@ -160,6 +160,15 @@ FailureOr<std::string> optionsStruct(StringRef name, Operation *op,
       os << "  static constexpr bool " << o.name << " = "
          << (a ? "true" : "false") << ";\n";
       break;
+    case OptionKind::Count: {
+      auto n = dyn_cast_or_null<IntegerAttr>(a);
+      if (!n || n.getInt() < 1 || n.getInt() > INT32_MAX)
+        return op->emitOpError("option '")
+               << o.name << "' is not a positive integer attribute";
+      os << "  static constexpr int " << o.name << " = " << n.getInt()
+         << ";\n";
+      break;
+    }
     }
   }
   os << "};";
