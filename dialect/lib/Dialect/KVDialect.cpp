@@ -332,3 +332,38 @@ LogicalResult GatherOp::verify() {
   }
   return success();
 }
+
+LogicalResult PagedAttentionOp::verify() {
+  if (failed(verifyKVLayout(*this, getLayout())))
+    return failure();
+  if (!isa<BFloat16Type, Float16Type>(getIo()))
+    return emitOpError("'query' must be bf16 or f16, got ") << getIo();
+  const LayoutDesc &l = getLayout().getDesc();
+  const int64_t q = getNumQHeads();
+  if (q < 1 || q % l.numKvHeads != 0)
+    return emitOpError("'num_q_heads' = ")
+           << q << " must be a positive multiple of num_kv_heads = "
+           << l.numKvHeads;
+  // The plan must be the row-tiled shape the kernel body implements.
+  if (PlanAttr plan = getPlanAttr()) {
+    if (plan.getThreads() % 32 != 0)
+      return emitOpError("plan's 'threads' = ")
+             << plan.getThreads() << " must be whole warps (32)";
+    if (plan.getRowsPerCta() != 16 || plan.getRowGroup() != getRowGroup() ||
+        plan.getItemCtas() != l.numKvHeads)
+      return emitOpError("plan must have rows_per_cta = 16, row_group = ")
+             << getRowGroup() << " and item_ctas = " << l.numKvHeads;
+    if (plan.getSplitCtas() > 0 &&
+        plan.getPartialBytes() != 16 * 4 * getPartialFloatsPerRow())
+      return emitOpError("plan's 'partial_bytes' must be ")
+             << 16 * 4 * getPartialFloatsPerRow();
+    if (plan.getSplitCtas() > 512)
+      return emitOpError("plan's 'split_ctas' must be at most 512");
+  }
+  // Registers hold a row's K fragments and its output (docs/attention.md).
+  for (int c : {kKey, kValue})
+    if (l.headSize(c) > 512)
+      return emitOpError("head sizes up to 512 are supported, got ")
+             << l.components[size_t(c)].name << " = " << l.headSize(c);
+  return success();
+}

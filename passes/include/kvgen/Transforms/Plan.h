@@ -35,6 +35,16 @@ PlanChoice choosePlan(const LayoutDesc &layout, DType io,
                       int64_t threads = 0,
                       int64_t tokensPerCta = 0, int64_t smallMaxTokens = -1);
 
+/// The plan of a row-tiled kernel (paged attention) over `layout` with
+/// query element type `io`: rows of `rowGroup` per query token (the GQA
+/// group), partial results of `partialFloatsPerRow` floats per row.
+/// threads > 0 forces the CTA size (whole warps); splitCtas >= 0 forces
+/// split_ctas (0: never split). See Plan.cpp.
+PlanChoice chooseRowTiledPlan(const LayoutDesc &layout, DType io,
+                              const Target &target, int64_t rowGroup,
+                              int64_t partialFloatsPerRow,
+                              int64_t threads = 0, int64_t splitCtas = -1);
+
 } // namespace kvgen
 
 #endif // KVGEN_TRANSFORMS_PLAN_H

@@ -122,6 +122,17 @@ std::string planStruct(StringRef name, PlanAttr plan, DType cache) {
      << ", hw_fp8 = " << (plan.getHwFp8() ? "true" : "false")
      << ", streaming_stores = "
      << (plan.getStreamingStores() ? "true" : "false") << ";\n";
+  if (plan.getRowsPerCta() > 0) {
+    // Row tiles and split-KV: the kernel applies kvgen::launchShape
+    // (Launch.h) to these, as the runtime does.
+    os << "  static constexpr int rows_per_cta = " << plan.getRowsPerCta()
+       << ", row_group = " << plan.getRowGroup()
+       << ", item_ctas = " << plan.getItemCtas() << ";\n";
+    os << "  static constexpr int split_ctas = " << plan.getSplitCtas()
+       << ", split_min_tokens = " << plan.getSplitMinTokens()
+       << ", split_align = " << plan.getSplitAlign()
+       << ", partial_bytes = " << plan.getPartialBytes() << ";\n";
+  }
   os << "};";
   return out;
 }
