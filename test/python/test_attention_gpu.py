@@ -35,9 +35,13 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-import pytest
+try:
+    import pytest
+except ImportError:  # the GPU machine may lack pytest: run() below
+    pytest = None
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
@@ -124,16 +128,18 @@ def emit(out):
         f.unlink()
 
 
-@pytest.fixture(scope="module")
-def env():
-    torch = pytest.importorskip("torch")
+def make_env(skip):
+    try:
+        import torch
+    except ImportError:
+        skip("torch is not installed")
     if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
+        skip("no CUDA device")
     bundle = Path(os.environ.get("KVGEN_ATTN_BUNDLE",
                                  REPO / ".dev" / "attn" / "bundle"))
     if not (bundle / "kvgen-manifest.txt").is_file():
-        pytest.skip(f"no attention bundle at {bundle} (emit it with "
-                    "test_attention_gpu.py --emit on an MLIR build)")
+        skip(f"no attention bundle at {bundle} (emit it with "
+             "test_attention_gpu.py --emit on an MLIR build)")
     ctx = kvgen.Context("cuda", cache_dir="")
     ctx.load_bundle(str(bundle))
     return torch, ctx
@@ -325,9 +331,7 @@ def _ids(c):
     return f"{c[0]}-b{c[1]}-ctx{c[2]}-q{c[3]}-w{c[4]}"
 
 
-@pytest.mark.parametrize("case", QUICK if os.environ.get("KVGEN_ATTN_QUICK")
-                         else CASES, ids=_ids)
-def test_attention_gpu(env, case):
+def check_case(env, case):
     torch, ctx = env
     name, batch, ctxlen, qlen, window = case
     c = GpuCase(torch, name, batch, ctxlen, qlen, window,
@@ -338,7 +342,7 @@ def test_attention_gpu(env, case):
     c.check()
 
 
-def test_graph_replay_resets_split_counters(env):
+def check_graph_replay(env):
     """A split launch (batch 1, 32k tokens: 64 splits on sm_90) captured in
     a CUDA graph and replayed three times, the context shrinking between
     replays: each replay matches the reference, so the merging CTA left the
@@ -363,8 +367,51 @@ def test_graph_replay_resets_split_counters(env):
         c.check()
 
 
+if pytest is not None:
+    @pytest.fixture(scope="module")
+    def env():
+        return make_env(pytest.skip)
+
+    @pytest.mark.parametrize("case", QUICK if os.environ.get(
+        "KVGEN_ATTN_QUICK") else CASES, ids=_ids)
+    def test_attention_gpu(env, case):
+        check_case(env, case)
+
+    def test_graph_replay_resets_split_counters(env):
+        check_graph_replay(env)
+
+
+def run(select=""):
+    """Without pytest: every case (or those whose id contains one of the
+    comma-separated `select` words), a line per case, exit status 1 on any
+    failure."""
+    def skip(why):
+        print(f"SKIPPED: {why}")
+        sys.exit(0)
+    e = make_env(skip)
+    words = [w for w in select.split(",") if w]
+    cases = QUICK if os.environ.get("KVGEN_ATTN_QUICK") else CASES
+    failed = 0
+    for c in cases + ["graph_replay"]:
+        cid = c if isinstance(c, str) else _ids(c)
+        if words and not any(w in cid for w in words):
+            continue
+        t = time.time()
+        try:
+            check_graph_replay(e) if isinstance(c, str) else check_case(e, c)
+            print(f"PASS {cid} ({time.time() - t:.1f} s)", flush=True)
+        except Exception as ex:  # noqa: BLE001
+            failed += 1
+            print(f"FAIL {cid}: {type(ex).__name__}: {str(ex)[:600]}",
+                  flush=True)
+    print(f"{failed} failed")
+    sys.exit(1 if failed else 0)
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--emit":
         emit(sys.argv[2])
+    elif len(sys.argv) >= 2 and sys.argv[1] == "--run":
+        run(sys.argv[2] if len(sys.argv) > 2 else "")
     else:
         print(__doc__)
