@@ -1325,15 +1325,19 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
   const int64_t vCol = int64_t(group) * NT;
   const int vCount = HV - int(vCol) >= NT ? NT : (HV > int(vCol) ? HV - int(vCol) : 0);
   const int64_t firstStep = ta / 16;
+  // Block numbers when steps never cross blocks (BS % 16 == 0): one per
+  // step, loaded a step ahead so the K/V loads do not wait for the table.
+  auto stepBlock = [&](int64_t st) -> int64_t {
+    const int64_t b0 = st * 16;
+    return (BS % 16 == 0 && b0 + 15 >= ta && b0 < tb)
+               ? blockOf<BS, O::checked>(a, table, b0 > ta ? b0 : ta)
+               : -1;
+  };
+  int64_t nextBlock = stepBlock(firstStep + warp);
   for (int64_t step = firstStep + warp; step * 16 < tb; step += WARPS) {
     const int64_t base = step * 16;
-    // Block numbers: one per step when steps never cross blocks.
-    int64_t oneBlock = -1;
-    if (BS % 16 == 0)
-      oneBlock = (base + 15 >= ta && base < tb)
-                     ? blockOf<BS, O::checked>(a, table,
-                                               base > ta ? base : ta)
-                     : -1;
+    const int64_t oneBlock = nextBlock;
+    nextBlock = stepBlock(step + WARPS);
     // K rows of tokens group and group + 8, V rows of 2q, 2q+1, 2q+8, 2q+9.
     CS kraw[2][KCHUNKS][KC];
     KVGEN_UNROLL
