@@ -572,7 +572,7 @@ int runJob(const RunOptions &o) {
     // get_kernel_by_spec falls back to the in-process generator; say which
     // kernels the bundle did not have (get_kernel by name serves bundles
     // only).
-    for (kvgen_kernel k : {write, gatherRaw, gatherDq}) {
+    for (kvgen_kernel k : {write, gatherRaw, gatherDq, attn}) {
       kvgen_kernel fromBundle = nullptr;
       if (k && kvgen_context_get_kernel(ctx, kvgen_kernel_name(k),
                                         &fromBundle) != KVGEN_SUCCESS)
