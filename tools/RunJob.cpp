@@ -5,7 +5,11 @@
 // concat_and_cache_mla and gather_mla, one scale for both components); the whole cache (plus canary slack past its end)
 // and every gathered row are compared bit for bit with a host reference that
 // uses the same address map (kvgen::elementOffset) and the same fp8
-// rounding (Numerics.h) the kernels are built from. The independent
+// rounding (Numerics.h) the kernels are built from. The written tokens are
+// the contexts of a few sequences, and paged_attention (when a kernel for
+// the layout is available) attends them through their block tables; its
+// output is compared with a double-precision softmax over the written
+// inputs (their fp8 values for fp8 caches). The independent
 // references are the numpy/ml_dtypes grid (test/python) and torch on a GPU
 // (scripts/device_grid.py).
 //
@@ -232,23 +236,39 @@ int runJob(const RunOptions &o) {
       (fp8 && !getKernel(gatherOp, "bf16", 1, &gatherDq, &dqMs)))
     return 1;
 
-  // Problem: T tokens of a fused [T, H * (Dk + Dv)] projection; slots drawn
-  // without repetition from a cache with spare blocks; every 7th padding.
+  // Problem: T tokens of a fused [T, H * (Dk + Dv)] projection; every 7th
+  // is padding; the others are the contexts of up to 4 sequences, each in
+  // blocks drawn without repetition from a cache with spare blocks (its
+  // block table), so attention can read them back.
   const int64_t T = o.numTokens, H = l.numKvHeads, Dk = l.headSize(kKey),
                 Dv = l.headSize(kValue), bs = l.blockSize;
   const int64_t numBlocks = (T + bs - 1) / bs * 2 + 3;
   std::mt19937_64 rng(o.seed);
-  std::vector<int64_t> slots(numBlocks * bs);
-  for (size_t i = 0; i < slots.size(); ++i)
-    slots[i] = int64_t(i);
-  std::shuffle(slots.begin(), slots.end(), rng);
-  slots.resize(T);
+  std::vector<int64_t> slots(T, -1);
   int64_t padding = 0;
-  for (int64_t t = 0; t < T; ++t)
-    if (t % 7 == 3) {
-      slots[t] = -1;
+  std::vector<int64_t> real;
+  for (int64_t t = 0; t < T; ++t) {
+    if (t % 7 == 3)
       ++padding;
-    }
+    else
+      real.push_back(t);
+  }
+  const int64_t numSeqs = std::min<int64_t>(4, int64_t(real.size()));
+  std::vector<int64_t> blockOrder(numBlocks);
+  for (int64_t b = 0; b < numBlocks; ++b)
+    blockOrder[b] = b;
+  std::shuffle(blockOrder.begin(), blockOrder.end(), rng);
+  std::vector<std::vector<int64_t>> seqTokens(numSeqs); // token of position j
+  std::vector<std::vector<int32_t>> seqBlocks(numSeqs);
+  size_t nextBlock = 0;
+  for (size_t i = 0; i < real.size(); ++i) {
+    const int64_t s = int64_t(i * numSeqs / real.size());
+    const int64_t j = int64_t(seqTokens[s].size());
+    if (j % bs == 0)
+      seqBlocks[s].push_back(int32_t(blockOrder[nextBlock++]));
+    seqTokens[s].push_back(real[i]);
+    slots[real[i]] = int64_t(seqBlocks[s].back()) * bs + j % bs;
+  }
   const int64_t rowStride = H * (Dk + Dv);
   std::vector<uint16_t> fused(T * rowStride);
   std::normal_distribution<float> normal(0.0f, 4.0f);
@@ -452,6 +472,149 @@ int runJob(const RunOptions &o) {
               !checkGather(dKq, dVq, 2, true, "dequantizing gather")))
     ++failures;
 
+  // Attention over what the write stored (the writer / reader pair of one
+  // layout): a decode query per sequence, GQA group 2, against a double
+  // reference from the written inputs (fp8: their quantized values).
+  std::string attention = mla ? "not checked (an MLA layout)" : "not checked";
+  kvgen_kernel attn = nullptr;
+  if (numSeqs > 0 && !mla) {
+    const int64_t G = 2, QH = H * G;
+    std::string options = fmt::format("io = bf16, num_q_heads = {}", QH);
+    kvgen_kernel_spec spec{KVGEN_OP_PAGED_ATTENTION, layoutText.c_str(),
+                           options.c_str()};
+    kvgen_status st = kvgen_context_get_kernel_by_spec(ctx, &spec, &attn);
+    if (st == KVGEN_ERROR_NOT_FOUND) {
+      attention = fmt::format("not checked: {}", kvgen_last_error());
+      attn = nullptr;
+    } else if (!check(st, "getting the attention kernel")) {
+      return 1;
+    }
+  }
+  if (attn) {
+    const int64_t G = 2, QH = H * G;
+    int64_t maxBlocks = 0, maxLen = 0;
+    for (int64_t s = 0; s < numSeqs; ++s) {
+      maxBlocks = std::max<int64_t>(maxBlocks, seqBlocks[s].size());
+      maxLen = std::max<int64_t>(maxLen, seqTokens[s].size());
+    }
+    const int64_t tableCols = maxBlocks + 2;
+    // Entries past a sequence's blocks: out of range (never read).
+    std::vector<int32_t> table(numSeqs * tableCols, int32_t(numBlocks + 7));
+    std::vector<int32_t> seqLens(numSeqs), qsl(numSeqs + 1);
+    for (int64_t s = 0; s < numSeqs; ++s) {
+      std::copy(seqBlocks[s].begin(), seqBlocks[s].end(),
+                table.begin() + s * tableCols);
+      seqLens[s] = int32_t(seqTokens[s].size());
+      qsl[s + 1] = int32_t(s + 1);
+    }
+    std::vector<uint16_t> query(numSeqs * QH * Dk), out(numSeqs * QH * Dv, 0);
+    std::normal_distribution<float> unit(0.0f, 1.0f);
+    for (uint16_t &x : query)
+      x = float_to_bf16(unit(rng));
+    kvgen_paged_attention_args aa{};
+    aa.num_seqs = numSeqs;
+    aa.num_tokens = numSeqs;
+    aa.max_query_len = 1;
+    aa.max_seq_len = maxLen;
+    uint64_t wsBytes = 0;
+    if (!check(kvgen_kernel_workspace_bytes(attn, &aa, sizeof(aa), &wsBytes),
+               "sizing the attention workspace"))
+      return 1;
+    DeviceBuffer dTable(ctx, table.size() * 4), dLens(ctx, numSeqs * 4),
+        dQsl(ctx, qsl.size() * 4), dQ(ctx, query.size() * 2),
+        dOut(ctx, out.size() * 2), dWs(ctx, wsBytes);
+    std::vector<uint8_t> zeros(wsBytes, 0);
+    for (DeviceBuffer *b : {&dTable, &dLens, &dQsl, &dQ, &dOut, &dWs})
+      if (b->bytes && !check(kvgen_context_alloc(ctx, b->bytes, &b->ptr),
+                             "allocating device memory"))
+        return 1;
+    if (!toDevice(dTable, table.data()) || !toDevice(dLens, seqLens.data()) ||
+        !toDevice(dQsl, qsl.data()) || !toDevice(dQ, query.data()) ||
+        !toDevice(dOut, out.data()) || !toDevice(dWs, zeros.data()))
+      return 1;
+    const float softmaxScale = 1.0f / std::sqrt(float(Dk));
+    aa.query = dQ.ptr;
+    aa.output = dOut.ptr;
+    aa.key_cache = dK.ptr;
+    aa.value_cache = packed ? nullptr : dV.ptr;
+    aa.block_tables = dTable.ptr;
+    aa.seq_lens = dLens.ptr;
+    aa.query_start_loc = dQsl.ptr;
+    aa.k_scale = wa.k_scale;
+    aa.v_scale = wa.v_scale;
+    aa.workspace = wsBytes ? dWs.ptr : nullptr;
+    aa.num_blocks = numBlocks;
+    aa.max_blocks_per_seq = tableCols;
+    aa.block_tables_stride = tableCols;
+    aa.query_stride_token = QH * Dk;
+    aa.query_stride_head = Dk;
+    aa.output_stride_token = QH * Dv;
+    aa.output_stride_head = Dv;
+    aa.softmax_scale = softmaxScale;
+    aa.key_cache_bytes = refK.size() - kSlack;
+    aa.value_cache_bytes = packed ? 0 : refV.size() - kSlack;
+    aa.workspace_bytes = wsBytes;
+    if (!check(kvgen_launch_paged_attention(attn, &aa, nullptr),
+               "launching paged_attention") ||
+        !check(kvgen_context_synchronize(ctx), "synchronizing") ||
+        !toHost(out.data(), dOut))
+      return 1;
+    // The stored value of element e of head h of token t, as attention
+    // reads it.
+    auto stored = [&](int side, int64_t t, int64_t h, int64_t e) {
+      const int64_t D = side == kKey ? Dk : Dv;
+      const int64_t col0 = side == kKey ? 0 : H * Dk;
+      double x = bf16_to_float(fused[t * rowStride + col0 + h * D + e]);
+      if (!fp8)
+        return x;
+      const float sc = side == kKey ? kScale[h] : vScale[h];
+      uint8_t q[4];
+      encode(l.dtype, float(x) / sc, q);
+      return double(decode(l.dtype, q)) * sc;
+    };
+    double worst = 0;
+    int64_t bad = 0;
+    for (int64_t s = 0; s < numSeqs; ++s) {
+      const std::vector<int64_t> &toks = seqTokens[s];
+      for (int64_t qh = 0; qh < QH; ++qh) {
+        const int64_t h = qh / G;
+        std::vector<double> lg(toks.size());
+        double m = -INFINITY;
+        for (size_t j = 0; j < toks.size(); ++j) {
+          double dot = 0;
+          for (int64_t e = 0; e < Dk; ++e)
+            dot += double(bf16_to_float(query[(s * QH + qh) * Dk + e])) *
+                   stored(kKey, toks[j], h, e);
+          lg[j] = dot * softmaxScale;
+          m = std::max(m, lg[j]);
+        }
+        double den = 0;
+        for (double &x : lg)
+          den += (x = std::exp(x - m));
+        for (int64_t e = 0; e < Dv; ++e) {
+          double want = 0;
+          for (size_t j = 0; j < toks.size(); ++j)
+            want += lg[j] * stored(kValue, toks[j], h, e);
+          want /= den;
+          const double got = bf16_to_float(out[(s * QH + qh) * Dv + e]);
+          const double err = std::fabs(got - want);
+          worst = std::max(worst, err);
+          if (!(err <= 1.5e-2 + 1e-2 * std::fabs(want)))
+            ++bad;
+        }
+      }
+    }
+    attention = fmt::format("{} sequences x {} q heads (GQA {}), {} of {} "
+                            "outputs within 1.5e-2 + 1e-2 |ref| (worst {:.2g})",
+                            numSeqs, QH, G, numSeqs * QH * Dv - bad,
+                            numSeqs * QH * Dv, worst);
+    if (bad) {
+      fmt::print(stderr, "kvgen run: attention over the written cache "
+                         "differs from the reference: {}\n",
+                 attention);
+      ++failures;
+    }
+  }
   // The kernels are checked (the default) and launched without an
   // error_flag: an index they skipped is in the context's error word.
   if (!check(kvgen_context_check(ctx), "checking the kernels' error word"))
@@ -468,7 +631,7 @@ int runJob(const RunOptions &o) {
     // get_kernel_by_spec falls back to the in-process generator; say which
     // kernels the bundle did not have (get_kernel by name serves bundles
     // only).
-    for (kvgen_kernel k : {write, gatherRaw, gatherDq}) {
+    for (kvgen_kernel k : {write, gatherRaw, gatherDq, attn}) {
       kvgen_kernel fromBundle = nullptr;
       if (k && kvgen_context_get_kernel(ctx, kvgen_kernel_name(k),
                                         &fromBundle) != KVGEN_SUCCESS)
@@ -483,6 +646,8 @@ int runJob(const RunOptions &o) {
              fp8 ? fmt::format(", {} ({:.1f} ms)", kvgen_kernel_name(gatherDq),
                                dqMs)
                  : std::string());
+  fmt::print("  attention ({}): {}\n",
+             attn ? kvgen_kernel_name(attn) : "paged_attention", attention);
   fmt::print("  tokens: {} ({} padding), {} blocks of {}; cache bytes "
              "compared: {} (+{} canary bytes per cache); gathered elements "
              "compared: {}\n",
@@ -492,7 +657,8 @@ int runJob(const RunOptions &o) {
     return 1;
   }
   fmt::print("kvgen run: PASSED: cache bit-exact, canaries intact, gather "
-             "round trip exact\n");
+             "round trip exact{}\n",
+             attn ? ", attention over the written cache matches" : "");
   return 0;
 }
 

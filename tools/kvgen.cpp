@@ -470,9 +470,7 @@ int cmdEmit(const Flags &flags) {
     bk.entry.name = k->name;
     bk.entry.target = target;
     bk.entry.spec = spec;
-    bk.entry.geometry = {int(k->threads), int(k->tokensPerCta),
-                         int(k->vectorBytes), int(k->smallMaxTokens),
-                         int(k->smallThreads)};
+    bk.entry.geometry = k->geometry;
     bk.entry.source = k->name + parsedTarget->info->sourceSuffix;
     bk.sourceText = k->source;
     // Append to an existing bundle.

@@ -783,6 +783,13 @@ KVGEN_DEVICE inline void gather(const kvgen_gather_args &a) {
         P::cache_proven, O::dequantize>(a, kMap, vMap);
 }
 
+/// The cache element type and vector width cacheAligned needs, for kernels
+/// without a Spec.
+template <class L, class P> struct CacheVec {
+  typedef typename L::cache cache;
+  enum { vec = P::vec };
+};
+
 /// The first two components of layout struct L under the names the K/V
 /// bodies use (k, v): the MLA ops run those bodies over kv_c and k_pe.
 template <class L> struct FirstTwoAsKV : L {
@@ -1036,6 +1043,698 @@ KVGEN_DEVICE inline void swap_blocks(const kvgen_swap_blocks_args &a) {
       a.num_pairs,
       a.error_flag};
   copyBlocks<L, P, O>(c, a.k_cache_strides, a.v_cache_strides);
+}
+
+
+//===----------------------------------------------------------------------===//
+// kv.paged_attention: decode and short-query attention over the paged cache
+//===----------------------------------------------------------------------===//
+//
+// One CTA = one unit (sequence, kv head, tile of 16 query rows) and one split
+// of the unit's context (Launch.h: CTA b is split b % splits of unit b /
+// splits; unit = (seq * num_kv_heads + kv_head) * row_tiles + tile). A row
+// is (query token, q head of the kv head's GQA group), row r of a sequence
+// is token r / G, head r % G. The CTA's WARPS warps take the 16-token steps
+// of its token range in turn; each warp keeps its own softmax state (row
+// max m, row sum l, unnormalized output O, base-2 logits) and the CTA merges
+// them through shared memory. Both products are warp-wide m16n8k16 MMAs
+// (target primitives: mma.sync on NVIDIA, emulated elsewhere):
+//
+//   S [16 rows x 16 tokens] = Q [16 x Dk] K^T: A = Q (registers, loaded
+//     once), B = K rows as loaded: lane (group, t) loads KC consecutive
+//     elements of tokens group and group + 8 of the step at dims c * 4KC +
+//     t * KC (chunk c); k index 2t + {0,1} of k-step (c, s) is dim c * 4KC +
+//     t * KC + 4s + {0,1}, and 2t + 8 + {0,1} is + {2,3}. Q's A fragment uses
+//     the same map (a permutation of the dims: the dot products are the
+//     same).
+//   O [16 x Dv] += P [16 x 16 tokens] V: A = P straight from S's C
+//     fragments (two n8 tiles = one k16 tile), B = V: n-tile j, column n of
+//     the tile is V column n * NT + j, so lane (group, t) needs columns
+//     [group * NT, group * NT + NT) of tokens 2t, 2t + 1, 2t + 8, 2t + 9:
+//     contiguous loads; its C fragment holds columns (2t) * NT + j and
+//     (2t + 1) * NT + j of rows group and group + 8.
+//
+// Tokens outside the CTA's range [ta, tb) (past seq_len, before the window,
+// another split's) are never loaded, nor their block-table entries; their
+// logits are -inf. Masked and empty rows keep m = -inf, l = 0 and give 0
+// (exp2(-inf - m) = 0 with m replaced by 0 while it is -inf); sinks join the
+// denominator once, after all merges. A split CTA writes its partial (m, l,
+// O per row) to the workspace; the unit's last CTA (atomic counter) merges
+// all splits, writes the output and resets the counter to 0.
+
+/// Two IO elements (element 0 in the low half) from two floats, rounded to
+/// nearest even.
+template <class IO> struct PackIo {
+  static KVGEN_DEVICE inline uint32_t run(float a, float b) {
+    return uint32_t(IO::store(a)) | (uint32_t(IO::store(b)) << 16);
+  }
+};
+#ifdef KVGEN_PACK_X2
+template <> struct PackIo<dt_bf16> {
+  static KVGEN_DEVICE inline uint32_t run(float a, float b) {
+    return kvgenPackBf16x2(a, b);
+  }
+};
+template <> struct PackIo<dt_f16> {
+  static KVGEN_DEVICE inline uint32_t run(float a, float b) {
+    return kvgenPackF16x2(a, b);
+  }
+};
+#endif
+
+/// d += A B over one m16n8k16 tile of IO (bf16 or f16) operands.
+template <class IO> struct Mma;
+template <> struct Mma<dt_bf16> {
+  static KVGEN_DEVICE inline void run(float *d, const uint32_t *a,
+                                      const uint32_t *b) {
+#ifdef KVGEN_MMA_SYNC
+    kvgenMmaBf16(d, a, b);
+#else
+    kvgenMma16816<bf16_to_float>(d, a, b);
+#endif
+  }
+};
+template <> struct Mma<dt_f16> {
+  static KVGEN_DEVICE inline void run(float *d, const uint32_t *a,
+                                      const uint32_t *b) {
+#ifdef KVGEN_MMA_SYNC
+    kvgenMmaF16(d, a, b);
+#else
+    kvgenMma16816<f16_to_float>(d, a, b);
+#endif
+  }
+};
+
+/// N cache elements (C) as N / 2 registers of IO pairs: raw bits when C is
+/// IO, else through float (exact for fp8 into bf16 / f16; rounded to nearest
+/// even otherwise); hardware fp8 tags unpack two elements per instruction.
+template <class C, class IO, int MODE> struct ToIoPairs;
+enum { TO_IO_RAW = 0, TO_IO_FLOAT = 1, TO_IO_HW = 2 };
+template <class C, class IO> struct ToIoPairs<C, IO, TO_IO_RAW> {
+  template <int N>
+  static KVGEN_DEVICE inline void run(const uint16_t *in, uint32_t *out) {
+    KVGEN_UNROLL
+    for (int i = 0; i < N / 2; ++i)
+      out[i] = uint32_t(in[2 * i]) | (uint32_t(in[2 * i + 1]) << 16);
+  }
+};
+template <class C, class IO> struct ToIoPairs<C, IO, TO_IO_FLOAT> {
+  template <int N>
+  static KVGEN_DEVICE inline void run(const typename C::storage *in,
+                                      uint32_t *out) {
+    KVGEN_UNROLL
+    for (int i = 0; i < N / 2; ++i)
+      out[i] = PackIo<IO>::run(C::load(in[2 * i]), C::load(in[2 * i + 1]));
+  }
+};
+template <class C, class IO> struct ToIoPairs<C, IO, TO_IO_HW> {
+  template <int N>
+  static KVGEN_DEVICE inline void run(const uint8_t *in, uint32_t *out) {
+    KVGEN_UNROLL
+    for (int i = 0; i < N / 2; ++i) {
+      float a, b;
+      C::unpack2(uint16_t(in[2 * i] | (uint16_t(in[2 * i + 1]) << 8)), a, b);
+      out[i] = PackIo<IO>::run(a, b);
+    }
+  }
+};
+template <class C, class IO> struct ToIoMode {
+  enum {
+    value = same_type<C, IO>::value ? int(TO_IO_RAW)
+            : C::is_hw              ? int(TO_IO_HW)
+                                    : int(TO_IO_FLOAT)
+  };
+};
+
+/// Loads n <= N elements of T at p into out (zeros past n), with accesses
+/// of A elements when n == N (p and N multiples of A), else one at a time.
+template <class T, int N, int A>
+KVGEN_DEVICE inline void loadRun(T *out, const T *p, int n) {
+  if (n == N) {
+    KVGEN_UNROLL
+    for (int i = 0; i < N; i += A) {
+      Frag<T, A> f;
+      loadFrag<T, A>(f, p + i);
+      KVGEN_UNROLL
+      for (int j = 0; j < A; ++j)
+        out[i + j] = f.e[j];
+    }
+  } else {
+    KVGEN_UNROLL
+    for (int i = 0; i < N; ++i)
+      out[i] = i < n ? p[i] : T(0);
+  }
+}
+
+/// The largest power of two that divides both A and B (B a power of two).
+template <int A, int B> struct Pow2Gcd {
+  enum { value = (A % B == 0) ? B : int(Pow2Gcd<A, (B > 1 ? B / 2 : 1)>::value) };
+};
+template <int A> struct Pow2Gcd<A, 1> {
+  enum { value = 1 };
+};
+
+/// -infinity as a float (bits 0xff800000).
+KVGEN_HD inline float negInf() {
+  union {
+    uint32_t u;
+    float f;
+  } x;
+  x.u = 0xff800000u;
+  return x.f;
+}
+
+/// The compile-time shape of a paged-attention kernel of layout L, plan P,
+/// options O.
+template <class L, class P, class O> struct AttnShape {
+  typedef typename O::io io;
+  typedef typename ConvertTag<typename L::cache, P::hw_fp8>::type cache;
+  typedef typename cache::storage CS;
+  enum {
+    HK = L::k::head_size,
+    HV = L::v::head_size,
+    H = L::num_kv_heads,
+    G = O::num_q_heads / L::num_kv_heads,
+    BS = L::block_size,
+    WARPS = P::threads / 32,
+    VEC = P::vec,
+    /// K elements a lane loads per chunk; 4 lanes cover 4 KC dims.
+    KC = VEC >= 4 ? VEC : 4,
+    KCHUNKS = (HK + 4 * KC - 1) / (4 * KC),
+    KSTEPS = KCHUNKS * (KC / 4),
+    /// PV n-tiles: V columns per lane group.
+    NT = (HV + 7) / 8,
+    /// V elements per access (divides NT and VEC).
+    AV = Pow2Gcd<NT, VEC>::value,
+    /// PV n-tiles merged through shared memory per round.
+    JC = NT < 16 ? NT : 16,
+    ROWS = 16,
+    /// Splits the merge's per-row weights have room for.
+    MAX_SPLITS = P::split_ctas > 0 ? P::split_ctas : 1,
+    SMEM_FLOATS = (WARPS * ROWS * 8 * JC > ROWS * MAX_SPLITS)
+                      ? WARPS * ROWS * 8 * JC
+                      : ROWS * MAX_SPLITS,
+    TO_IO = ToIoMode<cache, io>::value
+  };
+  static_assert(P::threads % 32 == 0, "whole warps");
+  static_assert(P::rows_per_cta == ROWS, "16 rows per CTA (one m16 tile)");
+};
+
+/// The launch geometry of plan P (the runtime's LaunchGeometry, Launch.h).
+template <class P> KVGEN_DEVICE inline LaunchGeometry planGeometry() {
+  LaunchGeometry g;
+  g.threads = P::threads;
+  g.tokensPerCta = P::tokens_per_cta;
+  g.vectorBytes = P::vector_bytes;
+  g.smallMaxTokens = P::small_max_tokens;
+  g.smallThreads = P::small_threads;
+  g.rowsPerCta = P::rows_per_cta;
+  g.rowGroup = P::row_group;
+  g.itemCtas = P::item_ctas;
+  g.splitCtas = P::split_ctas;
+  g.splitMinTokens = P::split_min_tokens;
+  g.splitAlign = P::split_align;
+  g.partialBytes = P::partial_bytes;
+  return g;
+}
+
+/// The launch rule's inputs of an attention launch (roles WORK, WORK_ROWS,
+/// WORK_SPAN, WORK_WINDOW of its fields in Ops.def).
+KVGEN_DEVICE inline LaunchInputs
+attentionInputs(const kvgen_paged_attention_args &a) {
+  LaunchInputs in;
+  in.work = a.num_seqs;
+  in.rows = a.max_query_len;
+  in.span = a.max_seq_len;
+  in.window = a.sliding_window;
+  return in;
+}
+
+/// The block number of token t of the sequence whose block-table row is
+/// `table` (checked kernels: a number outside [0, num_blocks) or an entry
+/// past the row sets the flag and reads as -1, whose rows load as zeros).
+template <int BS, bool CHECKED>
+KVGEN_DEVICE inline int64_t blockOf(const kvgen_paged_attention_args &a,
+                                    const int32_t *table, int64_t t) {
+  const int64_t e = t / BS;
+  if (CHECKED && e >= a.max_blocks_per_seq) {
+    *a.error_flag = 1;
+    return -1;
+  }
+  const int64_t b = table[e];
+  if (CHECKED && (b < 0 || b >= a.num_blocks)) {
+    *a.error_flag = 1;
+    return -1;
+  }
+  return b;
+}
+
+/// One CTA of kv.paged_attention. ALIGNED: cache rows are VEC-aligned
+/// (vector loads of K and V); else one element per access.
+/// The shared memory of an attention CTA.
+template <class S> struct AttnSmem {
+  float m[S::WARPS][S::ROWS]; ///< each warp's row max (base 2)
+  float l[S::WARPS][S::ROWS]; ///< each warp's row sum
+  float row[S::ROWS][4];      ///< the CTA's row max, sum, output scale
+  float buf[S::SMEM_FLOATS];  ///< warps' O for the merge; split weights
+  int last;                   ///< this CTA merges the splits
+};
+
+template <class L, class P, class O, bool ALIGNED>
+KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
+                                      const SideMap &kMap, const SideMap &vMap,
+                                      AttnSmem<AttnShape<L, P, O> > &sm) {
+  typedef AttnShape<L, P, O> S;
+  typedef typename S::io IO;
+  typedef typename S::cache C;
+  typedef typename S::CS CS;
+  typedef typename IO::storage IS;
+  enum {
+    HK = S::HK, HV = S::HV, H = S::H, G = S::G, BS = S::BS, WARPS = S::WARPS,
+    KC = S::KC, KCHUNKS = S::KCHUNKS, KSTEPS = S::KSTEPS, NT = S::NT,
+    JC = S::JC, ROWS = S::ROWS,
+    AK = ALIGNED ? (S::VEC < S::KC ? S::VEC : S::KC) : 1,
+    AV = ALIGNED ? S::AV : 1
+  };
+  const float kNegInf = negInf();
+  float(&smM)[WARPS][ROWS] = sm.m;
+  float(&smL)[WARPS][ROWS] = sm.l;
+  float(&smRow)[ROWS][4] = sm.row;
+  float *const smBuf = sm.buf;
+  int &smLast = sm.last;
+
+  // Which unit and split (Launch.h, the rule the runtime sized the grid by).
+  const LaunchShape sh = launchShape(planGeometry<P>(), attentionInputs(a));
+  const unsigned tid = KVGEN_THREAD_ID_X;
+  int64_t b = int64_t(KVGEN_BLOCK_ID_X);
+  const int64_t split = b % sh.splits;
+  const int64_t unit = b / sh.splits;
+  const int64_t tile = unit % sh.rowTiles;
+  const int64_t kvh = (unit / sh.rowTiles) % H;
+  const int64_t seq = unit / sh.rowTiles / H;
+
+  // The sequence: its query rows and context.
+  const int32_t *qsl = static_cast<const int32_t *>(a.query_start_loc);
+  int64_t q0 = qsl[seq], qlen = int64_t(qsl[seq + 1]) - q0;
+  int64_t ctx = static_cast<const int32_t *>(a.seq_lens)[seq];
+  if (!O::unchecked) {
+    bool bad = false;
+    if (q0 < 0 || qlen < 0 || q0 + qlen > a.num_tokens ||
+        qlen > a.max_query_len) {
+      bad = true;
+      qlen = 0;
+      q0 = 0;
+    }
+    if (ctx < 0 || ctx > a.max_blocks_per_seq * BS) {
+      bad = true;
+      ctx = ctx < 0 ? 0 : a.max_blocks_per_seq * BS;
+    }
+    if (bad && tid == 0)
+      *a.error_flag = 1;
+  }
+  const int64_t rowBase = tile * ROWS, rowsTotal = qlen * G;
+  if (rowBase >= rowsTotal)
+    return; // every CTA of this unit returns here (no counter use)
+  const int64_t window = a.sliding_window;
+  int64_t lo = window > 0 ? ctx - qlen + 1 - window : 0;
+  if (lo < 0)
+    lo = 0;
+  const int64_t hi = ctx > lo ? ctx : lo;
+  int64_t ta = lo, tb = hi;
+  if (sh.splits > 1) {
+    ta = lo + split * sh.splitTokens;
+    tb = split == sh.splits - 1 ? hi : ta + sh.splitTokens;
+    if (ta > hi)
+      ta = hi;
+    if (tb > hi)
+      tb = hi;
+  }
+
+  // This lane's rows (group and group + 8 of the tile).
+  const unsigned lane = tid % 32, warp = tid / 32, group = lane / 4,
+                 quad = lane % 4;
+  int64_t rowPos[2], rowLo[2]; // attended keys: [rowLo, rowPos]
+  const IS *qRow[2];
+  for (int i = 0; i < 2; ++i) {
+    const int64_t r = rowBase + group + 8 * i;
+    const bool valid = r < rowsTotal;
+    const int64_t qi = r / G, hq = r % G;
+    rowPos[i] = valid ? ctx - qlen + qi : -1;
+    rowLo[i] = window > 0 ? rowPos[i] - window + 1 : 0;
+    qRow[i] = valid ? static_cast<const IS *>(a.query) +
+                          (q0 + qi) * a.query_stride_token +
+                          (kvh * G + hq) * a.query_stride_head
+                    : nullptr;
+  }
+  // Q as A fragments: q[ks] for k-step ks = (chunk c, s).
+  uint32_t q[KSTEPS][4];
+  KVGEN_UNROLL
+  for (int c = 0; c < KCHUNKS; ++c) {
+    const int d0 = c * 4 * KC + int(quad) * KC;
+    IS e[2][KC];
+    KVGEN_UNROLL
+    for (int i = 0; i < 2; ++i)
+      KVGEN_UNROLL
+      for (int j = 0; j < KC; ++j)
+        e[i][j] = (qRow[i] && d0 + j < HK) ? qRow[i][d0 + j] : IS(0);
+    KVGEN_UNROLL
+    for (int s = 0; s < KC / 4; ++s) {
+      uint32_t *r = q[c * (KC / 4) + s];
+      r[0] = uint32_t(e[0][4 * s]) | (uint32_t(e[0][4 * s + 1]) << 16);
+      r[1] = uint32_t(e[1][4 * s]) | (uint32_t(e[1][4 * s + 1]) << 16);
+      r[2] = uint32_t(e[0][4 * s + 2]) | (uint32_t(e[0][4 * s + 3]) << 16);
+      r[3] = uint32_t(e[1][4 * s + 2]) | (uint32_t(e[1][4 * s + 3]) << 16);
+    }
+  }
+
+  // Scales: K's into the logit multiplier (base 2), V's into the output.
+  const bool scaled = C::is_fp8 && L::scale != SCALE_NONE;
+  const float kScale = scaled ? loadScale(a.k_scale, L::scale, kvh) : 1.0f;
+  const float vScale = scaled ? loadScale(a.v_scale, L::scale, kvh) : 1.0f;
+  const float capInv = O::logits_soft_cap ? 1.0f / a.logits_soft_cap : 0.0f;
+  const float logitMul = O::logits_soft_cap
+                             ? a.softmax_scale * kScale * capInv
+                             : a.softmax_scale * kScale * 1.4426950408889634f;
+  const float capMul =
+      O::logits_soft_cap ? a.logits_soft_cap * 1.4426950408889634f : 0.0f;
+
+  const int32_t *table = static_cast<const int32_t *>(a.block_tables) +
+                         seq * a.block_tables_stride;
+  const CS *kBase = static_cast<const CS *>(a.key_cache);
+  const CS *vBase =
+      static_cast<const CS *>(L::packed ? a.key_cache : a.value_cache);
+
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+  float o[NT][4];
+  KVGEN_UNROLL
+  for (int j = 0; j < NT; ++j)
+    o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+
+  const int64_t vCol = int64_t(group) * NT;
+  const int vCount = HV - int(vCol) >= NT ? NT : (HV > int(vCol) ? HV - int(vCol) : 0);
+  const int64_t firstStep = ta / 16;
+  // Block numbers when steps never cross blocks (BS % 16 == 0): one per
+  // step, loaded a step ahead so the K/V loads do not wait for the table.
+  auto stepBlock = [&](int64_t st) -> int64_t {
+    const int64_t b0 = st * 16;
+    return (BS % 16 == 0 && b0 + 15 >= ta && b0 < tb)
+               ? blockOf<BS, !O::unchecked>(a, table, b0 > ta ? b0 : ta)
+               : -1;
+  };
+  int64_t nextBlock = stepBlock(firstStep + warp);
+  for (int64_t step = firstStep + warp; step * 16 < tb; step += WARPS) {
+    const int64_t base = step * 16;
+    const int64_t oneBlock = nextBlock;
+    nextBlock = stepBlock(step + WARPS);
+    // K rows of tokens group and group + 8, V rows of 2q, 2q+1, 2q+8, 2q+9.
+    CS kraw[2][KCHUNKS][KC];
+    KVGEN_UNROLL
+    for (int nt = 0; nt < 2; ++nt) {
+      const int64_t t = base + nt * 8 + group;
+      const bool in = t >= ta && t < tb;
+      const int64_t blk =
+          !in ? -1 : (BS % 16 == 0 ? oneBlock : blockOf<BS, !O::unchecked>(a, table, t));
+      KVGEN_UNROLL
+      for (int c = 0; c < KCHUNKS; ++c) {
+        const int d0 = c * 4 * KC + int(quad) * KC;
+        const int n = blk < 0 ? 0 : (HK - d0 >= KC ? KC : (HK > d0 ? HK - d0 : 0));
+        loadRun<CS, KC, AK>(kraw[nt][c],
+                            kBase + (blk < 0 ? 0
+                                             : elementOffset(kMap, blk, t % BS,
+                                                             kvh, d0)),
+                            n);
+      }
+    }
+    CS vraw[4][NT];
+    KVGEN_UNROLL
+    for (int v = 0; v < 4; ++v) {
+      const int64_t t = base + 2 * quad + (v & 1) + (v >= 2 ? 8 : 0);
+      const bool in = t >= ta && t < tb;
+      const int64_t blk =
+          !in ? -1 : (BS % 16 == 0 ? oneBlock : blockOf<BS, !O::unchecked>(a, table, t));
+      loadRun<CS, NT, AV>(vraw[v],
+                          vBase + (blk < 0 ? 0
+                                           : elementOffset(vMap, blk, t % BS,
+                                                           kvh, vCol)),
+                          blk < 0 ? 0 : vCount);
+    }
+
+    // S = Q K^T.
+    float s[2][4];
+    KVGEN_UNROLL
+    for (int nt = 0; nt < 2; ++nt) {
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      KVGEN_UNROLL
+      for (int c = 0; c < KCHUNKS; ++c) {
+        uint32_t kb[KC / 2];
+        ToIoPairs<C, IO, S::TO_IO>::template run<KC>(kraw[nt][c], kb);
+        KVGEN_UNROLL
+        for (int ss = 0; ss < KC / 4; ++ss)
+          Mma<IO>::run(s[nt], q[c * (KC / 4) + ss], kb + 2 * ss);
+      }
+    }
+    // Logits (base 2), masks, the online softmax.
+    float mx[2] = {kNegInf, kNegInf};
+    KVGEN_UNROLL
+    for (int nt = 0; nt < 2; ++nt)
+      KVGEN_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int64_t t = base + nt * 8 + 2 * quad + (e & 1);
+        float x = s[nt][e];
+        x = O::logits_soft_cap ? capMul * kvgenTanh(x * logitMul)
+                               : x * logitMul;
+        const bool ok = t >= ta && t < tb && t <= rowPos[i] && t >= rowLo[i];
+        x = ok ? x : kNegInf;
+        s[nt][e] = x;
+        mx[i] = x > mx[i] ? x : mx[i];
+      }
+    float alpha[2];
+    KVGEN_UNROLL
+    for (int i = 0; i < 2; ++i) {
+      float v = kvgenShflXor(mx[i], 1);
+      mx[i] = v > mx[i] ? v : mx[i];
+      v = kvgenShflXor(mx[i], 2);
+      mx[i] = v > mx[i] ? v : mx[i];
+      const float mNew = mx[i] > m[i] ? mx[i] : m[i];
+      const float ref = mNew == kNegInf ? 0.0f : mNew;
+      alpha[i] = kvgenExp2(m[i] - ref);
+      m[i] = mNew;
+      mx[i] = ref; // the reference of this step's exponentials
+    }
+    float rs[2] = {0.0f, 0.0f};
+    KVGEN_UNROLL
+    for (int nt = 0; nt < 2; ++nt)
+      KVGEN_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const float p = kvgenExp2(s[nt][e] - mx[e >> 1]);
+        s[nt][e] = p;
+        rs[e >> 1] += p;
+      }
+    l[0] = l[0] * alpha[0] + rs[0];
+    l[1] = l[1] * alpha[1] + rs[1];
+    KVGEN_UNROLL
+    for (int j = 0; j < NT; ++j) {
+      o[j][0] *= alpha[0];
+      o[j][1] *= alpha[0];
+      o[j][2] *= alpha[1];
+      o[j][3] *= alpha[1];
+    }
+    // O += P V.
+    uint32_t pa[4] = {PackIo<IO>::run(s[0][0], s[0][1]),
+                      PackIo<IO>::run(s[0][2], s[0][3]),
+                      PackIo<IO>::run(s[1][0], s[1][1]),
+                      PackIo<IO>::run(s[1][2], s[1][3])};
+    uint32_t vp[4][NT / 2 + 1];
+    KVGEN_UNROLL
+    for (int v = 0; v < 4; ++v)
+      ToIoPairs<C, IO, S::TO_IO>::template run<NT - NT % 2>(vraw[v], vp[v]);
+    KVGEN_UNROLL
+    for (int j = 0; j < NT; ++j) {
+      // Element j of each token's run, as IO bits.
+      uint32_t ev[4];
+      KVGEN_UNROLL
+      for (int v = 0; v < 4; ++v) {
+        if (j < NT - NT % 2)
+          ev[v] = (j % 2) ? (vp[v][j / 2] >> 16) : (vp[v][j / 2] & 0xffffu);
+        else {
+          uint32_t w[1];
+          CS one[2] = {vraw[v][j], CS(0)};
+          ToIoPairs<C, IO, S::TO_IO>::template run<2>(one, w);
+          ev[v] = w[0] & 0xffffu;
+        }
+      }
+      const uint32_t vb[2] = {ev[0] | (ev[1] << 16), ev[2] | (ev[3] << 16)};
+      Mma<IO>::run(o[j], pa, vb);
+    }
+  }
+  // Row sums over the quad (each lane summed its own columns).
+  KVGEN_UNROLL
+  for (int i = 0; i < 2; ++i) {
+    l[i] += kvgenShflXor(l[i], 1);
+    l[i] += kvgenShflXor(l[i], 2);
+  }
+
+  // Merge the warps: per row the CTA's max M, sum L; each warp's O scaled
+  // by exp2(m_w - M) and summed through shared memory.
+  if (quad == 0) {
+    smM[warp][group] = m[0];
+    smM[warp][group + 8] = m[1];
+    smL[warp][group] = l[0];
+    smL[warp][group + 8] = l[1];
+  }
+  kvgenSyncThreads();
+  const bool isSplit = sh.splits > 1;
+  float *partial = nullptr;
+  if (isSplit)
+    partial = reinterpret_cast<float *>(static_cast<char *>(a.workspace) +
+                                        sh.partialsOffset +
+                                        uint64_t(b) * P::partial_bytes);
+  if (tid < ROWS) {
+    float M = kNegInf;
+    for (int w = 0; w < WARPS; ++w)
+      M = smM[w][tid] > M ? smM[w][tid] : M;
+    float Ls = 0.0f;
+    for (int w = 0; w < WARPS; ++w)
+      if (smM[w][tid] != kNegInf)
+        Ls += smL[w][tid] * kvgenExp2(smM[w][tid] - M);
+    smRow[tid][0] = M;
+    smRow[tid][1] = Ls;
+    if (isSplit) {
+      partial[tid] = M;
+      partial[ROWS + tid] = Ls;
+    }
+  }
+  float f[2];
+  KVGEN_UNROLL
+  for (int i = 0; i < 2; ++i) {
+    float M = kNegInf;
+    for (int w = 0; w < WARPS; ++w)
+      M = smM[w][group + 8 * i] > M ? smM[w][group + 8 * i] : M;
+    f[i] = m[i] == kNegInf ? 0.0f : kvgenExp2(m[i] - M);
+  }
+  kvgenSyncThreads();
+  // Final scale of each row (no split): sinks, 1 / L, V's scale.
+  const float *sinks = static_cast<const float *>(a.sinks);
+  auto finalScale = [&](int r, float M, float Ls) -> float {
+    // Row r of the tile: its q head's sink joins the denominator.
+    float Mx = M;
+    float Lx = Ls;
+    if (O::sinks) {
+      const int64_t hq = (rowBase + r) % G;
+      const float sk = sinks[kvh * G + hq] * 1.4426950408889634f;
+      Mx = sk > M ? sk : M;
+      Lx = (M == kNegInf ? 0.0f : Ls * kvgenExp2(M - Mx)) + kvgenExp2(sk - Mx);
+      return Lx > 0.0f ? (M == kNegInf ? 0.0f : kvgenExp2(M - Mx)) / Lx * vScale
+                       : 0.0f;
+    }
+    return Lx > 0.0f ? vScale / Lx : 0.0f;
+  };
+  if (!isSplit && tid < ROWS)
+    smRow[tid][2] = finalScale(int(tid), smRow[tid][0], smRow[tid][1]);
+  kvgenSyncThreads();
+  IS *out = static_cast<IS *>(a.output);
+  auto outAt = [&](int r, int col) -> IS * {
+    const int64_t R = rowBase + r;
+    return out + (q0 + R / G) * a.output_stride_token +
+           (kvh * G + R % G) * a.output_stride_head + col;
+  };
+  for (int j0 = 0; j0 < NT; j0 += JC) {
+    KVGEN_UNROLL
+    for (int jj = 0; jj < JC; ++jj) {
+      if (j0 + jj >= NT)
+        continue;
+      KVGEN_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const int r = int(group) + 8 * (e >> 1);
+        const int n = 2 * int(quad) + (e & 1);
+        smBuf[((int(warp) * ROWS + r) * 8 + n) * JC + jj] =
+            o[j0 + jj][e] * f[e >> 1];
+      }
+    }
+    kvgenSyncThreads();
+    for (int e = int(tid); e < ROWS * 8 * JC; e += P::threads) {
+      const int r = e / (8 * JC), n = (e / JC) % 8, jj = e % JC;
+      const int col = n * NT + j0 + jj;
+      if (j0 + jj >= NT || col >= HV || rowBase + r >= rowsTotal)
+        continue;
+      float v = 0.0f;
+      for (int w = 0; w < WARPS; ++w)
+        v += smBuf[((w * ROWS + r) * 8 + n) * JC + jj];
+      if (isSplit)
+        partial[2 * ROWS + r * HV + col] = v;
+      else
+        *outAt(r, col) = IO::store(v * smRow[r][2]);
+    }
+    kvgenSyncThreads();
+  }
+  if (!isSplit)
+    return;
+
+  // Split: the unit's last CTA merges every split's partial.
+  kvgenThreadFence();
+  kvgenSyncThreads();
+  int32_t *counter = static_cast<int32_t *>(a.workspace) + unit;
+  if (tid == 0)
+    smLast = kvgenAtomicAdd(counter, 1) == int32_t(sh.splits - 1);
+  kvgenSyncThreads();
+  if (!smLast)
+    return;
+  kvgenThreadFence();
+  const float *parts = reinterpret_cast<const float *>(
+      static_cast<const char *>(a.workspace) + sh.partialsOffset +
+      uint64_t(unit * sh.splits) * P::partial_bytes);
+  const int64_t partFloats = P::partial_bytes / 4;
+  const int nsplit = int(sh.splits);
+  // Per row: the max over splits, each split's weight times the final scale.
+  for (int r = int(tid); r < ROWS; r += P::threads) {
+    float M = kNegInf;
+    for (int sp = 0; sp < nsplit; ++sp) {
+      const float x = kvgenLoadCoherent(parts + sp * partFloats + r);
+      M = x > M ? x : M;
+    }
+    float Ls = 0.0f;
+    for (int sp = 0; sp < nsplit; ++sp) {
+      const float x = kvgenLoadCoherent(parts + sp * partFloats + r);
+      const float w = x == kNegInf ? 0.0f : kvgenExp2(x - M);
+      smBuf[r * nsplit + sp] = w;
+      Ls += w * kvgenLoadCoherent(parts + sp * partFloats + ROWS + r);
+    }
+    const float fs = finalScale(r, M, Ls);
+    for (int sp = 0; sp < nsplit; ++sp)
+      smBuf[r * nsplit + sp] *= fs;
+  }
+  kvgenSyncThreads();
+  for (int e = int(tid); e < ROWS * HV; e += P::threads) {
+    const int r = e / HV, col = e % HV;
+    if (rowBase + r >= rowsTotal)
+      continue;
+    float v = 0.0f;
+    for (int sp = 0; sp < nsplit; ++sp)
+      v += smBuf[r * nsplit + sp] *
+           kvgenLoadCoherent(parts + sp * partFloats + 2 * ROWS + r * HV + col);
+    *outAt(r, col) = IO::store(v);
+  }
+  if (tid == 0)
+    *counter = 0; // ready for the next launch (CUDA graph replays too)
+}
+
+/// kv.paged_attention over layout L with plan P and options O. A CTA whose
+/// cache rows are not all VEC-aligned (only with '?' strides or unaligned
+/// bases) loads one element per access.
+template <class L, class P, class O>
+KVGEN_DEVICE inline void paged_attention(const kvgen_paged_attention_args &a) {
+  const SideMap kMap = sideMap<typename L::k>(a.k_cache_strides);
+  const SideMap vMap = sideMap<typename L::v>(a.v_cache_strides);
+  const bool aligned =
+      P::cache_proven ||
+      cacheAligned<CacheVec<L, P> >(
+          a.key_cache, L::packed ? a.key_cache : a.value_cache, kMap, vMap);
+  KVGEN_SHARED AttnSmem<AttnShape<L, P, O> > sm;
+  if (aligned)
+    attentionCta<L, P, O, true>(a, kMap, vMap, sm);
+  else
+    attentionCta<L, P, O, false>(a, kMap, vMap, sm);
 }
 
 } // namespace kvgen

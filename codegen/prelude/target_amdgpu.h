@@ -33,3 +33,86 @@ __attribute__((device)) inline void kvgenStoreStreaming(V *p, const V &v) {
   *p = v;
 }
 
+
+//===--- CTA and warp primitives (kernels with CTA-wide cooperation) -----===//
+// The same names exist in every target prelude. A kvgen "warp" is 32
+// threads: a 64-wide wavefront holds two, and cross-lane operations stay
+// inside each 32-lane half (lane ^ mask with mask < 32). MFMA is not used
+// yet: kvgenMma16816 emulates NVIDIA's mma.sync m16n8k16 fragments with
+// ds_bpermute (correct, not fast).
+#define KVGEN_SHARED __attribute__((shared))
+namespace kvgen {
+__attribute__((device)) inline void kvgenSyncThreads() {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+  __builtin_amdgcn_s_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+}
+/// The lane within the 32-thread kvgen warp.
+__attribute__((device)) inline unsigned kvgenLaneId() {
+  return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u)) &
+         31u;
+}
+__attribute__((device)) inline unsigned kvgenWaveLane() {
+  return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
+}
+/// The 32-bit value of wave lane `src` (in this thread's 32-lane half when
+/// src < 32 is taken relative to the half).
+__attribute__((device)) inline unsigned kvgenReadLane(unsigned v,
+                                                      unsigned src) {
+  const unsigned half = kvgenWaveLane() & 32u;
+  return unsigned(__builtin_amdgcn_ds_bpermute(int((half | src) << 2), int(v)));
+}
+__attribute__((device)) inline float kvgenShflXor(float v, int mask) {
+  return __builtin_bit_cast(
+      float, kvgenReadLane(__builtin_bit_cast(unsigned, v),
+                           kvgenLaneId() ^ unsigned(mask)));
+}
+__attribute__((device)) inline int32_t kvgenAtomicAdd(int32_t *p, int32_t v) {
+  return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED,
+                                __HIP_MEMORY_SCOPE_AGENT);
+}
+__attribute__((device)) inline void kvgenThreadFence() {
+  __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent");
+}
+__attribute__((device)) inline float kvgenLoadCoherent(const float *p) {
+  return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+}
+__attribute__((device)) inline float kvgenExp2(float x) {
+  return __builtin_exp2f(x);
+}
+__attribute__((device)) inline float kvgenTanh(float x) {
+  // tanh(x) = 1 - 2 / (2^(2x log2 e) + 1); saturates to +-1.
+  const float e = __builtin_exp2f(2.8853900817779268f * x);
+  return 1.0f - 2.0f / (e + 1.0f);
+}
+/// mma.sync m16n8k16 (f32 += bf16/f16) with NVIDIA's fragments
+/// (target_host.h), emulated: lane (group, t) gathers the 16 k of its A rows
+/// from lanes 4 * group + j and of its B columns from lanes 4 * col + j.
+template <float (*TO)(uint16_t)>
+__attribute__((device)) inline void kvgenMma16816(float *d, const uint32_t *a,
+                                                  const uint32_t *b) {
+  const unsigned lane = kvgenLaneId(), group = lane / 4, t = lane % 4;
+  for (unsigned j = 0; j < 4; ++j) {
+    unsigned ar[4], b0[2], b1[2];
+    for (int r = 0; r < 4; ++r)
+      ar[r] = kvgenReadLane(a[r], 4 * group + j);
+    for (int r = 0; r < 2; ++r) {
+      b0[r] = kvgenReadLane(b[r], 4 * (2 * t) + j);
+      b1[r] = kvgenReadLane(b[r], 4 * (2 * t + 1) + j);
+    }
+    // k = 2j, 2j + 1 (registers 0/1 of A, 0 of B) and 2j + 8, 2j + 9 (2/3, 1).
+    for (int h = 0; h < 2; ++h)
+      for (int hi = 0; hi < 2; ++hi) {
+        const unsigned sh = hi ? 16u : 0u;
+        const float a0 = TO(uint16_t(ar[0 + 2 * h] >> sh));
+        const float a1 = TO(uint16_t(ar[1 + 2 * h] >> sh));
+        const float bb0 = TO(uint16_t(b0[h] >> sh));
+        const float bb1 = TO(uint16_t(b1[h] >> sh));
+        d[0] = __builtin_fmaf(a0, bb0, d[0]);
+        d[1] = __builtin_fmaf(a0, bb1, d[1]);
+        d[2] = __builtin_fmaf(a1, bb0, d[2]);
+        d[3] = __builtin_fmaf(a1, bb1, d[3]);
+      }
+  }
+}
+} // namespace kvgen

@@ -1,11 +1,18 @@
 //===- target_host.h - kvgen prelude for the host (CPU) target --*- C++ -*-===//
 //
 // Runs the same emitted kernel body on the CPU: `__global__` and the
-// attributes vanish, the block and thread ids are variables that the emitted
-// `<kernel>_host_launch` function loops over (blocks outer, threads inner).
-// Kernels use no block-level synchronization, so the sequential loop gives
-// the same result as a GPU launch. Compiled by the system C++ compiler; no
-// includes.
+// attributes vanish, the block and thread ids are variables set by the
+// emitted `<kernel>_host_launch` function, which runs the grid's CTAs one
+// after another. The threads of a CTA are cooperative fibers on one OS
+// thread (each with its own stack): a fiber runs until it waits at a CTA
+// barrier (kvgenSyncThreads) or a warp-wide exchange (shuffles, the
+// emulated mma.sync, each a warp barrier), and the scheduler resumes the
+// others until every thread of the CTA (or warp) has arrived. So kernels
+// with shared memory, barriers and warp collectives run the same source on
+// the host as on the GPU; kernels without them run each thread to
+// completion, as a plain loop would. Warps are 32 threads. Compiled by the
+// system C++ compiler; no includes (the fiber switch is a few lines of
+// x86-64 assembly).
 //
 //===----------------------------------------------------------------------===//
 // (Integer types and KVGEN_DEVICE_EMBED: common.h, embedded before this.)
@@ -35,17 +42,278 @@ struct __attribute__((aligned(16), may_alias)) kvgen_v16_t {
 /// Cache-streaming stores (planned for NVIDIA only): a plain store.
 template <class V> inline void kvgenStoreStreaming(V *p, const V &v) { *p = v; }
 
+/// Shared memory of a CTA: one object per kernel instantiation, which the
+/// fibers of the running CTA share (CTAs run one at a time).
+#define KVGEN_SHARED static thread_local
+
+#if !defined(__x86_64__)
+#error "kvgen host kernels: the fiber switch of target_host.h is x86-64 only"
+#endif
+
 namespace kvgen {
-/// Runs `kernel` over a grid of gridX blocks of blockX threads, in order.
+namespace host {
+
+enum FiberState { kReady = 0, kAtBarrier = 1, kAtWarp = 2, kDone = 3 };
+
+/// One thread of the running CTA.
+struct Fiber {
+  void *sp;  ///< saved stack pointer while switched out
+  int state; ///< FiberState
+  unsigned phase; ///< warp exchanges done (selects the exchange buffer)
+};
+
+/// Words a lane deposits per warp exchange (the emulated mma.sync: 4 + 2).
+enum { kExchangeWords = 8 };
+
+/// The CTA being run, its fibers and its warps' exchange buffers.
+struct Cta {
+  Fiber *fibers;
+  unsigned numThreads;
+  unsigned current; ///< the running fiber
+  void *schedulerSp;
+  void (*run)(const void *launch);
+  const void *launch;
+  /// [warp][phase & 1][lane][word]: a lane writes buffer phase & 1 of its
+  /// warp, waits for the warp, reads the others' words; the next exchange
+  /// uses the other buffer, so no lane overwrites words still being read.
+  unsigned *exchange;
+};
+
+static thread_local Cta *kvgen_host_cta;
+
+/// Saves the callee-saved registers and the stack pointer of the running
+/// context in *from, and resumes the context saved at `to` (System V
+/// x86-64: rbx, rbp, r12-r15 are callee-saved; the rest is the caller's).
+extern "C" __attribute__((naked, noinline, used)) inline void
+kvgenHostSwitch(void ** /*from*/, void * /*to*/) {
+  __asm__ volatile("pushq %rbp\n\t"
+                   "pushq %rbx\n\t"
+                   "pushq %r12\n\t"
+                   "pushq %r13\n\t"
+                   "pushq %r14\n\t"
+                   "pushq %r15\n\t"
+                   "movq %rsp, (%rdi)\n\t"
+                   "movq %rsi, %rsp\n\t"
+                   "popq %r15\n\t"
+                   "popq %r14\n\t"
+                   "popq %r13\n\t"
+                   "popq %r12\n\t"
+                   "popq %rbx\n\t"
+                   "popq %rbp\n\t"
+                   "ret\n\t");
+}
+
+/// Gives the scheduler control; the fiber resumes when it is ready again.
+inline void yieldAs(int state) {
+  Cta *c = kvgen_host_cta;
+  Fiber &f = c->fibers[c->current];
+  f.state = state;
+  kvgenHostSwitch(&f.sp, c->schedulerSp);
+}
+
+/// Where every fiber starts: runs the kernel for its thread, then returns
+/// to the scheduler for good.
+__attribute__((noinline)) inline void fiberMain() {
+  Cta *c = kvgen_host_cta;
+  c->run(c->launch);
+  c = kvgen_host_cta;
+  Fiber &f = c->fibers[c->current];
+  f.state = kDone;
+  kvgenHostSwitch(&f.sp, c->schedulerSp);
+  __builtin_trap(); // never resumed
+}
+
+/// Bytes of stack per fiber.
+enum { kStackBytes = 256 * 1024 };
+
+/// A CTA barrier: every thread of the CTA arrives before any leaves.
+inline void ctaBarrier() { yieldAs(kAtBarrier); }
+
+/// Lane `lane`'s words of the running warp's current exchange, after every
+/// lane of the warp deposited its `words` (kExchangeWords at most).
+struct WarpExchange {
+  unsigned *base; ///< this phase's buffer of the warp: [32][kExchangeWords]
+  unsigned lane;
+  KVGEN_HD const unsigned *of(unsigned l) const {
+    return base + l * kExchangeWords;
+  }
+};
+inline WarpExchange exchange(const unsigned *words, int n) {
+  Cta *c = kvgen_host_cta;
+  const unsigned t = c->current;
+  Fiber &f = c->fibers[t];
+  const unsigned warp = t / 32, lane = t % 32;
+  unsigned *buf = c->exchange + ((warp * 2 + (f.phase & 1)) * 32) *
+                                    kExchangeWords;
+  for (int i = 0; i < n; ++i)
+    buf[lane * kExchangeWords + i] = words[i];
+  ++f.phase;
+  yieldAs(kAtWarp);
+  WarpExchange x = {buf, lane};
+  return x;
+}
+
+/// Runs the CTA whose fibers are c->fibers until all are done.
+inline void runCta(Cta *c, char *stacks) {
+  const unsigned n = c->numThreads;
+  for (unsigned t = 0; t < n; ++t) {
+    // Initial stack, from low to high addresses: the six callee-saved
+    // registers kvgenHostSwitch pops, then fiberMain as its return address
+    // (entered with rsp % 16 == 8, as after a call), then a null return
+    // address for fiberMain.
+    char *top = stacks + uint64_t(t + 1) * kStackBytes;
+    void **sp = reinterpret_cast<void **>(top) - 2;
+    sp[0] = reinterpret_cast<void *>(&fiberMain);
+    sp[1] = nullptr;
+    sp -= 6;
+    for (int i = 0; i < 6; ++i)
+      sp[i] = nullptr;
+    c->fibers[t].sp = sp;
+    c->fibers[t].state = kReady;
+    c->fibers[t].phase = 0;
+  }
+  const unsigned warps = (n + 31) / 32;
+  for (;;) {
+    bool ran = false;
+    for (unsigned t = 0; t < n; ++t) {
+      if (c->fibers[t].state != kReady)
+        continue;
+      c->current = t;
+      kvgen_host_thread_id = t;
+      kvgenHostSwitch(&c->schedulerSp, c->fibers[t].sp);
+      ran = true;
+    }
+    // Release warps whose live lanes all wait at a warp exchange, then the
+    // CTA barrier when every live thread waits there.
+    bool released = false, live = false, allAtBarrier = true;
+    for (unsigned w = 0; w < warps; ++w) {
+      bool all = true, any = false;
+      for (unsigned t = w * 32; t < n && t < w * 32 + 32; ++t) {
+        const int st = c->fibers[t].state;
+        if (st == kDone)
+          continue;
+        any = true;
+        all = all && st == kAtWarp;
+      }
+      if (any && all) {
+        for (unsigned t = w * 32; t < n && t < w * 32 + 32; ++t)
+          if (c->fibers[t].state == kAtWarp)
+            c->fibers[t].state = kReady;
+        released = true;
+      }
+    }
+    for (unsigned t = 0; t < n; ++t) {
+      const int st = c->fibers[t].state;
+      if (st == kDone)
+        continue;
+      live = true;
+      allAtBarrier = allAtBarrier && st == kAtBarrier;
+    }
+    if (!live)
+      return;
+    if (allAtBarrier) {
+      for (unsigned t = 0; t < n; ++t)
+        if (c->fibers[t].state == kAtBarrier)
+          c->fibers[t].state = kReady;
+      released = true;
+    }
+    if (!ran && !released)
+      __builtin_trap(); // deadlock: threads wait at different barriers
+  }
+}
+
+template <class Args> struct Launch {
+  void (*kernel)(Args);
+  Args args;
+  static void run(const void *self) {
+    const Launch *l = static_cast<const Launch *>(self);
+    l->kernel(l->args);
+  }
+};
+
+} // namespace host
+
+/// Runs `kernel` over a grid of gridX CTAs of blockX threads, CTA after
+/// CTA, each CTA's threads as fibers (see the file comment).
 template <class Args>
 inline void hostLaunch(void (*kernel)(Args), const void *args, unsigned gridX,
                        unsigned blockX) {
-  const Args a = *static_cast<const Args *>(args);
-  for (unsigned b = 0; b < gridX; ++b)
-    for (unsigned t = 0; t < blockX; ++t) {
-      kvgen_host_block_id = b;
-      kvgen_host_thread_id = t;
-      kernel(a);
+  host::Launch<Args> l = {kernel, *static_cast<const Args *>(args)};
+  char *stacks = new char[uint64_t(blockX) * host::kStackBytes];
+  host::Fiber *fibers = new host::Fiber[blockX];
+  unsigned *exchange =
+      new unsigned[uint64_t((blockX + 31) / 32) * 2 * 32 *
+                   host::kExchangeWords];
+  host::Cta c = {fibers, blockX, 0, nullptr, &host::Launch<Args>::run, &l,
+                 exchange};
+  host::Cta *saved = host::kvgen_host_cta;
+  host::kvgen_host_cta = &c;
+  for (unsigned b = 0; b < gridX; ++b) {
+    kvgen_host_block_id = b;
+    host::runCta(&c, stacks);
+  }
+  host::kvgen_host_cta = saved;
+  delete[] exchange;
+  delete[] fibers;
+  delete[] stacks;
+}
+
+//===--- CTA and warp primitives (the GPU preludes' counterparts) --------===//
+
+inline void kvgenSyncThreads() { host::ctaBarrier(); }
+/// Lane id in the warp and the warp's lanes (32).
+inline unsigned kvgenLaneId() { return kvgen_host_thread_id % 32; }
+/// The value of lane (lane ^ mask) of the warp; every lane calls it.
+inline float kvgenShflXor(float v, int mask) {
+  const unsigned w = __builtin_bit_cast(unsigned, v);
+  const host::WarpExchange x = host::exchange(&w, 1);
+  return __builtin_bit_cast(float, x.of(x.lane ^ unsigned(mask))[0]);
+}
+/// Atomic add on global memory, returning the old value (one OS thread
+/// runs the whole grid: a plain add).
+inline int32_t kvgenAtomicAdd(int32_t *p, int32_t v) {
+  const int32_t old = *p;
+  *p = old + v;
+  return old;
+}
+/// Orders this thread's global writes before its later ones, device-wide.
+inline void kvgenThreadFence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+/// A load that bypasses non-coherent caches (GPUs: L1): a plain load.
+inline float kvgenLoadCoherent(const float *p) { return *p; }
+inline float kvgenExp2(float x) { return __builtin_exp2f(x); }
+inline float kvgenTanh(float x) { return __builtin_tanhf(x); }
+
+/// Emulates mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16} with the same
+/// operand fragments per lane (PTX ISA, "Matrix Fragments for mma.m16n8k16"):
+/// lane = 4 * group + t. A (16 x 16, row-major): a[0] = A[group][2t..2t+1],
+/// a[1] = A[group + 8][2t..], a[2] = A[group][2t + 8..], a[3] = A[group +
+/// 8][2t + 8..]; B (16 x 8, k x n): b[0] = B[2t..2t+1][group], b[1] =
+/// B[2t + 8..][group]; C/D (16 x 8): d[0..1] = D[group][2t..2t+1], d[2..3]
+/// = D[group + 8][2t..]. Element 0 of a register in its low half. TO is the
+/// element type's float conversion (bf16_to_float, f16_to_float); products
+/// are exact in float and summed in k order.
+template <float (*TO)(uint16_t)>
+inline void kvgenMma16816(float *d, const uint32_t *a, const uint32_t *b) {
+  unsigned words[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+  const host::WarpExchange x = host::exchange(words, 6);
+  const unsigned group = x.lane / 4, t = x.lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    const unsigned row = group + (i >= 2 ? 8 : 0);
+    const unsigned col = 2 * t + (i & 1);
+    float acc = d[i];
+    for (unsigned k = 0; k < 16; ++k) {
+      // A[row][k]: lane 4 * (row % 8) + (k % 8) / 2, register (row >= 8) +
+      // 2 * (k >= 8), half k % 2.
+      const unsigned *al = x.of(4 * (row % 8) + (k % 8) / 2);
+      const unsigned aw = al[(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)];
+      // B[k][col]: lane 4 * col + (k % 8) / 2, register 4 + (k >= 8).
+      const unsigned *bl = x.of(4 * col + (k % 8) / 2);
+      const unsigned bw = bl[4 + (k >= 8 ? 1 : 0)];
+      const float av = TO(uint16_t(k % 2 ? aw >> 16 : aw & 0xffffu));
+      const float bv = TO(uint16_t(k % 2 ? bw >> 16 : bw & 0xffffu));
+      acc = __builtin_fmaf(av, bv, acc);
     }
+    d[i] = acc;
+  }
 }
 } // namespace kvgen

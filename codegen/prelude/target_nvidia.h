@@ -153,3 +153,97 @@ __device__ inline void kvgenStoreStreaming(kvgen_v16_t *p,
                : "memory");
 }
 
+
+//===--- CTA and warp primitives (kernels with CTA-wide cooperation) -----===//
+// The same names exist in every target prelude (target_host.h emulates them
+// with fibers). PTX ISA 8.x: bar.sync, shfl.sync, atom, membar, ld.cg,
+// ex2.approx, tanh.approx (sm_75+), mma.sync m16n8k16 (sm_80+), cvt.rn
+// .bf16x2.f32 / .f16x2.f32 (sm_80+); every kvgen NVIDIA target is sm_80+.
+#if defined(__CUDACC_RTC__)
+#define KVGEN_SHARED __shared__
+#else
+#define KVGEN_SHARED __attribute__((shared))
+#endif
+namespace kvgen {
+__device__ inline void kvgenSyncThreads() {
+  asm volatile("bar.sync 0;" ::: "memory");
+}
+__device__ inline unsigned kvgenLaneId() {
+  unsigned l;
+  asm("mov.u32 %0, %%laneid;" : "=r"(l));
+  return l;
+}
+/// The value of lane (lane ^ mask) of the warp; every lane calls it.
+__device__ inline float kvgenShflXor(float v, int mask) {
+  float r;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
+               : "=f"(r)
+               : "f"(v), "r"(mask));
+  return r;
+}
+/// Atomic add on global memory (relaxed, device scope), the old value.
+__device__ inline int32_t kvgenAtomicAdd(int32_t *p, int32_t v) {
+  int32_t old;
+  asm volatile("atom.global.add.u32 %0, [%1], %2;"
+               : "=r"(old)
+               : "l"(p), "r"(v)
+               : "memory");
+  return old;
+}
+/// Orders this thread's global accesses device-wide (membar.gl).
+__device__ inline void kvgenThreadFence() {
+  asm volatile("membar.gl;" ::: "memory");
+}
+/// A load from L2 (ld.global.cg): sees other CTAs' fenced writes.
+__device__ inline float kvgenLoadCoherent(const float *p) {
+  float v;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  return v;
+}
+/// 2^x (ex2.approx.ftz: max relative error 2^-22; -inf -> +0).
+__device__ inline float kvgenExp2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+/// tanh(x) (tanh.approx.f32: max relative error about 2^-11).
+__device__ inline float kvgenTanh(float x) {
+  float r;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+/// Two floats to bf16x2 / f16x2 (round to nearest even), a in the low half.
+__device__ inline uint32_t kvgenPackBf16x2(float a, float b) {
+  uint32_t w;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(b), "f"(a));
+  return w;
+}
+__device__ inline uint32_t kvgenPackF16x2(float a, float b) {
+  uint32_t w;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(b), "f"(a));
+  return w;
+}
+#define KVGEN_PACK_X2 1
+/// d += A x B with mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.f32;
+/// the fragments of every lane as target_host.h documents for its
+/// emulation (kvgenMma16816), which the other targets use.
+#define KVGEN_MMA_SYNC 1
+__device__ inline void kvgenMmaBf16(float *d, const uint32_t *a,
+                                    const uint32_t *b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                 "r"(b[1]));
+}
+__device__ inline void kvgenMmaF16(float *d, const uint32_t *a,
+                                   const uint32_t *b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                 "r"(b[1]));
+}
+} // namespace kvgen

@@ -569,6 +569,14 @@ def _check_cache_aliasing(op, lay, bufs, fields, dyn):
                 f"layout {lay.text} need disjoint memory")
 
 
+# Field roles (kvgen/Ops.def) the binding fills from tensors, and from
+# scalars given by name.
+_TENSOR_ROLES = ("rows", "qrows", "cache", "slots", "index_i64", "scale",
+                 "error_flag", "block_tables", "seq_lens", "query_start_loc",
+                 "head_f32", "workspace")
+_SCALAR_ROLES = ("param", "work_rows", "work_span", "work_window")
+
+
 def _opt(x, what):
     return None if x is None else _Buf(x, what)
 
@@ -915,9 +923,7 @@ class Kernel:
         it suits."""
         op = self._op
         lay = self.layout
-        tensor_args = [a for a in op.args
-                       if a.role in ("rows", "cache", "slots", "index_i64",
-                                     "scale", "error_flag")]
+        tensor_args = [a for a in op.args if a.role in _TENSOR_ROLES]
         if len(positional) > len(tensor_args):
             raise TypeError(f"{op.name} takes at most {len(tensor_args)} "
                             f"positional tensors ({', '.join(a.name for a in tensor_args)})")
@@ -925,11 +931,18 @@ class Kernel:
             if a.name in tensors:
                 raise TypeError(f"{a.name} given twice")
             tensors[a.name] = x
+        # Scalars by field name (PARAM and the launch rule's inputs).
+        scalar_args = {a.name: a for a in op.args
+                       if a.role in _SCALAR_ROLES}
+        scalars = {name: tensors.pop(name) for name in list(tensors)
+                   if name in scalar_args}
         known = {a.name for a in tensor_args}
         for name in tensors:
             if name not in known:
-                raise TypeError(f"{op.name} has no tensor argument {name!r} "
-                                f"(its tensors: {', '.join(sorted(known))})")
+                raise TypeError(
+                    f"{op.name} has no argument {name!r} (its tensors: "
+                    f"{', '.join(sorted(known))}; scalars: "
+                    f"{', '.join(sorted(scalar_args)) or 'none'})")
         bufs = {name: _opt(x, name) for name, x in tensors.items()}
         fields = {}
         # The work count: the leading dim of the op's WORK_FROM argument.
@@ -983,9 +996,76 @@ class Kernel:
         cache_sizes = {}
         if cache_bytes is not None:
             cb = [int(x) for x in cache_bytes]
+        q_heads = int(self.options.get("num_q_heads", lay.num_kv_heads))
+        # Rows of the QROWS views: their leading dim (all the same).
+        nrows = None
         for a in op.args:
             b = bufs.get(a.name)
-            if a.role == "rows":
+            if a.role == "qrows" and b is not None and b.shape:
+                if nrows is not None and b.shape[0] != nrows:
+                    raise ValueError(f"{a.name}: {b.shape[0]} rows, another "
+                                     f"view has {nrows}")
+                nrows = b.shape[0]
+        for a in op.args:
+            b = bufs.get(a.name)
+            if a.role == "qrows":
+                if b is None:
+                    raise ValueError(f"{a.name} is required")
+                st, sh = b.check_rows(nrows, q_heads, lay.head_size(a.which))
+                if self.io_dtype is not None:
+                    b.check_dtype(self.io_dtype)
+                fields[a.name] = b.ptr
+                fields[a.name + "_stride_token"] = st
+                fields[a.name + "_stride_head"] = sh
+            elif a.role == "row_count":
+                fields[a.name] = nrows or 0
+            elif a.role in ("block_tables", "seq_lens", "query_start_loc"):
+                if b is None:
+                    raise ValueError(f"{a.name} is required")
+                if b.dtype not in ("i32", "u32"):
+                    raise TypeError(f"{a.name}: dtype {b.dtype}, need int32")
+                dims = 2 if a.role == "block_tables" else 1
+                need = t + (1 if a.role == "query_start_loc" else 0)
+                if len(b.shape) != dims or b.shape[0] < need:
+                    raise ValueError(
+                        f"{a.name}: shape {list(b.shape)}, need "
+                        + (f"[>= {need}, max_blocks_per_seq]" if dims == 2
+                           else f"[>= {need}]"))
+                if b.shape[-1] > 1 and b.strides[-1] != 1:
+                    raise ValueError(f"{a.name}: the last dimension must be "
+                                     "contiguous")
+                fields[a.name] = b.ptr
+                if a.role == "block_tables":
+                    for r in op.args:
+                        if r.role == "table_stride":
+                            fields[r.name] = b.strides[0]
+                        elif r.role == "table_width":
+                            fields[r.name] = b.shape[1]
+            elif a.role == "head_f32":
+                if b is None:
+                    if a.need == "option" and \
+                            self.options.get(a.name) == "1" and t > 0:
+                        raise ValueError(f"kernel {self.name} has option "
+                                         f"{a.name}: pass {a.name} (float32 "
+                                         f"[{q_heads}])")
+                    continue
+                if b.dtype != "f32":
+                    raise TypeError(f"{a.name}: dtype {b.dtype}, need float32")
+                if b.span_bytes() < 4 * q_heads or \
+                        (len(b.shape) == 1 and b.shape[0] > 1 and
+                         b.strides[0] != 1):
+                    raise ValueError(f"{a.name}: need {q_heads} contiguous "
+                                     "float32 values")
+                fields[a.name] = b.ptr
+            elif a.role in _SCALAR_ROLES:
+                if a.name in scalars:
+                    v = scalars[a.name]
+                    fields[a.name] = float(v) if a.type == "f32" else int(v)
+                elif a.role == "param" and a.need != "never" and t > 0 and (
+                        a.need == "always" or
+                        self.options.get(a.name) == "1"):
+                    raise ValueError(f"pass {a.name}= ({a.doc})")
+            elif a.role == "rows":
                 if b is None:
                     raise ValueError(f"{a.name} is required")
                 d = lay.head_size(a.which)
@@ -1067,6 +1147,42 @@ class Kernel:
             elif a.role == "cache_strides":
                 # WHICH < 0: one triple serves every component.
                 fields[a.name] = dyn[a.which] if 0 <= a.which < 2 else dyn[0]
+        # The launch rule's maxima, when not given: from the index arrays
+        # (a device tensor's .max() synchronizes with its stream).
+        for a in op.args:
+            if a.role not in ("work_rows", "work_span") or a.name in scalars:
+                continue
+            src = next((bufs.get(r.name) for r in op.args if r.role == (
+                "query_start_loc" if a.role == "work_rows" else "seq_lens")),
+                None)
+            x = tensors.get(next(r.name for r in op.args if r.role == (
+                "query_start_loc" if a.role == "work_rows" else "seq_lens")))
+            if src is None or x is None or t == 0:
+                fields[a.name] = 1 if a.role == "work_rows" else 0
+                continue
+            if a.role == "work_rows":
+                d = x[1:t + 1] - x[:t]
+                fields[a.name] = max(1, int(d.max()))
+            else:
+                fields[a.name] = max(0, int(x[:t].max()))
+        # workspace: the caller's, else one kept by this kernel (zeroed when
+        # allocated; kernels leave its counters zero).
+        ws = next((a for a in op.args if a.role == "workspace"), None)
+        if ws is not None:
+            probe = op.args_struct(**fields)
+            need = ctypes.c_uint64()
+            _check("kvgen_kernel_workspace_bytes",
+                   self._lib.kvgen_kernel_workspace_bytes(
+                       self._handle, ctypes.byref(probe),
+                       ctypes.sizeof(probe), ctypes.byref(need)))
+            b = bufs.get(ws.name)
+            if b is None and need.value > 0:
+                b = _Buf(self._workspace_for(need.value, bufs), ws.name)
+            if b is not None:
+                fields[ws.name] = b.ptr
+                for r in op.args:
+                    if r.role == "workspace_bytes":
+                        fields[r.name] = b.span_bytes()
         # num_blocks per cache set
         for a in op.args:
             if a.role != "num_blocks":
@@ -1112,6 +1228,24 @@ class Kernel:
         self.launch_raw(args, stream=int(stream))
         if check or (check is None and backend == "host"):
             self._ctx.check()
+
+    def _workspace_for(self, nbytes, bufs):
+        """A zeroed workspace of >= nbytes on the device of `bufs`, kept
+        and reused by this kernel (grown when a launch needs more)."""
+        have = getattr(self, "_workspace", None)
+        if have is not None and have[1] >= nbytes:
+            return have[0]
+        dev = next((b for b in bufs.values()
+                    if b is not None and b.kind == "torch"), None)
+        n = (nbytes + 255) // 256 * 256
+        if dev is not None:
+            import torch
+            w = torch.zeros(n, dtype=torch.uint8, device=dev.device)
+        else:
+            import numpy
+            w = numpy.zeros(n, dtype=numpy.uint8)
+        self._workspace = (w, n)
+        return w
 
     def launch_raw(self, args, stream=0):
         """Launches with a prebuilt argument struct (args_struct(); no

@@ -192,6 +192,9 @@ _OPTIONAL = {
                                           ctypes.c_void_p, ctypes.c_uint64,
                                           ctypes.c_int]),
     "kvgen_context_synchronize": (ctypes.c_int, [_c]),
+    "kvgen_kernel_workspace_bytes": (ctypes.c_int, [
+        _c, ctypes.c_void_p, ctypes.c_uint64,
+        ctypes.POINTER(ctypes.c_uint64)]),
 }
 COPY_KINDS = {"h2d": 1, "d2h": 2, "d2d": 3}
 
@@ -296,6 +299,7 @@ _ARG_TYPES = {
     "ptr": ctypes.c_void_p, "mut_ptr": ctypes.c_void_p,
     "f32_ptr": ctypes.c_void_p, "i32_ptr": ctypes.c_void_p,
     "i64": ctypes.c_int64, "u64": ctypes.c_uint64, "i64x3": _I64x3,
+    "f32": ctypes.c_float,
 }
 
 

@@ -30,6 +30,15 @@ std::optional<std::string> canonical(OptionKind kind, std::string_view value) {
     if (v == "0" || v == "false")
       return std::string("0");
     return std::nullopt;
+  case OptionKind::Count: {
+    if (v.empty() || v.size() > 9 ||
+        v.find_first_not_of("0123456789") != std::string::npos)
+      return std::nullopt;
+    long n = std::stol(v);
+    if (n < 1)
+      return std::nullopt;
+    return std::to_string(n);
+  }
   }
   return std::nullopt;
 }
@@ -43,6 +52,8 @@ const char *expected(OptionKind kind) {
     return "i32 or i64";
   case OptionKind::Flag:
     return "0 or 1";
+  case OptionKind::Count:
+    return "a positive integer";
   }
   return "?";
 }
@@ -72,6 +83,8 @@ void KernelSpec::resolveDefaults() {
     std::string_view def = d.options[i].defaultValue;
     if (def == "cache" || def == "cache_or_bf16")
       options[i] = toString(layout.dtype);
+    else if (def == "num_kv_heads")
+      options[i] = std::to_string(layout.numKvHeads);
     else
       options[i] = std::string(def);
   }

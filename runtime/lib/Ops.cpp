@@ -37,6 +37,7 @@ constexpr const char kUncheckedDoc[] =
 #define I64_T I64
 #define U64_T U64
 #define I64X3_T I64x3
+#define F32_T F32
 #define ROWS_R Rows
 #define ROW_STRIDE_R RowStride
 #define CACHE_R Cache
@@ -48,10 +49,26 @@ constexpr const char kUncheckedDoc[] =
 #define ERROR_FLAG_R ErrorFlag
 #define WORK_R Work
 #define NUM_BLOCKS_R NumBlocks
+#define QROWS_R QRows
+#define ROW_COUNT_R RowCount
+#define BLOCK_TABLES_R BlockTables
+#define TABLE_STRIDE_R TableStride
+#define TABLE_WIDTH_R TableWidth
+#define SEQ_LENS_R SeqLens
+#define QUERY_START_LOC_R QueryStartLoc
+#define HEAD_F32_R HeadF32
+#define WORKSPACE_R Workspace
+#define WORKSPACE_BYTES_R WorkspaceBytes
+#define PARAM_R Param
+#define WORK_ROWS_R WorkRows
+#define WORK_SPAN_R WorkSpan
+#define WORK_WINDOW_R WorkWindow
 #define ALWAYS_N Always
 #define SEPARATE_N Separate
 #define SCALED_N Scaled
 #define DEQUANT_N Dequant
+#define OPTION_N Option
+#define SPLIT_N Split
 #define NEVER_N Never
 #include "kvgen/Ops.def"
 
@@ -69,6 +86,7 @@ constexpr const char kUncheckedDoc[] =
 #define IO_TYPE_K IoType
 #define SLOT_TYPE_K SlotType
 #define FLAG_K Flag
+#define COUNT_K Count
 #include "kvgen/Ops.def"
 
 template <class T, size_t N> constexpr size_t withoutSentinel(const T (&)[N]) {
@@ -151,6 +169,8 @@ std::string declareArg(ArgType type, std::string_view name) {
     return "uint64_t " + n;
   case ArgType::I64x3:
     return "int64_t " + n + "[3]";
+  case ArgType::F32:
+    return "float " + n;
   }
   return n;
 }
@@ -171,6 +191,8 @@ const char *toString(ArgType t) {
     return "u64";
   case ArgType::I64x3:
     return "i64x3";
+  case ArgType::F32:
+    return "f32";
   }
   return "?";
 }
@@ -199,6 +221,34 @@ const char *toString(ArgRole r) {
     return "work";
   case ArgRole::NumBlocks:
     return "num_blocks";
+  case ArgRole::QRows:
+    return "qrows";
+  case ArgRole::RowCount:
+    return "row_count";
+  case ArgRole::BlockTables:
+    return "block_tables";
+  case ArgRole::TableStride:
+    return "table_stride";
+  case ArgRole::TableWidth:
+    return "table_width";
+  case ArgRole::SeqLens:
+    return "seq_lens";
+  case ArgRole::QueryStartLoc:
+    return "query_start_loc";
+  case ArgRole::HeadF32:
+    return "head_f32";
+  case ArgRole::Workspace:
+    return "workspace";
+  case ArgRole::WorkspaceBytes:
+    return "workspace_bytes";
+  case ArgRole::Param:
+    return "param";
+  case ArgRole::WorkRows:
+    return "work_rows";
+  case ArgRole::WorkSpan:
+    return "work_span";
+  case ArgRole::WorkWindow:
+    return "work_window";
   }
   return "?";
 }
@@ -213,6 +263,10 @@ const char *toString(ArgNeed n) {
     return "scaled";
   case ArgNeed::Dequant:
     return "dequant";
+  case ArgNeed::Option:
+    return "option";
+  case ArgNeed::Split:
+    return "split";
   case ArgNeed::Never:
     return "never";
   }
@@ -227,6 +281,8 @@ const char *toString(OptionKind k) {
     return "slot_type";
   case OptionKind::Flag:
     return "flag";
+  case OptionKind::Count:
+    return "count";
   }
   return "?";
 }

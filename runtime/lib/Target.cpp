@@ -22,19 +22,19 @@ const std::vector<TargetInfo> &knownTargets() {
   // on the H200 only (docs/performance.md), so they are enabled on NVIDIA.
   static const std::vector<TargetInfo> all = {
       {"gfx90a", Vendor::Amd, 64, caps(false, false, false, true),
-       "target_amdgpu.h", ".hip"},
+       "target_amdgpu.h", ".hip", 110},
       {"gfx942", Vendor::Amd, 64, caps(false, false, false, true),
-       "target_amdgpu.h", ".hip"},
+       "target_amdgpu.h", ".hip", 304},
       {"gfx950", Vendor::Amd, 64, caps(false, false, false, true),
-       "target_amdgpu.h", ".hip"},
+       "target_amdgpu.h", ".hip", 256},
       {"sm_80", Vendor::Nvidia, 32, caps(false, true, true, false),
-       "target_nvidia.h", ".cu"},
+       "target_nvidia.h", ".cu", 108},
       {"sm_89", Vendor::Nvidia, 32, caps(true, true, true, false),
-       "target_nvidia.h", ".cu"},
+       "target_nvidia.h", ".cu", 128},
       {"sm_90", Vendor::Nvidia, 32, caps(true, true, true, false),
-       "target_nvidia.h", ".cu"},
+       "target_nvidia.h", ".cu", 132},
       {"host", Vendor::Host, 32, caps(false, false, false, false),
-       "target_host.h", ".cpp"},
+       "target_host.h", ".cpp", 4},
   };
   return all;
 }

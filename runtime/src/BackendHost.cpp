@@ -49,7 +49,7 @@ public:
   bool canLaunch() const override { return !compileOnly_; }
   const std::string &compilerIdentity() const override { return identity_; }
   std::string optionsString() const override {
-    return compiler_ + " " + kHostFlags;
+    return compiler_ + " " + kHostFlags + " -lm";
   }
 
   Status compile(const std::string &source, const std::string &entry,
@@ -65,8 +65,10 @@ public:
       st = Status::error(KVGEN_ERROR_COMPILE, *werr);
     } else {
       // $CXX may hold a command with arguments ("ccache g++"): unquoted.
-      std::string cmd = fmt::format("{} {} -o {} {}", compiler_, kHostFlags,
-                                    shellQuote(so), shellQuote(src));
+      // libm after the source (as-needed linking): exp2f, tanhf.
+      std::string cmd = fmt::format("{} {} -o {} {} -lm", compiler_,
+                                    kHostFlags, shellQuote(so),
+                                    shellQuote(src));
       std::string log;
       int rc = runCommand(cmd, &log);
       if (rc != 0)

@@ -50,6 +50,16 @@ bool parseNonNegative(const std::string &s, int *out) {
 bool parsePositive(const std::string &s, int *out) {
   return parseNonNegative(s, out) && *out > 0;
 }
+/// The optional row-tile / split-KV field of `g` for manifest key `key`,
+/// or nullptr.
+int *splitMember(LaunchGeometry &g, const std::string &key) {
+#define KVGEN_SPLIT_MEMBER(KEY, MEMBER)                                        \
+  if (key == #KEY)                                                             \
+    return &g.MEMBER;
+  KVGEN_SPLIT_GEOMETRY(KVGEN_SPLIT_MEMBER)
+#undef KVGEN_SPLIT_MEMBER
+  return nullptr;
+}
 } // namespace
 
 std::optional<std::string> validateEntry(const KernelEntry &e) {
@@ -78,6 +88,19 @@ std::optional<std::string> validateEntry(const KernelEntry &e) {
     return fmt::format("kernel '{}': vector_bytes {} is not a power of two "
                        "in 1..256",
                        e.name, g.vectorBytes);
+#define KVGEN_CHECK_SPLIT(KEY, MEMBER)                                         \
+  if (g.MEMBER < 0)                                                            \
+    return fmt::format("kernel '{}': " #KEY " {} must be >= 0", e.name,       \
+                       g.MEMBER);
+  KVGEN_SPLIT_GEOMETRY(KVGEN_CHECK_SPLIT)
+#undef KVGEN_CHECK_SPLIT
+  if (g.rowGroup < 1 || g.itemCtas < 1)
+    return fmt::format("kernel '{}': row_group {} and item_ctas {} must be "
+                       "positive",
+                       e.name, g.rowGroup, g.itemCtas);
+  if (g.rowsPerCta == 0 && g.splitCtas > 0)
+    return fmt::format("kernel '{}': split_ctas {} needs rows_per_cta > 0",
+                       e.name, g.splitCtas);
   if (!isSafeFileName(e.source))
     return fmt::format("kernel '{}': source '{}' must be a plain file name "
                        "inside the bundle",
@@ -104,6 +127,13 @@ std::string formatManifest(const std::vector<KernelEntry> &entries) {
       out += fmt::format("small_threads = {}\n", e.geometry.smallThreads);
     }
     out += fmt::format("vector_bytes = {}\n", e.geometry.vectorBytes);
+    // Row tiles and split-KV, only where they differ from a plain launch.
+    const LaunchGeometry plain;
+#define KVGEN_FORMAT_SPLIT(KEY, MEMBER)                                        \
+  if (e.geometry.MEMBER != plain.MEMBER)                                       \
+    out += fmt::format(#KEY " = {}\n", e.geometry.MEMBER);
+    KVGEN_SPLIT_GEOMETRY(KVGEN_FORMAT_SPLIT)
+#undef KVGEN_FORMAT_SPLIT
     out += fmt::format("source = {}\n", e.source);
   }
   return out;
@@ -245,6 +275,9 @@ bool parseManifest(const std::string &text, std::vector<KernelEntry> *entries,
         return bad();
     } else if (key == "source") {
       e.source = value;
+    } else if (int *member = splitMember(e.geometry, key)) {
+      if (!parseNonNegative(value, member))
+        return bad();
     } else {
       // An option of the entry's op (Ops.def); which op is known only once
       // its `op` line was read, so options are applied at the entry's end.

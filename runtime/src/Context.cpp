@@ -1008,24 +1008,21 @@ kvgen_status kvgen_launch(kvgen_kernel k, const void *args, uint64_t argsSize,
                           void *stream) {
   if (!k || !args)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT, "kernel or args is NULL");
-  int64_t work = 0;
-  Status st = validateLaunch(k->entry, args, argsSize, &k->memo, &work);
+  LaunchShape shape;
+  Status st = validateLaunch(k->entry, args, argsSize, &k->memo, &shape);
   if (!st.isOk())
     return report(st);
-  if (work == 0)
+  if (shape.grid == 0)
     return succeed();
   if (!k->module)
     return fail(KVGEN_ERROR_COMPILE_ONLY,
                 fmt::format("kernel '{}' belongs to a compile-only context",
                             k->entry.name));
-  int64_t grid = 0;
-  int block = 0;
-  launchShape(k->entry.geometry, work, &grid, &block);
-  if (grid > INT32_MAX)
+  if (shape.grid > INT32_MAX)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT,
-                fmt::format("{} work items need {} CTAs, more than grid.x "
+                fmt::format("{} work units need {} CTAs, more than grid.x "
                             "allows",
-                            work, grid));
+                            shape.units, shape.grid));
   // A checked kernel without an error_flag reports to the context's error
   // word: launch a copy of the arguments with the field filled in (the
   // backends copy the arguments at launch).
@@ -1047,12 +1044,25 @@ kvgen_status kvgen_launch(kvgen_kernel k, const void *args, uint64_t argsSize,
       std::memcpy(copy, args, size_t(argsSize));
       std::memcpy(copy + k->errorFlag->offset, &word, sizeof word);
       k->usedErrorWord.store(true, std::memory_order_relaxed);
-      return report(k->module->launch(copy, size_t(argsSize), uint32_t(grid),
-                                      uint32_t(block), stream));
+      return report(k->module->launch(copy, size_t(argsSize), uint32_t(shape.grid),
+                                      uint32_t(shape.block), stream));
     }
   }
-  return report(k->module->launch(args, size_t(argsSize), uint32_t(grid),
-                                  uint32_t(block), stream));
+  return report(k->module->launch(args, size_t(argsSize), uint32_t(shape.grid),
+                                  uint32_t(shape.block), stream));
+}
+
+kvgen_status kvgen_kernel_workspace_bytes(kvgen_kernel k, const void *args,
+                                          uint64_t argsSize, uint64_t *bytes) {
+  if (!k || !args || !bytes)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                "kernel, args or bytes is NULL");
+  LaunchInputs in;
+  Status st = launchInputs(k->entry, args, argsSize, &in);
+  if (!st.isOk())
+    return report(st);
+  *bytes = in.work > 0 ? launchShape(k->entry.geometry, in).workspaceBytes : 0;
+  return succeed();
 }
 
 // The typed entries: the op check, then kvgen_launch.

@@ -54,33 +54,73 @@ std::string componentName(const LayoutDesc &l, int c) {
 
 } // namespace
 
-Status validateLaunch(const KernelEntry &e, const void *args,
-                      uint64_t argsSize, StrideMemo *memo, int64_t *work) {
-  *work = 0;
-  const KernelSpec &s = e.spec;
-  const OpDesc &op = opDesc(s.op);
-  const LayoutDesc &l = s.layout;
-  const bool packed = l.packing == Packing::Packed;
+Status launchInputs(const KernelEntry &e, const void *args,
+                    uint64_t argsSize, LaunchInputs *in) {
+  *in = LaunchInputs();
+  const OpDesc &op = opDesc(e.spec.op);
   if (!args)
     return invalid(fmt::format("{}: args is NULL", op.name));
   if (argsSize != op.argsSize)
     return invalid(fmt::format("{}: args_size = {} but {} is {} bytes",
                                op.name, argsSize, op.argsType, op.argsSize));
-  const ArgDesc *end = op.args + op.numArgs;
+  // The launch rule's inputs, each >= 0 (WORK_ROWS >= 1 unless WORK = 0).
+  for (const ArgDesc *a = op.args; a != op.args + op.numArgs; ++a) {
+    int64_t *to = nullptr;
+    switch (a->role) {
+    case ArgRole::Work:
+      to = &in->work;
+      break;
+    case ArgRole::WorkRows:
+      to = &in->rows;
+      break;
+    case ArgRole::WorkSpan:
+      to = &in->span;
+      break;
+    case ArgRole::WorkWindow:
+      to = &in->window;
+      break;
+    default:
+      continue;
+    }
+    *to = field<int64_t>(args, *a);
+    if (*to < 0)
+      return invalid(
+          fmt::format("{}: {} = {} must be >= 0", op.name, a->name, *to));
+  }
+  if (in->work > 0)
+    if (const ArgDesc *a = op.argWithRole(ArgRole::WorkRows))
+      if (in->rows < 1)
+        return invalid(fmt::format("{}: {} = {} must be >= 1", op.name,
+                                   a->name, in->rows));
+  return Status::ok();
+}
 
-  // The work count and the blocks of each cache set.
+Status validateLaunch(const KernelEntry &e, const void *args,
+                      uint64_t argsSize, StrideMemo *memo,
+                      LaunchShape *shape) {
+  *shape = LaunchShape();
+  const KernelSpec &s = e.spec;
+  const OpDesc &op = opDesc(s.op);
+  const LayoutDesc &l = s.layout;
+  const bool packed = l.packing == Packing::Packed;
+  LaunchInputs in;
+  if (Status st = launchInputs(e, args, argsSize, &in); !st.isOk())
+    return st;
+  const ArgDesc *end = op.args + op.numArgs;
+  if (in.work == 0)
+    return Status::ok();
+  const LaunchShape sh = launchShape(e.geometry, in);
+
+  // The blocks of each cache set; counts of rows and table entries.
   int64_t numBlocks[2] = {0, 0};
   for (const ArgDesc *a = op.args; a != end; ++a) {
-    if (a->role == ArgRole::Work) {
-      *work = field<int64_t>(args, *a);
-      if (*work < 0)
-        return invalid(fmt::format("{}: {} = {} must be >= 0", op.name,
-                                   a->name, *work));
+    if (a->role == ArgRole::RowCount || a->role == ArgRole::TableWidth ||
+        a->role == ArgRole::TableStride) {
+      int64_t n = field<int64_t>(args, *a);
+      if (n < 0)
+        return invalid(
+            fmt::format("{}: {} = {} must be >= 0", op.name, a->name, n));
     }
-  }
-  if (*work == 0)
-    return Status::ok();
-  for (const ArgDesc *a = op.args; a != end; ++a) {
     if (a->role != ArgRole::NumBlocks)
       continue;
     int64_t n = field<int64_t>(args, *a);
@@ -103,21 +143,21 @@ Status validateLaunch(const KernelEntry &e, const void *args,
     if (a->role != ArgRole::Rows)
       continue;
     const ArgDesc *st = op.arg(std::string(a->name) + "_stride_token");
-    const ArgDesc *sh = op.arg(std::string(a->name) + "_stride_head");
-    if (!st || !sh)
+    const ArgDesc *sth = op.arg(std::string(a->name) + "_stride_head");
+    if (!st || !sth)
       continue;
-    const int64_t t = field<int64_t>(args, *st), h = field<int64_t>(args, *sh);
+    const int64_t t = field<int64_t>(args, *st), h = field<int64_t>(args, *sth);
     if (t < 0 || h < 0)
       return invalid(fmt::format("{}: {} = {} and {} = {} must be >= 0",
-                                 op.name, st->name, t, sh->name, h));
-    __int128 last = __int128(*work - 1) * t + __int128(l.numKvHeads - 1) * h +
+                                 op.name, st->name, t, sth->name, h));
+    __int128 last = __int128(in.work - 1) * t + __int128(l.numKvHeads - 1) * h +
                     l.headSize(a->which);
     if (last > __int128(INT64_MAX / 4)) // 4: the widest io element
       return Status::error(
           KVGEN_ERROR_OUT_OF_BOUNDS,
           fmt::format("{}: the rows of '{}' ({} = {}, {} = {}) span more "
                       "than 2^63 bytes",
-                      op.name, a->name, st->name, t, sh->name, h));
+                      op.name, a->name, st->name, t, sth->name, h));
   }
 
   // Required pointers.
@@ -149,6 +189,16 @@ Status validateLaunch(const KernelEntry &e, const void *args,
       required = scaled && s.flag("dequantize");
       why = scaleWhy;
       break;
+    case ArgNeed::Option:
+      required = s.flag(a->name);
+      why = fmt::format(" but the kernel has option '{}'", a->name);
+      break;
+    case ArgNeed::Split:
+      required = sh.splits > 1;
+      why = fmt::format(" but the launch splits each unit into {} (it needs "
+                        "{} bytes of workspace)",
+                        sh.splits, sh.workspaceBytes);
+      break;
     case ArgNeed::Never:
       break;
     }
@@ -167,7 +217,17 @@ Status validateLaunch(const KernelEntry &e, const void *args,
       align = (packed && (a->which & 1)) ? 0 : e.geometry.vectorBytes;
       break;
     case ArgRole::Rows:
+    case ArgRole::QRows:
       align = ioSize;
+      break;
+    case ArgRole::BlockTables:
+    case ArgRole::SeqLens:
+    case ArgRole::QueryStartLoc:
+    case ArgRole::HeadF32:
+      align = 4;
+      break;
+    case ArgRole::Workspace:
+      align = 16;
       break;
     case ArgRole::Slots:
       align = slotSize;
@@ -191,6 +251,21 @@ Status validateLaunch(const KernelEntry &e, const void *args,
     if (!st.isOk())
       return st;
   }
+
+  // The workspace of a split launch.
+  if (sh.splits > 1)
+    for (const ArgDesc *a = op.args; a != end; ++a) {
+      if (a->role != ArgRole::WorkspaceBytes)
+        continue;
+      const uint64_t have = field<uint64_t>(args, *a);
+      if (have < sh.workspaceBytes)
+        return Status::error(
+            KVGEN_ERROR_OUT_OF_BOUNDS,
+            fmt::format("{}: the launch splits {} units into {} and needs "
+                        "{} bytes of workspace, but {} = {}",
+                        op.name, sh.units, sh.splits, sh.workspaceBytes,
+                        a->name, have));
+    }
 
   // Dynamic strides: the actual strides must form a valid layout. A
   // CACHE_STRIDES field serves its component (WHICH) or all (-1).
@@ -279,6 +354,7 @@ Status validateLaunch(const KernelEntry &e, const void *args,
       }
     }
   }
+  *shape = sh;
   return Status::ok();
 }
 

@@ -19,12 +19,20 @@ struct StrideMemo {
   std::vector<Strides> strides;
 };
 
+/// The launch rule's inputs (Launch.h) from the fields of roles WORK,
+/// WORK_ROWS, WORK_SPAN and WORK_WINDOW of the argument struct at `args`,
+/// after the size check; each must be >= 0 (WORK_ROWS >= 1 unless WORK is
+/// 0).
+Status launchInputs(const KernelEntry &e, const void *args,
+                    uint64_t argsSize, LaunchInputs *in);
+
 /// Checks the launch of kernel `e` with the argument struct at `args` (the
 /// list is kvgen_launch's in kvgen.h; each check follows a field's role in
-/// kvgen/Ops.def). *work is set to the op's WORK count; 0 is a valid launch
-/// with nothing to run.
+/// kvgen/Ops.def). *shape is set to the launch's shape (launchShape of the
+/// kernel's geometry); a grid of 0 (WORK = 0) is a valid launch with
+/// nothing to run.
 Status validateLaunch(const KernelEntry &e, const void *args,
-                      uint64_t argsSize, StrideMemo *memo, int64_t *work);
+                      uint64_t argsSize, StrideMemo *memo, LaunchShape *shape);
 
 } // namespace rt
 } // namespace kvgen

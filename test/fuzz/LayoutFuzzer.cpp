@@ -126,17 +126,21 @@ void checkLaunch(const LayoutDesc &l, const uint8_t *bytes, size_t n,
   std::vector<uint8_t> args(op.argsSize, 0);
   std::memcpy(args.data(), bytes + (n > 1 ? 2 : 1),
               std::min(args.size(), n > 2 ? n - 2 : 0));
-  int64_t work = -1;
+  LaunchShape shape;
   rt::StrideMemo memo;
   rt::Status st =
-      rt::validateLaunch(entry, args.data(), args.size(), &memo, &work);
-  if (st.isOk() && work < 0)
-    broken("validateLaunch accepted a negative work count", text);
+      rt::validateLaunch(entry, args.data(), args.size(), &memo, &shape);
+  if (st.isOk() && (shape.grid < 0 || shape.block < 0 ||
+                    (shape.grid > 0 && shape.block == 0)))
+    broken("validateLaunch accepted a launch of negative or empty "
+           "dimensions",
+           text);
   // The same arguments again: the memo must give the same answer.
-  int64_t again = -1;
+  LaunchShape again;
   rt::Status st2 =
       rt::validateLaunch(entry, args.data(), args.size(), &memo, &again);
-  if (st2.code != st.code || again != work)
+  if (st2.code != st.code || again.grid != shape.grid ||
+      again.block != shape.block)
     broken("validateLaunch answered differently the second time", text);
 }
 

@@ -109,6 +109,112 @@ TEST(Manifest, LaunchShapeFollowsTheSmallBound) {
   EXPECT_EQ(block, 320);
 }
 
+TEST(Manifest, LaunchShapeSplitsRowTiledWork) {
+  // A paged-attention-like geometry: 16 rows per CTA, GQA group 16, 4 kv
+  // heads, split-KV to fill 264 CTAs with >= 256 tokens per split.
+  LaunchGeometry g;
+  g.threads = 128;
+  g.tokensPerCta = 1;
+  g.vectorBytes = 16;
+  g.rowsPerCta = 16;
+  g.rowGroup = 16;
+  g.itemCtas = 4;
+  g.splitCtas = 264;
+  g.splitMinTokens = 256;
+  g.splitAlign = 64;
+  g.partialBytes = 16 * 130 * 4;
+  LaunchInputs in;
+  in.work = 1;
+  in.rows = 1;
+  in.span = 131072;
+  LaunchShape s = launchShape(g, in);
+  EXPECT_EQ(s.rowTiles, 1);
+  EXPECT_EQ(s.units, 4);
+  // 264 / 4 = 66 splits of ceil(131072 / 66) = 1986 -> 2048 tokens: 64.
+  EXPECT_EQ(s.splitTokens, 2048);
+  EXPECT_EQ(s.splits, 64);
+  EXPECT_EQ(s.grid, 4 * 64);
+  EXPECT_EQ(s.block, 128);
+  EXPECT_EQ(s.partialsOffset, 256u);
+  EXPECT_EQ(s.workspaceBytes, 256u + 4u * 64u * uint64_t(g.partialBytes));
+  // Three query tokens of a group of 16: three row tiles per kv head.
+  in.rows = 3;
+  s = launchShape(g, in);
+  EXPECT_EQ(s.rowTiles, 3);
+  EXPECT_EQ(s.units, 12);
+  // 264 / 12 = 22 splits of ceil(131072 / 22) = 5958 -> 6016 tokens.
+  EXPECT_EQ(s.splitTokens, 6016);
+  EXPECT_EQ(s.splits, 22);
+  // A short span: no split below 2 x split_min_tokens.
+  in.rows = 1;
+  in.span = 511;
+  s = launchShape(g, in);
+  EXPECT_EQ(s.splits, 1);
+  EXPECT_EQ(s.workspaceBytes, 0u);
+  EXPECT_EQ(s.grid, 4);
+  // The window caps the span: window 128 + 1 row - 1 = 128 tokens.
+  in.span = 131072;
+  in.window = 128;
+  EXPECT_EQ(attendedSpan(in), 128);
+  EXPECT_EQ(launchShape(g, in).splits, 1);
+  // A batch that fills the machine is not split.
+  in.window = 0;
+  in.work = 66;
+  s = launchShape(g, in);
+  EXPECT_EQ(s.splits, 1);
+  EXPECT_EQ(s.grid, 66 * 4);
+  // Without row tiles the rule is the token rule above.
+  LaunchGeometry plain;
+  plain.threads = 256;
+  plain.tokensPerCta = 4;
+  in.work = 9;
+  EXPECT_EQ(launchShape(plain, in).grid, 3);
+  EXPECT_EQ(launchShape(plain, in).splits, 1);
+}
+
+TEST(Manifest, RoundTripsSplitGeometry) {
+  KernelEntry e;
+  e.name = "attn";
+  e.target = "host";
+  e.spec = KernelSpec::make(KernelOp::Gather, test::mimoLayout());
+  e.geometry.threads = 128;
+  e.geometry.tokensPerCta = 1;
+  e.geometry.vectorBytes = 16;
+  e.geometry.rowsPerCta = 16;
+  e.geometry.rowGroup = 16;
+  e.geometry.itemCtas = 4;
+  e.geometry.splitCtas = 8;
+  e.geometry.splitMinTokens = 32;
+  e.geometry.splitAlign = 16;
+  e.geometry.partialBytes = 8320;
+  e.source = "attn.cpp";
+  ASSERT_FALSE(validateEntry(e).has_value()) << *validateEntry(e);
+  std::string text = formatManifest({e});
+  EXPECT_NE(text.find("rows_per_cta = 16\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("partial_bytes = 8320\n"), std::string::npos) << text;
+  std::vector<KernelEntry> out;
+  std::string err;
+  ASSERT_TRUE(parseManifest(text, &out, &err)) << err;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].geometry.rowGroup, 16);
+  EXPECT_EQ(out[0].geometry.itemCtas, 4);
+  EXPECT_EQ(out[0].geometry.splitCtas, 8);
+  EXPECT_EQ(out[0].geometry.splitMinTokens, 32);
+  EXPECT_EQ(out[0].geometry.splitAlign, 16);
+  EXPECT_EQ(out[0].geometry.partialBytes, 8320);
+  EXPECT_EQ(formatManifest(out), text);
+  // Plain kernels write none of the keys.
+  e.geometry = LaunchGeometry();
+  e.geometry.threads = 128;
+  e.geometry.tokensPerCta = 1;
+  e.geometry.vectorBytes = 16;
+  EXPECT_EQ(formatManifest({e}).find("row_group"), std::string::npos);
+  // A split without row tiles is refused.
+  e.geometry.splitCtas = 8;
+  ASSERT_TRUE(validateEntry(e).has_value());
+  EXPECT_NE(validateEntry(e)->find("rows_per_cta"), std::string::npos);
+}
+
 TEST(Manifest, IgnoresCommentsAndKeyOrder) {
   // Options may come anywhere after `op` (here before `layout` and
   // `target`), in any order among themselves.

@@ -53,6 +53,8 @@ size_t typeSize(ArgType t) {
     return 8;
   case ArgType::I64x3:
     return 24;
+  case ArgType::F32:
+    return 4;
   }
   return 0;
 }
@@ -94,8 +96,9 @@ TEST(OpTable, MatchesTheCStructs) {
       end = a.offset + a.size;
       EXPECT_LE(end, op.argsSize);
       EXPECT_NE(a.doc, nullptr);
-      // Only pointers have a non-NULL requirement.
-      if (!isPointer(a.type))
+      // Only pointers have a non-NULL requirement, and scalars of the
+      // kernel's math say when a binding must ask for them.
+      if (!isPointer(a.type) && a.role != ArgRole::Param)
         EXPECT_EQ(a.need, ArgNeed::Never);
     }
     // No trailing bytes beyond the alignment padding of an 8-byte struct.
@@ -115,6 +118,7 @@ TEST(OpTable, RolesComeWithTheirCompanionFields) {
       const std::string n = a.name;
       switch (a.role) {
       case ArgRole::Rows:
+      case ArgRole::QRows:
         EXPECT_TRUE(isPointer(a.type));
         for (const char *suffix : {"_stride_token", "_stride_head"}) {
           const ArgDesc *st = op.arg(n + suffix);
@@ -148,9 +152,47 @@ TEST(OpTable, RolesComeWithTheirCompanionFields) {
         ASSERT_NE(at, std::string::npos);
         const ArgDesc *rows = op.arg(n.substr(0, at));
         ASSERT_NE(rows, nullptr);
-        EXPECT_EQ(rows->role, ArgRole::Rows);
+        EXPECT_TRUE(rows->role == ArgRole::Rows ||
+                    rows->role == ArgRole::QRows);
         break;
       }
+      case ArgRole::BlockTables:
+        // Its row stride and width are fields of the op.
+        EXPECT_TRUE(isPointer(a.type));
+        EXPECT_NE(op.argWithRole(ArgRole::TableStride), nullptr);
+        EXPECT_NE(op.argWithRole(ArgRole::TableWidth), nullptr);
+        break;
+      case ArgRole::TableStride:
+      case ArgRole::TableWidth:
+        EXPECT_EQ(a.type, ArgType::I64);
+        EXPECT_NE(op.argWithRole(ArgRole::BlockTables), nullptr);
+        break;
+      case ArgRole::RowCount:
+        EXPECT_EQ(a.type, ArgType::I64);
+        EXPECT_NE(op.argWithRole(ArgRole::QRows), nullptr);
+        break;
+      case ArgRole::Workspace:
+        EXPECT_EQ(a.type, ArgType::MutPtr);
+        EXPECT_EQ(a.need, ArgNeed::Split);
+        ASSERT_NE(op.argWithRole(ArgRole::WorkspaceBytes), nullptr);
+        EXPECT_EQ(op.argWithRole(ArgRole::WorkspaceBytes)->type,
+                  ArgType::U64);
+        break;
+      case ArgRole::WorkRows:
+      case ArgRole::WorkSpan:
+      case ArgRole::WorkWindow:
+        EXPECT_EQ(a.type, ArgType::I64);
+        break;
+      case ArgRole::Param:
+        EXPECT_TRUE(a.type == ArgType::F32 || a.type == ArgType::I64);
+        if (a.need == ArgNeed::Option)
+          EXPECT_NE(op.option(a.name), nullptr) << "its flag option";
+        break;
+      case ArgRole::HeadF32:
+        EXPECT_EQ(a.type, ArgType::F32Ptr);
+        if (a.need == ArgNeed::Option)
+          EXPECT_NE(op.option(a.name), nullptr) << "its flag option";
+        break;
       case ArgRole::CacheStrides:
         EXPECT_EQ(a.type, ArgType::I64x3);
         break;

@@ -74,7 +74,8 @@ std::string kvgen::preludeFor(StringRef target) {
   std::optional<Target> t = parseTarget(target.str());
   assert(t && "preludeFor: unknown target");
   for (StringRef f : {StringRef("common.h"), StringRef(t->info->prelude),
-                      StringRef("Numerics.h"), StringRef("LayoutMap.h")})
+                      StringRef("Numerics.h"), StringRef("LayoutMap.h"),
+                      StringRef("Launch.h")})
     appendWithoutIncludes(out, preludeText(f));
   // The argument structs, printed from the op table (kvgen/Ops.def).
   out += "extern \"C\" {\n" + formatKernelAbi() + "}\n";
@@ -120,6 +121,9 @@ std::string kvgen::defaultKernelName(const KernelSpec &r) {
       if (v == "1")
         name += std::string("_") + o.name;
       break;
+    case OptionKind::Count:
+      name += std::string("_") + o.name + v;
+      break;
     }
   }
   return name;
@@ -160,6 +164,9 @@ kvgen::buildSpecModule(MLIRContext *ctx, const KernelSpec &r,
     case OptionKind::Flag:
       if (v == "1")
         state.addAttribute(o.name, b.getUnitAttr());
+      break;
+    case OptionKind::Count:
+      state.addAttribute(o.name, b.getI64IntegerAttr(std::stoll(v)));
       break;
     }
   }
@@ -248,9 +255,19 @@ LogicalResult kvgen::printSource(ModuleOp module, raw_ostream &os) {
        << " tokens_per_cta=" << plan.getTokensPerCta()
        << " vector_bytes=" << plan.getVectorBytes()
        << " small_max_tokens=" << plan.getSmallMaxTokens()
-       << " small_threads=" << plan.getSmallThreads()
-       << " grid=(num_tokens<=small_max_tokens ? num_tokens x small_threads "
-          ": ceil(num_tokens/tokens_per_cta) x threads)\n";
+       << " small_threads=" << plan.getSmallThreads();
+    const LaunchGeometry g = plan.geometry(), plain;
+    if (g.rowsPerCta > 0) {
+#define KVGEN_PRINT_SPLIT(KEY, MEMBER)                                         \
+  if (g.MEMBER != plain.MEMBER)                                                \
+    os << " " #KEY "=" << g.MEMBER;
+      KVGEN_SPLIT_GEOMETRY(KVGEN_PRINT_SPLIT)
+#undef KVGEN_PRINT_SPLIT
+      os << " grid=(kvgen::launchShape, kvgen/Launch.h: units x splits)\n";
+    } else {
+      os << " grid=(num_tokens<=small_max_tokens ? num_tokens x "
+            "small_threads : ceil(num_tokens/tokens_per_cta) x threads)\n";
+    }
   });
   os << "// kvgen kernel ABI " << kernelAbiHash()
      << " (the argument structs below; kvgen/Ops.def)\n";
@@ -294,13 +311,8 @@ FailureOr<EmittedKernel> kvgen::emitKernel(MLIRContext *ctx,
   EmittedKernel k;
   module->walk([&](kv::KernelSpecOpInterface spec) {
     k.name = spec.getSymName().str();
-    if (kv::PlanAttr p = spec.getPlanAttr()) {
-      k.threads = p.getThreads();
-      k.tokensPerCta = p.getTokensPerCta();
-      k.vectorBytes = p.getVectorBytes();
-      k.smallMaxTokens = p.getSmallMaxTokens();
-      k.smallThreads = p.getSmallThreads();
-    }
+    if (kv::PlanAttr p = spec.getPlanAttr())
+      k.geometry = p.geometry();
   });
   PassManager lower(ctx);
   lower.addPass(createConvertKVToEmitC());
@@ -346,9 +358,7 @@ void kvgen::installRuntimeGenerator() {
       return error;
     out->source = std::move(k->source);
     out->entryName = k->name;
-    out->geometry = {int(k->threads), int(k->tokensPerCta),
-                     int(k->vectorBytes), int(k->smallMaxTokens),
-                     int(k->smallThreads)};
+    out->geometry = k->geometry;
     return std::nullopt;
   });
 }

@@ -182,7 +182,11 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                StringRef target, int64_t vectorBytes,
                                int64_t threads, int64_t tokensPerCta,
                                int64_t smallMaxTokens, int64_t smallThreads,
-                               Alignment, bool hwFp8, bool streamingStores) {
+                               Alignment, bool hwFp8, bool streamingStores,
+                               int64_t rowsPerCta, int64_t rowGroup,
+                               int64_t itemCtas, int64_t splitCtas,
+                               int64_t splitMinTokens, int64_t splitAlign,
+                               int64_t partialBytes) {
   std::optional<Target> t = parseTarget(target.str());
   if (!t)
     return emitError() << "unknown target '" << target << "' (expected "
@@ -214,7 +218,41 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "'streaming_stores' needs a target with "
                           "cache-streaming stores; '"
                        << target << "' has none";
+  for (auto [name, v] :
+       {std::pair<const char *, int64_t>{"rows_per_cta", rowsPerCta},
+        {"split_ctas", splitCtas},
+        {"split_min_tokens", splitMinTokens},
+        {"split_align", splitAlign},
+        {"partial_bytes", partialBytes}})
+    if (v < 0 || v > INT32_MAX)
+      return emitError() << "'" << name << "' must be in [0, 2^31), got " << v;
+  if (rowGroup < 1 || rowGroup > INT32_MAX || itemCtas < 1 ||
+      itemCtas > INT32_MAX)
+    return emitError() << "'row_group' and 'item_ctas' must be positive, got "
+                       << rowGroup << " and " << itemCtas;
+  if (rowsPerCta == 0 && (splitCtas != 0 || rowGroup != 1 || itemCtas != 1))
+    return emitError() << "split-KV and row groups need 'rows_per_cta' > 0";
+  if (splitCtas > 0 && (splitMinTokens < 1 || partialBytes < 1))
+    return emitError() << "'split_ctas' > 0 needs 'split_min_tokens' and "
+                          "'partial_bytes' > 0";
   return success();
+}
+
+LaunchGeometry PlanAttr::geometry() const {
+  LaunchGeometry g;
+  g.threads = int(getThreads());
+  g.tokensPerCta = int(getTokensPerCta());
+  g.vectorBytes = int(getVectorBytes());
+  g.smallMaxTokens = int(getSmallMaxTokens());
+  g.smallThreads = int(getSmallThreads());
+  g.rowsPerCta = int(getRowsPerCta());
+  g.rowGroup = int(getRowGroup());
+  g.itemCtas = int(getItemCtas());
+  g.splitCtas = int(getSplitCtas());
+  g.splitMinTokens = int(getSplitMinTokens());
+  g.splitAlign = int(getSplitAlign());
+  g.partialBytes = int(getPartialBytes());
+  return g;
 }
 
 LogicalResult KVDialect::verifyOperationAttribute(Operation *op,
@@ -254,7 +292,10 @@ LogicalResult kvgen::kv::verifyPlanFits(Operation *op) {
                               plan.getThreads(), plan.getTokensPerCta(),
                               plan.getSmallMaxTokens(), plan.getSmallThreads(),
                               plan.getCacheAlignment(), plan.getHwFp8(),
-                              plan.getStreamingStores())))
+                              plan.getStreamingStores(), plan.getRowsPerCta(),
+                              plan.getRowGroup(), plan.getItemCtas(),
+                              plan.getSplitCtas(), plan.getSplitMinTokens(),
+                              plan.getSplitAlign(), plan.getPartialBytes())))
     return failure();
   const LayoutDesc &l = spec.getLayout().getDesc();
   // Kernels number a CTA's accesses in 32 bits (kvgen/Launch.h).
@@ -378,4 +419,39 @@ LogicalResult GatherMlaOp::verify() {
     return failure();
   return verifyGatherTypes(*this, getLayout(), getIo(), getSlots(),
                            getDequantize());
+}
+
+LogicalResult PagedAttentionOp::verify() {
+  if (failed(verifyKVLayout(*this, getLayout())))
+    return failure();
+  if (!isa<BFloat16Type, Float16Type>(getIo()))
+    return emitOpError("'query' must be bf16 or f16, got ") << getIo();
+  const LayoutDesc &l = getLayout().getDesc();
+  const int64_t q = getNumQHeads();
+  if (q < 1 || q % l.numKvHeads != 0)
+    return emitOpError("'num_q_heads' = ")
+           << q << " must be a positive multiple of num_kv_heads = "
+           << l.numKvHeads;
+  // The plan must be the row-tiled shape the kernel body implements.
+  if (PlanAttr plan = getPlanAttr()) {
+    if (plan.getThreads() % 32 != 0)
+      return emitOpError("plan's 'threads' = ")
+             << plan.getThreads() << " must be whole warps (32)";
+    if (plan.getRowsPerCta() != 16 || plan.getRowGroup() != getRowGroup() ||
+        plan.getItemCtas() != l.numKvHeads)
+      return emitOpError("plan must have rows_per_cta = 16, row_group = ")
+             << getRowGroup() << " and item_ctas = " << l.numKvHeads;
+    if (plan.getSplitCtas() > 0 &&
+        plan.getPartialBytes() != 16 * 4 * getPartialFloatsPerRow())
+      return emitOpError("plan's 'partial_bytes' must be ")
+             << 16 * 4 * getPartialFloatsPerRow();
+    if (plan.getSplitCtas() > 512)
+      return emitOpError("plan's 'split_ctas' must be at most 512");
+  }
+  // Registers hold a row's K fragments and its output (docs/attention.md).
+  for (int c : {kKey, kValue})
+    if (l.headSize(c) > 512)
+      return emitOpError("head sizes up to 512 are supported, got ")
+             << l.components[size_t(c)].name << " = " << l.headSize(c);
+  return success();
 }

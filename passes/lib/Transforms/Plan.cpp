@@ -156,6 +156,37 @@ kvgen::choosePlan(const LayoutDesc &layout, DType io, const Target &target,
   return c;
 }
 
+FailureOr<PlanChoice>
+kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
+                          const Target &target, int64_t rowGroup,
+                          int64_t partialFloatsPerRow, int64_t threads,
+                          int64_t splitCtas, std::string *error) {
+  // Cache access width and alignment as for the other kernels.
+  FailureOr<PlanChoice> base = choosePlan(layout, io, target, 1, 0, 1, 0,
+                                          error);
+  if (failed(base))
+    return failure();
+  PlanChoice c = *base;
+  c.threads = threads > 0 ? threads : 128;
+  c.tokensPerCta = 1;
+  c.smallMaxTokens = c.smallThreads = 0;
+  c.streamingStores = false; // the output is small and read next
+  c.rowsPerCta = 16;         // one m16 MMA tile of query rows
+  c.rowGroup = rowGroup;
+  c.itemCtas = layout.numKvHeads;
+  c.splitCtas = splitCtas >= 0 ? splitCtas : 2 * target.info->multiprocessors;
+  if (c.splitCtas > 512)
+    c.splitCtas = 512; // the merge keeps 16 x splits weights in shared memory
+  // A split reads at least this many tokens (host: few, so small tests
+  // split), in whole 16-token steps of every warp.
+  c.splitMinTokens = target.vendor() == Vendor::Host ? 32 : 256;
+  c.splitAlign = 16 * (c.threads / 32);
+  c.partialBytes = 16 * partialFloatsPerRow * 4;
+  if (c.splitCtas == 0)
+    c.splitMinTokens = c.splitAlign = c.partialBytes = 0;
+  return c;
+}
+
 namespace {
 struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
   using KVPlanBase::KVPlanBase;
@@ -172,9 +203,16 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
     auto planFor = [&](KernelSpecOpInterface op) -> PlanAttr {
       std::string error;
       FailureOr<PlanChoice> c =
-          choosePlan(op.getLayout().getDesc(), *fromMlirType(op.getRowType()),
-                     *parsed, op.getWorkItemTokens(), threads, tokensPerCta,
-                     smallMaxTokens, &error);
+          op.getRowGroup() > 0
+              ? chooseRowTiledPlan(op.getLayout().getDesc(),
+                                   *fromMlirType(op.getRowType()), *parsed,
+                                   op.getRowGroup(),
+                                   op.getPartialFloatsPerRow(), threads,
+                                   splitCtas, &error)
+              : choosePlan(op.getLayout().getDesc(),
+                           *fromMlirType(op.getRowType()), *parsed,
+                           op.getWorkItemTokens(), threads, tokensPerCta,
+                           smallMaxTokens, &error);
       if (failed(c)) {
         op->emitOpError("kv-plan: ") << error;
         return {};
@@ -185,7 +223,8 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
           c->vectorBytes, c->threads, c->tokensPerCta, c->smallMaxTokens,
           c->smallThreads,
           c->cacheProven ? Alignment::proven : Alignment::checked, c->hwFp8,
-          c->streamingStores);
+          c->streamingStores, c->rowsPerCta, c->rowGroup, c->itemCtas,
+          c->splitCtas, c->splitMinTokens, c->splitAlign, c->partialBytes);
     };
     WalkResult walk = getOperation().walk([&](KernelSpecOpInterface op) {
       PlanAttr plan = planFor(op);

@@ -23,6 +23,8 @@
 //   small_max_tokens = 6553              # optional: T <= it launches
 //   small_threads = 160                  #   grid.x = T, block.x = small_threads
 //   vector_bytes = 16                    # alignment needed of cache pointers
+//   rows_per_cta = 16                    # optional: row tiles and split-KV
+//   ...                                  #   (Launch.h KVGEN_SPLIT_GEOMETRY)
 //   source = kvgen_rc_mimo_bf16.cu       # file name inside the bundle
 //   [kernel]
 //   ...
@@ -33,7 +35,9 @@
 // refuses the bundle. Each `[kernel]` line
 // starts one entry; every key above is required exactly once per entry, in
 // any order, except the optional pair small_max_tokens / small_threads
-// (absent: 0, the kernel has no small-launch shape). The option keys are
+// (absent: 0, the kernel has no small-launch shape) and the optional row
+// tile / split-KV keys of Launch.h's KVGEN_SPLIT_GEOMETRY (absent: a plain
+// launch; written only where they differ from it). The option keys are
 // those of the entry's op, all of them (they follow `op`); a value runs from
 // the first '=' to the end of the line (trimmed), so `layout` holds
 // kvgen::toString(LayoutDesc) verbatim. '#' starts a comment only at the

@@ -1,17 +1,42 @@
 //===- Launch.h - How a generated kernel is launched ------------*- C++ -*-===//
 //
 // The launch geometry a plan gives a kernel (recorded in bundle manifests and
-// on emitted kernels) and the one rule that turns it and a launch's work
-// count into grid and block sizes. The kernels apply the same rule to pick
-// their shape (codegen/prelude/kernels.h), the runtime to size the launch.
+// on emitted kernels) and the one rule, launchShape(), that turns it and a
+// launch's inputs into grid and block sizes, row tiles, KV splits and the
+// workspace a split launch needs. The runtime sizes launches with it; the
+// kernels whose CTAs depend on more than the work count (paged attention)
+// call the same function: this header is embedded in every emitted source
+// (codegen/prelude), so kernel and runtime cannot disagree.
+//
+// Plain C++ without dependencies (as LayoutMap.h); KVGEN_HD marks the
+// functions callable from device code.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KVGEN_LAUNCH_H
 #define KVGEN_LAUNCH_H
 
+#ifndef KVGEN_DEVICE_EMBED
 #include <cstdint>
+#endif
+
+#ifndef KVGEN_HD
+#define KVGEN_HD
+#endif
 
 namespace kvgen {
+
+/// The optional fields of a LaunchGeometry that describe row tiles and
+/// split-KV, as (manifest key / #kv.plan parameter, member): X(key, member).
+/// Absent keys are 0 (no row tiles, never split) except row_group and
+/// item_ctas (1).
+#define KVGEN_SPLIT_GEOMETRY(X)                                                \
+  X(rows_per_cta, rowsPerCta)                                                  \
+  X(row_group, rowGroup)                                                       \
+  X(item_ctas, itemCtas)                                                       \
+  X(split_ctas, splitCtas)                                                     \
+  X(split_min_tokens, splitMinTokens)                                          \
+  X(split_align, splitAlign)                                                   \
+  X(partial_bytes, partialBytes)
 
 /// How a compiled kernel is launched.
 struct LaunchGeometry {
@@ -22,6 +47,24 @@ struct LaunchGeometry {
   /// grid.x = n, block.x = smallThreads. 0 and 0: no such shape.
   int smallMaxTokens = 0;
   int smallThreads = 0;
+  /// Row tiles (> 0: the op's work items have rows, e.g. a sequence's query
+  /// tokens x the GQA group): each CTA computes rowsPerCta rows of one work
+  /// item; an item of r rows (LaunchInputs::rows) has ceil(r * rowGroup /
+  /// rowsPerCta) tiles. 0: one CTA per item (tokensPerCta applies).
+  int rowsPerCta = 0;
+  int rowGroup = 1; ///< rows per unit of LaunchInputs::rows
+  /// CTAs per (work item, row tile, split): e.g. one per kv head.
+  int itemCtas = 1;
+  /// Split-KV: a launch of u = work x itemCtas x tiles units with u <
+  /// splitCtas splits each unit's span (LaunchInputs::span) into about
+  /// splitCtas / u chunks of >= splitMinTokens tokens, multiples of
+  /// splitAlign. 0: never split.
+  int splitCtas = 0;
+  int splitMinTokens = 0;
+  int splitAlign = 0;
+  /// Workspace bytes per (unit, split) of a split launch (its partial
+  /// result).
+  int partialBytes = 0;
 };
 
 /// The most cache elements one CTA may move: a kernel numbers the accesses
@@ -33,21 +76,111 @@ constexpr int64_t kMaxCtaElements = int64_t(1) << 30;
 /// True when a CTA of `items` work items of `itemElements` cache elements
 /// each (>= 1; e.g. num_kv_heads x the sum of head sizes per token) stays
 /// within kMaxCtaElements; computed without overflow.
-inline bool ctaFits(int64_t items, int64_t itemElements) {
+KVGEN_HD inline bool ctaFits(int64_t items, int64_t itemElements) {
   return items >= 1 && itemElements >= 1 &&
          items <= kMaxCtaElements / itemElements;
 }
 
-/// grid.x and block.x of a launch of `work` items (work >= 1).
-inline void launchShape(const LaunchGeometry &g, int64_t work, int64_t *grid,
-                        int *block) {
-  if (g.smallMaxTokens > 0 && work <= g.smallMaxTokens) {
-    *grid = work;
-    *block = g.smallThreads;
-  } else {
-    *grid = (work + g.tokensPerCta - 1) / g.tokensPerCta;
-    *block = g.threads;
+/// What a launch brings to the rule besides the geometry (each from an
+/// argument of the role named; see Ops.def).
+struct LaunchInputs {
+  int64_t work = 0;   ///< WORK: work items (>= 0)
+  int64_t rows = 1;   ///< WORK_ROWS: rows of one work item at most (>= 1)
+  int64_t span = 0;   ///< WORK_SPAN: tokens one work item reads at most
+  int64_t window = 0; ///< WORK_WINDOW: > 0 caps the span at window+rows-1
+};
+
+/// The shape of one launch.
+struct LaunchShape {
+  int64_t grid = 0;        ///< grid.x
+  int block = 0;           ///< block.x
+  int64_t rowTiles = 1;    ///< row tiles per work item
+  int64_t units = 0;       ///< work x itemCtas x rowTiles
+  int64_t splits = 1;      ///< CTAs per unit (>= 1)
+  int64_t splitTokens = 0; ///< tokens per split but the last (> 0 if split)
+  /// Bytes of workspace the launch needs (0 unless split): the units'
+  /// counters (int32, zero between launches; the merging CTA resets its
+  /// own), rounded up to 256 bytes, then units x splits partials.
+  uint64_t workspaceBytes = 0;
+  /// Offset in bytes of the partials in the workspace.
+  uint64_t partialsOffset = 0;
+};
+
+/// The span tokens of a launch after the window cap.
+KVGEN_HD inline int64_t attendedSpan(const LaunchInputs &in) {
+  int64_t span = in.span > 0 ? in.span : 0;
+  if (in.window > 0 && in.window + in.rows - 1 < span)
+    span = in.window + in.rows - 1;
+  return span;
+}
+
+/// The launch of `in` for a kernel of geometry g (in.work >= 1).
+///
+/// Without row tiles: one item per CTA for work <= smallMaxTokens (block =
+/// smallThreads), else ceil(work / tokensPerCta) CTAs of `threads`.
+///
+/// With row tiles, grid = units x splits with units = work x itemCtas x
+/// rowTiles; CTA b is split b % splits of unit b / splits. splits =
+/// min(splitCtas / units, span / splitMinTokens) when that is >= 2 (units
+/// < splitCtas: the launch would not fill the machine), rounded so that
+/// every split but the last has splitTokens = a multiple of splitAlign.
+/// The last split takes the rest of each unit's span, so spans longer than
+/// in.span are still covered (in.span is a hint).
+KVGEN_HD inline LaunchShape launchShape(const LaunchGeometry &g,
+                                        const LaunchInputs &in) {
+  LaunchShape s;
+  if (g.rowsPerCta <= 0) {
+    s.units = in.work;
+    if (g.smallMaxTokens > 0 && in.work <= g.smallMaxTokens) {
+      s.grid = in.work;
+      s.block = g.smallThreads;
+    } else {
+      s.grid = (in.work + g.tokensPerCta - 1) / g.tokensPerCta;
+      s.block = g.threads;
+    }
+    return s;
   }
+  const int64_t rows = (in.rows > 0 ? in.rows : 1) * g.rowGroup;
+  s.rowTiles = (rows + g.rowsPerCta - 1) / g.rowsPerCta;
+  s.units = in.work * (g.itemCtas > 0 ? g.itemCtas : 1) * s.rowTiles;
+  s.block = g.threads;
+  const int64_t span = attendedSpan(in);
+  if (g.splitCtas > 0 && s.units > 0 && s.units < g.splitCtas &&
+      g.splitMinTokens > 0) {
+    int64_t want = g.splitCtas / s.units;
+    const int64_t bySpan = span / g.splitMinTokens;
+    if (bySpan < want)
+      want = bySpan;
+    if (want >= 2) {
+      const int64_t align = g.splitAlign > 0 ? g.splitAlign : 1;
+      int64_t chunk = (span + want - 1) / want;
+      chunk = (chunk + align - 1) / align * align;
+      const int64_t n = (span + chunk - 1) / chunk;
+      if (n >= 2) {
+        s.splits = n;
+        s.splitTokens = chunk;
+      }
+    }
+  }
+  s.grid = s.units * s.splits;
+  if (s.splits > 1) {
+    s.partialsOffset = (uint64_t(s.units) * 4 + 255) / 256 * 256;
+    s.workspaceBytes = s.partialsOffset + uint64_t(s.units) *
+                                              uint64_t(s.splits) *
+                                              uint64_t(g.partialBytes);
+  }
+  return s;
+}
+
+/// grid.x and block.x of a launch of `work` items (work >= 1) of a kernel
+/// without row tiles.
+KVGEN_HD inline void launchShape(const LaunchGeometry &g, int64_t work,
+                                 int64_t *grid, int *block) {
+  LaunchInputs in;
+  in.work = work;
+  const LaunchShape s = launchShape(g, in);
+  *grid = s.grid;
+  *block = s.block;
 }
 
 } // namespace kvgen

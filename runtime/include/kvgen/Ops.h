@@ -29,7 +29,7 @@ enum class KernelOp : int {
 };
 
 /// C type of an argument field (Ops.def TYPE).
-enum class ArgType { Ptr, MutPtr, F32Ptr, I32Ptr, I64, U64, I64x3 };
+enum class ArgType { Ptr, MutPtr, F32Ptr, I32Ptr, I64, U64, I64x3, F32 };
 /// What an argument field is (Ops.def ROLE; see there).
 enum class ArgRole {
   Rows,
@@ -42,12 +42,34 @@ enum class ArgRole {
   Scale,
   ErrorFlag,
   Work,
-  NumBlocks
+  NumBlocks,
+  QRows,
+  RowCount,
+  BlockTables,
+  TableStride,
+  TableWidth,
+  SeqLens,
+  QueryStartLoc,
+  HeadF32,
+  Workspace,
+  WorkspaceBytes,
+  Param,
+  WorkRows,
+  WorkSpan,
+  WorkWindow
 };
 /// When a pointer field must be non-NULL (Ops.def WHEN).
-enum class ArgNeed { Always, Separate, Scaled, Dequant, Never };
+enum class ArgNeed {
+  Always,
+  Separate,
+  Scaled,
+  Dequant,
+  Option,
+  Split,
+  Never
+};
 /// The kind of a spec option (Ops.def KIND).
-enum class OptionKind { IoType, SlotType, Flag };
+enum class OptionKind { IoType, SlotType, Flag, Count };
 
 /// One field of an op's argument struct.
 struct ArgDesc {

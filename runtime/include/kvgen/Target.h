@@ -48,6 +48,11 @@ struct TargetInfo {
   const char *prelude;
   /// File suffix of emitted sources: ".cu", ".hip", ".cpp".
   const char *sourceSuffix;
+  /// Multiprocessors (SMs, CUs) of the part kv-plan sizes split-KV for:
+  /// H100/H200 SXM (132) for sm_90, A100 (108) for sm_80, RTX 4090 / L40
+  /// class (128) for sm_89, MI250X per GCD (110), MI300X (304), MI355X
+  /// (256); 4 for the host (so small host tests split).
+  int multiprocessors;
 };
 
 /// Every target, in the order lists print them.

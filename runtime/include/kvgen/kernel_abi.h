@@ -31,6 +31,7 @@ extern "C" {
 #define KVGEN_ABI_MEMBER_I64(n) int64_t n;
 #define KVGEN_ABI_MEMBER_U64(n) uint64_t n;
 #define KVGEN_ABI_MEMBER_I64X3(n) int64_t n[3];
+#define KVGEN_ABI_MEMBER_F32(n) float n;
 
 #define KVGEN_OP(NAME, UPPER, CAMEL, ID, WORK_FROM, DOC)                       \
   typedef struct kvgen_##NAME##_args {

@@ -341,6 +341,18 @@ KVGEN_API const char *kvgen_kernel_options(kvgen_kernel k);
 KVGEN_API kvgen_status kvgen_launch(kvgen_kernel k, const void *args,
                                     uint64_t args_size, void *stream);
 
+/** The workspace in bytes (*bytes; 0 when none) that a launch of `k` with
+ * `args` needs: the launch rule's (kvgen/Launch.h) for a split launch of an
+ * op with a WORKSPACE field, from the fields of roles WORK, WORK_ROWS,
+ * WORK_SPAN, WORK_WINDOW only (nothing else of args is read or checked).
+ * Allocate it zero-filled once; kernels leave its counters zero, so one
+ * workspace serves every later launch that needs at most its size (and CUDA
+ * graph replays). */
+KVGEN_API kvgen_status kvgen_kernel_workspace_bytes(kvgen_kernel k,
+                                                    const void *args,
+                                                    uint64_t args_size,
+                                                    uint64_t *bytes);
+
 /** kvgen_launch for one op, typed: kvgen_launch_reshape_and_cache(k, args,
  * stream), kvgen_launch_gather(k, args, stream), ... A kernel of another op
  * is KVGEN_ERROR_INVALID_ARGUMENT. */

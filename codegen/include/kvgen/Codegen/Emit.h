@@ -54,11 +54,8 @@ mlir::LogicalResult printSource(mlir::ModuleOp module, llvm::raw_ostream &os);
 struct EmittedKernel {
   std::string name;
   std::string source;
-  int64_t threads = 0;
-  int64_t tokensPerCta = 0;
-  int64_t vectorBytes = 0;
-  int64_t smallMaxTokens = 0; ///< see kv.plan's small_max_tokens
-  int64_t smallThreads = 0;
+  /// How to launch it: kv.plan's decisions (PlanAttr::geometry()).
+  LaunchGeometry geometry;
 };
 
 /// Builds, plans, lowers and prints the kernel of `spec` for `target`.

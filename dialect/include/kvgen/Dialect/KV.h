@@ -2,6 +2,7 @@
 #ifndef KVGEN_DIALECT_KV_H
 #define KVGEN_DIALECT_KV_H
 
+#include "kvgen/Launch.h"
 #include "kvgen/Layout.h"
 #include "kvgen/Ops.h"
 

@@ -121,6 +121,18 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
       (`st.global.cs`: written once, evicted first); only on targets with
       that capability.
 
+    - `rows_per_cta`, `row_group`, `item_ctas`, `split_ctas`,
+      `split_min_tokens`, `split_align`, `partial_bytes` (omitted when
+      0, 1, 1, 0, 0, 0, 0): row tiles and split-KV for ops whose work
+      items have rows and a span of cache tokens (paged attention): the
+      launch rule of runtime/include/kvgen/Launch.h (launchShape), which
+      the runtime and the kernel both apply. `rows_per_cta` rows per CTA,
+      `row_group` rows per query token (the GQA group), `item_ctas` CTAs
+      per work item (one per kv head); a launch of fewer than
+      `split_ctas` units splits each unit's tokens into chunks of at least
+      `split_min_tokens` (multiples of `split_align`), each CTA's partial
+      result (`partial_bytes`) merged by the unit's last CTA.
+
     The verifier checks each field's range and the target's capabilities;
     the kernel op's verifier checks the plan against its layout.
 
@@ -142,7 +154,14 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
     AttrParameter<"int64_t", "threads per block of the small-launch shape">:$small_threads,
     EnumParameter<KV_Alignment>:$cache_alignment,
     AttrParameter<"bool", "hardware fp8 conversion">:$hw_fp8,
-    AttrParameter<"bool", "cache-streaming stores">:$streaming_stores
+    AttrParameter<"bool", "cache-streaming stores">:$streaming_stores,
+    DefaultValuedParameter<"int64_t", "0", "rows per CTA (row tiles)">:$rows_per_cta,
+    DefaultValuedParameter<"int64_t", "1", "rows per work-item row">:$row_group,
+    DefaultValuedParameter<"int64_t", "1", "CTAs per work item and tile">:$item_ctas,
+    DefaultValuedParameter<"int64_t", "0", "split-KV: CTAs to fill">:$split_ctas,
+    DefaultValuedParameter<"int64_t", "0", "split-KV: fewest tokens per split">:$split_min_tokens,
+    DefaultValuedParameter<"int64_t", "0", "split-KV: split token multiple">:$split_align,
+    DefaultValuedParameter<"int64_t", "0", "split-KV: workspace bytes per partial">:$partial_bytes
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
@@ -151,6 +170,8 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
     int64_t vecElems(::kvgen::DType cache) const {
       return getVectorBytes() / ::kvgen::elementSize(cache);
     }
+    /// The launch geometry of the plan (runtime/include/kvgen/Launch.h).
+    ::kvgen::LaunchGeometry geometry() const;
   }];
 }
 

@@ -54,6 +54,22 @@ def KV_KernelSpecOpInterface : OpInterface<"KernelSpecOpInterface"> {
       "int64_t", "getWorkItemTokens", (ins), [{}], [{
         return 1;
       }]>,
+    InterfaceMethod<[{
+        Rows per unit of the launch's WORK_ROWS for ops whose work items
+        have rows and are planned in row tiles with split-KV (paged
+        attention: the GQA group, rows = query tokens x q heads of a kv
+        head); 0 for ops over tokens or blocks.
+      }],
+      "int64_t", "getRowGroup", (ins), [{}], [{
+        return 0;
+      }]>,
+    InterfaceMethod<[{
+        Floats per row of one split's partial result (row-tiled ops:
+        what the workspace holds per row and split); 0 for other ops.
+      }],
+      "int64_t", "getPartialFloatsPerRow", (ins), [{}], [{
+        return 0;
+      }]>,
     InterfaceMethod<"The plan chosen by kv-plan, or null.",
       "::kvgen::kv::PlanAttr", "getPlanAttr", (ins), [{}], [{
         return $_op.getPlanAttr();

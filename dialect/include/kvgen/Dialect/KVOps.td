@@ -203,4 +203,53 @@ def KV_GatherMlaOp : KV_KernelSpecOp<"gather_mla",
   }];
 }
 
+def KV_PagedAttentionOp : KV_KernelSpecOp<"paged_attention",
+    (ins TypeAttr:$io, I64Attr:$num_q_heads, UnitAttr:$sinks,
+         UnitAttr:$logits_soft_cap),
+    "`,` `query` $io `,` `num_q_heads` $num_q_heads (`sinks` $sinks^)? "
+    "(`logits_soft_cap` $logits_soft_cap^)?",
+    [DeclareOpInterfaceMethods<KV_KernelSpecOpInterface,
+                               ["getRowGroup", "getPartialFloatsPerRow"]>]> {
+  let summary = "Specifies a paged attention kernel (decode, short queries)";
+  let description = [{
+    A kernel specification: the generated kernel takes
+    `kvgen_paged_attention_args` (runtime/include/kvgen/kernel_abi.h) and,
+    for each sequence s of `num_seqs`, attends its query rows
+    `query[query_start_loc[s] : query_start_loc[s + 1]]`
+    (`[num_q_heads, head_size_k]` each, element type `io`, printed after
+    `query`) over the keys and values of its context in the cache of
+    `layout`, through `block_tables[s]`: query token i sits at position p =
+    `seq_lens[s]` - query_len + i and sees the keys j <= p (causal among
+    the queries) with p - j < `sliding_window` when that is > 0. Query head
+    h reads kv head h / (`num_q_heads` / `num_kv_heads`) (GQA).
+
+      out[h] = sum_j exp(l_j - M) v_j / (sum_j exp(l_j - M) + exp(sink_h - M))
+
+    with logits l_j = `softmax_scale` * (q . k_j) (or cap * tanh(l_j / cap)
+    with `logits_soft_cap`), fp8 keys and values times their scales, and
+    the sink term only with `sinks`. K and V use their own component maps:
+    any head sizes, V narrower or wider than K. Rows without keys are 0.
+    `io` is `bf16` or `f16` (the output's type too). Entries of
+    query_start_loc, seq_lens and block_tables outside their bounds set the
+    error flag instead of being followed, unless the op is `unchecked`.
+
+    Example (MiMo-V2-Flash full attention: 64 q heads on 4 kv heads):
+
+    ```mlir
+    kv.paged_attention @attn : #kv.layout<num_kv_heads = 4,
+        head_size_k = 192, head_size_v = 128, block_size = 16,
+        dtype = bf16>, query bf16, num_q_heads 64 sinks
+    ```
+  }];
+  let extraClassDefinition = [{
+    int64_t $cppClass::getRowGroup() {
+      return getNumQHeads() / getLayout().getDesc().numKvHeads;
+    }
+    int64_t $cppClass::getPartialFloatsPerRow() {
+      // The row's max and sum, then its head_size_v output values.
+      return getLayout().getDesc().headSize(::kvgen::kValue) + 2;
+    }
+  }];
+}
+
 #endif // KVGEN_KV_OPS

@@ -41,6 +41,9 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
     Option<"smallMaxTokens", "small-max-tokens", "int64_t", /*default=*/"-1",
            "largest T launched one token per block; 0 never, -1 lets the "
            "pass choose">,
+    Option<"splitCtas", "split-ctas", "int64_t", /*default=*/"-1",
+           "row-tiled ops (paged attention): split-KV fills this many CTAs "
+           "(0 never splits, -1: 2 per multiprocessor of the target)">,
   ];
   let dependentDialects = ["::kvgen::kv::KVDialect"];
 }

@@ -30,6 +30,9 @@ struct PlanChoice {
   bool cacheProven = false; ///< cache alignment proven statically
   bool hwFp8 = false;       ///< hardware fp8 conversion instructions
   bool streamingStores = false; ///< st.global.cs for the rows written
+  /// Row tiles and split-KV (see Launch.h); 0 / 1 for other ops.
+  int64_t rowsPerCta = 0, rowGroup = 1, itemCtas = 1, splitCtas = 0,
+          splitMinTokens = 0, splitAlign = 0, partialBytes = 0;
 };
 
 /// Chooses the plan of a kernel over `layout` whose key/value (or gather
@@ -47,6 +50,17 @@ choosePlan(const LayoutDesc &layout, DType io, const Target &target,
            int64_t itemTokens = 1, int64_t threads = 0,
            int64_t tokensPerCta = 0, int64_t smallMaxTokens = -1,
            std::string *error = nullptr);
+
+/// The plan of a row-tiled kernel (paged attention) over `layout` with
+/// query element type `io`: rows of `rowGroup` per query token (the GQA
+/// group), partial results of `partialFloatsPerRow` floats per row.
+/// threads > 0 forces the CTA size (whole warps); splitCtas >= 0 forces
+/// split_ctas (0: never split). See Plan.cpp. Fails as choosePlan does.
+llvm::FailureOr<PlanChoice>
+chooseRowTiledPlan(const LayoutDesc &layout, DType io, const Target &target,
+                   int64_t rowGroup, int64_t partialFloatsPerRow,
+                   int64_t threads = 0, int64_t splitCtas = -1,
+                   std::string *error = nullptr);
 
 } // namespace kvgen
 

@@ -125,6 +125,17 @@ std::string planStruct(StringRef name, PlanAttr plan, DType cache) {
      << (plan.getStreamingStores() ? "true" : "false") << ";\n";
   os << "  /// Loads a block-copy thread issues before its first store.\n";
   os << "  static constexpr int copy_batch = " << kBlockCopyBatch << ";\n";
+  if (plan.getRowsPerCta() > 0) {
+    // Row tiles and split-KV: the kernel applies kvgen::launchShape
+    // (Launch.h) to these, as the runtime does.
+    os << "  static constexpr int rows_per_cta = " << plan.getRowsPerCta()
+       << ", row_group = " << plan.getRowGroup()
+       << ", item_ctas = " << plan.getItemCtas() << ";\n";
+    os << "  static constexpr int split_ctas = " << plan.getSplitCtas()
+       << ", split_min_tokens = " << plan.getSplitMinTokens()
+       << ", split_align = " << plan.getSplitAlign()
+       << ", partial_bytes = " << plan.getPartialBytes() << ";\n";
+  }
   os << "};";
   return out;
 }
@@ -163,6 +174,15 @@ FailureOr<std::string> optionsStruct(StringRef name, Operation *op,
       os << "  static constexpr bool " << o.name << " = "
          << (a ? "true" : "false") << ";\n";
       break;
+    case OptionKind::Count: {
+      auto n = dyn_cast_or_null<IntegerAttr>(a);
+      if (!n || n.getInt() < 1 || n.getInt() > INT32_MAX)
+        return op->emitOpError("option '")
+               << o.name << "' is not a positive integer attribute";
+      os << "  static constexpr int " << o.name << " = " << n.getInt()
+         << ";\n";
+      break;
+    }
     }
   }
   os << "};";

@@ -1,0 +1,55 @@
+// RUN: kvgen-opt --split-input-file --verify-diagnostics %s
+
+// The query/output element type is an MMA operand type: bf16 or f16.
+// expected-error @+1 {{'kv.paged_attention' op 'query' must be bf16 or f16, got 'f32'}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query f32,
+    num_q_heads 64
+
+// -----
+
+// GQA: every kv head serves the same number of q heads.
+// expected-error @+1 {{'kv.paged_attention' op 'num_q_heads' = 6 must be a positive multiple of num_kv_heads = 4}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 128,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    num_q_heads 6
+
+// -----
+
+// Attention reads K and V: a K/V layout.
+// expected-error @+1 {{'kv.paged_attention' op needs a K/V layout (head_size_k / head_size_v)}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 1,
+    components = [kv_c: 512, k_pe: 64], block_size = 64, packing = packed,
+    dtype = bf16>, query bf16, num_q_heads 16
+
+// -----
+
+// Head sizes past what the registers hold.
+// expected-error @+1 {{'kv.paged_attention' op head sizes up to 512 are supported, got k = 576}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 1, head_size_k = 576,
+    head_size_v = 512, block_size = 64, dtype = bf16>, query bf16,
+    num_q_heads 16
+
+// -----
+
+// A hand-written plan must be the row-tiled shape of the kernel body.
+// expected-error @+1 {{'kv.paged_attention' op plan must have rows_per_cta = 16, row_group = 16 and item_ctas = 4}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    num_q_heads 64 {plan = #kv.plan<target = "sm_90", vector_bytes = 16,
+    threads = 128, tokens_per_cta = 1, small_max_tokens = 0,
+    small_threads = 0, cache_alignment = proven, hw_fp8 = false,
+    streaming_stores = false, rows_per_cta = 16, row_group = 8,
+    item_ctas = 4>}
+
+// -----
+
+// Split-KV needs its bounds on the plan.
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    // expected-error @+1 {{'split_ctas' > 0 needs 'split_min_tokens' and 'partial_bytes' > 0}}
+    num_q_heads 64 {plan = #kv.plan<target = "sm_90", vector_bytes = 16,
+    threads = 128, tokens_per_cta = 1, small_max_tokens = 0,
+    small_threads = 0, cache_alignment = proven, hw_fp8 = false,
+    streaming_stores = false, rows_per_cta = 16, row_group = 16,
+    item_ctas = 4, split_ctas = 264>}

@@ -1,0 +1,41 @@
+// RUN: kvgen-opt --kv-plan=target=sm_90 %s | FileCheck %s --check-prefix=PLAN
+// RUN: kvgen-opt --kv-plan=target=host %s | FileCheck %s --check-prefix=HOST
+// RUN: kvgen-opt --kv-plan="target=sm_90 split-ctas=0" %s | FileCheck %s --check-prefix=NOSPLIT
+// RUN: kvgen-opt --kv-plan=target=sm_90 --convert-kv-to-emitc %s | FileCheck %s --check-prefix=EMITC
+
+// kv.paged_attention is planned in row tiles (Launch.h): 4 warps, one m16
+// tile of query rows per CTA, a CTA per kv head, GQA group 16 rows per
+// query token; split-KV fills 2 CTAs per SM of the target (132 on sm_90),
+// splits of >= 256 tokens in whole 64-token rounds of the 4 warps, a
+// partial of 16 rows x (max, sum, 128 outputs) floats.
+// PLAN-LABEL: kv.paged_attention @mimo
+// PLAN-SAME: vector_bytes = 16, threads = 128, tokens_per_cta = 1,
+// PLAN-SAME: small_max_tokens = 0, small_threads = 0,
+// PLAN-SAME: cache_alignment = proven, hw_fp8 = false,
+// PLAN-SAME: streaming_stores = false, rows_per_cta = 16, row_group = 16,
+// PLAN-SAME: item_ctas = 4, split_ctas = 264, split_min_tokens = 256,
+// PLAN-SAME: split_align = 64, partial_bytes = 8320
+// HOST-LABEL: kv.paged_attention @mimo
+// HOST-SAME: split_ctas = 8, split_min_tokens = 32
+// NOSPLIT-LABEL: kv.paged_attention @mimo
+// NOSPLIT-SAME: item_ctas = 4>
+kv.paged_attention @mimo : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    num_q_heads 64 sinks
+
+// fp8 caches: 16 elements per access, hardware converts on sm_90.
+// PLAN-LABEL: kv.paged_attention @fp8
+// PLAN-SAME: vector_bytes = 16,
+// PLAN-SAME: hw_fp8 = true
+kv.paged_attention @fp8 : #kv.layout<num_kv_heads = 8, head_size_k = 64,
+    head_size_v = 64, block_size = 16, dtype = f8E4M3FN, scale = per_head>,
+    query bf16, num_q_heads 64 logits_soft_cap unchecked
+
+// EMITC-LABEL: emitc.verbatim "/// #kv.plan
+// EMITC-SAME: struct mimo_plan
+// EMITC-SAME: static constexpr int rows_per_cta = 16, row_group = 16, item_ctas = 4;
+// EMITC-SAME: static constexpr int split_ctas = 264, split_min_tokens = 256, split_align = 64, partial_bytes = 8320;
+// EMITC: struct mimo_options {\0A  typedef kvgen::dt_bf16 io;\0A  static constexpr int num_q_heads = 64;\0A  static constexpr bool sinks = true;\0A  static constexpr bool logits_soft_cap = false;\0A  static constexpr bool unchecked = false;\0A};
+// EMITC-LABEL: emitc.func @mimo(
+// EMITC-SAME: !emitc.opaque<"kvgen_paged_attention_args">
+// EMITC: call_opaque "kvgen::paged_attention"(%{{.*}}) {template_args = [#emitc.opaque<"mimo_layout">, #emitc.opaque<"mimo_plan">, #emitc.opaque<"mimo_options">]}

@@ -1,0 +1,493 @@
+"""kv.paged_attention on the HOST backend: the emitted kernel (the same source
+the GPUs compile, run with each CTA's threads as fibers and NVIDIA's
+mma.sync m16n8k16 fragments emulated, target_host.h) against a float64
+numpy reference written out here: gather each sequence's keys and values
+through its block table, softmax (with sinks, sliding window, soft-cap and
+the causal mask among a short query's tokens) and the weighted sum.
+
+What the host grid covers: the kernel body of kernels.h end to end (block
+tables, K and V through their own component maps, the per-lane MMA
+fragment maps, the online softmax, the warps' merge, split-KV with the
+last-CTA merge and its counter reset, fp8 dequantization in the portable
+converters). What it does not: the hardware mma.sync / cvt / ex2 / shfl
+instructions and real concurrency between CTAs (test_attention_gpu.py on a
+GPU; the sm_90 PTX structure in test/lit/Target/isa-sm90-attention.mlir).
+
+Inputs carry poison: cache rows past each seq_len and every unused
+block-table entry point at NaN (the output would be NaN if any were read),
+block-table padding also holds out-of-range numbers, and the output rows
+sit inside a canary-filled buffer. Tolerances (bf16 output): |out - ref| <=
+1e-2 + 1e-2 |ref|. The kernel rounds P to bf16 before P V (relative error
+<= 2^-9 per weight) and the output to bf16 (<= 2^-9); the reference uses the
+same bf16 / fp8 inputs exactly, so these roundings are the whole error;
+1e-2 is about 5x their worst case at these sizes. f16 (10-bit mantissa):
+4e-3.
+
+Run:  python3 -m pytest -q test/python/test_attention.py
+"""
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python"))
+
+import kvgen  # noqa: E402
+
+BUILD = Path(os.environ.get("KVGEN_BUILD_DIR", REPO / "build"))
+KVGEN = BUILD / "bin" / "kvgen"
+
+NP_TYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32,
+            "f8E4M3FN": ml_dtypes.float8_e4m3fn,
+            "f8E4M3FNUZ": ml_dtypes.float8_e4m3fnuz,
+            "f8E5M2": ml_dtypes.float8_e5m2,
+            "f8E5M2FNUZ": ml_dtypes.float8_e5m2fnuz}
+STORAGE = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+
+
+class Geo:
+    """One kernel: a layout and the op's options."""
+
+    def __init__(self, heads, dk, dv, bs, q_heads, dtype="bf16",
+                 order="nhd", packing="separate", scale=None, io="bf16",
+                 sinks=False, soft_cap=False, checked=False, k_strides=None,
+                 v_strides=None, dynamic=False):
+        self.heads, self.dk, self.dv, self.bs = heads, dk, dv, bs
+        self.q_heads, self.dtype, self.order = q_heads, dtype, order
+        self.packing, self.io = packing, io
+        self.scale = scale or ("per_tensor" if "f8" in dtype else "none")
+        self.sinks, self.soft_cap, self.checked = sinks, soft_cap, checked
+        self.k_strides, self.v_strides = k_strides, v_strides
+        self.dynamic = dynamic
+
+    def layout(self):
+        kw = {}
+        if self.dynamic:
+            kw = dict(k_strides=(None, None, None),
+                      v_strides=(None, None, None))
+        elif self.k_strides:
+            kw = dict(k_strides=self.k_strides, v_strides=self.v_strides)
+        return kvgen.Layout(self.heads, self.dk, self.dv, self.bs,
+                            dtype=self.dtype, order=self.order,
+                            packing=self.packing, scale=self.scale, **kw)
+
+    def strides(self, side):
+        """(block, token, head) element strides and the row base, written
+        out from the layout rules (docs/layout.md), not asked of kvgen."""
+        if self.k_strides and not self.dynamic:
+            st = self.k_strides if side == "k" else self.v_strides
+            base = self.dk if (side == "v" and self.packing == "packed") \
+                else 0
+            return st, base
+        d = self.dk if side == "k" else self.dv
+        w = self.dk + self.dv if self.packing == "packed" else d
+        base = self.dk if (side == "v" and self.packing == "packed") else 0
+        if self.order == "nhd":
+            st = (self.bs * self.heads * w, self.heads * w, w)
+        else:
+            st = (self.heads * self.bs * w, w, self.bs * w)
+        return st, base
+
+
+GEOS = {
+    # MiMo's asymmetric heads (192 / 128), GQA 4.
+    "mimo_nhd": Geo(2, 192, 128, 16, 8),
+    "mimo_hnd_sinks_window": Geo(2, 192, 128, 16, 8, order="hnd",
+                                 sinks=True),
+    # V wider than K, packed rows, blocks smaller than a 16-token step, f16.
+    "packed_wide_v_f16": Geo(2, 64, 96, 8, 4, packing="packed", io="f16",
+                             dtype="f16"),
+    "fp8_e4m3_head_softcap": Geo(2, 64, 64, 32, 16, dtype="f8E4M3FN",
+                                 scale="per_head", soft_cap=True),
+    "fp8_e5m2_tensor": Geo(2, 128, 64, 16, 4, dtype="f8E5M2"),
+    "fp8_e4m3fnuz_hnd": Geo(1, 64, 128, 16, 2, dtype="f8E4M3FNUZ",
+                            order="hnd", sinks=True),
+    "dynamic_strides": Geo(2, 64, 32, 16, 4, dynamic=True),
+    "block1_mha_checked": Geo(2, 32, 32, 1, 2, checked=True),
+    "odd_sizes_b24": Geo(2, 80, 48, 24, 6),
+    "group16": Geo(1, 128, 128, 64, 16, sinks=True),
+    "group32": Geo(1, 64, 64, 16, 32),
+    "f32_cache": Geo(1, 64, 64, 16, 2, dtype="f32"),
+    "block256": Geo(1, 64, 64, 256, 4),
+    # Blocks 8 MiB apart (explicit strides): offsets past 4 GiB.
+    "over_4gib": Geo(1, 64, 64, 16, 2, k_strides=(1 << 22, 64, 64),
+                     v_strides=(1 << 22, 64, 64)),
+}
+
+
+@pytest.fixture(scope="module")
+def ctx(tmp_path_factory):
+    if not (KVGEN.is_file() and os.access(KVGEN, os.X_OK)):
+        pytest.skip(f"{KVGEN} not found: build it (ninja -C build kvgen) "
+                    "or set KVGEN_BUILD_DIR")
+    try:
+        kvgen.library_path()
+    except OSError as e:
+        pytest.skip(f"runtime library not loadable: {e}")
+    d = tmp_path_factory.mktemp("attention")
+    for name, g in GEOS.items():
+        lf = d / f"{name}.mlir"
+        lf.write_text(f"#kv.layout<{g.layout().text}>\n")
+        cmd = [str(KVGEN), "emit", "--layout", str(lf), "--target", "host",
+               "--op", "paged_attention", "--io", g.io,
+               "--num_q_heads", str(g.q_heads), "--bundle", str(d / "b")]
+        # Kernels are range-checked by default; the other geometries keep
+        # the unchecked kernel, so both are covered.
+        for flag, on in (("--sinks", g.sinks), ("--unchecked", not g.checked),
+                         ("--logits_soft_cap", g.soft_cap)):
+            if on:
+                cmd.append(flag)
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+    c = kvgen.Context("host", cache_dir=str(d / "cache"))
+    c.load_bundle(str(d / "b"))
+    yield c
+    c.close()
+
+
+def kernel_for(ctx, g):
+    opts = dict(io=g.io, num_q_heads=g.q_heads)
+    for name, on in (("sinks", g.sinks), ("unchecked", not g.checked),
+                     ("logits_soft_cap", g.soft_cap)):
+        if on:
+            opts[name] = True
+    return ctx.kernel("paged_attention", g.layout(), **opts)
+
+
+class Case:
+    """Sequences, their cache and the reference output."""
+
+    def __init__(self, g, seq_lens, q_lens, rng, window=0, num_blocks=None,
+                 spare_blocks=3, poison=True):
+        self.g = g
+        self.seq_lens = np.array(seq_lens, np.int32)
+        self.q_lens = np.array(q_lens, np.int32)
+        self.window = window
+        bs = g.bs
+        need = [max(1, -(-int(s) // bs)) for s in seq_lens]
+        self.max_blocks = max(need) + 2  # padding columns in every row
+        total = sum(need) + spare_blocks
+        self.num_blocks = num_blocks or total
+        # Block 0 is the poison block (NaN everywhere); the others are
+        # handed out in random order.
+        perm = rng.permutation(np.arange(1, self.num_blocks))
+        if not poison:  # the highest blocks, in random order
+            perm = rng.permutation(np.arange(self.num_blocks - sum(need),
+                                             self.num_blocks))
+        self.table = np.zeros((len(seq_lens), self.max_blocks + 1), np.int32)
+        at = 0
+        for s, n in enumerate(need):
+            self.table[s, :n] = perm[at:at + n]
+            at += n
+            # Unused entries: the poison block, then out-of-range numbers.
+            self.table[s, n:] = 0
+            self.table[s, n + 1:] = 1 << 30
+        self.table_view = self.table[:, :self.max_blocks]  # row stride > width
+        self.qsl = np.concatenate([[0], np.cumsum(self.q_lens)]).astype(
+            np.int32)
+        self.num_tokens = int(self.qsl[-1])
+        self._caches(rng, poison)
+        qh, dk, dv = g.q_heads, g.dk, g.dv
+        io = NP_TYPES[g.io]
+        self.query = rng.standard_normal((self.num_tokens, qh, dk)).astype(
+            np.float32).astype(io)
+        self.sinks = (rng.standard_normal(qh) * 2).astype(np.float32)
+        self.scale = np.float32(1.0 / math.sqrt(dk))
+        self.cap = np.float32(3.0)
+        # Output rows inside a canary-filled buffer: a token stride with
+        # slack, a head stride with slack.
+        self.canary = np.array(7.25, io)
+        self.out_buf = np.full((self.num_tokens + 2, qh, dv + 8),
+                               self.canary, io)
+        self.output = self.out_buf[1:1 + self.num_tokens, :, 4:4 + dv]
+
+    def _caches(self, rng, poison):
+        g = self.g
+        cdt = NP_TYPES[g.dtype]
+        esize = np.dtype(cdt).itemsize
+        (kst, kbase), (vst, vbase) = g.strides("k"), g.strides("v")
+        self.dyn = (kst, vst)
+        ext = {}
+        for side, (st, base), d in (("k", (kst, kbase), g.dk),
+                                    ("v", (vst, vbase), g.dv)):
+            last = ((self.num_blocks - 1) * st[0] + (g.bs - 1) * st[1] +
+                    (g.heads - 1) * st[2] + base + d)
+            ext[side] = last
+        packed = g.packing == "packed"
+        n_k = max(ext["k"], ext["v"]) if packed else ext["k"]
+        # Everything NaN (poison) first; valid rows are written below.
+        nan = np.array(np.nan, np.float32).astype(cdt).view(STORAGE[esize])
+        if poison:
+            self.kc = np.full(n_k, nan, STORAGE[esize])
+            self.vc = None if packed else np.full(ext["v"], nan,
+                                                  STORAGE[esize])
+        else:  # lazily mapped zero pages: only the written rows are touched
+            self.kc = np.zeros(n_k, STORAGE[esize])
+            self.vc = None if packed else np.zeros(ext["v"], STORAGE[esize])
+        self.k_scale = self.v_scale = None
+        if "f8" in g.dtype:
+            n = g.heads if g.scale == "per_head" else 1
+            self.k_scale = rng.uniform(0.02, 0.1, n).astype(np.float32)
+            self.v_scale = rng.uniform(0.02, 0.1, n).astype(np.float32)
+        # Per sequence: float K / V of its tokens (as the cache holds them).
+        self.k_vals, self.v_vals = [], []
+        for s, L in enumerate(self.seq_lens):
+            kv = []
+            for side, (st, base), d, buf in (
+                    ("k", (kst, kbase), g.dk, self.kc),
+                    ("v", (vst, vbase), g.dv,
+                     self.kc if packed else self.vc)):
+                if "f8" in g.dtype:
+                    x = rng.standard_normal((L, g.heads, d)).astype(
+                        np.float32) * 4
+                    q = x.astype(cdt)  # RNE, finite for these magnitudes
+                else:
+                    q = rng.standard_normal((L, g.heads, d)).astype(
+                        np.float32).astype(cdt)
+                bits = q.view(STORAGE[esize])
+                for t in range(L):
+                    blk = int(self.table[s, t // g.bs])
+                    off = t % g.bs
+                    for h in range(g.heads):
+                        o = blk * st[0] + off * st[1] + h * st[2] + base
+                        buf[o:o + d] = bits[t, h]
+                f = q.astype(np.float64)
+                if "f8" in g.dtype:
+                    sc = (self.k_scale if side == "k" else self.v_scale)
+                    f = f * (sc[:, None] if g.scale == "per_head"
+                             else sc[0])[None].astype(np.float64)
+                kv.append(f)
+            self.k_vals.append(kv[0])
+            self.v_vals.append(kv[1])
+
+    def reference(self):
+        g = self.g
+        G = g.q_heads // g.heads
+        out = np.zeros((self.num_tokens, g.q_heads, g.dv))
+        q = self.query.astype(np.float64)
+        for s in range(len(self.seq_lens)):
+            L, n = int(self.seq_lens[s]), int(self.q_lens[s])
+            for i in range(n):
+                p = L - n + i
+                lo = max(0, p - self.window + 1) if self.window else 0
+                keys = np.arange(lo, p + 1) if p >= 0 else np.arange(0)
+                for h in range(g.q_heads):
+                    kvh = h // G
+                    row = q[self.qsl[s] + i, h]
+                    if len(keys):
+                        lg = (self.k_vals[s][keys, kvh] @ row) * \
+                            float(self.scale)
+                        if g.soft_cap:
+                            lg = float(self.cap) * np.tanh(lg / float(
+                                self.cap))
+                    else:
+                        lg = np.zeros(0)
+                    m = max([*lg, float(self.sinks[h])] if g.sinks
+                            else [*lg, -np.inf])
+                    if m == -np.inf:
+                        continue  # no keys and no sink: zeros
+                    w = np.exp(lg - m)
+                    den = w.sum() + (np.exp(float(self.sinks[h]) - m)
+                                     if g.sinks else 0.0)
+                    if len(keys):
+                        out[self.qsl[s] + i, h] = \
+                            (w @ self.v_vals[s][keys, kvh]) / den
+        return out
+
+    def run(self, k, **extra):
+        kw = dict(softmax_scale=float(self.scale),
+                  sliding_window=self.window)
+        if self.g.soft_cap:
+            kw["logits_soft_cap"] = float(self.cap)
+        if self.g.sinks:
+            kw["sinks"] = self.sinks
+        if self.k_scale is not None:
+            kw["k_scale"], kw["v_scale"] = self.k_scale, self.v_scale
+        if self.g.dynamic:
+            kw["cache_strides"] = self.dyn
+        if self.g.checked:
+            self.flag = np.zeros(1, np.int32)
+            kw["error_flag"] = self.flag
+        kw.update(extra)
+        k.paged_attention(query=self.query, output=self.output,
+                          key_cache=self.kc, value_cache=self.vc,
+                          block_tables=self.table_view,
+                          seq_lens=self.seq_lens,
+                          query_start_loc=self.qsl,
+                          num_blocks=self.num_blocks, **kw)
+
+    def check(self):
+        g = self.g
+        got = self.output.astype(np.float64)
+        want = self.reference()
+        tol = 4e-3 if g.io == "f16" else 1e-2
+        assert np.isfinite(got).all(), "NaN/inf in the output: a poisoned " \
+            "row or block-table entry was read, or a 0/0"
+        np.testing.assert_allclose(got, want, atol=tol, rtol=tol)
+        # Canaries around the output rows are intact.
+        mask = np.ones(self.out_buf.shape, bool)
+        mask[1:1 + self.num_tokens, :, 4:4 + g.dv] = False
+        assert (self.out_buf[mask] == self.canary).all(), \
+            "a write outside the output rows"
+        if g.checked:
+            assert self.flag[0] == 0
+
+
+def seqs(rng, n, max_len, bs):
+    """n context lengths: 0, 1, a multiple of bs and random ones."""
+    base = [0, 1, bs, bs + 1, max_len]
+    lens = [base[i] if i < len(base) else int(rng.integers(1, max_len + 1))
+            for i in range(n)]
+    return lens
+
+
+CASES = {
+    # name: (batch, max context, query lengths, window)
+    "decode": (6, 100, 1, 0),
+    "decode_split": (1, 300, 1, 0),
+    "decode_window": (3, 200, 1, 37),
+    "mtp3": (4, 90, 3, 0),
+    "mtp3_split_window": (1, 400, 3, 64),
+    "mixed_q": (5, 70, None, 0),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("geo", [n for n in GEOS if n != "over_4gib"])
+def test_attention_matches_reference(ctx, geo, case):
+    g = GEOS[geo]
+    batch, max_len, qlen, window = CASES[case]
+    rng = np.random.default_rng(abs(hash((geo, case))) % (1 << 32))
+    lens = seqs(rng, batch, max_len, g.bs)
+    if qlen is None:
+        q_lens = [int(rng.integers(1, 5)) for _ in lens]
+    else:
+        q_lens = [qlen] * batch
+    # A query needs its tokens in the context (seq_len counts them) except
+    # the empty sequences, which must give zeros, not NaN.
+    lens = [max(L, q) if L > 0 else 0 for L, q in zip(lens, q_lens)]
+    c = Case(g, lens, q_lens, rng, window=window)
+    k = kernel_for(ctx, g)
+    c.run(k)
+    c.check()
+
+
+def test_split_is_used_and_counters_reset(ctx):
+    """A batch-1 decode of 300 tokens splits on the host plan (split_ctas
+    8): the kernel's workspace counters are zero after each launch, and a
+    second launch with the same workspace gives the same output."""
+    g = GEOS["mimo_nhd"]
+    rng = np.random.default_rng(1)
+    c = Case(g, [300], [1], rng)
+    k = kernel_for(ctx, g)
+    ws = np.zeros(1 << 20, np.uint8)
+    c.run(k, workspace=ws)
+    c.check()
+    first = c.output.copy()
+    # Counters: the first units x 4 bytes (here 2 units).
+    assert (ws[:256] == 0).all()
+    assert ws[256:].any(), "no partials were written: not a split launch"
+    c.output[...] = 0
+    c.run(k, workspace=ws)
+    np.testing.assert_array_equal(c.output, first)
+
+
+def test_workspace_too_small_is_refused(ctx):
+    g = GEOS["mimo_nhd"]
+    rng = np.random.default_rng(2)
+    c = Case(g, [300], [1], rng)
+    k = kernel_for(ctx, g)
+    with pytest.raises(kvgen.KvgenError) as e:
+        c.run(k, workspace=np.zeros(64, np.uint8))
+    assert e.value.status_name == "KVGEN_ERROR_OUT_OF_BOUNDS"
+    assert "workspace" in e.value.message
+
+
+def test_sinks_are_required(ctx):
+    g = GEOS["mimo_hnd_sinks_window"]
+    rng = np.random.default_rng(3)
+    c = Case(g, [20], [1], rng)
+    k = kernel_for(ctx, g)
+    with pytest.raises(ValueError, match="sinks"):
+        c.run(k, sinks=None)
+
+
+def test_checked_flags_bad_block_numbers(ctx):
+    g = GEOS["block1_mha_checked"]
+    rng = np.random.default_rng(4)
+    c = Case(g, [5, 3], [1, 1], rng)
+    c.table[1, 0] = c.num_blocks + 5  # a block past the cache
+    k = kernel_for(ctx, g)
+    c.run(k)
+    assert c.flag[0] == 1
+    # The other sequence is unaffected.
+    want = c.reference()
+    np.testing.assert_allclose(c.output[0].astype(np.float64), want[0],
+                               atol=1e-2, rtol=1e-2)
+
+
+def test_cache_over_4gib_uses_64bit_offsets(ctx):
+    """A K/V block stride that puts the used blocks past 4 GiB: the
+    buffers are lazily-zeroed pages, only the used rows are written."""
+    g = GEOS["over_4gib"]
+    blk = g.k_strides[0]
+    rng = np.random.default_rng(5)
+    num_blocks = 600  # 600 x 8 MiB = 4.7 GiB per cache
+    try:
+        c = Case(g, [40, 17], [1, 2], rng, num_blocks=num_blocks,
+                 poison=False)
+    except MemoryError:
+        pytest.skip("cannot reserve 2 x 4.7 GiB of (lazily mapped) memory")
+    assert c.kc.nbytes > (1 << 32)
+    # Every used block starts past 4 GiB.
+    assert int(c.table[:, 0].min()) * blk * 2 > (1 << 32)
+    c.run(kernel_for(ctx, g))
+    c.check()
+
+
+def test_runtime_checks_by_role(ctx):
+    """The runtime's role-driven checks on a raw argument struct: a NULL
+    sinks pointer (need OPTION), a max_query_len of 0 (WORK_ROWS), a
+    misaligned block table (BLOCK_TABLES: 4 bytes)."""
+    g = GEOS["mimo_hnd_sinks_window"]
+    rng = np.random.default_rng(6)
+    c = Case(g, [20, 5], [1, 1], rng)
+    k = kernel_for(ctx, g)
+    good = dict(query=c.query.ctypes.data, output=c.output.ctypes.data,
+                key_cache=c.kc.ctypes.data, value_cache=c.vc.ctypes.data,
+                block_tables=c.table.ctypes.data,
+                seq_lens=c.seq_lens.ctypes.data,
+                query_start_loc=c.qsl.ctypes.data,
+                sinks=c.sinks.ctypes.data, num_seqs=2, num_tokens=2,
+                max_query_len=1, max_seq_len=20, num_blocks=c.num_blocks,
+                max_blocks_per_seq=c.max_blocks,
+                block_tables_stride=c.table.shape[1],
+                query_stride_token=g.q_heads * g.dk, query_stride_head=g.dk,
+                output_stride_token=c.output.strides[0] // 2,
+                output_stride_head=c.output.strides[1] // 2,
+                softmax_scale=float(c.scale), key_cache_bytes=c.kc.nbytes,
+                value_cache_bytes=c.vc.nbytes)
+    S = k._op.args_struct
+    k.launch_raw(S(**good))
+    want = c.reference()
+    np.testing.assert_allclose(c.output.astype(np.float64), want, atol=1e-2,
+                               rtol=1e-2)
+    for bad, status, words in (
+            (dict(sinks=0), "KVGEN_ERROR_INVALID_ARGUMENT", "'sinks' is NULL"),
+            (dict(max_query_len=0), "KVGEN_ERROR_INVALID_ARGUMENT",
+             "max_query_len = 0 must be >= 1"),
+            (dict(block_tables=c.table.ctypes.data + 2),
+             "KVGEN_ERROR_MISALIGNED", "'block_tables'"),
+            (dict(num_tokens=-1), "KVGEN_ERROR_INVALID_ARGUMENT",
+             "num_tokens = -1")):
+        with pytest.raises(kvgen.KvgenError) as e:
+            k.launch_raw(S(**{**good, **bad}))
+        assert e.value.status_name == status
+        assert words in e.value.message, e.value.message

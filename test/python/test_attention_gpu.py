@@ -1,0 +1,417 @@
+"""kv.paged_attention on a CUDA GPU against an fp32 torch reference.
+
+The kernels come from a bundle emitted on an MLIR build (the device machine
+has none):
+
+    python3 test/python/test_attention_gpu.py --emit .dev/attn/bundle
+
+and the test runs where the GPU is (skipped, with the reason, without torch,
+without CUDA or without the bundle):
+
+    KVGEN_ATTN_BUNDLE=.dev/attn/bundle KVGEN_LIB=build-dev/lib \\
+        python3 -m pytest -q test/python/test_attention_gpu.py
+
+Path covered: the sm_90 kernel as NVRTC builds it (mma.sync, hardware fp8
+converts, ex2/tanh.approx, real CTA concurrency for the split-KV merge).
+
+Reference: each sequence's K and V gathered through its block table from
+the cache tensors themselves (torch.as_strided over the layout's strides),
+dequantized in fp32 (fp8 values times their scales), logits in fp32 with
+the causal / sliding-window mask, sinks as an extra logit of the softmax,
+soft-cap as cap * tanh(x / cap), output = softmax x V.
+
+Tolerance: |out - ref| <= 1.5e-2 + 1e-2 |ref| (the engines' bf16 tolerance).
+The kernel's own error is the bf16 rounding of P before P V and of the
+output (2^-9 relative each) plus approximate exp2 (2^-22): the reference
+uses the same stored (bf16 / fp8) values, so fp8 caches need no looser
+bound than bf16 here; their quantization error against an unquantized model
+is not what this test measures.
+
+Every output row sits in a buffer whose padding rows hold a canary; cache
+rows past each seq_len and unused block-table entries point at NaN.
+"""
+
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+try:
+    import pytest
+except ImportError:  # the GPU machine may lack pytest: run() below
+    pytest = None
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python"))
+
+import kvgen  # noqa: E402
+
+# name: (num_kv_heads, Dk, Dv, block, dtype, scale, order, packing,
+#        num_q_heads, sinks, soft_cap, dynamic)
+KERNELS = {
+    "mimo_b16": (4, 192, 128, 16, "bf16", "none", "nhd", "separate", 64,
+                 False, False, False),
+    "mimo_b64_hnd": (4, 192, 128, 64, "bf16", "none", "hnd", "separate", 64,
+                     False, False, False),
+    "mimo_packed": (4, 192, 128, 16, "bf16", "none", "nhd", "packed", 64,
+                    False, False, False),
+    "mimo_fp8_t": (4, 192, 128, 16, "f8E4M3FN", "per_tensor", "nhd",
+                   "separate", 64, False, False, False),
+    "mimo_fp8_h_b64": (4, 192, 128, 64, "f8E4M3FN", "per_head", "hnd",
+                       "separate", 64, False, False, False),
+    "mimo_tp4": (1, 192, 128, 16, "bf16", "none", "nhd", "separate", 16,
+                 False, False, False),
+    "mimo_swa": (8, 192, 128, 16, "bf16", "none", "nhd", "separate", 64,
+                 True, False, False),
+    "mimo_swa_fp8_h": (8, 192, 128, 64, "f8E4M3FN", "per_head", "hnd",
+                       "separate", 64, True, False, False),
+    "llama": (8, 128, 128, 16, "bf16", "none", "nhd", "separate", 32, False,
+              False, False),
+    "llama_fp8_t": (8, 128, 128, 16, "f8E4M3FN", "per_tensor", "nhd",
+                    "separate", 32, False, False, False),
+    "llama_packed_hnd": (8, 128, 128, 64, "bf16", "none", "hnd", "packed",
+                         32, False, False, False),
+    "llama_dynamic": (8, 128, 128, 16, "bf16", "none", "nhd", "separate", 32,
+                      False, True, True),
+    "gptoss": (8, 64, 64, 16, "bf16", "none", "nhd", "separate", 64, True,
+               False, False),
+    "gptoss_fp8_e5m2": (8, 64, 64, 16, "f8E5M2", "per_tensor", "nhd",
+                        "separate", 64, True, False, False),
+}
+
+# (kernel, batch, context, query length, window)
+CASES = [
+    *[(k, 1, 1, 1, 0) for k in KERNELS],
+    *[(k, 3, 1000, 1, 0) for k in KERNELS],
+    *[(k, 8, 4096, 3, 0) for k in KERNELS],
+    *[(k, 1, 32768, 1, 0) for k in KERNELS],
+    ("mimo_b16", 1, 131072, 1, 0), ("mimo_fp8_t", 1, 131072, 1, 0),
+    ("mimo_b16", 1, 131072, 3, 0), ("llama", 1, 131072, 1, 0),
+    ("mimo_b16", 64, 2048, 1, 0), ("mimo_b16", 256, 512, 1, 0),
+    ("llama", 256, 700, 3, 0), ("gptoss", 64, 3000, 1, 0),
+    ("mimo_tp4", 2, 50000, 3, 0),
+    ("mimo_swa", 1, 32768, 1, 128), ("mimo_swa", 8, 5000, 3, 128),
+    ("mimo_swa", 64, 1000, 1, 128), ("mimo_swa_fp8_h", 16, 3000, 3, 128),
+    ("gptoss", 8, 4000, 1, 128), ("gptoss_fp8_e5m2", 4, 3000, 3, 128),
+    ("mimo_b16", 5, 17, 3, 0), ("mimo_packed", 2, 20000, 1, 0),
+]
+QUICK = [c for c in CASES if c[1] * c[2] <= 40000][:40]
+
+
+def layout_of(name):
+    (h, dk, dv, bs, dtype, scale, order, packing, _q, _s, _c,
+     dyn) = KERNELS[name]
+    kw = {}
+    if dyn:
+        kw = dict(k_strides=(None, None, None), v_strides=(None, None, None))
+    return kvgen.Layout(h, dk, dv, bs, dtype=dtype, scale=scale, order=order,
+                        packing=packing, **kw)
+
+
+def emit(out):
+    kv = REPO / "build" / "bin" / "kvgen"
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, spec in KERNELS.items():
+        f = out / f"{name}.mlir"
+        f.write_text(f"#kv.layout<{layout_of(name).text}>\n")
+        cmd = [str(kv), "emit", "--layout", str(f), "--op", "paged_attention",
+               "--num_q_heads", str(spec[8]), "--target", "sm_90",
+               "--bundle", str(out)]
+        if spec[9]:
+            cmd.append("--sinks")
+        if spec[10]:
+            cmd.append("--logits_soft_cap")
+        subprocess.run(cmd, check=True)
+        f.unlink()
+
+
+def make_env(skip):
+    try:
+        import torch
+    except ImportError:
+        skip("torch is not installed")
+    if not torch.cuda.is_available():
+        skip("no CUDA device")
+    bundle = Path(os.environ.get("KVGEN_ATTN_BUNDLE",
+                                 REPO / ".dev" / "attn" / "bundle"))
+    if not (bundle / "kvgen-manifest.txt").is_file():
+        skip(f"no attention bundle at {bundle} (emit it with "
+             "test_attention_gpu.py --emit on an MLIR build)")
+    ctx = kvgen.Context("cuda", cache_dir="")
+    ctx.load_bundle(str(bundle))
+    return torch, ctx
+
+
+TORCH_FP8 = {"f8E4M3FN": "float8_e4m3fn", "f8E5M2": "float8_e5m2"}
+
+
+class GpuCase:
+    def __init__(self, torch, name, batch, ctxlen, qlen, window, seed):
+        (h, dk, dv, bs, dtype, scale, order, packing, qh, sinks, cap,
+         dyn) = KERNELS[name]
+        self.torch, self.name = torch, name
+        self.h, self.dk, self.dv, self.bs, self.qh = h, dk, dv, bs, qh
+        self.dtype, self.scale_kind = dtype, scale
+        self.sinks_on, self.cap_on, self.window = sinks, cap, window
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        self.g = g
+        lay = layout_of(name)
+        self.lay = lay
+        dev = "cuda"
+        # Context lengths: the given one, and shorter ones for batch > 1
+        # (0 for the second sequence of small batches: zeros, not NaN).
+        lens = [ctxlen] + [int(x) for x in torch.randint(
+            max(qlen, 1), ctxlen + 1, (batch - 1,), generator=g,
+            device=dev).tolist()]
+        if 2 <= batch <= 8:
+            lens[1] = 0
+        qlens = [qlen if L > 0 else 0 for L in lens]
+        if 2 <= batch <= 8:
+            qlens[1] = qlen  # queries with an empty context
+        self.lens, self.qlens = lens, qlens
+        need = [max(1, -(-L // bs)) for L in lens]
+        self.num_blocks = sum(need) + 1
+        perm = torch.randperm(self.num_blocks - 1, generator=g,
+                              device=dev) + 1
+        maxb = max(need) + 1
+        table = torch.zeros(batch, maxb + 3, dtype=torch.int32, device=dev)
+        at = 0
+        for s, n in enumerate(need):
+            table[s, :n] = perm[at:at + n].to(torch.int32)
+            table[s, n + 1:] = 1 << 30  # never read
+            at += n
+        self.table = table
+        self.table_view = table[:, :maxb]
+        self.seq_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
+        self.qsl = torch.tensor([0] + list(
+            __import__("itertools").accumulate(qlens)), dtype=torch.int32,
+            device=dev)
+        self.T = int(sum(qlens))
+        self.dyn = None
+        # Caches: the layout's extent, random values, block 0 NaN.
+        esize = 1 if "f8" in dtype else 2
+        fdt = getattr(torch, TORCH_FP8[dtype]) if "f8" in dtype \
+            else torch.bfloat16
+        if dyn:  # dense NHD strides passed at launch
+            self.dyn = tuple((bs * h * d, h * d, d) for d in (dk, dv))
+        ext = [lay.extent_bytes(c, self.num_blocks,
+                                self.dyn[i] if self.dyn else None)
+               for i, c in enumerate(("k", "v"))]
+        if lay.packed:
+            ext = [max(ext), 0]
+        self.kc = torch.empty(ext[0] // esize, dtype=fdt, device=dev)
+        self.vc = None if lay.packed else torch.empty(ext[1] // esize,
+                                                      dtype=fdt, device=dev)
+        self.ks = self.vs = None
+        if "f8" in dtype:
+            n = h if scale == "per_head" else 1
+            self.ks = (torch.rand(n, generator=g, device=dev) * 0.05 +
+                       0.02).float()
+            self.vs = (torch.rand(n, generator=g, device=dev) * 0.05 +
+                       0.02).float()
+        self.views = {}
+        for i, (c, d) in enumerate((("k", dk), ("v", dv))):
+            buf = self.kc if (i == 0 or lay.packed) else self.vc
+            st = lay.strides(c, self.dyn[i] if self.dyn else None)
+            v = buf.as_strided((self.num_blocks, bs, h, d),
+                               (st[0], st[1], st[2], 1), lay.base(c))
+            x = torch.randn((self.num_blocks, bs, h, d), generator=g,
+                            device=dev)
+            if "f8" in dtype:
+                x = x * 4
+            v.copy_(x.to(fdt))
+            v[0] = float("nan")  # the poison block
+            self.views[c] = v
+        # Rows past seq_len in each sequence's last block: NaN.
+        for s, L in enumerate(lens):
+            if L % bs:
+                blk = int(table[s, (L - 1) // bs])
+                for c in ("k", "v"):
+                    self.views[c][blk, L % bs:] = float("nan")
+        self.q = torch.randn((self.T, qh, dk), generator=g, device=dev).to(
+            torch.bfloat16)
+        self.sinks = (torch.randn(qh, generator=g, device=dev) * 2).float()
+        self.softmax_scale = 1.0 / math.sqrt(dk)
+        self.cap = 30.0
+        self.out_buf = torch.full((self.T + 2, qh, dv), 7.25,
+                                  dtype=torch.bfloat16, device=dev)
+        self.out = self.out_buf[1:1 + self.T]
+
+    def run(self, k, ctx):
+        kw = dict(softmax_scale=self.softmax_scale,
+                  sliding_window=self.window)
+        if self.sinks_on:
+            kw["sinks"] = self.sinks
+        if self.cap_on:
+            kw["logits_soft_cap"] = self.cap
+        if self.ks is not None:
+            kw["k_scale"], kw["v_scale"] = self.ks, self.vs
+        if self.dyn:
+            kw["cache_strides"] = self.dyn
+        k.paged_attention(query=self.q, output=self.out, key_cache=self.kc,
+                          value_cache=self.vc, block_tables=self.table_view,
+                          seq_lens=self.seq_lens, query_start_loc=self.qsl,
+                          max_query_len=max(self.qlens),
+                          max_seq_len=max(self.lens),
+                          num_blocks=self.num_blocks, **kw)
+
+    def reference(self):
+        torch = self.torch
+        out = torch.zeros((self.T, self.qh, self.dv), device="cuda")
+        G = self.qh // self.h
+        for s, (L, n) in enumerate(zip(self.lens, self.qlens)):
+            if n == 0:
+                continue
+            q0 = int(self.qsl[s])
+            q = self.q[q0:q0 + n].float()  # [n, qh, dk]
+            if L > 0:
+                t = torch.arange(L, device="cuda")
+                blk = self.table[s, t // self.bs].long()
+                kk = self.views["k"][blk, t % self.bs].float()
+                vv = self.views["v"][blk, t % self.bs].float()
+                if self.ks is not None:
+                    ksc = self.ks.view(-1, 1) if self.ks.numel() > 1 \
+                        else self.ks
+                    vsc = self.vs.view(-1, 1) if self.vs.numel() > 1 \
+                        else self.vs
+                    kk, vv = kk * ksc, vv * vsc
+                kk = kk.repeat_interleave(G, dim=1)  # [L, qh, dk]
+                vv = vv.repeat_interleave(G, dim=1)
+                lg = torch.einsum("nhd,lhd->hnl", q, kk) * self.softmax_scale
+                if self.cap_on:
+                    lg = self.cap * torch.tanh(lg / self.cap)
+                pos = (L - n + torch.arange(n, device="cuda")).view(1, n, 1)
+                j = t.view(1, 1, L)
+                ok = j <= pos
+                if self.window:
+                    ok = ok & (j > pos - self.window)
+                lg = lg.masked_fill(~ok, float("-inf"))
+            else:
+                lg = torch.full((self.qh, n, 0), float("-inf"),
+                                device="cuda")
+                vv = torch.zeros((0, self.qh, self.dv), device="cuda")
+            if self.sinks_on:
+                sk = self.sinks.view(self.qh, 1, 1).expand(self.qh, n, 1)
+                full = torch.cat([lg, sk], dim=2)
+            else:
+                full = lg
+            m = full.max(dim=2, keepdim=True).values
+            m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+            w = torch.exp(full - m)
+            den = w.sum(dim=2, keepdim=True)
+            w = w[..., :lg.shape[2]] / torch.where(den > 0, den,
+                                                   torch.ones_like(den))
+            out[q0:q0 + n] = torch.einsum("hnl,lhd->nhd", w, vv)
+        return out
+
+    def check(self):
+        torch = self.torch
+        got = self.out.float()
+        assert torch.isfinite(got).all(), "NaN/inf in the output"
+        want = self.reference()
+        torch.testing.assert_close(got, want, atol=1.5e-2, rtol=1e-2)
+        assert (self.out_buf[0] == 7.25).all() and \
+            (self.out_buf[-1] == 7.25).all(), "canary rows overwritten"
+
+
+def kernel_of(ctx, name):
+    spec = KERNELS[name]
+    opts = dict(io="bf16", num_q_heads=spec[8])
+    if spec[9]:
+        opts["sinks"] = True
+    if spec[10]:
+        opts["logits_soft_cap"] = True
+    return ctx.kernel("paged_attention", layout_of(name), **opts)
+
+
+def _ids(c):
+    return f"{c[0]}-b{c[1]}-ctx{c[2]}-q{c[3]}-w{c[4]}"
+
+
+def check_case(env, case):
+    torch, ctx = env
+    name, batch, ctxlen, qlen, window = case
+    c = GpuCase(torch, name, batch, ctxlen, qlen, window,
+                seed=abs(hash(case)) % (1 << 31))
+    k = kernel_of(ctx, name)
+    c.run(k, ctx)
+    torch.cuda.synchronize()
+    c.check()
+
+
+def check_graph_replay(env):
+    """A split launch (batch 1, 32k tokens: 64 splits on sm_90) captured in
+    a CUDA graph and replayed three times, the context shrinking between
+    replays: each replay matches the reference, so the merging CTA left the
+    counters at zero each time."""
+    torch, ctx = env
+    c = GpuCase(torch, "mimo_b16", 1, 32768, 1, 0, seed=11)
+    k = kernel_of(ctx, "mimo_b16")
+    c.run(k, ctx)  # allocates the kernel's workspace, compiles
+    torch.cuda.synchronize()
+    c.check()
+    s = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(graph, stream=s):
+            c.run(k, ctx)
+    for L in (32768, 20000, 777):
+        c.lens[0] = L
+        c.seq_lens.fill_(L)
+        c.out.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        c.check()
+
+
+if pytest is not None:
+    @pytest.fixture(scope="module")
+    def env():
+        return make_env(pytest.skip)
+
+    @pytest.mark.parametrize("case", QUICK if os.environ.get(
+        "KVGEN_ATTN_QUICK") else CASES, ids=_ids)
+    def test_attention_gpu(env, case):
+        check_case(env, case)
+
+    def test_graph_replay_resets_split_counters(env):
+        check_graph_replay(env)
+
+
+def run(select=""):
+    """Without pytest: every case (or those whose id contains one of the
+    comma-separated `select` words), a line per case, exit status 1 on any
+    failure."""
+    def skip(why):
+        print(f"SKIPPED: {why}")
+        sys.exit(0)
+    e = make_env(skip)
+    words = [w for w in select.split(",") if w]
+    cases = QUICK if os.environ.get("KVGEN_ATTN_QUICK") else CASES
+    failed = 0
+    for c in cases + ["graph_replay"]:
+        cid = c if isinstance(c, str) else _ids(c)
+        if words and not any(w in cid for w in words):
+            continue
+        t = time.time()
+        try:
+            check_graph_replay(e) if isinstance(c, str) else check_case(e, c)
+            print(f"PASS {cid} ({time.time() - t:.1f} s)", flush=True)
+        except Exception as ex:  # noqa: BLE001
+            failed += 1
+            print(f"FAIL {cid}: {type(ex).__name__}: {str(ex)[:600]}",
+                  flush=True)
+    print(f"{failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--emit":
+        emit(sys.argv[2])
+    elif len(sys.argv) >= 2 and sys.argv[1] == "--run":
+        run(sys.argv[2] if len(sys.argv) > 2 else "")
+    else:
+        print(__doc__)

@@ -1,0 +1,84 @@
+"""The emitted kv.paged_attention kernels compile in-process with the
+vendors' compilers, with no GPU: NVRTC to an sm_90 cubin (the tensor-core
+path: mma.sync, hardware fp8 converts) and Debian's comgr to a gfx90a code
+object (the emulated-MMA path), through the runtime's compile-only
+contexts. Any compiler warning fails a compile (the runtime treats it as an
+error). Skips, with the reason, where libnvrtc or libamd_comgr cannot be
+loaded. The geometries are the reference models' (docs/attention.md) plus
+odd head sizes, dynamic strides and every option."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python"))
+
+import kvgen  # noqa: E402
+
+BUILD = Path(os.environ.get("KVGEN_BUILD_DIR", REPO / "build"))
+KVGEN = BUILD / "bin" / "kvgen"
+
+# (layout, num_q_heads, extra flags)
+SPECS = [
+    # MiMo-V2-Flash full attention (64 / 4, 192 / 128), bf16 and fp8.
+    (kvgen.Layout(4, 192, 128, 16), 64, []),
+    (kvgen.Layout(4, 192, 128, 64, dtype="f8E4M3FN", scale="per_head"), 64,
+     []),
+    # MiMo sliding window (64 / 8, sinks), HND, e5m2 per tensor.
+    (kvgen.Layout(8, 192, 128, 16, order="hnd", dtype="f8E5M2"), 64,
+     ["--sinks"]),
+    # Llama-3-8B (32 / 8, 128 / 128), packed, soft-cap.
+    (kvgen.Layout(8, 128, 128, 16, packing="packed"), 32,
+     ["--logits_soft_cap"]),
+    # gpt-oss (64 / 8, 64 / 64, sinks), f16 queries.
+    (kvgen.Layout(8, 64, 64, 16, dtype="f16"), 64,
+     ["--sinks", "--io", "f16"]),
+    # Odd head sizes, a 24-token block, dynamic strides, checked (the
+    # default), fnuz.
+    (kvgen.Layout(2, 80, 48, 24, k_strides=(None, None, None),
+                  v_strides=(None, None, None)), 4, []),
+    (kvgen.Layout(1, 64, 96, 1, dtype="f8E4M3FNUZ"), 16, []),
+]
+
+
+def emit_bundle(directory, target):
+    for i, (layout, q_heads, extra) in enumerate(SPECS):
+        f = directory / f"layout{i}.mlir"
+        f.write_text(f"#kv.layout<{layout.text}>\n")
+        cmd = [str(KVGEN), "emit", "--layout", str(f), "--op",
+               "paged_attention", "--num_q_heads", str(q_heads),
+               "--target", target, "--bundle", str(directory / "bundle")]
+        r = subprocess.run(cmd + extra, capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+    names = [line.split("=", 1)[1].strip()
+             for line in (directory / "bundle" / "kvgen-manifest.txt")
+             .read_text().splitlines() if line.startswith("name")]
+    assert len(names) == len(SPECS)
+    return directory / "bundle", names
+
+
+@pytest.mark.parametrize("backend,target", [("cuda", "sm_90"),
+                                            ("cuda", "sm_80"),
+                                            ("hip", "gfx90a")])
+def test_attention_kernels_compile(tmp_path, backend, target):
+    if not KVGEN.is_file():
+        pytest.skip(f"{KVGEN} not built")
+    try:
+        ctx = kvgen.Context.compile_only(backend, target,
+                                         cache_dir=str(tmp_path / "cache"))
+    except (OSError, kvgen.KvgenError) as e:
+        pytest.skip(f"{backend} compiler not loadable here: {e}")
+    bundle, names = emit_bundle(tmp_path, target)
+    ctx.load_bundle(bundle)
+    for name in names:
+        try:
+            k = ctx.kernel_by_name(name)
+        except kvgen.KvgenError as e:
+            if e.status_name == "KVGEN_ERROR_BACKEND_UNAVAILABLE":
+                pytest.skip(f"{backend} compiler not loadable here: {e}")
+            raise
+        assert k.op == "paged_attention"
