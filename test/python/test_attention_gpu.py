@@ -298,6 +298,8 @@ class GpuCase:
                 full = torch.cat([lg, sk], dim=2)
             else:
                 full = lg
+            if full.shape[2] == 0:
+                continue  # no keys and no sinks: the rows stay 0
             m = full.max(dim=2, keepdim=True).values
             m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
             w = torch.exp(full - m)
