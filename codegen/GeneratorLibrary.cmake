@@ -83,3 +83,7 @@ if(CMAKE_BUILD_TYPE MATCHES "^(Release|MinSizeRel)$")
 endif()
 # Next to libkvgen-runtime.so, where the runtime looks first.
 install(TARGETS kvgen-generator LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+if(KVGEN_PYTHON_PACKAGE)
+  install(TARGETS kvgen-generator LIBRARY DESTINATION kvgen/lib
+    COMPONENT python)
+endif()
