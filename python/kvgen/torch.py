@@ -54,6 +54,7 @@ torch.compile(fullgraph=True) traces the ops.
 
 import ctypes
 import threading
+import weakref
 
 import torch
 
@@ -94,6 +95,33 @@ def context(device):
                                  "(cpu and cuda tensors are supported)")
             _contexts[key] = ctx
     return ctx
+
+
+class _Fast:
+    """A plan found by the identity of the cache and scale tensors."""
+    __slots__ = ("plan", "refs", "shapes", "device", "scales")
+
+
+_fast = {}
+
+
+def _remember(key, plan, tensors, shapes, device, scales):
+    f = _Fast()
+    f.plan, f.shapes, f.device, f.scales = plan, shapes, device, scales
+    # Dropped when one of the tensors dies (its id may then be reused).
+    f.refs = tuple(weakref.ref(t, lambda _r, k=key: _fast.pop(k, None))
+                   for t in tensors)
+    with _lock:
+        if len(_fast) > 4096:
+            _fast.clear()
+        _fast[key] = f
+
+
+try:
+    _compiling = torch.compiler.is_compiling
+except AttributeError:  # older torch
+    def _compiling():
+        return False
 
 
 def plan_count():
@@ -333,8 +361,59 @@ def _write_plan(key, value, key_cache, value_cache, slot_mapping,
 
 def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping,
                             kv_cache_dtype, k_scale, v_scale):
+    """torch.ops.kvgen.reshape_and_cache_flash without torch's dispatcher
+    in eager mode (the same checks and kernel; under torch.compile it calls
+    the op): for engines that want the lowest host overhead."""
+    if _compiling():
+        return torch.ops.kvgen.reshape_and_cache_flash(
+            key, value, key_cache, value_cache, slot_mapping,
+            kv_cache_dtype, k_scale, v_scale)
+    # Engines pass the same cache and scale tensors each step: by identity
+    # (checked through weak references), what is left to check per call is
+    # the rows' and slots' metadata.
+    f = _fast.get((id(key_cache), id(value_cache), id(k_scale),
+                   id(v_scale), kv_cache_dtype, key.stride(),
+                   value.stride(), key.dtype, slot_mapping.dtype))
+    if f is not None and f.refs[0]() is key_cache and \
+            f.refs[1]() is value_cache and f.refs[2]() is k_scale and \
+            f.refs[3]() is v_scale and key.shape[1:] == f.shapes[0] and \
+            value.shape[1:] == f.shapes[1] and key.device == f.device and \
+            value.device == f.device and slot_mapping.device == f.device:
+        t = key.shape[0]
+        if value.shape[0] == t and slot_mapping.shape == (t,):
+            p = f.plan
+            if p.host:
+                _host_slot_check(slot_mapping, *p.limit)
+            a = p.args()
+            a.key = key.data_ptr()
+            a.value = value.data_ptr()
+            a.key_cache = key_cache.data_ptr()
+            a.value_cache = value_cache.data_ptr()
+            a.slot_mapping = slot_mapping.data_ptr()
+            a.k_scale = f.scales[0]
+            a.v_scale = f.scales[1]
+            a.num_tokens = t
+            st = _launch(p.handle, ctypes.byref(a), p.size,
+                         0 if p.host else _raw_stream(p.device_index))
+            if st:
+                raise KvgenError("kvgen_launch (reshape_and_cache)", st,
+                                 _capi.last_error())
+            return
+    p = _write_impl(key, value, key_cache, value_cache, slot_mapping,
+                    kv_cache_dtype, k_scale, v_scale)
+    _remember((id(key_cache), id(value_cache), id(k_scale), id(v_scale),
+               kv_cache_dtype, key.stride(), value.stride(), key.dtype,
+               slot_mapping.dtype),
+              p, (key_cache, value_cache, k_scale, v_scale),
+              (key.shape[1:], value.shape[1:]), key.device,
+              (k_scale.data_ptr(), v_scale.data_ptr())
+              if kv_cache_dtype != "auto" else (None, None))
+
+
+def _write_impl(key, value, key_cache, value_cache, slot_mapping,
+                kv_cache_dtype, k_scale, v_scale):
     """torch.ops.kvgen.reshape_and_cache_flash's implementation (see the
-    module doc)."""
+    module doc). Returns the plan it launched."""
     delta = value_cache.data_ptr() - key_cache.data_ptr()
     sig = ("w", key.dtype, key.device, key.shape[1:], key.stride(),
            value.dtype, value.device, value.shape[1:], value.stride(),
@@ -368,6 +447,11 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping,
         a.v_scale = v_scale.data_ptr()
     a.num_tokens = t
     p.launch(a)
+    return p
+
+
+def _write_op(*args):
+    _write_impl(*args)
 
 
 def _write_fake(key, value, key_cache, value_cache, slot_mapping,
@@ -436,6 +520,18 @@ def _gather_plan(key_cache, value_cache, slot_mapping, key_out, value_out,
 
 
 def gather_cache(key_cache, value_cache, slot_mapping, key_out, value_out,
+                 kv_cache_dtype, k_scale, v_scale):
+    """torch.ops.kvgen.gather_cache without torch's dispatcher in eager
+    mode; under torch.compile it calls the op."""
+    if _compiling():
+        return torch.ops.kvgen.gather_cache(key_cache, value_cache,
+                                            slot_mapping, key_out, value_out,
+                                            kv_cache_dtype, k_scale, v_scale)
+    _gather_impl(key_cache, value_cache, slot_mapping, key_out, value_out,
+                 kv_cache_dtype, k_scale, v_scale)
+
+
+def _gather_impl(key_cache, value_cache, slot_mapping, key_out, value_out,
                  kv_cache_dtype, k_scale, v_scale):
     """torch.ops.kvgen.gather_cache's implementation (see the module
     doc)."""
@@ -512,7 +608,7 @@ def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
     = concat(kv_c, k_pe) (quantized with `scale` for fp8)."""
     L = kv_c.shape[-1]
     _mla_shapes(kv_c, k_pe, kv_cache)
-    reshape_and_cache_flash(kv_c.unsqueeze(1), k_pe.unsqueeze(1),
+    _write_impl(kv_c.unsqueeze(1), k_pe.unsqueeze(1),
                             kv_cache[..., :L].unsqueeze(2),
                             kv_cache[..., L:].unsqueeze(2), slot_mapping,
                             kv_cache_dtype, scale, scale)
@@ -573,7 +669,7 @@ def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
     slots = torch.where(t < cu[batch_size], blk * bs + p % bs,
                         torch.full_like(t, -1))
     L, _ = _mla_split(src_cache.shape[2])
-    gather_cache(src_cache[..., :L].unsqueeze(2),
+    _gather_impl(src_cache[..., :L].unsqueeze(2),
                  src_cache[..., L:].unsqueeze(2), slots,
                  dst[:, :L].unsqueeze(1), dst[:, L:].unsqueeze(1),
                  kv_cache_dtype, scale, scale)
@@ -773,12 +869,12 @@ _SCHEMAS = {
         "(Tensor key, Tensor value, Tensor(a!) key_cache, "
         "Tensor(b!) value_cache, Tensor slot_mapping, str kv_cache_dtype, "
         "Tensor k_scale, Tensor v_scale) -> ()",
-        reshape_and_cache_flash, _write_fake),
+        _write_op, _write_fake),
     "gather_cache": (
         "(Tensor key_cache, Tensor value_cache, Tensor slot_mapping, "
         "Tensor(a!) key_out, Tensor(b!) value_out, str kv_cache_dtype, "
         "Tensor k_scale, Tensor v_scale) -> ()",
-        gather_cache, _gather_fake),
+        _gather_impl, _gather_fake),
     "concat_and_cache_mla": (
         "(Tensor kv_c, Tensor k_pe, Tensor(a!) kv_cache, "
         "Tensor slot_mapping, str kv_cache_dtype, Tensor scale) -> ()",

@@ -366,8 +366,9 @@ def test_good_call_of_the_bad_input_setup_writes():
 
 # -- torch.compile ---------------------------------------------------------
 
+@pytest.mark.parametrize("entry", ["torch.ops", "kvgen.torch"])
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-def test_torch_compile_fullgraph(backend):
+def test_torch_compile_fullgraph(backend, entry):
     torch._dynamo.reset()
     gen = torch.Generator().manual_seed(3)
     T, H, dk, dv, bs, nb = 9, 2, 64, 32, 16, 3
@@ -377,10 +378,12 @@ def test_torch_compile_fullgraph(backend):
     slots = make_slots(T, nb, bs, gen, torch.int64)
     one = torch.ones(1)
 
+    write = torch.ops.kvgen.reshape_and_cache_flash if entry == "torch.ops" \
+        else kt.reshape_and_cache_flash
+
     def step(key, value, kc, vc, slots):
         k2 = key * 2
-        torch.ops.kvgen.reshape_and_cache_flash(k2, value, kc, vc, slots,
-                                                "auto", one, one)
+        write(k2, value, kc, vc, slots, "auto", one, one)
         return k2.sum()
 
     compiled = torch.compile(step, fullgraph=True, backend=backend)
@@ -455,6 +458,30 @@ def test_copy_blocks_and_swap_blocks():
     want[m[:, 1]] = want[m[:, 0]].clone()
     torch.ops.kvgen.copy_blocks_mla(mla, m)
     assert torch.equal(mla[0], want)
+
+
+def test_eager_entry_checks_every_call():
+    """kvgen.torch.reshape_and_cache_flash remembers plans by the cache
+    tensors; a later call with other rows is still checked."""
+    key, value, kc, vc, slots, ks, vs = _setup_bad()
+    slots[4] = 10
+    kt.reshape_and_cache_flash(key, value, kc, vc, slots, "auto", ks, vs)
+    assert torch.equal(kc.view(-1, 2, 64)[10], key[4])
+    before = vc.clone()
+    wide = make_rows(5, 2, 64, torch.Generator().manual_seed(2))
+    with pytest.raises(ValueError, match="value has head_size 64"):
+        kt.reshape_and_cache_flash(key, wide, kc, vc, slots, "auto", ks, vs)
+    with pytest.raises(ValueError, match="holds slot 64"):
+        kt.reshape_and_cache_flash(key, value, kc, vc,
+                                   torch.tensor([0, 1, 2, 3, 64]), "auto",
+                                   ks, vs)
+    with pytest.raises(ValueError, match="slot_mapping has shape"):
+        kt.reshape_and_cache_flash(key, value, kc, vc, slots[:3], "auto",
+                                   ks, vs)
+    assert torch.equal(vc, before)
+    ko, vo = torch.zeros_like(key), torch.zeros_like(value)
+    kt.gather_cache(kc, vc, slots, ko, vo, "auto", ks, vs)
+    assert torch.equal(ko[4], key[4])
 
 
 def test_kernel_table_reuses_plans():
