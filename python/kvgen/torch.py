@@ -368,6 +368,13 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping,
         return torch.ops.kvgen.reshape_and_cache_flash(
             key, value, key_cache, value_cache, slot_mapping,
             kv_cache_dtype, k_scale, v_scale)
+    _write_fast(key, value, key_cache, value_cache, slot_mapping,
+                kv_cache_dtype, k_scale, v_scale)
+
+
+def _write_fast(key, value, key_cache, value_cache, slot_mapping,
+                kv_cache_dtype, k_scale, v_scale):
+    """The op's CPU/CUDA implementation."""
     # Engines pass the same cache and scale tensors each step: by identity
     # (checked through weak references), what is left to check per call is
     # the rows' and slots' metadata.
@@ -376,11 +383,21 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping,
                    value.stride(), key.dtype, slot_mapping.dtype))
     if f is not None and f.refs[0]() is key_cache and \
             f.refs[1]() is value_cache and f.refs[2]() is k_scale and \
-            f.refs[3]() is v_scale and key.shape[1:] == f.shapes[0] and \
-            value.shape[1:] == f.shapes[1] and key.device == f.device and \
-            value.device == f.device and slot_mapping.device == f.device:
-        t = key.shape[0]
-        if value.shape[0] == t and slot_mapping.shape == (t,):
+            f.refs[3]() is v_scale:
+        # 3-D rows (their strides are in the key); heads, head sizes,
+        # tokens, slots, devices (f.device: the CUDA index, -1 for the CPU,
+        # where get_device() cannot tell the CPU from meta).
+        ks, vs, want = key.shape, value.shape, f.shapes
+        t = ks[0]
+        if ks[1] == want[0] and ks[2] == want[1] and vs[0] == t and \
+                vs[1] == want[0] and vs[2] == want[2] and \
+                slot_mapping.shape == (t,) and \
+                (t < 2 or slot_mapping.stride(0) == 1) and \
+                ((key.is_cpu and value.is_cpu and slot_mapping.is_cpu)
+                 if f.device < 0 else
+                 (key.get_device() == f.device and
+                  value.get_device() == f.device and
+                  slot_mapping.get_device() == f.device)):
             p = f.plan
             if p.host:
                 _host_slot_check(slot_mapping, *p.limit)
@@ -405,7 +422,8 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping,
                kv_cache_dtype, key.stride(), value.stride(), key.dtype,
                slot_mapping.dtype),
               p, (key_cache, value_cache, k_scale, v_scale),
-              (key.shape[1:], value.shape[1:]), key.device,
+              (key.shape[1], key.shape[2], value.shape[2]),
+              key.get_device(),
               (k_scale.data_ptr(), v_scale.data_ptr())
               if kv_cache_dtype != "auto" else (None, None))
 
@@ -431,7 +449,8 @@ def _write_impl(key, value, key_cache, value_cache, slot_mapping,
                                            kv_cache_dtype, k_scale,
                                            v_scale))
     t = key.shape[0]
-    if value.shape[0] != t or slot_mapping.shape != (t,):
+    if value.shape[0] != t or slot_mapping.shape != (t,) or \
+            (t > 1 and slot_mapping.stride(0) != 1):
         _check_write(key, value, key_cache, value_cache, slot_mapping,
                      kv_cache_dtype, k_scale, v_scale)
     if p.host:
@@ -448,10 +467,6 @@ def _write_impl(key, value, key_cache, value_cache, slot_mapping,
     a.num_tokens = t
     p.launch(a)
     return p
-
-
-def _write_op(*args):
-    _write_impl(*args)
 
 
 def _write_fake(key, value, key_cache, value_cache, slot_mapping,
@@ -553,7 +568,8 @@ def _gather_impl(key_cache, value_cache, slot_mapping, key_out, value_out,
                                             kv_cache_dtype, k_scale,
                                             v_scale))
     t = key_out.shape[0]
-    if value_out.shape[0] != t or slot_mapping.shape != (t,):
+    if value_out.shape[0] != t or slot_mapping.shape != (t,) or \
+            (t > 1 and slot_mapping.stride(0) != 1):
         _check_gather(key_cache, value_cache, slot_mapping, key_out,
                       value_out, kv_cache_dtype, k_scale, v_scale)
     if p.host:
@@ -869,7 +885,7 @@ _SCHEMAS = {
         "(Tensor key, Tensor value, Tensor(a!) key_cache, "
         "Tensor(b!) value_cache, Tensor slot_mapping, str kv_cache_dtype, "
         "Tensor k_scale, Tensor v_scale) -> ()",
-        _write_op, _write_fake),
+        _write_fast, _write_fake),
     "gather_cache": (
         "(Tensor key_cache, Tensor value_cache, Tensor slot_mapping, "
         "Tensor(a!) key_out, Tensor(b!) value_out, str kv_cache_dtype, "

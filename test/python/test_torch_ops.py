@@ -328,6 +328,9 @@ BAD = {
     "slots on another device": (
         lambda a: a.__setitem__(4, a[4].to("meta")), ValueError,
         "slot_mapping is on meta"),
+    "non-contiguous slots": (
+        lambda a: a.__setitem__(4, torch.arange(10)[::2]), ValueError,
+        "slot_mapping must be contiguous"),
     "slot dtype": (lambda a: a.__setitem__(4, a[4].float()), TypeError,
                    "slot_mapping has dtype torch.float32"),
     "kv_cache_dtype": (lambda a: a.__setitem__(5, "fp4"), ValueError,
@@ -478,6 +481,12 @@ def test_eager_entry_checks_every_call():
     with pytest.raises(ValueError, match="slot_mapping has shape"):
         kt.reshape_and_cache_flash(key, value, kc, vc, slots[:3], "auto",
                                    ks, vs)
+    with pytest.raises(ValueError, match="slot_mapping must be contiguous"):
+        kt.reshape_and_cache_flash(key, value, kc, vc, torch.arange(10)[::2],
+                                   "auto", ks, vs)
+    with pytest.raises(ValueError, match="slot_mapping is on meta"):
+        kt.reshape_and_cache_flash(key, value, kc, vc, slots.to("meta"),
+                                   "auto", ks, vs)
     assert torch.equal(vc, before)
     ko, vo = torch.zeros_like(key), torch.zeros_like(value)
     kt.gather_cache(kc, vc, slots, ko, vo, "auto", ks, vs)
