@@ -24,7 +24,7 @@ tensors through NVRTC-compiled kernels on torch.cuda.current_stream()):
       the inverse: key_out[t] = cache[slot_mapping[t]] (rows of negative
       slots untouched); fp8 caches are dequantized (q * scale) to key_out's
       dtype, other caches copied or converted to it.
-  concat_and_cache_mla(kv_c!, k_pe, kv_cache!, slot_mapping, kv_cache_dtype,
+  concat_and_cache_mla(kv_c, k_pe, kv_cache!, slot_mapping, kv_cache_dtype,
       scale) (kv_c [T, L], k_pe [T, R], kv_cache [num_blocks, block_size,
       L + R]): the MLA writer, as a packed K|V layout of one head.
   gather_and_maybe_dequant_cache(src_cache, dst!, block_table, cu_seq_lens,
