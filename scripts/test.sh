@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds kvgen into build/ and runs every test suite:
 # ctest (lit FileCheck tests, GoogleTest unit and runtime tests, anything
-# else registered with ctest), then pytest over test/python, then `pip
-# install .` into a fresh venv (scripts/test_pip_install.sh). Prints a summary
-# and exits non-zero if any step or test failed.
+# else registered with ctest), the MLIR-free build with the generator
+# library (scripts/test_runtime_only.sh), then pytest over test/python, then
+# `pip install .` into a fresh venv (scripts/test_pip_install.sh). Prints a
+# summary and exits non-zero if any step or test failed.
 #
 #   scripts/test.sh
 #
@@ -115,6 +116,17 @@ if [[ -n "$last_log" ]]; then
            { sub(/^ +/, "", m); msg = msg (msg == "" ? "" : " ") m }
          print name ": " msg}' "$last_log" > "$skips"
   while IFS= read -r s; do note "  skipped: $s"; done < "$skips"
+fi
+
+#===------------------------------------------------------------------------===#
+# The MLIR-free build, JITting through the generator library
+#===------------------------------------------------------------------------===#
+step "runtime-only build (-DKVGEN_ENABLE_MLIR=OFF) + generator library"
+if bash "$REPO_ROOT/scripts/test_runtime_only.sh"; then
+  note "runtime-only build: ok: its runtime JITs through libkvgen-generator.so"
+else
+  failed=1
+  note "runtime-only build: FAILED (see $BUILD_DIR/runtime-only.tests.log)"
 fi
 
 #===------------------------------------------------------------------------===#
