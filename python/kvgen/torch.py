@@ -852,8 +852,14 @@ def swap_blocks(src, dst, block_mapping):
     of one layout, each [num_blocks, block_size, H, D] or [num_blocks,
     block_size, entry], on one device or a pinned CPU tensor and a CUDA
     one)."""
+    # Between the CPU and a GPU, pageable CPU memory is refused (the GPU
+    # reads it through unified addressing): pinned-ness is part of the key.
+    mixed = src.is_cpu != dst.is_cpu
     sig = ("s", src.dtype, src.device, src.shape, src.stride(), dst.dtype,
-           dst.device, dst.shape, dst.stride(), block_mapping.device)
+           dst.device, dst.shape, dst.stride(), block_mapping.device,
+           mixed and (src.is_cpu and src.is_pinned(),
+                      dst.is_cpu and dst.is_pinned(),
+                      block_mapping.is_cpu and block_mapping.is_pinned()))
     p = _plans.get(sig)
     if p is None:
         sk, sv = _split_rows(src)

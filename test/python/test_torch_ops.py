@@ -75,6 +75,9 @@ def presets():
 
 
 PRESETS = presets()
+cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                          reason="no CUDA device visible to torch")
+DEVICES = ["cpu", pytest.param("cuda", marks=cuda)]
 
 
 def bits(t):
@@ -400,26 +403,29 @@ def test_torch_compile_fullgraph(backend, entry):
 
 # -- MLA, copy, swap -------------------------------------------------------
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kv_dtype", ["auto", "fp8"])
-def test_mla_write_and_gather(kv_dtype):
+def test_mla_write_and_gather(kv_dtype, device):
+    dev = torch.device(device)
     gen = torch.Generator().manual_seed(11)
     L, R, bs, nb, T = 512, 64, 16, 6, 40
     cdt = torch.uint8 if kv_dtype == "fp8" else torch.bfloat16
-    cache = torch.zeros(nb, bs, L + R, dtype=cdt)
+    cache = torch.zeros(nb, bs, L + R, dtype=cdt, device=dev)
     want = cache.clone()
-    kv_c = make_rows(T, 1, L, gen)[:, 0]
-    k_pe = make_rows(T, 1, R, gen)[:, 0]
-    slots = make_slots(T, nb, bs, gen, torch.int64)
-    scale = torch.tensor([0.25])
+    kv_c = make_rows(T, 1, L, gen)[:, 0].to(dev)
+    k_pe = make_rows(T, 1, R, gen)[:, 0].to(dev)
+    slots = make_slots(T, nb, bs, gen, torch.int64).to(dev)
+    scale = torch.tensor([0.25], device=dev)
     torch.ops.kvgen.concat_and_cache_mla(kv_c, k_pe, cache, slots, kv_dtype,
                                          scale)
     torch_ref.concat_and_cache_mla(kv_c, k_pe, want, slots, kv_dtype, scale)
     assert torch.equal(cache, want)
     # vLLM's gather by block table, two sequences, one with a start offset
-    block_table = torch.tensor([[4, 1, 0], [2, 5, 3]], dtype=torch.int32)
-    cu = torch.tensor([0, 20, 33], dtype=torch.int32)
-    starts = torch.tensor([0, 7], dtype=torch.int32)
-    dst = torch.full((36, L + R), 7.0, dtype=torch.bfloat16)
+    block_table = torch.tensor([[4, 1, 0], [2, 5, 3]], dtype=torch.int32,
+                               device=dev)
+    cu = torch.tensor([0, 20, 33], dtype=torch.int32, device=dev)
+    starts = torch.tensor([0, 7], dtype=torch.int32, device=dev)
+    dst = torch.full((36, L + R), 7.0, dtype=torch.bfloat16, device=dev)
     want_dst = dst.clone()
     torch.ops.kvgen.gather_and_maybe_dequant_cache(cache, dst, block_table,
                                                    cu, 2, kv_dtype, scale,
@@ -429,35 +435,39 @@ def test_mla_write_and_gather(kv_dtype):
     assert torch.equal(dst, want_dst)
 
 
-def test_copy_blocks_and_swap_blocks():
+@pytest.mark.parametrize("device", DEVICES)
+def test_copy_blocks_and_swap_blocks(device):
+    dev = torch.device(device)
     gen = torch.Generator().manual_seed(13)
     layers = []
     for _ in range(2):
         c = Caches({"num_kv_heads": "2", "head_size_k": "64",
                     "head_size_v": "64", "block_size": "16", "order": "nhd",
                     "packing": "separate", "dtype": "bf16"}, "nb2", 8, gen)
-        layers.append(c)
-    mapping = torch.tensor([[0, 5], [3, 6], [1, 7]])
-    want = [(c.k.clone(), c.v.clone()) for c in layers]
+        base = c.allocs[0].to(dev)
+        layers.append((base[:, 0], base[:, 1]))
+    mapping = torch.tensor([[0, 5], [3, 6], [1, 7]], device=dev)
+    want = [(k.clone(), v.clone()) for k, v in layers]
     torch_ref.copy_blocks([w[0] for w in want], [w[1] for w in want],
                           mapping)
-    torch.ops.kvgen.copy_blocks([c.k for c in layers],
-                                [c.v for c in layers], mapping)
-    for c, (wk, wv) in zip(layers, want):
-        assert same_bits(c.k, wk) and same_bits(c.v, wv)
-    # swap: a 6-block cache into a 9-block one, and back
-    src = torch.randn(6, 16, 2, 64, generator=gen).to(torch.bfloat16)
-    dst = torch.randn(9, 16, 2, 64, generator=gen).to(torch.bfloat16)
-    m = torch.tensor([[0, 8], [5, 2], [2, 0]])
+    torch.ops.kvgen.copy_blocks([k for k, _ in layers],
+                                [v for _, v in layers], mapping)
+    for (k, v), (wk, wv) in zip(layers, want):
+        assert same_bits(k, wk) and same_bits(v, wv)
+    # swap: a 6-block cache into a 9-block one
+    src = torch.randn(6, 16, 2, 64, generator=gen).to(torch.bfloat16).to(dev)
+    dst = torch.randn(9, 16, 2, 64, generator=gen).to(torch.bfloat16).to(dev)
+    m = torch.tensor([[0, 8], [5, 2], [2, 0]], device=dev)
     want = dst.clone()
     torch_ref.swap_blocks(src, want, m)
     torch.ops.kvgen.swap_blocks(src, dst, m)
     assert torch.equal(dst, want)
-    with pytest.raises(ValueError, match="holds block 9"):
-        torch.ops.kvgen.swap_blocks(src, dst, torch.tensor([[0, 9]]))
-    mla = [torch.randn(4, 16, 576, generator=gen).to(torch.bfloat16)]
+    if dev.type == "cpu":  # the host backend checks blocks before launch
+        with pytest.raises(ValueError, match="holds block 9"):
+            torch.ops.kvgen.swap_blocks(src, dst, torch.tensor([[0, 9]]))
+    mla = [torch.randn(4, 16, 576, generator=gen).to(torch.bfloat16).to(dev)]
     want = mla[0].clone()
-    m = torch.tensor([[0, 3], [1, 2]])
+    m = torch.tensor([[0, 3], [1, 2]], device=dev)
     want[m[:, 1]] = want[m[:, 0]].clone()
     torch.ops.kvgen.copy_blocks_mla(mla, m)
     assert torch.equal(mla[0], want)
@@ -507,10 +517,6 @@ def test_kernel_table_reuses_plans():
 
 # -- CUDA (skipped without a GPU) -------------------------------------------
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(),
-                          reason="no CUDA device visible to torch")
-
-
 @cuda
 @pytest.mark.parametrize("name,arrangement", CASES,
                          ids=[f"{n}-{a}" for n, a in CASES])
@@ -552,6 +558,29 @@ def test_cuda_presets_vs_torch_reference(name, arrangement):
     torch_ref.gather(rk, rv, slots, wk, wv, kvd, ks, vs)
     torch.cuda.synchronize()
     assert torch.equal(ko, wk) and torch.equal(vo, wv)
+
+
+@cuda
+def test_cuda_swap_with_a_pinned_host_cache():
+    """Offload: blocks between a pinned CPU cache and a CUDA cache, the
+    kernel reading/writing host memory through unified addressing."""
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(23)
+    host = torch.randn(12, 16, 4, 128, generator=gen).to(
+        torch.bfloat16).pin_memory()
+    gpu = torch.zeros(10, 16, 4, 128, dtype=torch.bfloat16, device=dev)
+    m = torch.tensor([[0, 9], [11, 0], [4, 5]], device=dev)
+    torch.ops.kvgen.swap_blocks(host, gpu, m)
+    torch.cuda.synchronize()
+    mc = m.cpu()
+    assert torch.equal(gpu[mc[:, 1]].cpu(), host[mc[:, 0]])
+    back = torch.zeros_like(host).pin_memory()
+    torch.ops.kvgen.swap_blocks(gpu, back, torch.tensor([[9, 1]],
+                                                        device=dev))
+    torch.cuda.synchronize()
+    assert torch.equal(back[1], host[0])
+    with pytest.raises(ValueError, match="pinned"):
+        torch.ops.kvgen.swap_blocks(host.clone(), gpu, m)
 
 
 @cuda
