@@ -378,12 +378,17 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
     # Engines pass the same cache and scale tensors each step: by identity
     # (checked through weak references), what is left to check per call is
     # the rows' and slots' metadata.
-    f = _fast.get((id(key_cache), id(value_cache), id(k_scale),
-                   id(v_scale), kv_cache_dtype, key.stride(),
-                   value.stride(), key.dtype, slot_mapping.dtype))
+    # With "auto" the scales are not read: any tensors will do.
+    scaled = kv_cache_dtype != "auto"
+    key_ = (id(key_cache), id(value_cache),
+            id(k_scale) if scaled else 0, id(v_scale) if scaled else 0,
+            kv_cache_dtype, key.stride(), value.stride(), key.dtype,
+            slot_mapping.dtype)
+    f = _fast.get(key_)
     if f is not None and f.refs[0]() is key_cache and \
-            f.refs[1]() is value_cache and f.refs[2]() is k_scale and \
-            f.refs[3]() is v_scale:
+            f.refs[1]() is value_cache and \
+            (not scaled or (f.refs[2]() is k_scale and
+                            f.refs[3]() is v_scale)):
         # 3-D rows (their strides are in the key); heads, head sizes,
         # tokens, slots, devices (f.device: the CUDA index, -1 for the CPU,
         # where get_device() cannot tell the CPU from meta).
@@ -418,10 +423,8 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
             return
     p = _write_impl(key, value, key_cache, value_cache, slot_mapping,
                     kv_cache_dtype, k_scale, v_scale)
-    _remember((id(key_cache), id(value_cache), id(k_scale), id(v_scale),
-               kv_cache_dtype, key.stride(), value.stride(), key.dtype,
-               slot_mapping.dtype),
-              p, (key_cache, value_cache, k_scale, v_scale),
+    _remember(key_, p, (key_cache, value_cache) +
+              ((k_scale, v_scale) if scaled else ()),
               (key.shape[1], key.shape[2], value.shape[2]),
               key.get_device(),
               (k_scale.data_ptr(), v_scale.data_ptr())

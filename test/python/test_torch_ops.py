@@ -513,6 +513,14 @@ def test_kernel_table_reuses_plans():
         torch.ops.kvgen.reshape_and_cache_flash(key[:t], value[:t], kc, vc,
                                                 slots[:t], "auto", ks, vs)
     assert kt.plan_count() == n
+    # With "auto" the scales are not read: fresh scale tensors each call
+    # still find the same entry.
+    kt.reshape_and_cache_flash(key, value, kc, vc, slots, "auto", ks, vs)
+    entries = len(kt._fast)
+    for _ in range(3):
+        kt.reshape_and_cache_flash(key, value, kc, vc, slots, "auto",
+                                   torch.ones(1), torch.ones(1))
+    assert len(kt._fast) == entries and kt.plan_count() == n
 
 
 # -- CUDA (skipped without a GPU) -------------------------------------------
