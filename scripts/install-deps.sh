@@ -5,7 +5,7 @@
 #
 #   scripts/install-deps.sh            # as root (or with sudo available)
 #
-# Python packages (numpy, ml_dtypes, pytest) go to the interpreter named by
+# Python packages (numpy, ml_dtypes, pytest, torch) go to the interpreter named by
 # $KVGEN_PYTHON (default: python3 on PATH). If that interpreter is
 # "externally managed" (PEP 668, e.g. Debian's /usr/bin/python3), they go to a
 # virtual environment at $KVGEN_VENV (default: <repo>/build/.venv) instead.
@@ -25,6 +25,15 @@ APT_PACKAGES=(
 PIP_PACKAGES=('numpy>=1.26,<3' 'ml_dtypes>=0.5,<0.7' 'pytest>=8,<10')
 # Import names of PIP_PACKAGES, in the same order.
 PIP_MODULES=(numpy ml_dtypes pytest)
+# torch, for kvgen.torch and its tests (test/python/test_torch_ops.py), the
+# version the H200 image has. PyPI's Linux wheel is the CUDA build: it pulls
+# ~3.5 GB of nvidia-* wheels (4.7 GB installed, ~1.5-2 min here) and does not
+# import without them, even on a CPU-only machine; the CPU-only wheels are
+# not on PyPI. KVGEN_SKIP_TORCH=1 leaves it out (those tests then skip).
+if [[ "${KVGEN_SKIP_TORCH:-0}" != 1 ]]; then
+  PIP_PACKAGES+=('torch==2.11.*')
+  PIP_MODULES+=(torch)
+fi
 
 log() { echo "install-deps: $*"; }
 die() { echo "install-deps: error: $*" >&2; exit 1; }

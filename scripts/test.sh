@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds kvgen into build/ and runs every test suite:
 # ctest (lit FileCheck tests, GoogleTest unit and runtime tests, anything
-# else registered with ctest), then pytest over test/python. Prints a summary
-# and exits non-zero if any step or test failed.
+# else registered with ctest), the MLIR-free build with the generator
+# library (scripts/test_runtime_only.sh), then pytest over test/python, then
+# `pip install .` into a fresh venv (scripts/test_pip_install.sh). Prints a
+# summary and exits non-zero if any step or test failed.
 #
 #   scripts/test.sh
 #
 # Environment: KVGEN_BUILD_DIR (default <repo>/build), KVGEN_PYTHON (see
 # install-deps.sh), KVGEN_SKIP_DEPS=1 to skip install-deps.sh, JOBS (build
-# parallelism, default: ninja's).
+# parallelism, default: ninja's), KVGEN_SKIP_PIP=1 to skip the pip step.
 set -uo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -117,6 +119,17 @@ if [[ -n "$last_log" ]]; then
 fi
 
 #===------------------------------------------------------------------------===#
+# The MLIR-free build, JITting through the generator library
+#===------------------------------------------------------------------------===#
+step "runtime-only build (-DKVGEN_ENABLE_MLIR=OFF) + generator library"
+if bash "$REPO_ROOT/scripts/test_runtime_only.sh"; then
+  note "runtime-only build: ok: its runtime JITs through libkvgen-generator.so"
+else
+  failed=1
+  note "runtime-only build: FAILED (see $BUILD_DIR/runtime-only.tests.log)"
+fi
+
+#===------------------------------------------------------------------------===#
 # pytest
 #===------------------------------------------------------------------------===#
 step "pytest"
@@ -141,6 +154,26 @@ else
   # Each skipped pytest case with its reason (pytest -rs lines).
   grep -E '^SKIPPED \[' "$pytest_log" > "$BUILD_DIR/pytest-skipped.txt" || true
   while IFS= read -r s; do note "  $s"; done < "$BUILD_DIR/pytest-skipped.txt"
+fi
+
+#===------------------------------------------------------------------------===#
+# pip install . (the Python package with the runtime and generator library)
+#===------------------------------------------------------------------------===#
+if [[ "${KVGEN_SKIP_PIP:-0}" == 1 ]]; then
+  note "pip install: skipped (KVGEN_SKIP_PIP=1)"
+else
+  step "pip install . (into a fresh venv)"
+  pip_log="$BUILD_DIR/pip-install-output.log"
+  bash "$REPO_ROOT/scripts/test_pip_install.sh" "$PYTHON" 2>&1 |
+    tee "$pip_log"
+  pip_rc=${PIPESTATUS[0]}
+  pip_line=$(grep -E '^pip-install: [0-9]+ passed' "$pip_log" | tail -1)
+  if [[ $pip_rc -ne 0 ]]; then
+    failed=1
+    note "pip install: FAILED (exit $pip_rc) ${pip_line#pip-install: }"
+  else
+    note "pip install: ok: ${pip_line#pip-install: }"
+  fi
 fi
 
 finish

@@ -49,7 +49,7 @@ from pathlib import Path
 from . import _capi
 
 __all__ = ["Context", "Kernel", "KvgenError", "Layout", "DTYPE_SIZES",
-           "library_path", "version"]
+           "generator_path", "library_path", "set_generator_path", "version"]
 
 #: Size in bytes of one element of each kvgen dtype.
 DTYPE_SIZES = {"bf16": 2, "f16": 2, "f32": 4, "f8E4M3FN": 1,
@@ -79,6 +79,36 @@ def _check(function, status):
 def library_path():
     """Path of the loaded libkvgen-runtime.so (see kvgen._capi)."""
     return _capi.lib_path()
+
+
+def set_generator_path(path):
+    """Where the runtime finds the code generator library
+    (libkvgen-generator.so) for kernels no bundle has: the file, or a
+    directory holding it; None = the default ($KVGEN_GENERATOR, else next to
+    the runtime library); "" = none (bundles only). Process-wide
+    (kvgen_set_generator_path)."""
+    fn = _capi.lib().kvgen_set_generator_path if _capi.has(
+        "kvgen_set_generator_path") else None
+    if fn is None:
+        raise NotImplementedError(f"{_capi.lib_path()} has no "
+                                  "kvgen_set_generator_path")
+    _check("kvgen_set_generator_path",
+           fn(None if path is None else str(path).encode()))
+
+
+def generator_path():
+    """The generator library the runtime uses, loaded and checked now;
+    None when there is none (the reason: KvgenError from
+    kvgen_generator_library, raised only for a library that fails to
+    load)."""
+    if not _capi.has("kvgen_generator_library"):
+        return None
+    p = ctypes.c_char_p()
+    st = _capi.lib().kvgen_generator_library(ctypes.byref(p))
+    if st == 4:  # KVGEN_ERROR_NOT_FOUND
+        return None
+    _check("kvgen_generator_library", st)
+    return p.value.decode()
 
 
 def version():

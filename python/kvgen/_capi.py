@@ -3,9 +3,12 @@ kernel_abi.h). Internal: use the classes of the `kvgen` package instead.
 
 The library is found, in order, at:
   1. $KVGEN_LIB (a path to libkvgen-runtime.so, or a directory holding it);
-  2. <repo>/build/lib, <repo>/build-dev/lib (a source checkout);
-  3. the system search path (ctypes.util.find_library("kvgen-runtime")).
-It is loaded on first use, not at import.
+  2. <package>/lib (what `pip install .` installs: the runtime and the
+     generator library libkvgen-generator.so side by side);
+  3. <repo>/build/lib, <repo>/build-dev/lib (a source checkout);
+  4. the system search path (ctypes.util.find_library("kvgen-runtime")).
+It is loaded on first use, not at import. The runtime finds the generator
+library next to itself (or see kvgen.set_generator_path).
 """
 
 import ctypes
@@ -14,7 +17,8 @@ import os
 import threading
 from pathlib import Path
 
-_REPO = Path(__file__).resolve().parents[2]
+_PACKAGE = Path(__file__).resolve().parent
+_REPO = _PACKAGE.parents[1]
 _LIB_NAME = "libkvgen-runtime.so"
 
 # kvgen_status
@@ -195,6 +199,9 @@ _OPTIONAL = {
     "kvgen_kernel_workspace_bytes": (ctypes.c_int, [
         _c, ctypes.c_void_p, ctypes.c_uint64,
         ctypes.POINTER(ctypes.c_uint64)]),
+    "kvgen_set_generator_path": (ctypes.c_int, [ctypes.c_char_p]),
+    "kvgen_generator_library": (ctypes.c_int,
+                                [ctypes.POINTER(ctypes.c_char_p)]),
 }
 COPY_KINDS = {"h2d": 1, "d2h": 2, "d2d": 3}
 
@@ -210,6 +217,7 @@ def candidate_paths():
     if env:
         p = Path(env)
         out.append(p / _LIB_NAME if p.is_dir() else p)
+    out.append(_PACKAGE / "lib" / _LIB_NAME)
     for build in ("build", "build-dev"):
         out.append(_REPO / build / "lib" / _LIB_NAME)
     return out

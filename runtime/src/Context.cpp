@@ -1,6 +1,7 @@
 //===- Context.cpp - The C API: contexts, kernel caches, launches ---------===//
 #include "Backend.h"
 #include "DiskCache.h"
+#include "GeneratorLibrary.h"
 #include "Sha256.h"
 #include "Util.h"
 #include "Validate.h"
@@ -241,6 +242,21 @@ struct kvgen_context_s {
     return h.finish();
   }
 
+  // The disk cache's index of generated sources: key of a spec's source
+  // for this target from the generator library `identity`.
+  Digest sourceKey(const KernelSpec &spec, const std::string &identity) const {
+    Sha256 h;
+    h.field("kvgen-generated-source-v1");
+    h.field(KVGEN_VERSION_STRING);
+    h.field(kernelAbiHash());
+    h.field(backend->target());
+    h.field(identity);
+    h.field(spec.key());
+    return h.finish();
+  }
+  bool readGenerated(const Digest &key, GeneratedKernel *out);
+  void writeGenerated(const Digest &key, const GeneratedKernel &g);
+
   Status getBinary(const KernelEntry &e, const std::string &source,
                    const Digest &key, bool forceCompile, std::string *binary,
                    bool *fromDisk);
@@ -296,6 +312,88 @@ Status kvgen_context_s::getBinary(const KernelEntry &e,
   if (cache->write(key, *binary))
     ++diskWrites;
   return Status::ok();
+}
+
+// A generated source as a disk cache payload: `name=...` and the geometry,
+// one `key=value` per line, a blank line, then the source.
+bool kvgen_context_s::readGenerated(const Digest &key, GeneratedKernel *out) {
+  std::shared_ptr<DiskCache> cache;
+  {
+    std::lock_guard<std::mutex> g(mutex);
+    cache = disk;
+  }
+  std::string payload, why;
+  if (!cache->enabled() ||
+      cache->read(key, &payload, &why) != DiskCache::Read::Hit)
+    return false;
+  size_t end = payload.find("\n\n");
+  if (end == std::string::npos)
+    return false;
+  GeneratedKernel g;
+  int fields = 0;
+  size_t at = 0;
+  while (at < end) {
+    size_t nl = payload.find('\n', at);
+    std::string line = payload.substr(at, nl - at);
+    at = nl + 1;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos)
+      return false;
+    std::string k = line.substr(0, eq), v = line.substr(eq + 1);
+    if (k == "name") {
+      g.entryName = v;
+      ++fields;
+      continue;
+    }
+    int *dst = k == "threads"            ? &g.geometry.threads
+               : k == "tokens_per_cta"   ? &g.geometry.tokensPerCta
+               : k == "vector_bytes"     ? &g.geometry.vectorBytes
+               : k == "small_max_tokens" ? &g.geometry.smallMaxTokens
+               : k == "small_threads"    ? &g.geometry.smallThreads
+                                         : nullptr;
+    const bool required = dst != nullptr;
+    // Row tiles and split-KV: optional keys (a plain kernel has none).
+#define KVGEN_SPLIT_KEY(KEY, MEMBER)                                           \
+  if (k == #KEY)                                                               \
+    dst = &g.geometry.MEMBER;
+    KVGEN_SPLIT_GEOMETRY(KVGEN_SPLIT_KEY)
+#undef KVGEN_SPLIT_KEY
+    if (!dst || v.empty() || v.size() > 9 ||
+        v.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+    *dst = std::atoi(v.c_str());
+    fields += required;
+  }
+  if (fields != 6)
+    return false;
+  g.source = payload.substr(end + 2);
+  *out = std::move(g);
+  return true;
+}
+
+void kvgen_context_s::writeGenerated(const Digest &key,
+                                     const GeneratedKernel &g) {
+  std::shared_ptr<DiskCache> cache;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    cache = disk;
+  }
+  if (!cache->enabled())
+    return;
+  const LaunchGeometry &ge = g.geometry;
+  std::string payload = fmt::format(
+      "name={}\nthreads={}\ntokens_per_cta={}\nvector_bytes={}\n"
+      "small_max_tokens={}\nsmall_threads={}\n\n",
+      g.entryName, ge.threads, ge.tokensPerCta, ge.vectorBytes,
+      ge.smallMaxTokens, ge.smallThreads);
+  const LaunchGeometry plain;
+#define KVGEN_SPLIT_KEY(KEY, MEMBER)                                           \
+  if (ge.MEMBER != plain.MEMBER)                                               \
+    payload.insert(payload.size() - 1, fmt::format(#KEY "={}\n", ge.MEMBER));
+  KVGEN_SPLIT_GEOMETRY(KVGEN_SPLIT_KEY)
+#undef KVGEN_SPLIT_KEY
+  payload += g.source;
+  cache->write(key, payload);
 }
 
 Status kvgen_context_s::obtain(const KernelEntry &e, const std::string &source,
@@ -954,16 +1052,36 @@ kvgen_status kvgen_context_get_kernel_by_spec(kvgen_context ctx,
       std::lock_guard<std::mutex> g(generatorMutex);
       gen = generatorFn;
     }
-    if (!gen)
-      return fail(KVGEN_ERROR_NOT_FOUND,
-                  fmt::format("no loaded bundle has a kernel for {} on "
-                              "target '{}', and no generator is registered",
-                              canonical, ctx->backend->target()));
     GeneratedKernel g;
-    std::optional<std::string> gerr = gen(ks, ctx->backend->target(), &g);
-    if (gerr)
-      return fail(KVGEN_ERROR_COMPILE,
-                  fmt::format("generator failed for {}: {}", canonical, *gerr));
+    if (gen) {
+      std::optional<std::string> gerr = gen(ks, ctx->backend->target(), &g);
+      if (gerr)
+        return fail(KVGEN_ERROR_COMPILE, fmt::format("generator failed for "
+                                                     "{}: {}",
+                                                     canonical, *gerr));
+    } else {
+      // The generator library (GeneratorLibrary.h): its sources are kept in
+      // the disk cache by spec, so a kernel generated once is not
+      // generated again by the next process (nor is the library loaded).
+      std::string why;
+      std::optional<GeneratorLocation> loc = locateGenerator(&why);
+      if (!loc)
+        return fail(KVGEN_ERROR_NOT_FOUND,
+                    fmt::format("no loaded bundle has a kernel for {} on "
+                                "target '{}', and no generator is registered "
+                                "or found ({})",
+                                canonical, ctx->backend->target(), why));
+      Digest skey = ctx->sourceKey(ks, loc->identity);
+      if (!ctx->readGenerated(skey, &g)) {
+        std::optional<std::string> gerr =
+            generateWithLibrary(*loc, ks, ctx->backend->target(), &g);
+        if (gerr)
+          return fail(KVGEN_ERROR_COMPILE,
+                      fmt::format("generator library {} failed for {}: {}",
+                                  loc->path, canonical, *gerr));
+        ctx->writeGenerated(skey, g);
+      }
+    }
     KernelEntry e;
     e.name = g.entryName;
     e.target = ctx->backend->target();
@@ -981,6 +1099,42 @@ kvgen_status kvgen_context_get_kernel_by_spec(kvgen_context ctx,
   ctx->byCanonicalSpec.emplace(canonical, k);
   remember(k);
   *out = k;
+  return succeed();
+}
+
+kvgen_status kvgen_set_generator_path(const char *path) {
+  if (!path) {
+    setGeneratorPath(std::nullopt);
+    return succeed();
+  }
+  std::string p = path;
+  if (!p.empty()) {
+    std::string why;
+    setGeneratorPath(p);
+    if (!locateGenerator(&why)) {
+      setGeneratorPath(std::nullopt);
+      return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                  "kvgen_set_generator_path: no generator library: " + why);
+    }
+    return succeed();
+  }
+  setGeneratorPath(p);
+  return succeed();
+}
+
+kvgen_status kvgen_generator_library(const char **path) {
+  static thread_local std::string found;
+  if (!path)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT, "path is NULL");
+  *path = "";
+  std::string why;
+  std::optional<GeneratorLocation> loc = locateGenerator(&why);
+  if (!loc)
+    return fail(KVGEN_ERROR_NOT_FOUND, "no generator library: " + why);
+  if (std::optional<std::string> err = loadGenerator(*loc))
+    return fail(KVGEN_ERROR_LOAD, *err);
+  found = loc->path;
+  *path = found.c_str();
   return succeed();
 }
 

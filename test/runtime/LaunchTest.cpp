@@ -853,3 +853,122 @@ TEST(Generator, BySpecUsesTheRegisteredGenerator) {
 }
 
 } // namespace
+
+namespace {
+
+// The generator library (libkvgen-generator.so, kvgen/generator_abi.h): a
+// runtime with no in-process generator and no bundle JIT-generates a layout
+// through it. The library comes from $KVGEN_TEST_GENERATOR (e.g. one carried
+// to a machine without LLVM) or from this build when it has MLIR.
+std::string testGeneratorPath() {
+  if (const char *env = std::getenv("KVGEN_TEST_GENERATOR"))
+    return env;
+#ifdef KVGEN_TEST_GENERATOR_PATH
+  return KVGEN_TEST_GENERATOR_PATH;
+#else
+  return "";
+#endif
+}
+
+TEST(GeneratorLibrary, JitsALayoutThatNoBundleHas) {
+  std::string lib = testGeneratorPath();
+  if (lib.empty())
+    GTEST_SKIP() << "no generator library: this build has no MLIR and "
+                    "$KVGEN_TEST_GENERATOR is not set";
+  ASSERT_FALSE(hasKernelGenerator());
+  ASSERT_EQ(kvgen_set_generator_path(lib.c_str()), KVGEN_SUCCESS)
+      << kvgen_last_error();
+  const char *found = nullptr;
+  ASSERT_EQ(kvgen_generator_library(&found), KVGEN_SUCCESS)
+      << kvgen_last_error();
+  EXPECT_EQ(std::string(found), lib);
+
+  // HND, 3 heads, block 32: in no bundle (none is loaded at all).
+  LayoutDesc l = LayoutDesc::kv(3, 192, 128, 32, DType::BF16, ScaleKind::None,
+                                Packing::Separate, Order::HND);
+  test::TempDir tmp;
+  kvgen_cache_stats st{};
+  {
+    Context ctx;
+    ASSERT_TRUE(Context::create(KVGEN_BACKEND_HOST, 0, &ctx).ok());
+    ASSERT_TRUE(ctx.setCacheDir(tmp.path()).ok());
+    Kernel k;
+    Status s = ctx.getKernelBySpec(KVGEN_OP_RESHAPE_AND_CACHE, toString(l),
+                                   "io = bf16, slots = i64", &k);
+    ASSERT_TRUE(s.ok()) << s.message;
+    EXPECT_EQ(std::string(k.name()),
+              "kvgen_reshape_and_cache_h3_k192_v128_b32_hnd_sep_bf16_io_bf16_"
+              "i64");
+    ASSERT_TRUE(ctx.stats(&st).ok());
+    EXPECT_EQ(st.compiles, 1u);
+    // It runs: every element of every written token lands where the layout
+    // map says.
+    const int64_t T = 40, nb = 3;
+    Buffers buf(l, nb, T);
+    for (int64_t t = 0; t < T; ++t)
+      buf.slots[size_t(t)] = t % 7 == 3 ? -1 : (t * 37) % (nb * 32);
+    s = k.launch(buf.writeArgs());
+    ASSERT_TRUE(s.ok()) << s.message;
+    SideMap km = l.map(kKey), vm = l.map(kValue);
+    int64_t checked = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      int64_t slot = buf.slots[size_t(t)];
+      if (slot < 0)
+        continue;
+      for (int64_t h = 0; h < 3; ++h) {
+        for (int64_t d = 0; d < 192; ++d, ++checked)
+          ASSERT_EQ(buf.alignedK()[elementOffset(km, slot / 32, slot % 32, h,
+                                                 d)],
+                    buf.key[size_t((t * 3 + h) * 192 + d)])
+              << t << " " << h << " " << d;
+        for (int64_t d = 0; d < 128; ++d, ++checked)
+          ASSERT_EQ(buf.alignedV()[elementOffset(vm, slot / 32, slot % 32, h,
+                                                 d)],
+                    buf.value[size_t((t * 3 + h) * 128 + d)])
+              << t << " " << h << " " << d;
+      }
+    }
+    EXPECT_GT(checked, 0);
+    EXPECT_TRUE(buf.slackIntact(buf.kc, buf.kBytes));
+    EXPECT_TRUE(buf.slackIntact(buf.vc, buf.vBytes));
+  }
+  {
+    // A second context on that cache directory compiles nothing.
+    Context ctx;
+    ASSERT_TRUE(Context::create(KVGEN_BACKEND_HOST, 0, &ctx).ok());
+    ASSERT_TRUE(ctx.setCacheDir(tmp.path()).ok());
+    Kernel k;
+    Status s = ctx.getKernelBySpec(KVGEN_OP_RESHAPE_AND_CACHE, toString(l),
+                                   "slots = i64", &k);
+    ASSERT_TRUE(s.ok()) << s.message;
+    ASSERT_TRUE(ctx.stats(&st).ok());
+    EXPECT_EQ(st.compiles, 0u);
+    EXPECT_EQ(st.disk_hits, 1u);
+    // The generator's own verifier rejects what the op does not allow.
+    s = ctx.getKernelBySpec(KVGEN_OP_GATHER, toString(l),
+                            "io = f32, slots = i64", &k);
+    EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE);
+    EXPECT_NE(s.message.find("generator library"), std::string::npos)
+        << s.message;
+  }
+  // A path that is neither the library nor a directory with it.
+  EXPECT_EQ(kvgen_set_generator_path((tmp.path() + "/nothing").c_str()),
+            KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvgen_last_error()).find("nothing"),
+            std::string::npos);
+  // "" turns it off: bundles only.
+  ASSERT_EQ(kvgen_set_generator_path(""), KVGEN_SUCCESS);
+  {
+    Context ctx;
+    ASSERT_TRUE(Context::create(KVGEN_BACKEND_HOST, 0, &ctx).ok());
+    ASSERT_TRUE(ctx.setCacheDir("").ok());
+    Kernel k;
+    Status s = ctx.getKernelBySpec(KVGEN_OP_RESHAPE_AND_CACHE, toString(l),
+                                   "slots = i32", &k);
+    EXPECT_EQ(s.code, KVGEN_ERROR_NOT_FOUND);
+    EXPECT_NE(s.message.find("no generator"), std::string::npos) << s.message;
+  }
+  ASSERT_EQ(kvgen_set_generator_path(nullptr), KVGEN_SUCCESS);
+}
+
+} // namespace

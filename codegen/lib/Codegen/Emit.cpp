@@ -1,17 +1,13 @@
 //===- Emit.cpp - From kv kernel specifications to kernel source ----------===//
 #include "kvgen/Codegen/Emit.h"
 #include "kvgen/InitAll.h"
-#include "kvgen/Generator.h"
 #include "kvgen/Transforms/Plan.h"
-
-#include <mutex>
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/Cpp/CppEmitter.h"
-#include "mlir/Tools/mlir-translate/Translation.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -322,43 +318,4 @@ FailureOr<EmittedKernel> kvgen::emitKernel(MLIRContext *ctx,
   if (failed(printSource(*module, os)))
     return fail("printing failed: " + diag);
   return k;
-}
-
-void kvgen::registerKernelSourceTranslation() {
-  TranslateFromMLIRRegistration reg(
-      "mlir-to-kernel-source",
-      "print converted kv kernels (emitc) as one self-contained source for "
-      "their planned target: HIP (gfx*), CUDA for NVRTC (sm_*) or C++ (host)",
-      [](Operation *op, raw_ostream &os) -> LogicalResult {
-        auto module = dyn_cast<ModuleOp>(op);
-        if (!module)
-          return op->emitError("expected a module");
-        return printSource(module, os);
-      },
-      [](DialectRegistry &registry) { registerAllDialects(registry); });
-}
-
-void kvgen::installRuntimeGenerator() {
-  setKernelGenerator([](const KernelSpec &spec, const std::string &target,
-                        GeneratedKernel *out) -> std::optional<std::string> {
-    // One private context; generation is serialized (a compile follows, so
-    // this is not on a hot path).
-    static std::mutex mutex;
-    std::lock_guard<std::mutex> lock(mutex);
-    static MLIRContext *ctx = [] {
-      DialectRegistry registry;
-      registerAllDialects(registry);
-      auto *c = new MLIRContext(registry, MLIRContext::Threading::DISABLED);
-      c->loadAllAvailableDialects();
-      return c;
-    }();
-    std::string error;
-    FailureOr<EmittedKernel> k = emitKernel(ctx, spec, target, "", &error);
-    if (failed(k))
-      return error;
-    out->source = std::move(k->source);
-    out->entryName = k->name;
-    out->geometry = k->geometry;
-    return std::nullopt;
-  });
 }

@@ -303,10 +303,31 @@ typedef struct kvgen_kernel_spec {
 } kvgen_kernel_spec;
 
 /** A kernel for `spec`: a loaded bundle entry for the context's target with
- * the same spec, else the registered generator's. KVGEN_ERROR_NOT_FOUND when
- * neither exists. */
+ * the same spec, else the registered in-process generator's, else the
+ * generator library's (kvgen_set_generator_path). KVGEN_ERROR_NOT_FOUND
+ * when none of them exists; KVGEN_ERROR_COMPILE when generation fails. */
 KVGEN_API kvgen_status kvgen_context_get_kernel_by_spec(
     kvgen_context ctx, const kvgen_kernel_spec *spec, kvgen_kernel *out);
+
+/** Where kvgen_context_get_kernel_by_spec finds the code generator when no
+ * generator is registered in-process (kvgen/Generator.h): the shared
+ * library libkvgen-generator.so (kvgen/generator_abi.h, MLIR linked in), at
+ *   1. the path set here: the library file, or a directory holding it;
+ *   2. else $KVGEN_GENERATOR, the same way ("" or "none": no library);
+ *   3. else next to the loaded libkvgen-runtime.so.
+ * `path` NULL returns to rules 2-3; "" turns the library off (bundles
+ * only). Process-wide; affects later lookups. KVGEN_ERROR_INVALID_ARGUMENT
+ * (and no change) when `path` names neither the file nor a directory with
+ * it. The library is dlopen'ed on the first kernel it must generate, not
+ * here. Sources it generates are kept in the disk cache by spec, so a later
+ * process finds them there without loading it. */
+KVGEN_API kvgen_status kvgen_set_generator_path(const char *path);
+/** Locates and loads the generator library now (rules above) and checks
+ * that it emits kernels for this runtime's argument structs. *path: its
+ * file (valid until this thread's next call). KVGEN_ERROR_NOT_FOUND (none,
+ * the message lists what was tried) or KVGEN_ERROR_LOAD (dlopen failed, or
+ * a library of another API or kernel ABI). */
+KVGEN_API kvgen_status kvgen_generator_library(const char **path);
 
 /** The kernel's entry name (valid while its context lives). */
 KVGEN_API const char *kvgen_kernel_name(kvgen_kernel k);

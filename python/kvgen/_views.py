@@ -1,0 +1,138 @@
+"""From cache tensors (views) to a kvgen layout: shapes, element sizes,
+pointers and strides in, layout text and launch constants out.
+
+Used by kvgen.torch; works on any object with .shape, .stride(),
+.element_size() and .data_ptr() (torch tensors), so it has no torch import.
+
+A cache side is a 4-D view [num_blocks, block_size, num_kv_heads,
+head_size] whose last dimension is contiguous (stride 1); its other strides
+(elements) are the layout's (block, token, head) strides:
+
+* NHD dense  (b, t, h) = (bs*H*w, H*w, w)      -> order = nhd
+* HND dense  (b, t, h) = (H*bs*w, w, bs*w)     -> order = hnd (a permute of
+  a [nb, H, bs, w] tensor)
+* anything else (a [nb, 2, ...] allocation, padded blocks, ...) -> explicit
+  k_strides / v_strides
+where w is the row width: the head size, or head_size_k + head_size_v when
+K and V are the two halves of one packed row (same strides, and V's pointer
+is K's plus head_size_k elements) -> packing = packed.
+The layout rules (no overlap, positive block stride, ...) are the runtime's
+(kvgen_layout_parse); a view they reject raises ValueError with that
+message. Source of the formulas: docs/layout.md ("Dense strides").
+"""
+
+from . import Layout
+
+#: torch dtype name -> kvgen float dtype of token rows / caches.
+FLOAT_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
+FP8_TORCH = {"float8_e4m3fn": "f8E4M3FN", "float8_e4m3fnuz": "f8E4M3FNUZ",
+             "float8_e5m2": "f8E5M2", "float8_e5m2fnuz": "f8E5M2FNUZ"}
+#: vLLM's kv_cache_dtype strings -> (fp8 family, kvgen dtype for raw caches)
+KV_CACHE_DTYPES = {"fp8": ("e4m3", "f8E4M3FN"), "fp8_e4m3": ("e4m3", "f8E4M3FN"),
+                   "fp8_e5m2": ("e5m2", "f8E5M2")}
+
+
+def dtype_name(t):
+    return str(t.dtype).replace("torch.", "")
+
+
+def span_bytes(shape, strides, itemsize):
+    """Bytes from a view's first element to the end of its last."""
+    if any(n == 0 for n in shape):
+        return 0
+    if any(s < 0 for s in strides):
+        raise ValueError("negative strides are not supported")
+    return (sum((n - 1) * s for n, s in zip(shape, strides)) + 1) * itemsize
+
+
+def side_strides(what, shape, strides, dense):
+    """(b, t, h) of a [nb, bs, H, D] view with dims of size 1 given their
+    dense stride (never used to address, and torch leaves them arbitrary)."""
+    if len(shape) != 4:
+        raise ValueError(f"{what}: shape {list(shape)}, need 4 dims "
+                         "[num_blocks, block_size, num_kv_heads, head_size]")
+    if shape[3] > 1 and strides[3] != 1:
+        raise ValueError(f"{what}: the last dimension (head_size) must be "
+                         f"contiguous (stride {strides[3]}, need 1)")
+    return tuple(d if n == 1 else s
+                 for n, s, d in zip(shape[:3], strides[:3], dense))
+
+
+def dense_strides(order, bs, heads, width):
+    if order == "nhd":
+        return (bs * heads * width, heads * width, width)
+    return (heads * bs * width, width, bs * width)
+
+
+class CacheGeometry:
+    """The layout of a K/V cache pair and what a launch needs of it.
+
+    Attributes: text (the layout, as kvgen_layout_parse reads it), layout
+    (kvgen.Layout), packed, num_blocks, block_size, num_kv_heads,
+    key_bytes / value_bytes (buffer sizes for the runtime's extent check,
+    measured from each side's pointer; value 0 when packed).
+    """
+
+    def __init__(self, key_cache, value_cache, dtype, scale,
+                 allow_packed=True):
+        ks, vs = tuple(key_cache.shape), tuple(value_cache.shape)
+        kst, vst = tuple(key_cache.stride()), tuple(value_cache.stride())
+        if len(ks) != 4 or len(vs) != 4:
+            raise ValueError(
+                f"key_cache {list(ks)} / value_cache {list(vs)}: need 4-D "
+                "[num_blocks, block_size, num_kv_heads, head_size] views")
+        if ks[:3] != vs[:3]:
+            raise ValueError(
+                f"key_cache {list(ks)} and value_cache {list(vs)} differ in "
+                "[num_blocks, block_size, num_kv_heads]")
+        nb, bs, heads, dk = ks
+        dv = vs[3]
+        isz = key_cache.element_size()
+        if value_cache.element_size() != isz:
+            raise ValueError("key_cache and value_cache have different "
+                             "element sizes")
+        delta = value_cache.data_ptr() - key_cache.data_ptr()
+        packed = (allow_packed and kst == vst and delta == dk * isz)
+        width = dk + dv if packed else None
+        sides = []
+        for what, shape, st, d in (("key_cache", ks, kst, dk),
+                                   ("value_cache", vs, vst, dv)):
+            w = width or d
+            sides.append(side_strides(what, shape, st,
+                                      dense_strides("nhd", bs, heads, w)))
+        kb, vb = sides
+        parts = [f"num_kv_heads = {heads}", f"head_size_k = {dk}",
+                 f"head_size_v = {dv}", f"block_size = {bs}"]
+        order, explicit = None, False
+        for o in ("nhd", "hnd"):
+            if all(s == dense_strides(o, bs, heads, width or d)
+                   for s, d in ((kb, dk), (vb, dv))):
+                order = o
+                break
+        if order is None:
+            explicit = True
+            order = "hnd" if kb[2] > kb[1] else "nhd"
+        parts += [f"order = {order}",
+                  f"packing = {'packed' if packed else 'separate'}",
+                  f"dtype = {dtype}", f"scale = {scale}"]
+        if explicit:
+            parts.append("k_strides = [" + ", ".join(map(str, kb)) + "]")
+            if not packed:
+                parts.append("v_strides = [" + ", ".join(map(str, vb)) + "]")
+        self.text = ", ".join(parts)
+        try:
+            self.layout = Layout.parse(self.text)
+        except ValueError as e:
+            raise ValueError(
+                "kvgen: the cache views cannot be expressed as a kvgen "
+                f"layout (key_cache strides {list(kst)}, value_cache strides "
+                f"{list(vst)}, derived layout '{self.text}'): {e}") from None
+        self.packed = packed
+        self.num_blocks, self.block_size, self.num_kv_heads = nb, bs, heads
+        kspan = span_bytes(ks, kst, isz)
+        vspan = span_bytes(vs, vst, isz)
+        if packed:
+            self.key_bytes = max(kspan, delta + vspan)
+            self.value_bytes = 0
+        else:
+            self.key_bytes, self.value_bytes = kspan, vspan

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# kvgen.torch on a GPU machine without LLVM (the H200): installs the wheel
+# built elsewhere (`pip wheel . -w .whl`, carried with the work tree) into a
+# venv that sees the machine's torch, then runs, on CUDA:
+#   1. test/python/test_torch_ops.py: every preset's write/gather through
+#      torch.ops.kvgen vs the torch reference, CUDA graph capture + replay,
+#      and the CPU tests;
+#   2. the examples (quickstart: a layout not seen before is generated,
+#      compiled and cached on the spot; engine_swap);
+#   3. two processes on one fresh cache directory, then a third that must
+#      find the kernels on disk;
+#   4. bench/torch_overhead.py --device cuda (host time per call: C API vs
+#      the Python entry vs torch.ops).
+#
+#   bash scripts/device_torch_check.sh [wheel] [out dir]
+set -u
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+WHEEL="${1:-$(ls "$REPO"/.whl/kvgen-*.whl | head -1)}"
+OUT="${2:-/tmp/kvgen-torch-check}"
+rm -rf "$OUT" && mkdir -p "$OUT"
+V="$OUT/venv"
+python3 -m venv "$V" || exit 1
+site="$("$V/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+python3 -c 'import site; print("\n".join(site.getsitepackages()))' \
+  > "$site/parent.pth"
+"$V/bin/pip" install --no-deps --no-index "$WHEEL" | tail -1
+LIB="$site/kvgen/lib"
+ls -la "$LIB"
+# `kvgen presets` (the tests' preset list) from an MLIR-free build.
+cmake -S "$REPO" -B "$OUT/rt" -G Ninja -DKVGEN_ENABLE_MLIR=OFF \
+  -DKVGEN_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release >"$OUT/rt.log" 2>&1 &&
+  ninja -C "$OUT/rt" kvgen >>"$OUT/rt.log" 2>&1 || tail -20 "$OUT/rt.log"
+export KVGEN_LIB="$LIB" KVGEN_BUILD_DIR="$OUT/rt"
+export KVGEN_CACHE_DIR="$OUT/cache"
+
+echo "== 1. pytest test_torch_ops.py"
+(cd "$REPO" && "$V/bin/python" -m pytest -q -rs test/python/test_torch_ops.py \
+  2>&1 | tail -25)
+
+echo "== 2. examples on cuda (fresh cache: generate + compile)"
+export KVGEN_CACHE_DIR="$OUT/cache2"
+(cd "$OUT" && "$V/bin/python" "$REPO/examples/torch_quickstart.py" --device cuda &&
+  "$V/bin/python" "$REPO/examples/torch_quickstart.py" --device cuda --fp8 &&
+  "$V/bin/python" "$REPO/examples/engine_swap.py" --device cuda; echo "rc=$?")
+
+echo "== 3. two processes on one fresh cache directory, then a third"
+export KVGEN_CACHE_DIR="$OUT/cache3"
+(cd "$OUT" && { "$V/bin/python" "$REPO/examples/torch_quickstart.py" --device cuda > p1.txt 2>&1 &
+  "$V/bin/python" "$REPO/examples/torch_quickstart.py" --device cuda > p2.txt 2>&1 &
+  wait; cat p1.txt p2.txt
+  "$V/bin/python" "$REPO/examples/torch_quickstart.py" --device cuda; echo "rc=$?"
+  ls "$KVGEN_CACHE_DIR" | sed 's/^[0-9a-f]\{56\}/.../' | sort | uniq -c; })
+
+echo "== 4. host overhead per call (cuda)"
+(cd "$OUT" && "$V/bin/python" "$REPO/bench/torch_overhead.py" --device cuda &&
+  "$V/bin/python" "$REPO/bench/torch_overhead.py" --device cuda --tokens 64)

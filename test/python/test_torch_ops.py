@@ -1,0 +1,626 @@
+"""kvgen.torch: the torch.library ops on CPU tensors (kvgen's host backend,
+JIT-generated through libkvgen-generator.so, no bundle) against the numpy
+reference (kvgen_ref.py), bit for bit over the whole cache allocations, for
+every preset (runtime/lib/Presets.cpp, read from `kvgen presets`) in the
+preset's own arrangement, as an HND permute, and as a [num_blocks, 2, ...]
+allocation; torch.compile(fullgraph=True) of a function calling the write
+op; bad inputs raising a clear error and writing nothing; MLA, copy and
+swap ops against the torch reference (torch_ref.py, itself checked against
+numpy here). CUDA tests (torch ops on the GPU vs torch_ref, CUDA graph
+capture and replay) run when torch sees a GPU and are skipped otherwise.
+
+Skipped, with the reason, without torch, the `kvgen` CLI or the generator
+library.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed "
+                            "(scripts/install-deps.sh installs it)")
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import kvgen  # noqa: E402
+import kvgen_ref as ref  # noqa: E402
+import torch_ref  # noqa: E402
+
+BUILD = Path(os.environ.get("KVGEN_BUILD_DIR", REPO / "build"))
+KVGEN = BUILD / "bin" / "kvgen"
+
+
+def _setup():
+    try:
+        kvgen.library_path()
+    except OSError as e:
+        return f"runtime library not loadable: {e}"
+    if kvgen.generator_path() is None:
+        return "no generator library (libkvgen-generator.so) found"
+    return None
+
+
+_WHY = _setup()
+pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+
+import kvgen.torch as kt  # noqa: E402  (registers torch.ops.kvgen)
+
+TORCH_DTYPE = {"bf16": torch.bfloat16, "f16": torch.float16,
+               "f32": torch.float32, "f8E4M3FN": torch.uint8,
+               "f8E5M2": torch.uint8}
+STORAGE = {torch.bfloat16: torch.int16, torch.float16: torch.int16,
+           torch.float32: torch.int32, torch.uint8: torch.uint8}
+
+
+def presets():
+    """{name: layout dict} from `kvgen presets` (a name line, then the
+    layout text)."""
+    if not (KVGEN.is_file() and os.access(KVGEN, os.X_OK)):
+        return {}
+    lines = subprocess.run([str(KVGEN), "presets"], capture_output=True,
+                           text=True, check=True).stdout.splitlines()
+    out = {}
+    for i, line in enumerate(lines[:-1]):
+        nxt = lines[i + 1].strip()
+        if line and not line[0].isspace() and nxt.startswith("num_kv_heads"):
+            if "components = [" in nxt:
+                continue  # MLA presets: the MLA tests below cover them
+            f = dict(p.split(" = ") for p in nxt.split(", "))
+            out[line.split()[0]] = f
+    return out
+
+
+PRESETS = presets()
+cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                          reason="no CUDA device visible to torch")
+DEVICES = ["cpu", pytest.param("cuda", marks=cuda)]
+
+
+def bits(t):
+    """The raw bytes of a contiguous tensor as a numpy uint8 array."""
+    return t.detach().reshape(-1).view(torch.uint8).numpy().copy()
+
+
+def np_bits(t):
+    """A tensor's element bits as numpy unsigned ints."""
+    s = STORAGE[t.dtype]
+    a = t.detach().contiguous().view(s).numpy()
+    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32}[a.itemsize])
+
+
+class Caches:
+    """The allocations and the K/V views of one arrangement."""
+
+    def __init__(self, f, arrangement, nb, gen):
+        H, dk, dv, bs = (int(f[k]) for k in ("num_kv_heads", "head_size_k",
+                                              "head_size_v", "block_size"))
+        self.H, self.dk, self.dv, self.bs, self.nb = H, dk, dv, bs, nb
+        self.dtype = f["dtype"]
+        dt = TORCH_DTYPE[self.dtype]
+        packed = f["packing"] == "packed"
+        hnd = (f["order"] == "hnd") != (arrangement == "hnd")
+
+        def alloc(*shape):
+            raw = torch.randint(0, 256, (int(np.prod(shape)) *
+                                         torch.empty((), dtype=dt)
+                                         .element_size(),),
+                                dtype=torch.uint8, generator=gen)
+            return raw.view(dt).reshape(shape)
+
+        def nhd(t):  # [nb, H, bs, D] -> [nb, bs, H, D] view
+            return t.permute(0, 2, 1, 3) if hnd else t
+
+        shape = (lambda d: (nb, H, bs, d)) if hnd else \
+            (lambda d: (nb, bs, H, d))
+        if arrangement == "nb2":
+            assert not packed and dk == dv
+            base = alloc(nb, 2, *shape(dk)[1:])
+            self.allocs = [base]
+            self.k = nhd(base[:, 0])
+            self.v = nhd(base[:, 1])
+        elif packed:
+            base = alloc(*shape(dk + dv))
+            self.allocs = [base]
+            self.k = nhd(base)[..., :dk]
+            self.v = nhd(base)[..., dk:]
+        else:
+            kb, vb = alloc(*shape(dk)), alloc(*shape(dv))
+            self.allocs = [kb, vb]
+            self.k, self.v = nhd(kb), nhd(vb)
+
+    def where(self, view):
+        """(allocation index, element offset, (b, t, h) strides)."""
+        for i, a in enumerate(self.allocs):
+            lo = a.data_ptr()
+            hi = lo + a.numel() * a.element_size()
+            if lo <= view.data_ptr() < hi:
+                return i, (view.data_ptr() - lo) // a.element_size(), \
+                    tuple(view.stride()[:3])
+        raise AssertionError("view outside its allocations")
+
+    def ref_layout(self):
+        # Separate with each side's own strides: the views say where.
+        return ref.Layout(self.H, self.dk, self.dv, self.bs,
+                          dtype=self.dtype, scale="none")
+
+    def ref_views(self, expected):
+        lay = self.ref_layout()
+        out = {}
+        for side, view in (("k", self.k), ("v", self.v)):
+            i, off, st = self.where(view)
+            out[side] = ref.cache_side_view(lay, side, expected[i], self.nb,
+                                            st, off)
+        return out
+
+    def snapshot(self):
+        return [bits(a) for a in self.allocs]
+
+    def now(self):
+        return [bits(a) for a in self.allocs]
+
+
+def same_bits(a, b):
+    """Bit equality (random-bit caches hold NaNs)."""
+    return torch.equal(a.contiguous().view(STORAGE[a.dtype]),
+                       b.contiguous().view(STORAGE[b.dtype]))
+
+
+def kv_dtype_arg(dtype):
+    return {"f8E4M3FN": "fp8", "f8E5M2": "fp8_e5m2"}.get(dtype, "auto")
+
+
+def make_rows(T, H, d, gen, dtype=torch.bfloat16):
+    return (torch.randn(T, H, d, generator=gen) * 3).to(dtype)
+
+
+def make_slots(T, nb, bs, gen, dtype):
+    s = torch.randperm(nb * bs, generator=gen)[:T].to(dtype)
+    s[3::5] = -1
+    return s
+
+
+ARRANGEMENTS = ["preset", "hnd", "nb2"]
+CASES = [(name, arr) for name in PRESETS for arr in ARRANGEMENTS
+         if not (arr == "nb2" and (PRESETS[name]["packing"] == "packed" or
+                                   PRESETS[name]["head_size_k"] !=
+                                   PRESETS[name]["head_size_v"]))]
+
+
+# fp8 presets with per-tensor and per-head scales, the others without.
+SCALED = [(n, a, k) for n, a in CASES
+          for k in (("per_tensor", "per_head")
+                    if PRESETS[n]["dtype"].startswith("f8") else ("none",))]
+
+
+@pytest.mark.skipif(not PRESETS, reason=f"{KVGEN} not built: no preset list")
+@pytest.mark.parametrize("name,arrangement,scale_kind", SCALED,
+                         ids=[f"{n}-{a}-{k}" for n, a, k in SCALED])
+def test_presets_write_and_gather_bit_exact(name, arrangement, scale_kind):
+    f = PRESETS[name]
+    fp8 = f["dtype"].startswith("f8")
+    gen = torch.Generator().manual_seed(
+        sum(map(ord, name + arrangement + scale_kind)))
+    T, nb = 37, 5
+    c = Caches(f, arrangement, nb, gen)
+    key = make_rows(T, c.H, c.dk, gen)
+    value = make_rows(T, c.H, c.dv, gen)
+    slot_t = torch.int32 if arrangement == "hnd" else torch.int64
+    slots = make_slots(T, nb, c.bs, gen, slot_t)
+    n = c.H if scale_kind == "per_head" else 1
+    ks = torch.rand(n, generator=gen) * 0.5 + 0.05
+    vs = torch.rand(n, generator=gen) * 0.5 + 0.05
+
+    # numpy reference over copies of the allocations' bytes
+    expected = c.snapshot()
+    views = c.ref_views(expected)
+    sk = ref.scale_for_rows(ks.numpy(), scale_kind if fp8 else "none", c.H)
+    sv = ref.scale_for_rows(vs.numpy(), scale_kind if fp8 else "none", c.H)
+    for side, rows, s in (("k", key, sk), ("v", value, sv)):
+        want = ref.input_to_cache(np_bits(rows), "bf16", c.dtype, s)
+        ref.ref_reshape_and_cache(views[side], want, slots.numpy(), c.bs)
+
+    torch.ops.kvgen.reshape_and_cache_flash(
+        key, value, c.k, c.v, slots, kv_dtype_arg(c.dtype), ks, vs)
+    for i, (got, want) in enumerate(zip(c.now(), expected)):
+        bad = np.nonzero(got != want)[0]
+        assert len(bad) == 0, (f"allocation {i}: {len(bad)} bytes differ, "
+                               f"first at {bad[:8]}")
+
+    # gather back (dequantizing fp8 to bf16), into outputs of random bits
+    ko = torch.randint(-2**15, 2**15, (T, c.H, c.dk), generator=gen,
+                       dtype=torch.int16).view(torch.bfloat16)
+    vo = torch.randint(-2**15, 2**15, (T, c.H, c.dv), generator=gen,
+                       dtype=torch.int16).view(torch.bfloat16)
+    want_k, want_v = np_bits(ko).copy(), np_bits(vo).copy()
+    views = c.ref_views(c.now())
+    for side, out, s in (("k", want_k, sk), ("v", want_v, sv)):
+        ref.ref_gather(out, lambda b: ref.cache_to_output(
+            b, c.dtype, "bf16", fp8, s), views[side], slots.numpy(), c.bs)
+    torch.ops.kvgen.gather_cache(c.k, c.v, slots, ko, vo,
+                                 kv_dtype_arg(c.dtype), ks, vs)
+    assert np.array_equal(np_bits(ko), want_k)
+    assert np.array_equal(np_bits(vo), want_v)
+
+
+def test_torch_reference_matches_numpy():
+    """torch_ref (used for the GPU checks) agrees with kvgen_ref."""
+    gen = torch.Generator().manual_seed(5)
+    f = {"num_kv_heads": "2", "head_size_k": "64", "head_size_v": "32",
+         "block_size": "16", "order": "hnd", "packing": "separate",
+         "dtype": "f8E4M3FN"}
+    c = Caches(f, "preset", 4, gen)
+    key, value = make_rows(20, 2, 64, gen), make_rows(20, 2, 32, gen)
+    slots = make_slots(20, 4, 16, gen, torch.int64)
+    ks, vs = torch.tensor([0.3, 0.7]), torch.tensor([0.2, 0.9])
+    expected = c.snapshot()
+    views = c.ref_views(expected)
+    for side, rows, s in (("k", key, ks), ("v", value, vs)):
+        want = ref.input_to_cache(np_bits(rows), "bf16", "f8E4M3FN",
+                                  ref.scale_for_rows(s.numpy(), "per_head",
+                                                     2))
+        ref.ref_reshape_and_cache(views[side], want, slots.numpy(), 16)
+    torch_ref.write(key, value, c.k, c.v, slots, "fp8", ks, vs)
+    for got, want in zip(c.now(), expected):
+        assert np.array_equal(got, want)
+
+
+# -- layouts from views --------------------------------------------------
+
+def test_derived_layouts():
+    nb, bs, H, D = 3, 16, 2, 64
+    kc = torch.zeros(nb, bs, H, D, dtype=torch.bfloat16)
+    geo = kt.CacheGeometry(kc, kc.clone(), "bf16", "none")
+    assert "order = nhd" in geo.text and "strides" not in geo.text
+    hnd = torch.zeros(nb, H, bs, D, dtype=torch.bfloat16).permute(0, 2, 1, 3)
+    geo = kt.CacheGeometry(hnd, hnd.clone(), "bf16", "none")
+    assert "order = hnd" in geo.text and "strides" not in geo.text
+    both = torch.zeros(nb, 2, bs, H, D, dtype=torch.bfloat16)
+    geo = kt.CacheGeometry(both[:, 0], both[:, 1], "bf16", "none")
+    assert f"k_strides = [{2 * bs * H * D}, {H * D}, {D}]" in geo.text
+    packed = torch.zeros(nb, bs, H, D + 32, dtype=torch.bfloat16)
+    geo = kt.CacheGeometry(packed[..., :D], packed[..., D:], "bf16", "none")
+    assert geo.packed and "packing = packed" in geo.text
+    assert geo.key_bytes == packed.numel() * 2
+
+
+def test_layout_that_cannot_be_expressed():
+    # Blocks that overlap: a block stride smaller than one block's span.
+    base = torch.zeros(4096, dtype=torch.bfloat16)
+    kc = base.as_strided((4, 16, 2, 64), (64, 128, 64, 1))
+    key = make_rows(2, 2, 64, torch.Generator().manual_seed(1))
+    slots = torch.tensor([0, 1])
+    one = torch.ones(1)
+    before = base.clone()
+    with pytest.raises(ValueError, match="cannot be expressed"):
+        torch.ops.kvgen.reshape_and_cache_flash(key, key, kc, kc.clone(),
+                                                slots, "auto", one, one)
+    assert torch.equal(base, before)
+
+
+# -- bad inputs: clear errors, nothing written ----------------------------
+
+def _setup_bad():
+    gen = torch.Generator().manual_seed(9)
+    kc = torch.zeros(4, 16, 2, 64, dtype=torch.bfloat16)
+    vc = torch.zeros(4, 16, 2, 32, dtype=torch.bfloat16)
+    key, value = make_rows(5, 2, 64, gen), make_rows(5, 2, 32, gen)
+    slots = torch.tensor([1, 2, 3, -1, 60])
+    return key, value, kc, vc, slots, torch.ones(1), torch.ones(1)
+
+
+BAD = {
+    "wrong dtype": (lambda a: a.__setitem__(0, a[0].double()),
+                    TypeError, "key has dtype torch.float64"),
+    "cache dtype under auto": (
+        lambda a: a.__setitem__(2, a[2].half()), TypeError,
+        "with kv_cache_dtype 'auto' it must be torch.bfloat16"),
+    "mismatched head sizes": (
+        lambda a: a.__setitem__(1, make_rows(5, 2, 64,
+                                             torch.Generator())),
+        ValueError, "value has head_size 64, value_cache 32"),
+    "non-contiguous last dim": (
+        lambda a: a.__setitem__(0, make_rows(5, 2, 128,
+                                             torch.Generator())[..., ::2]),
+        ValueError, "last dimension must be contiguous"),
+    "cache too small": (lambda a: a[4].__setitem__(4, 64), ValueError,
+                        "holds slot 64, the cache has 4 blocks of 16"),
+    "slots on another device": (
+        lambda a: a.__setitem__(4, a[4].to("meta")), ValueError,
+        "slot_mapping is on meta"),
+    "non-contiguous slots": (
+        lambda a: a.__setitem__(4, torch.arange(10)[::2]), ValueError,
+        "slot_mapping must be contiguous"),
+    "slot dtype": (lambda a: a.__setitem__(4, a[4].float()), TypeError,
+                   "slot_mapping has dtype torch.float32"),
+    "kv_cache_dtype": (lambda a: a.__setitem__(5, "fp4"), ValueError,
+                       "kv_cache_dtype 'fp4'"),
+    "fp8 scale size": (lambda a: (a.__setitem__(5, "fp8"),
+                                  a.__setitem__(2, a[2].view(torch.uint8)
+                                                [..., :64].clone()),
+                                  a.__setitem__(3, torch.zeros(
+                                      4, 16, 2, 32, dtype=torch.uint8)),
+                                  a.__setitem__(6, torch.ones(3))),
+                       ValueError, "k_scale has 3 elements"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_inputs_raise_and_write_nothing(case):
+    args = list(_setup_bad())
+    args.insert(5, "auto")
+    mutate, exc, msg = BAD[case]
+    mutate(args)
+    key, value, kc, vc, slots, kvd, ks, vs = args
+    before = [kc.clone(), vc.clone()]
+    with pytest.raises(exc, match=msg):
+        torch.ops.kvgen.reshape_and_cache_flash(key, value, kc, vc, slots,
+                                                kvd, ks, vs)
+    assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
+
+
+def test_good_call_of_the_bad_input_setup_writes():
+    key, value, kc, vc, slots, ks, vs = _setup_bad()
+    slots[4] = 63
+    torch.ops.kvgen.reshape_and_cache_flash(key, value, kc, vc, slots,
+                                            "auto", ks, vs)
+    assert torch.equal(kc.view(-1, 2, 64)[63], key[4])
+
+
+# -- torch.compile ---------------------------------------------------------
+
+@pytest.mark.parametrize("entry", ["torch.ops", "kvgen.torch"])
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_fullgraph(backend, entry):
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(3)
+    T, H, dk, dv, bs, nb = 9, 2, 64, 32, 16, 3
+    kc = torch.zeros(nb, bs, H, dk, dtype=torch.bfloat16)
+    vc = torch.zeros(nb, bs, H, dv, dtype=torch.bfloat16)
+    key, value = make_rows(T, H, dk, gen), make_rows(T, H, dv, gen)
+    slots = make_slots(T, nb, bs, gen, torch.int64)
+    one = torch.ones(1)
+
+    write = torch.ops.kvgen.reshape_and_cache_flash if entry == "torch.ops" \
+        else kt.reshape_and_cache_flash
+
+    def step(key, value, kc, vc, slots):
+        k2 = key * 2
+        write(k2, value, kc, vc, slots, "auto", one, one)
+        return k2.sum()
+
+    compiled = torch.compile(step, fullgraph=True, backend=backend)
+    total = compiled(key, value, kc, vc, slots)
+    want_k = torch.zeros_like(kc)
+    want_v = torch.zeros_like(vc)
+    torch_ref.write(key * 2, value, want_k, want_v, slots, "auto", one, one)
+    assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
+    assert torch.equal(total, (key * 2).sum())
+
+
+# -- MLA, copy, swap -------------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kv_dtype", ["auto", "fp8"])
+def test_mla_write_and_gather(kv_dtype, device):
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(11)
+    L, R, bs, nb, T = 512, 64, 16, 6, 40
+    cdt = torch.uint8 if kv_dtype == "fp8" else torch.bfloat16
+    cache = torch.zeros(nb, bs, L + R, dtype=cdt, device=dev)
+    want = cache.clone()
+    kv_c = make_rows(T, 1, L, gen)[:, 0].to(dev)
+    k_pe = make_rows(T, 1, R, gen)[:, 0].to(dev)
+    slots = make_slots(T, nb, bs, gen, torch.int64).to(dev)
+    scale = torch.tensor([0.25], device=dev)
+    torch.ops.kvgen.concat_and_cache_mla(kv_c, k_pe, cache, slots, kv_dtype,
+                                         scale)
+    torch_ref.concat_and_cache_mla(kv_c, k_pe, want, slots, kv_dtype, scale)
+    assert torch.equal(cache, want)
+    # vLLM's gather by block table, two sequences, one with a start offset
+    block_table = torch.tensor([[4, 1, 0], [2, 5, 3]], dtype=torch.int32,
+                               device=dev)
+    cu = torch.tensor([0, 20, 33], dtype=torch.int32, device=dev)
+    starts = torch.tensor([0, 7], dtype=torch.int32, device=dev)
+    dst = torch.full((36, L + R), 7.0, dtype=torch.bfloat16, device=dev)
+    want_dst = dst.clone()
+    torch.ops.kvgen.gather_and_maybe_dequant_cache(cache, dst, block_table,
+                                                   cu, 2, kv_dtype, scale,
+                                                   starts)
+    torch_ref.gather_and_maybe_dequant_cache(cache, want_dst, block_table,
+                                             cu, 2, kv_dtype, scale, starts)
+    assert torch.equal(dst, want_dst)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_copy_blocks_and_swap_blocks(device):
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(13)
+    layers = []
+    for _ in range(2):
+        c = Caches({"num_kv_heads": "2", "head_size_k": "64",
+                    "head_size_v": "64", "block_size": "16", "order": "nhd",
+                    "packing": "separate", "dtype": "bf16"}, "nb2", 8, gen)
+        base = c.allocs[0].to(dev)
+        layers.append((base[:, 0], base[:, 1]))
+    mapping = torch.tensor([[0, 5], [3, 6], [1, 7]], device=dev)
+    want = [(k.clone(), v.clone()) for k, v in layers]
+    torch_ref.copy_blocks([w[0] for w in want], [w[1] for w in want],
+                          mapping)
+    torch.ops.kvgen.copy_blocks([k for k, _ in layers],
+                                [v for _, v in layers], mapping)
+    for (k, v), (wk, wv) in zip(layers, want):
+        assert same_bits(k, wk) and same_bits(v, wv)
+    # swap: a 6-block cache into a 9-block one
+    src = torch.randn(6, 16, 2, 64, generator=gen).to(torch.bfloat16).to(dev)
+    dst = torch.randn(9, 16, 2, 64, generator=gen).to(torch.bfloat16).to(dev)
+    m = torch.tensor([[0, 8], [5, 2], [2, 0]], device=dev)
+    want = dst.clone()
+    torch_ref.swap_blocks(src, want, m)
+    torch.ops.kvgen.swap_blocks(src, dst, m)
+    assert torch.equal(dst, want)
+    if dev.type == "cpu":  # the host backend checks blocks before launch
+        with pytest.raises(ValueError, match="holds block 9"):
+            torch.ops.kvgen.swap_blocks(src, dst, torch.tensor([[0, 9]]))
+    mla = [torch.randn(4, 16, 576, generator=gen).to(torch.bfloat16).to(dev)]
+    want = mla[0].clone()
+    m = torch.tensor([[0, 3], [1, 2]], device=dev)
+    want[m[:, 1]] = want[m[:, 0]].clone()
+    torch.ops.kvgen.copy_blocks_mla(mla, m)
+    assert torch.equal(mla[0], want)
+
+
+def test_eager_entry_checks_every_call():
+    """kvgen.torch.reshape_and_cache_flash remembers plans by the cache
+    tensors; a later call with other rows is still checked."""
+    key, value, kc, vc, slots, ks, vs = _setup_bad()
+    slots[4] = 10
+    kt.reshape_and_cache_flash(key, value, kc, vc, slots, "auto", ks, vs)
+    assert torch.equal(kc.view(-1, 2, 64)[10], key[4])
+    before = vc.clone()
+    wide = make_rows(5, 2, 64, torch.Generator().manual_seed(2))
+    with pytest.raises(ValueError, match="value has head_size 64"):
+        kt.reshape_and_cache_flash(key, wide, kc, vc, slots, "auto", ks, vs)
+    with pytest.raises(ValueError, match="holds slot 64"):
+        kt.reshape_and_cache_flash(key, value, kc, vc,
+                                   torch.tensor([0, 1, 2, 3, 64]), "auto",
+                                   ks, vs)
+    with pytest.raises(ValueError, match="slot_mapping has shape"):
+        kt.reshape_and_cache_flash(key, value, kc, vc, slots[:3], "auto",
+                                   ks, vs)
+    with pytest.raises(ValueError, match="slot_mapping must be contiguous"):
+        kt.reshape_and_cache_flash(key, value, kc, vc, torch.arange(10)[::2],
+                                   "auto", ks, vs)
+    with pytest.raises(ValueError, match="slot_mapping is on meta"):
+        kt.reshape_and_cache_flash(key, value, kc, vc, slots.to("meta"),
+                                   "auto", ks, vs)
+    assert torch.equal(vc, before)
+    ko, vo = torch.zeros_like(key), torch.zeros_like(value)
+    kt.gather_cache(kc, vc, slots, ko, vo, "auto", ks, vs)
+    assert torch.equal(ko[4], key[4])
+
+
+def test_kernel_table_reuses_plans():
+    key, value, kc, vc, slots, ks, vs = _setup_bad()
+    slots[4] = 10
+    torch.ops.kvgen.reshape_and_cache_flash(key, value, kc, vc, slots,
+                                            "auto", ks, vs)
+    n = kt.plan_count()
+    for t in (1, 3, 5):  # other token counts: same plan
+        torch.ops.kvgen.reshape_and_cache_flash(key[:t], value[:t], kc, vc,
+                                                slots[:t], "auto", ks, vs)
+    assert kt.plan_count() == n
+    # With "auto" the scales are not read: fresh scale tensors each call
+    # still find the same entry.
+    kt.reshape_and_cache_flash(key, value, kc, vc, slots, "auto", ks, vs)
+    entries = len(kt._fast)
+    for _ in range(3):
+        kt.reshape_and_cache_flash(key, value, kc, vc, slots, "auto",
+                                   torch.ones(1), torch.ones(1))
+    assert len(kt._fast) == entries and kt.plan_count() == n
+
+
+# -- CUDA (skipped without a GPU) -------------------------------------------
+
+@cuda
+@pytest.mark.parametrize("name,arrangement", CASES,
+                         ids=[f"{n}-{a}" for n, a in CASES])
+def test_cuda_presets_vs_torch_reference(name, arrangement):
+    f = PRESETS[name]
+    gen = torch.Generator().manual_seed(21)
+    T, nb = 300, 40
+    c = Caches(f, arrangement, nb, gen)
+    dev = torch.device("cuda")
+    key = make_rows(T, c.H, c.dk, gen).to(dev)
+    value = make_rows(T, c.H, c.dv, gen).to(dev)
+    slots = make_slots(T, nb, c.bs, gen, torch.int64).to(dev)
+    ks = (torch.rand(1, generator=gen) + 0.1).to(dev)
+    vs = (torch.rand(1, generator=gen) + 0.1).to(dev)
+    kvd = kv_dtype_arg(c.dtype)
+    gpu = [a.to(dev) for a in c.allocs]
+    cpu_ref = [a.clone().to(dev) for a in c.allocs]
+
+    def views(allocs):
+        out = []
+        for v in (c.k, c.v):
+            i, off, _ = c.where(v)
+            out.append(allocs[i].reshape(-1)[off:].as_strided(
+                v.shape, v.stride()))
+        return out
+
+    gk, gv = views(gpu)
+    rk, rv = views(cpu_ref)
+    torch.ops.kvgen.reshape_and_cache_flash(key, value, gk, gv, slots, kvd,
+                                            ks, vs)
+    torch_ref.write(key, value, rk, rv, slots, kvd, ks, vs)
+    torch.cuda.synchronize()
+    for a, b in zip(gpu, cpu_ref):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    ko = torch.zeros(T, c.H, c.dk, dtype=torch.bfloat16, device=dev)
+    vo = torch.zeros(T, c.H, c.dv, dtype=torch.bfloat16, device=dev)
+    wk, wv = ko.clone(), vo.clone()
+    torch.ops.kvgen.gather_cache(gk, gv, slots, ko, vo, kvd, ks, vs)
+    torch_ref.gather(rk, rv, slots, wk, wv, kvd, ks, vs)
+    torch.cuda.synchronize()
+    assert torch.equal(ko, wk) and torch.equal(vo, wv)
+
+
+@cuda
+def test_cuda_swap_with_a_pinned_host_cache():
+    """Offload: blocks between a pinned CPU cache and a CUDA cache, the
+    kernel reading/writing host memory through unified addressing."""
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(23)
+    host = torch.randn(12, 16, 4, 128, generator=gen).to(
+        torch.bfloat16).pin_memory()
+    gpu = torch.zeros(10, 16, 4, 128, dtype=torch.bfloat16, device=dev)
+    m = torch.tensor([[0, 9], [11, 0], [4, 5]], device=dev)
+    torch.ops.kvgen.swap_blocks(host, gpu, m)
+    torch.cuda.synchronize()
+    mc = m.cpu()
+    assert torch.equal(gpu[mc[:, 1]].cpu(), host[mc[:, 0]])
+    back = torch.zeros_like(host).pin_memory()
+    torch.ops.kvgen.swap_blocks(gpu, back, torch.tensor([[9, 1]],
+                                                        device=dev))
+    torch.cuda.synchronize()
+    assert torch.equal(back[1], host[0])
+    with pytest.raises(ValueError, match="pinned"):
+        torch.ops.kvgen.swap_blocks(host.clone(), gpu, m)
+
+
+@cuda
+def test_cuda_graph_capture_and_replay():
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(22)
+    T, H, dk, dv, bs, nb = 64, 4, 192, 128, 16, 32
+    kc = torch.zeros(nb, bs, H, dk, dtype=torch.bfloat16, device=dev)
+    vc = torch.zeros(nb, bs, H, dv, dtype=torch.bfloat16, device=dev)
+    key = make_rows(T, H, dk, gen).to(dev)
+    value = make_rows(T, H, dv, gen).to(dev)
+    slots = make_slots(T, nb, bs, gen, torch.int64).to(dev)
+    one = torch.ones(1, device=dev)
+    op = torch.ops.kvgen.reshape_and_cache_flash
+    op(key, value, kc, vc, slots, "auto", one, one)  # JIT before capture
+    kc.zero_()
+    vc.zero_()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        op(key, value, kc, vc, slots, "auto", one, one)
+    assert not kc.any()  # capture runs nothing
+    for step in range(3):
+        key.copy_(make_rows(T, H, dk, gen).to(dev))
+        value.copy_(make_rows(T, H, dv, gen).to(dev))
+        slots.copy_(make_slots(T, nb, bs, gen, torch.int64).to(dev))
+        g.replay()
+        wk, wv = torch.zeros_like(kc), torch.zeros_like(vc)
+        wk.copy_(kc)
+        wv.copy_(vc)
+        torch_ref.write(key, value, wk, wv, slots, "auto", one, one)
+        torch.cuda.synchronize()
+        assert torch.equal(kc, wk) and torch.equal(vc, wv), step

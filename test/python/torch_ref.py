@@ -1,0 +1,94 @@
+"""A torch reference of the ops of kvgen.torch, written from their
+definitions with plain torch indexing (no kvgen code): what the GPU tests
+compare kvgen's CUDA kernels with. On the CPU, test_torch_ops.py checks it
+against the numpy reference (kvgen_ref.py) first.
+
+Caches are [num_blocks, block_size, H, D] views (any strides); fp8 caches
+are uint8 or float8 tensors.
+"""
+
+import torch
+
+FP8 = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn,
+       "fp8_e5m2": torch.float8_e5m2}
+
+
+def _fp8_type(cache, kv_cache_dtype):
+    if cache.dtype in (torch.uint8, torch.int8):
+        return FP8[kv_cache_dtype]
+    return cache.dtype
+
+
+def _scale(s, heads):
+    # [1] or [H] -> broadcastable over [n, H, D]
+    return s.float().reshape(-1, 1).expand(heads, 1) if s.numel() == heads \
+        else s.float().reshape(1, 1)
+
+
+def write(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
+          k_scale, v_scale):
+    """reshape_and_cache_flash: cache[slot // bs, slot % bs] = row
+    (quantized as saturate(x / scale) for fp8)."""
+    bs = key_cache.shape[1]
+    ok = slot_mapping >= 0
+    s = slot_mapping[ok].long()
+    for rows, cache, scale in ((key, key_cache, k_scale),
+                               (value, value_cache, v_scale)):
+        r = rows[ok]
+        if kv_cache_dtype != "auto":
+            t = _fp8_type(cache, kv_cache_dtype)
+            m = torch.finfo(t).max
+            q = (r.float() / _scale(scale, r.shape[1])).clamp(-m, m).to(t)
+            r = q.view(cache.dtype) if cache.dtype != t else q
+        cache[s // bs, s % bs] = r
+
+
+def gather(key_cache, value_cache, slot_mapping, key_out, value_out,
+           kv_cache_dtype, k_scale, v_scale):
+    """gather_cache: out[t] = cache[slot_mapping[t]] (q * scale for fp8,
+    converted to out's dtype); rows of negative slots untouched."""
+    bs = key_cache.shape[1]
+    ok = slot_mapping >= 0
+    s = slot_mapping[ok].long()
+    for out, cache, scale in ((key_out, key_cache, k_scale),
+                              (value_out, value_cache, v_scale)):
+        c = cache[s // bs, s % bs]
+        if kv_cache_dtype != "auto":
+            t = _fp8_type(cache, kv_cache_dtype)
+            c = (c.view(t).float() * _scale(scale, c.shape[1]))
+        out[ok] = c.to(out.dtype)
+
+
+def copy_blocks(key_caches, value_caches, block_mapping):
+    for kc, vc in zip(key_caches, value_caches):
+        for c in (kc, vc):
+            c[block_mapping[:, 1]] = c[block_mapping[:, 0]].clone()
+
+
+def swap_blocks(src, dst, block_mapping):
+    m = block_mapping.to(src.device)
+    dst[m[:, 1].to(dst.device)] = src[m[:, 0]].to(dst.device)
+
+
+def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
+                         scale):
+    L = kv_c.shape[1]
+    write(kv_c.unsqueeze(1), k_pe.unsqueeze(1),
+          kv_cache[..., :L].unsqueeze(2), kv_cache[..., L:].unsqueeze(2),
+          slot_mapping, kv_cache_dtype, scale, scale)
+
+
+def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
+                                   batch_size, kv_cache_dtype, scale,
+                                   seq_starts=None):
+    bs = src_cache.shape[1]
+    for b in range(batch_size):
+        lo, hi = int(cu_seq_lens[b]), int(cu_seq_lens[b + 1])
+        start = int(seq_starts[b]) if seq_starts is not None else 0
+        for i in range(hi - lo):
+            p = start + i
+            row = src_cache[int(block_table[b, p // bs]), p % bs]
+            if kv_cache_dtype != "auto":
+                t = _fp8_type(src_cache, kv_cache_dtype)
+                row = row.view(t).float() * scale.float()
+            dst[lo + i] = row.to(dst.dtype)
