@@ -26,11 +26,10 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(HERE))
 
-import grid_spec as G  # noqa: E402
+import geometries as G  # noqa: E402  (bench/geometries.py)
 
 GOALS = {
     "bandwidth": 0.92,       # T >= 4096: kernel GB/s >= 92% of copy GB/s
