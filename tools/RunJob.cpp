@@ -5,8 +5,8 @@
 // and every gathered row are compared bit for bit with a host reference that
 // uses the same address map (kvgen::elementOffset) and the same fp8
 // rounding (Numerics.h) the kernels are built from. The independent
-// references are the numpy/ml_dtypes grid (test/python) and torch on a GPU
-// (scripts/device_grid.py).
+// references are those of the grid harness (test/python/grid): numpy /
+// ml_dtypes on the host backend, torch on the cuda backend.
 //
 //===----------------------------------------------------------------------===//
 #include "RunJob.h"

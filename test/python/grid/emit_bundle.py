@@ -193,7 +193,9 @@ def emit(specs, target, out, kvgen_exe, jobs=None, shards=None, log=print):
     finally:
         shutil.rmtree(work, ignore_errors=True)
     log(f"emit_bundle: {len(specs)} kernels for {target} ({new} emitted, "
-        f"{len(specs) - new} from {shards}) -> {out} "
+        f"{len(specs) - new} reused from {shards}) -> {out} "
+        f"({time.time() - t0:.1f} s)" if shards else
+        f"emit_bundle: {len(specs)} kernels for {target} -> {out} "
         f"({time.time() - t0:.1f} s)")
     return out
 
