@@ -26,11 +26,10 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(HERE))
 
-import grid_spec as G  # noqa: E402
+import geometries as G  # noqa: E402  (bench/geometries.py)
 
 GOALS = {
     "bandwidth": 0.92,       # T >= 4096: kernel GB/s >= 92% of copy GB/s
@@ -310,7 +309,7 @@ def build_shim(workdir):
     pi = ctypes.POINTER(ctypes.c_int)
     lib.loop_cu_launch.argtypes = [vp, vp, ctypes.c_uint, ctypes.c_uint, vp,
                                    vp, i, pi]
-    lib.loop_kvgen_launch.argtypes = [vp, vp, vp, u64, u64, vp, i, pi]
+    lib.loop_kvgen_launch.argtypes = [vp, vp, vp, vp, i, pi]
     lib.loop_get_by_spec.argtypes = [vp, vp, vp, i, pi]
     lib.loop_get_by_name.argtypes = [vp, vp, ctypes.c_char_p, i, pi]
     for f in ("loop_cu_launch", "loop_kvgen_launch", "loop_get_by_spec",
@@ -344,13 +343,18 @@ def bench_overhead(torch, ctx, drv, shim, manifest, bundle, args, log):
     stream = torch.cuda.current_stream().cuda_stream
 
     def make_args(kc, vc):
-        return _capi.ReshapeAndCacheArgs(
-            key=key.data_ptr(), value=value.data_ptr(),
-            key_cache=kc.data_ptr(), value_cache=vc.data_ptr(),
-            slot_mapping=slots.data_ptr(), num_tokens=T, num_blocks=nb,
-            key_stride_token=key.stride(0), key_stride_head=key.stride(1),
-            value_stride_token=value.stride(0),
-            value_stride_head=value.stride(1))
+        # The op table's struct (kvgen/Ops.def), filled by field name.
+        a = k.args_struct()
+        for name, v in dict(
+                key=key.data_ptr(), value=value.data_ptr(),
+                key_cache=kc.data_ptr(), value_cache=vc.data_ptr(),
+                slot_mapping=slots.data_ptr(), num_tokens=T, num_blocks=nb,
+                key_stride_token=key.stride(0), key_stride_head=key.stride(1),
+                value_stride_token=value.stride(0),
+                value_stride_head=value.stride(1), key_cache_bytes=kb,
+                value_cache_bytes=vb).items():
+            setattr(a, name, v)
+        return a
     args_a, args_b = make_args(kc_a, vc_a), make_args(kc_b, vc_b)
     out = {"kernel": k.name, "T": T}
     # The raw CUfunction of the same source.
@@ -365,7 +369,7 @@ def bench_overhead(torch, ctx, drv, shim, manifest, bundle, args, log):
     params = (ctypes.c_void_p * 1)(ctypes.addressof(args_b))
     raw = drv.launcher(fn, grid, block, stream, params)
     # Same result both ways.
-    k.launch_raw(args_a, kb, vb, stream)
+    k.launch_raw(args_a, stream)
     if raw() != 0:
         raise RuntimeError("raw cuLaunchKernel failed")
     torch.cuda.synchronize()
@@ -379,7 +383,7 @@ def bench_overhead(torch, ctx, drv, shim, manifest, bundle, args, log):
         torch.cuda.synchronize()
         capi_ns.append(shim.loop_kvgen_launch(
             fnptr(lib.kvgen_launch_reshape_and_cache), k._handle,
-            ctypes.addressof(args_a), kb, vb, stream, n, ctypes.byref(st)))
+            ctypes.addressof(args_a), stream, n, ctypes.byref(st)))
         if st.value:
             raise RuntimeError(f"kvgen launch loop status {st.value}: "
                                f"{_capi.last_error()}")
@@ -391,10 +395,13 @@ def bench_overhead(torch, ctx, drv, shim, manifest, bundle, args, log):
             raise RuntimeError(f"cuLaunchKernel loop status {st.value}")
         torch.cuda.synchronize()
         capi_fn = lib.kvgen_launch_reshape_and_cache
+        capi_fn.restype = ctypes.c_int
+        capi_fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
+                            ctypes.c_void_p]
         pa = ctypes.byref(args_a)
         t0 = time.perf_counter()
         for _ in range(n):
-            capi_fn(k._handle, pa, kb, vb, stream)
+            capi_fn(k._handle, pa, stream)
         py_capi.append((time.perf_counter() - t0) / n * 1e9)
         torch.cuda.synchronize()
         t0 = time.perf_counter()

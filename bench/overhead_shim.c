@@ -11,9 +11,8 @@ typedef int (*cu_launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz,
                             unsigned bx, unsigned by, unsigned bz,
                             unsigned shmem, void *stream, void **params,
                             void **extra);
-typedef int (*kvgen_launch_fn)(void *kernel, const void *args,
-                               uint64_t key_cache_bytes,
-                               uint64_t value_cache_bytes, void *stream);
+/* kvgen_launch_reshape_and_cache(kernel, args, stream) (kvgen.h). */
+typedef int (*kvgen_launch_fn)(void *kernel, const void *args, void *stream);
 typedef int (*kvgen_get_spec_fn)(void *ctx, const void *spec, void **out);
 typedef int (*kvgen_get_name_fn)(void *ctx, const char *name, void **out);
 
@@ -36,12 +35,11 @@ double loop_cu_launch(cu_launch_fn f, void *fn, unsigned grid, unsigned block,
 }
 
 double loop_kvgen_launch(kvgen_launch_fn f, void *kernel, const void *args,
-                         uint64_t kb, uint64_t vb, void *stream, int n,
-                         int *status) {
+                         void *stream, int n, int *status) {
   *status = 0;
   double t0 = now_ns();
   for (int i = 0; i < n; ++i) {
-    int r = f(kernel, args, kb, vb, stream);
+    int r = f(kernel, args, stream);
     if (r && !*status)
       *status = r;
   }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs the memcheck subset of the device grid (scripts/device_grid.py
-# --subset memcheck: ~10 small cases: every order/packing, fp8, strided and
-# misaligned inputs, checked kernels with out-of-range slots, explicit
-# strides) under `compute-sanitizer --tool memcheck`.
+# Runs the memcheck subset of the grid harness on the cuda backend
+# (python3 -m pytest test/python/grid --backend cuda -m memcheck: the items
+# cases.py marks memcheck, T <= 300: every order/packing, fp8, strided and
+# misaligned inputs, checked kernels with out-of-range slots, explicit and
+# dynamic strides, copy_blocks) under `compute-sanitizer --tool memcheck`.
 #
 #   scripts/device_memcheck.sh --bundle .dev/bundle \
 #       --lib build-dev/lib/libkvgen-runtime.so --out $OUT/memcheck
@@ -13,8 +14,9 @@
 # Only kernels whose name contains "kvgen" are instrumented
 # (MEMCHECK_ALL=1 checks torch's kernels too; much slower). The sanitizer
 # run is limited to $MEMCHECK_TIMEOUT seconds (default 300).
-# Writes memcheck.log (the sanitizer's report) and the grid's summary to
-# --out; prints the sanitizer's ERROR SUMMARY line. Exit status: 0 when
+# Writes memcheck.log (the sanitizer's report), grid_stdout.txt (pytest's
+# output) and grid.xml (JUnit) to --out; prints the sanitizer's ERROR
+# SUMMARY line. Exit status: 0 when
 # memcheck reports no error and the grid passes, 2 when compute-sanitizer
 # is not installed, else 1.
 set -uo pipefail
@@ -60,11 +62,12 @@ PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout -k 10 "${MEMCHECK_TIMEOUT:-300}" \
   "$CS" --tool memcheck "${FILTER[@]}" \
   --leak-check no --error-exitcode 3 --print-limit 100 \
   --log-file "$OUT/memcheck.log" \
-  python3 scripts/device_grid.py --subset memcheck --slack 0 \
-    --bundle "$BUNDLE" "${LIBARG[@]}" --out "$OUT/grid" \
+  python3 -m pytest -q -rfEs -p no:cacheprovider test/python/grid \
+    --backend cuda -m memcheck --slack 0 --bundle "$BUNDLE" "${LIBARG[@]}" \
+    --junitxml "$OUT/grid.xml" \
   > "$OUT/grid_stdout.txt" 2>&1
 rc=$?
-tail -n 15 "$OUT/grid_stdout.txt"
+tail -n 25 "$OUT/grid_stdout.txt"
 summary=$(grep -h "ERROR SUMMARY" "$OUT/memcheck.log" | tail -1)
 echo "memcheck: ${summary:-no ERROR SUMMARY line (see $OUT/memcheck.log)}"
 if [ $rc -eq 3 ]; then

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds kvgen into build/ and runs every test suite:
-# ctest (lit FileCheck tests, GoogleTest unit and runtime tests, anything
-# else registered with ctest), the MLIR-free build with the generator
-# library (scripts/test_runtime_only.sh), then pytest over test/python, then
+# ctest (lit FileCheck tests, the lit integration suite, GoogleTest unit
+# and runtime tests, the layout fuzzer, anything else registered with
+# ctest), the MLIR-free build with the generator library
+# (scripts/test_runtime_only.sh), then pytest over test/python, then
 # `pip install .` into a fresh venv (scripts/test_pip_install.sh). Prints a
 # summary and exits non-zero if any step or test failed.
 #
@@ -96,16 +97,20 @@ elif [[ -z "$ctest_line" ]]; then
 else
   note "ctest: ok: ${ctest_line}"
 fi
-# lit runs as the single ctest test kvgen-lit; report its own counts from
-# ctest's full log.
+# Each lit suite runs as one ctest test (kvgen-lit, kvgen-integration);
+# report each suite's own counts from ctest's full log.
 last_log=$(ls -t "$BUILD_DIR"/Testing/Temporary/LastTest*.log 2>/dev/null |
            head -1)
 if [[ -n "$last_log" ]]; then
-  lit_counts=$(sed -n '/Total Discovered Tests:/,/^[^ ]/p' "$last_log" |
-               grep -E '^ +[A-Za-z ]+: +[0-9]+' |
-               sed -E 's/^ +([A-Za-z ]*[A-Za-z]) *: *([0-9]+).*/\1 \2/' |
-               paste -sd, - | sed 's/,/, /g')
-  [[ -n "$lit_counts" ]] && note "  lit: $lit_counts"
+  lit_counts="$BUILD_DIR/ctest-lit-counts.txt"
+  awk '/^[0-9]+\/[0-9]+ Test: /{name=$3}
+       /^Total Discovered Tests:/{counting=1; line=""; next}
+       counting && /^ +[A-Za-z ]+: +[0-9]+/{
+         m=$0; sub(/^ +/, "", m); sub(/ *\(.*$/, "", m); sub(/: */, " ", m)
+         line = line (line == "" ? "" : ", ") m; next}
+       counting{print name ": " line; counting=0}
+       END{if (counting) print name ": " line}' "$last_log" > "$lit_counts"
+  while IFS= read -r c; do note "  lit $c"; done < "$lit_counts"
   # Each skipped GoogleTest with its reason (the GTEST_SKIP message, its
   # lines joined). A temporary file, not process substitution: that needs
   # /proc, which a bare chroot may lack.

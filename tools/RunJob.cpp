@@ -9,9 +9,9 @@
 // the contexts of a few sequences, and paged_attention (when a kernel for
 // the layout is available) attends them through their block tables; its
 // output is compared with a double-precision softmax over the written
-// inputs (their fp8 values for fp8 caches). The independent
-// references are the numpy/ml_dtypes grid (test/python) and torch on a GPU
-// (scripts/device_grid.py).
+// inputs (their fp8 values for fp8 caches). The independent references are
+// those of the grid harness (test/python/grid): numpy / ml_dtypes on the
+// host backend, torch on the cuda backend.
 //
 //===----------------------------------------------------------------------===//
 #include "RunJob.h"

@@ -468,8 +468,8 @@ template <class SP, int VEC> struct AccessMap {
     rounds = (total + SP::threads - 1) / SP::threads,
     /// Rounds whose loads a thread issues before its first store (see
     /// writeCta): at most 4 and at most 64 bytes of io rows (an fp8 cache
-    /// fed bf16 moves 32 per access: 2). On the H200 4 x 16 bytes and 2 x 32
-    /// were the fastest (docs/performance.md).
+    /// fed bf16 moves 32 per access: 2): the batch sizes that measured
+    /// fastest on the H200 (docs/performance.md, "What was changed").
     ioBytes = VEC * sizeof(typename SP::io::storage),
     byBytes = ioBytes >= 64 ? 1 : 64 / ioBytes,
     cap = byBytes < 4 ? byBytes : 4,

@@ -1,7 +1,9 @@
-"""Shared fixtures for kvgen's Python tests.
+"""Shared fixtures and options of kvgen's Python tests.
 
 KVGEN_BUILD_DIR selects the build tree whose bin/ holds kvgen-translate
-(default: <repo>/build).
+(default: <repo>/build). The options below belong to the grid harness
+(test/python/grid, see its README.md); they live here so that pytest knows
+them whichever test path it is given.
 """
 
 import os
@@ -10,6 +12,47 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("kvgen grid", "kvgen grid harness (test/python/grid)")
+    g.addoption("--backend", default="auto",
+                help="comma list of backends to run the grid on: host, "
+                "cuda, or auto (default: every one that can run here; the "
+                "others are reported as skipped, with the reason). A "
+                "backend named explicitly that cannot run is an error.")
+    g.addoption("--bundle", default=str(REPO_ROOT / ".dev" / "bundle"),
+                help="the cuda backend's kernel bundle (a directory emitted "
+                "by test/python/grid/emit_bundle.py; default .dev/bundle)")
+    g.addoption("--lib", default=None,
+                help="libkvgen-runtime.so to load (sets KVGEN_LIB)")
+    g.addoption("--device", type=int, default=0, help="CUDA device ordinal")
+    g.addoption("--slack", type=int, default=4096,
+                help="canary bytes after each cache (0 under "
+                "compute-sanitizer: overruns then leave the allocation)")
+    g.addoption("--max-tokens", type=int, default=None,
+                help="run only grid items with T (tokens / block pairs) <= "
+                "this")
+    g.addoption("--kernel-cache", dest="cache_dir", default=None,
+                help="the runtime's disk cache (default: host "
+                "<build>/test-grid/kernel-cache, cuda the runtime's)")
+    g.addoption("--host-reference", default="numpy",
+                choices=("numpy", "torch"),
+                help="the host backend's reference: numpy (kvgen_ref.py) or "
+                "torch on the CPU (checks the cuda backend's reference "
+                "code without a GPU)")
+
+
+def pytest_configure(config):
+    lib = config.getoption("--lib")
+    if lib:
+        os.environ["KVGEN_LIB"] = str(Path(lib).resolve())
+    config.addinivalue_line(
+        "markers", "memcheck: the grid items run under compute-sanitizer "
+        "(scripts/device_memcheck.sh)")
+    config.addinivalue_line(
+        "markers", "backends(*names): run the grid test on these backends "
+        "only")
 
 
 def kvgen_build_dir() -> Path:

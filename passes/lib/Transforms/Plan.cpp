@@ -24,8 +24,9 @@
 //               the host target 8, so small tests run both shapes;
 //   hw_fp8      sm_89+ with an e4m3fn or e5m2 cache: cvt.rn.satfinite.
 //   streaming   NVIDIA targets: the rows a kernel writes use st.global.cs
-//               (on the H200 +0 to +17% of copy bandwidth, most at T =
-//               4096; docs/performance.md). Not measured on AMD: off there.
+//               (they are not read again soon; on the H200 that was never
+//               slower and faster at mid-size T: docs/performance.md,
+//               "What was changed"). Not measured on AMD: off there.
 //
 //===----------------------------------------------------------------------===//
 #include "kvgen/Transforms/Plan.h"

@@ -1,4 +1,4 @@
-// REQUIRES: clang
+// REQUIRES: clang, amdgpu-registered-target
 // RUN: kvgen-opt --kv-plan=target=gfx942 --convert-kv-to-emitc %s | kvgen-translate --mlir-to-kernel-source | %clang -x hip --cuda-device-only -nogpulib -nogpuinc --offload-arch=gfx942 -O3 -S -Werror -o - - | FileCheck %s --implicit-check-not=v_mfma
 
 // The gfx942 attention kernel compiles warning-free: MMA fragments are

@@ -1,4 +1,4 @@
-// REQUIRES: clang
+// REQUIRES: clang, nvptx-registered-target
 // RUN: split-file %s %t
 // RUN: kvgen-opt --kv-plan=target=sm_90 --convert-kv-to-emitc %t/gather.mlir | kvgen-translate --mlir-to-kernel-source | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC16
 // RUN: kvgen-opt --kv-plan=target=sm_90 --convert-kv-to-emitc %t/gather.mlir | kvgen-translate --mlir-to-kernel-source | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=HWD

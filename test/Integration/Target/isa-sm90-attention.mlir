@@ -1,4 +1,4 @@
-// REQUIRES: clang
+// REQUIRES: clang, nvptx-registered-target
 // RUN: kvgen-opt --kv-plan=target=sm_90 --convert-kv-to-emitc %s | kvgen-translate --mlir-to-kernel-source | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s
 
 // The sm_90 attention kernel: both products on the tensor cores

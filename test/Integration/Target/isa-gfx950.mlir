@@ -1,4 +1,4 @@
-// REQUIRES: clang
+// REQUIRES: clang, amdgpu-registered-target
 // RUN: split-file %s %t
 // RUN: kvgen-opt --kv-plan=target=gfx950 --convert-kv-to-emitc %t/mimo.mlir | kvgen-translate --mlir-to-kernel-source | %clang -x hip --cuda-device-only -nogpulib -nogpuinc --offload-arch=gfx950 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC16
 // RUN: kvgen-opt --kv-plan=target=gfx950 --convert-kv-to-emitc %t/fp8.mlir | kvgen-translate --mlir-to-kernel-source | %clang -x hip --cuda-device-only -nogpulib -nogpuinc --offload-arch=gfx950 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=VEC8

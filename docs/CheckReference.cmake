@@ -1,0 +1,35 @@
+# ctest kvgen-doc-uptodate: each committed docs/reference/ file equals the
+# one the build generated from ODS.
+#   cmake -DGENERATED=a.md|b.md -DCOMMITTED=x.md|y.md -P CheckReference.cmake
+string(REPLACE "|" ";" gen "${GENERATED}")
+string(REPLACE "|" ";" com "${COMMITTED}")
+list(LENGTH gen n)
+list(LENGTH com m)
+if(NOT n EQUAL m OR n EQUAL 0)
+  message(FATAL_ERROR "CheckReference: ${n} generated, ${m} committed files")
+endif()
+math(EXPR last "${n} - 1")
+set(stale)
+foreach(i RANGE ${last})
+  list(GET gen ${i} g)
+  list(GET com ${i} c)
+  if(NOT EXISTS "${g}")
+    message(FATAL_ERROR "${g} was not generated (build the 'all' target)")
+  endif()
+  if(NOT EXISTS "${c}")
+    list(APPEND stale "${c} (missing)")
+    continue()
+  endif()
+  execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files "${g}" "${c}"
+                  RESULT_VARIABLE differ)
+  if(differ)
+    list(APPEND stale "${c}")
+  endif()
+endforeach()
+if(stale)
+  string(REPLACE ";" "\n  " stale "${stale}")
+  message(FATAL_ERROR "docs/reference is stale: these differ from what the "
+    "build generated from ODS:\n  ${stale}\n"
+    "Run `ninja -C <build> kvgen-doc` and commit docs/reference.")
+endif()
+message(STATUS "docs/reference matches the generated reference (${n} files)")
