@@ -53,6 +53,7 @@ torch.compile(fullgraph=True) traces the ops.
 """
 
 import ctypes
+import os
 import threading
 import weakref
 
@@ -64,7 +65,8 @@ from ._views import (FLOAT_DTYPES, FP8_TORCH, KV_CACHE_DTYPES, CacheGeometry,
 
 __all__ = ["context", "reshape_and_cache_flash", "gather_cache",
            "concat_and_cache_mla", "gather_and_maybe_dequant_cache",
-           "copy_blocks", "copy_blocks_mla", "swap_blocks", "plan_count"]
+           "copy_blocks", "copy_blocks_mla", "swap_blocks", "plan_count",
+           "check_errors", "set_unchecked", "unchecked"]
 
 _lock = threading.Lock()
 _contexts = {}
@@ -97,8 +99,66 @@ def context(device):
     return ctx
 
 
+#: The opt-out of issue 12's range checks (see set_unchecked).
+_unchecked = os.environ.get("KVGEN_TORCH_UNCHECKED", "0") not in ("", "0")
+
+
+def set_unchecked(flag):
+    """Opt out of (True) or back into (False) kvgen's range-checked kernels
+    for every op of this module; the default is checked, or unchecked when
+    the environment variable KVGEN_TORCH_UNCHECKED is set to anything but
+    "" / "0" at import.
+
+    Checked kernels (the default) skip every slot >= num_blocks *
+    block_size and every block id outside [0, num_blocks), write and read
+    nothing outside the cache for it, and set the device's error word
+    (check_errors reports it). Unchecked kernels omit the test: only for an
+    engine whose caller proves every slot < num_blocks * block_size (and
+    every block id < num_blocks); an index out of range then writes or reads
+    outside the cache, unreported. Changing the setting empties the kernel
+    table (later calls look their kernels up again); call it before
+    capturing CUDA graphs."""
+    global _unchecked
+    flag = bool(flag)
+    with _lock:
+        if flag != _unchecked:
+            _unchecked = flag
+            _plans.clear()
+            _fast.clear()
+
+
+def unchecked():
+    """True when the ops launch unchecked kernels (set_unchecked)."""
+    return _unchecked
+
+
+def check_errors(device=None):
+    """Raises KvgenError (status KVGEN_ERROR_INDEX_OUT_OF_RANGE, naming the
+    kernels) when a checked kernel of this module skipped an out-of-range
+    slot or block id on `device` since the last call, and clears the report.
+    device: a torch device (or its string), or None for every device the
+    ops have launched on. The ops themselves never synchronize: this call
+    waits for all work on the device (kvgen_context_check), so call it when
+    a synchronization suits the engine, e.g. once per step after reading
+    the logits, or in a debug mode. On the CPU (host backend) the launches
+    are synchronous and it costs no wait."""
+    if device is None:
+        ctxs = list(_contexts.values())
+    else:
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        ctx = _contexts.get((device.type, device.index))
+        ctxs = [ctx] if ctx is not None else []
+    for ctx in ctxs:
+        ctx.check()
+
+
 def _kernel(device, op, layout, **options):
-    """The kernel of `op` for `layout` on `device` (see context())."""
+    """The kernel of `op` for `layout` on `device` (see context()), checked
+    unless set_unchecked(True)."""
+    if _unchecked:
+        options["unchecked"] = True
     return context(device).kernel(op, layout, **options)
 
 
@@ -149,7 +209,7 @@ class _Plan:
     already set; launch() copies it, sets the per-call fields and calls
     kvgen_launch."""
     __slots__ = ("handle", "template", "args_type", "size", "host",
-                 "device_index", "limit", "kernel")
+                 "device_index", "out_offset", "kernel")
 
     def __init__(self, kernel, device, **fields):
         self.kernel = kernel
@@ -166,7 +226,7 @@ class _Plan:
         self.size = ctypes.sizeof(t)
         self.host = device.type == "cpu"
         self.device_index = device.index
-        self.limit = None
+        self.out_offset = 0  # gather_mla: bytes from kv_c_out to k_pe_out
 
     def args(self):
         return self.args_type.from_buffer_copy(self.template)
@@ -328,18 +388,6 @@ def _check_write(key, value, key_cache, value_cache, slot_mapping,
     return dtype, scale
 
 
-def _host_slot_check(slot_mapping, num_blocks, block_size):
-    """On the host backend an out-of-range slot would write outside the
-    cache: refuse it before launching (a CPU tensor: no synchronization)."""
-    if slot_mapping.numel():
-        top = int(slot_mapping.max())
-        if top >= num_blocks * block_size:
-            raise ValueError(f"kvgen: slot_mapping holds slot {top}, the "
-                             f"cache has {num_blocks} blocks of "
-                             f"{block_size} ({num_blocks * block_size} "
-                             "slots)")
-
-
 #---------------------------------------------------------------------------
 # reshape_and_cache_flash
 #---------------------------------------------------------------------------
@@ -350,17 +398,16 @@ def _write_plan(key, value, key_cache, value_cache, slot_mapping,
                                 slot_mapping, kv_cache_dtype, k_scale,
                                 v_scale)
     geo = CacheGeometry(key_cache, value_cache, dtype, scale)
-    ctx = context(key.device)
     io = FLOAT_DTYPES[dtype_name(key)]
     slots = "i32" if slot_mapping.dtype == torch.int32 else "i64"
-    k = ctx.kernel("reshape_and_cache", geo.layout, io=io, slots=slots)
+    k = _kernel(key.device, "reshape_and_cache", geo.layout, io=io,
+                slots=slots)
     p = _Plan(k, key.device, num_blocks=geo.num_blocks,
               key_stride_token=key.stride(0), key_stride_head=key.stride(1),
               value_stride_token=value.stride(0),
               value_stride_head=value.stride(1),
               key_cache_bytes=geo.key_bytes,
               value_cache_bytes=geo.value_bytes)
-    p.limit = (geo.num_blocks, geo.block_size)
     return p
 
 
@@ -409,8 +456,6 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
                   value.get_device() == f.device and
                   slot_mapping.get_device() == f.device)):
             p = f.plan
-            if p.host:
-                _host_slot_check(slot_mapping, *p.limit)
             a = p.args()
             a.key = key.data_ptr()
             a.value = value.data_ptr()
@@ -461,8 +506,6 @@ def _write_impl(key, value, key_cache, value_cache, slot_mapping,
             (t > 1 and slot_mapping.stride(0) != 1):
         _check_write(key, value, key_cache, value_cache, slot_mapping,
                      kv_cache_dtype, k_scale, v_scale)
-    if p.host:
-        _host_slot_check(slot_mapping, *p.limit)
     a = p.args()
     a.key = key.data_ptr()
     a.value = value.data_ptr()
@@ -529,8 +572,8 @@ def _gather_plan(key_cache, value_cache, slot_mapping, key_out, value_out,
     geo = CacheGeometry(key_cache, value_cache, dtype, scale)
     io = FLOAT_DTYPES[dtype_name(key_out)]
     slots = "i32" if slot_mapping.dtype == torch.int32 else "i64"
-    k = context(key_out.device).kernel(
-        "gather", geo.layout, io=io, slots=slots, dequantize=io != dtype)
+    k = _kernel(
+        key_out.device, "gather", geo.layout, io=io, slots=slots, dequantize=io != dtype)
     p = _Plan(k, key_out.device, num_blocks=geo.num_blocks,
               key_out_stride_token=key_out.stride(0),
               key_out_stride_head=key_out.stride(1),
@@ -538,7 +581,6 @@ def _gather_plan(key_cache, value_cache, slot_mapping, key_out, value_out,
               value_out_stride_head=value_out.stride(1),
               key_cache_bytes=geo.key_bytes,
               value_cache_bytes=geo.value_bytes)
-    p.limit = (geo.num_blocks, geo.block_size)
     return p
 
 
@@ -580,8 +622,6 @@ def _gather_impl(key_cache, value_cache, slot_mapping, key_out, value_out,
             (t > 1 and slot_mapping.stride(0) != 1):
         _check_gather(key_cache, value_cache, slot_mapping, key_out,
                       value_out, kv_cache_dtype, k_scale, v_scale)
-    if p.host:
-        _host_slot_check(slot_mapping, *p.limit)
     a = p.args()
     a.key_cache = key_cache.data_ptr()
     a.value_cache = value_cache.data_ptr()
@@ -714,7 +754,6 @@ def _mla_plan(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale):
               k_pe_stride_token=k_pe.stride(0),
               k_pe_stride_head=k_pe.shape[1],
               kv_cache_bytes=geo.cache_bytes)
-    p.limit = (geo.num_blocks, geo.block_size)
     return p
 
 
@@ -784,7 +823,7 @@ def _mla_gather_plan(src_cache, dst, slots, kv_cache_dtype, scale):
               k_pe_out_stride_token=dst.stride(0),
               k_pe_out_stride_head=dst.shape[1] - L,
               kv_cache_bytes=geo.cache_bytes)
-    p.limit = L * dst.element_size()  # bytes from kv_c_out to k_pe_out
+    p.out_offset = L * dst.element_size()
     return p
 
 
@@ -830,7 +869,7 @@ def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
     a.kv_cache = src_cache.data_ptr()
     a.slot_mapping = slots.data_ptr()
     a.kv_c_out = dst.data_ptr()
-    a.k_pe_out = dst.data_ptr() + plan.limit
+    a.k_pe_out = dst.data_ptr() + plan.out_offset
     if kv_cache_dtype != "auto":
         a.scale = scale.data_ptr()
     a.num_tokens = T
@@ -876,23 +915,11 @@ def _copy_plan(key_cache, value_cache, block_mapping):
     if key_cache.dtype != value_cache.dtype:
         raise TypeError("kvgen: key_cache and value_cache differ in dtype")
     geo = _raw_geometry(key_cache, value_cache)
-    k = context(key_cache.device).kernel("copy_blocks", geo.layout)
+    k = _kernel(key_cache.device, "copy_blocks", geo.layout)
     p = _Plan(k, key_cache.device, num_blocks=geo.num_blocks,
               key_cache_bytes=geo.key_bytes,
               value_cache_bytes=geo.value_bytes)
-    p.limit = geo.num_blocks
     return p
-
-
-def _host_block_check(block_mapping, *limits):
-    if block_mapping.numel():
-        for col, limit in enumerate(limits):
-            lo = int(block_mapping[:, col].min())
-            hi = int(block_mapping[:, col].max())
-            if lo < 0 or hi >= limit:
-                raise ValueError(f"kvgen: block_mapping holds block "
-                                 f"{hi if hi >= limit else lo}, the cache "
-                                 f"has {limit} blocks")
 
 
 def _copy_one(key_cache, value_cache, block_mapping):
@@ -906,8 +933,6 @@ def _copy_one(key_cache, value_cache, block_mapping):
     if p is None:
         p = _plan(sig, lambda: _copy_plan(key_cache, value_cache,
                                           block_mapping))
-    if p.host:
-        _host_block_check(block_mapping, p.limit, p.limit)
     a = p.args()
     a.key_cache = key_cache.data_ptr()
     a.value_cache = value_cache.data_ptr()
@@ -987,13 +1012,12 @@ def _swap_plan(src_k, src_v, dst_k, dst_v, block_mapping):
             raise ValueError(f"kvgen: {name} is in pageable CPU memory; a "
                              "CPU cache swapped with a GPU cache must be "
                              "pinned")
-    k = context(dev).kernel("swap_blocks", gs.layout)
+    k = _kernel(dev, "swap_blocks", gs.layout)
     p = _Plan(k, dev, src_num_blocks=gs.num_blocks,
               dst_num_blocks=gd.num_blocks, src_key_cache_bytes=gs.key_bytes,
               src_value_cache_bytes=gs.value_bytes,
               dst_key_cache_bytes=gd.key_bytes,
               dst_value_cache_bytes=gd.value_bytes)
-    p.limit = (gs.num_blocks, gd.num_blocks)
     return p
 
 
@@ -1016,8 +1040,6 @@ def swap_blocks(src, dst, block_mapping):
         sk, sv = _split_rows(src)
         dk, dv = _split_rows(dst)
         p = _plan(sig, lambda: _swap_plan(sk, sv, dk, dv, block_mapping))
-    if p.host:
-        _host_block_check(block_mapping, *p.limit)
     a = p.args()
     L = _mla_split(src.shape[-1])[0] * src.element_size()
     a.src_key_cache = src.data_ptr()
