@@ -26,10 +26,12 @@ tensors through NVRTC-compiled kernels on torch.cuda.current_stream()):
       dtype, other caches copied or converted to it.
   concat_and_cache_mla(kv_c, k_pe, kv_cache!, slot_mapping, kv_cache_dtype,
       scale) (kv_c [T, L], k_pe [T, R], kv_cache [num_blocks, block_size,
-      L + R]): the MLA writer, as a packed K|V layout of one head.
+      L + R]): the MLA writer, kvgen's kv.concat_and_cache_mla over the
+      layout components = [kv_c: L, k_pe: R], packing = packed.
   gather_and_maybe_dequant_cache(src_cache, dst!, block_table, cu_seq_lens,
       batch_size, kv_cache_dtype, scale, seq_starts=None): vLLM's MLA
-      gather by block table (see its doc string for what it allocates).
+      gather by block table through kv.gather_mla (see its doc string for
+      what it allocates).
   copy_blocks(key_caches![], value_caches![], block_mapping),
   copy_blocks_mla(kv_caches![], block_mapping): block copies within each
       layer's caches, block_mapping [N, 2] int64 (src, dst) on the caches'
@@ -50,6 +52,14 @@ the argument struct and launch: no allocation, no host synchronization, so
 the ops can be captured in CUDA graphs (run each shape once before
 capture). Fake (meta) implementations check shapes, dtypes and devices, so
 torch.compile(fullgraph=True) traces the ops.
+
+The kernels are range-checked (issue 12): a slot >= num_blocks * block_size
+or a block id outside [0, num_blocks) is skipped (nothing written or read
+outside the cache) and reported through the device's error word, which
+check_errors(device) reads (a synchronization) and raises as KvgenError;
+the ops never raise for slot values, on the CPU as on CUDA.
+set_unchecked(True) / KVGEN_TORCH_UNCHECKED=1 opts out: "the caller proves
+every slot < num_blocks * block_size". See docs/torch.md.
 """
 
 import ctypes

@@ -4,9 +4,13 @@ reference (kvgen_ref.py), bit for bit over the whole cache allocations, for
 every preset (runtime/lib/Presets.cpp, read from `kvgen presets`) in the
 preset's own arrangement, as an HND permute, and as a [num_blocks, 2, ...]
 allocation; torch.compile(fullgraph=True) of a function calling the write
-op; bad inputs raising a clear error and writing nothing; MLA, copy and
-swap ops against the torch reference (torch_ref.py, itself checked against
-numpy here). CUDA tests (torch ops on the GPU vs torch_ref, CUDA graph
+op; bad inputs raising a clear error and writing nothing; MLA (through
+kv.concat_and_cache_mla / kv.gather_mla: bf16, fp8 with a scale, strided
+kv_c / k_pe and padded caches), copy and swap ops against the torch
+reference (torch_ref.py, itself checked against numpy here); out-of-range
+slots and block ids skipped, nothing written outside the cache, reported by
+kvgen.torch.check_errors; the set_unchecked / KVGEN_TORCH_UNCHECKED
+opt-out. The device-parametrized tests run the same paths on CUDA. CUDA tests (torch ops on the GPU vs torch_ref, CUDA graph
 capture and replay) run when torch sees a GPU and are skipped otherwise.
 
 Skipped, with the reason, without torch, the `kvgen` CLI or the generator
