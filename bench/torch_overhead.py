@@ -14,6 +14,12 @@ so this is host time; the device queue is drained before each repeat.
   python3 bench/torch_overhead.py --device cuda    # GPU (lead's H200)
 
 Prints one line per variant and the difference op - c_api (goal: <= 3 us).
+
+--no-kernel replaces kvgen_launch by a Python function that returns success
+(in all three variants), so the numbers are what the binding costs above the
+C call: use it where the kernel itself is slow compared with the overhead
+(the host backend's launch allocates one fiber stack per CTA thread:
+hundreds of microseconds, codegen/prelude/target_host.h).
 """
 
 import argparse
@@ -50,6 +56,9 @@ def main():
     ap.add_argument("--tokens", type=int, default=1)
     ap.add_argument("-n", type=int, default=20000)
     ap.add_argument("-r", type=int, default=7)
+    ap.add_argument("--no-kernel", action="store_true",
+                    help="time everything but the kernel (kvgen_launch "
+                    "replaced by a no-op returning 0)")
     a = ap.parse_args()
     dev = torch.device(a.device)
     T, H, DK, DV, BS, NB = a.tokens, 4, 192, 128, 16, 64
@@ -71,6 +80,10 @@ def main():
     args.key_cache, args.value_cache = kc.data_ptr(), vc.data_ptr()
     args.slot_mapping, args.num_tokens = slots.data_ptr(), T
     launch = kvgen._capi.lib().kvgen_launch
+    if a.no_kernel:
+        def launch(*_):
+            return 0
+        kt._launch = launch
     handle, ref, size = plan.handle, ctypes.byref(args), plan.size
     stream = 0 if dev.type == "cpu" else \
         torch.cuda.current_stream(dev).cuda_stream
@@ -91,7 +104,8 @@ def main():
         med, best = timed(fn, a.n, a.r, sync)
         res[name] = med
         print(f"{name:8s} {med:8.2f} us/call (median of {a.r}; best "
-              f"{best:.2f}) device={dev} tokens={T}")
+              f"{best:.2f}) device={dev} tokens={T}"
+              + (" no-kernel" if a.no_kernel else ""))
     print(f"overhead op - c_api: {res['op'] - res['c_api']:.2f} us "
           f"(python - c_api: {res['python'] - res['c_api']:.2f} us; goal "
           "<= 3 us)")

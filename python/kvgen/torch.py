@@ -26,10 +26,12 @@ tensors through NVRTC-compiled kernels on torch.cuda.current_stream()):
       dtype, other caches copied or converted to it.
   concat_and_cache_mla(kv_c, k_pe, kv_cache!, slot_mapping, kv_cache_dtype,
       scale) (kv_c [T, L], k_pe [T, R], kv_cache [num_blocks, block_size,
-      L + R]): the MLA writer, as a packed K|V layout of one head.
+      L + R]): the MLA writer, kvgen's kv.concat_and_cache_mla over the
+      layout components = [kv_c: L, k_pe: R], packing = packed.
   gather_and_maybe_dequant_cache(src_cache, dst!, block_table, cu_seq_lens,
       batch_size, kv_cache_dtype, scale, seq_starts=None): vLLM's MLA
-      gather by block table (see its doc string for what it allocates).
+      gather by block table through kv.gather_mla (see its doc string for
+      what it allocates).
   copy_blocks(key_caches![], value_caches![], block_mapping),
   copy_blocks_mla(kv_caches![], block_mapping): block copies within each
       layer's caches, block_mapping [N, 2] int64 (src, dst) on the caches'
@@ -50,21 +52,31 @@ the argument struct and launch: no allocation, no host synchronization, so
 the ops can be captured in CUDA graphs (run each shape once before
 capture). Fake (meta) implementations check shapes, dtypes and devices, so
 torch.compile(fullgraph=True) traces the ops.
+
+The kernels are range-checked (issue 12): a slot >= num_blocks * block_size
+or a block id outside [0, num_blocks) is skipped (nothing written or read
+outside the cache) and reported through the device's error word, which
+check_errors(device) reads (a synchronization) and raises as KvgenError;
+the ops never raise for slot values, on the CPU as on CUDA.
+set_unchecked(True) / KVGEN_TORCH_UNCHECKED=1 opts out: "the caller proves
+every slot < num_blocks * block_size". See docs/torch.md.
 """
 
 import ctypes
+import os
 import threading
 import weakref
 
 import torch
 
-from . import Context, KvgenError, _capi
+from . import Context, KvgenError, Layout, _capi
 from ._views import (FLOAT_DTYPES, FP8_TORCH, KV_CACHE_DTYPES, CacheGeometry,
-                     dtype_name)
+                     dtype_name, span_bytes)
 
 __all__ = ["context", "reshape_and_cache_flash", "gather_cache",
            "concat_and_cache_mla", "gather_and_maybe_dequant_cache",
-           "copy_blocks", "copy_blocks_mla", "swap_blocks", "plan_count"]
+           "copy_blocks", "copy_blocks_mla", "swap_blocks", "plan_count",
+           "check_errors", "set_unchecked", "unchecked"]
 
 _lock = threading.Lock()
 _contexts = {}
@@ -95,6 +107,69 @@ def context(device):
                                  "(cpu and cuda tensors are supported)")
             _contexts[key] = ctx
     return ctx
+
+
+#: The opt-out of issue 12's range checks (see set_unchecked).
+_unchecked = os.environ.get("KVGEN_TORCH_UNCHECKED", "0") not in ("", "0")
+
+
+def set_unchecked(flag):
+    """Opt out of (True) or back into (False) kvgen's range-checked kernels
+    for every op of this module; the default is checked, or unchecked when
+    the environment variable KVGEN_TORCH_UNCHECKED is set to anything but
+    "" / "0" at import.
+
+    Checked kernels (the default) skip every slot >= num_blocks *
+    block_size and every block id outside [0, num_blocks), write and read
+    nothing outside the cache for it, and set the device's error word
+    (check_errors reports it). Unchecked kernels omit the test: only for an
+    engine whose caller proves every slot < num_blocks * block_size (and
+    every block id < num_blocks); an index out of range then writes or reads
+    outside the cache, unreported. Changing the setting empties the kernel
+    table (later calls look their kernels up again); call it before
+    capturing CUDA graphs."""
+    global _unchecked
+    flag = bool(flag)
+    with _lock:
+        if flag != _unchecked:
+            _unchecked = flag
+            _plans.clear()
+            _fast.clear()
+
+
+def unchecked():
+    """True when the ops launch unchecked kernels (set_unchecked)."""
+    return _unchecked
+
+
+def check_errors(device=None):
+    """Raises KvgenError (status KVGEN_ERROR_INDEX_OUT_OF_RANGE, naming the
+    kernels) when a checked kernel of this module skipped an out-of-range
+    slot or block id on `device` since the last call, and clears the report.
+    device: a torch device (or its string), or None for every device the
+    ops have launched on. The ops themselves never synchronize: this call
+    waits for all work on the device (kvgen_context_check), so call it when
+    a synchronization suits the engine, e.g. once per step after reading
+    the logits, or in a debug mode. On the CPU (host backend) the launches
+    are synchronous and it costs no wait."""
+    if device is None:
+        ctxs = list(_contexts.values())
+    else:
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        ctx = _contexts.get((device.type, device.index))
+        ctxs = [ctx] if ctx is not None else []
+    for ctx in ctxs:
+        ctx.check()
+
+
+def _kernel(device, op, layout, **options):
+    """The kernel of `op` for `layout` on `device` (see context()), checked
+    unless set_unchecked(True)."""
+    if _unchecked:
+        options["unchecked"] = True
+    return context(device).kernel(op, layout, **options)
 
 
 class _Fast:
@@ -144,7 +219,7 @@ class _Plan:
     already set; launch() copies it, sets the per-call fields and calls
     kvgen_launch."""
     __slots__ = ("handle", "template", "args_type", "size", "host",
-                 "device_index", "limit", "kernel")
+                 "device_index", "out_offset", "kernel")
 
     def __init__(self, kernel, device, **fields):
         self.kernel = kernel
@@ -161,7 +236,7 @@ class _Plan:
         self.size = ctypes.sizeof(t)
         self.host = device.type == "cpu"
         self.device_index = device.index
-        self.limit = None
+        self.out_offset = 0  # gather_mla: bytes from kv_c_out to k_pe_out
 
     def args(self):
         return self.args_type.from_buffer_copy(self.template)
@@ -323,18 +398,6 @@ def _check_write(key, value, key_cache, value_cache, slot_mapping,
     return dtype, scale
 
 
-def _host_slot_check(slot_mapping, num_blocks, block_size):
-    """On the host backend an out-of-range slot would write outside the
-    cache: refuse it before launching (a CPU tensor: no synchronization)."""
-    if slot_mapping.numel():
-        top = int(slot_mapping.max())
-        if top >= num_blocks * block_size:
-            raise ValueError(f"kvgen: slot_mapping holds slot {top}, the "
-                             f"cache has {num_blocks} blocks of "
-                             f"{block_size} ({num_blocks * block_size} "
-                             "slots)")
-
-
 #---------------------------------------------------------------------------
 # reshape_and_cache_flash
 #---------------------------------------------------------------------------
@@ -345,17 +408,16 @@ def _write_plan(key, value, key_cache, value_cache, slot_mapping,
                                 slot_mapping, kv_cache_dtype, k_scale,
                                 v_scale)
     geo = CacheGeometry(key_cache, value_cache, dtype, scale)
-    ctx = context(key.device)
     io = FLOAT_DTYPES[dtype_name(key)]
     slots = "i32" if slot_mapping.dtype == torch.int32 else "i64"
-    k = ctx.kernel("reshape_and_cache", geo.layout, io=io, slots=slots)
+    k = _kernel(key.device, "reshape_and_cache", geo.layout, io=io,
+                slots=slots)
     p = _Plan(k, key.device, num_blocks=geo.num_blocks,
               key_stride_token=key.stride(0), key_stride_head=key.stride(1),
               value_stride_token=value.stride(0),
               value_stride_head=value.stride(1),
               key_cache_bytes=geo.key_bytes,
               value_cache_bytes=geo.value_bytes)
-    p.limit = (geo.num_blocks, geo.block_size)
     return p
 
 
@@ -404,8 +466,6 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
                   value.get_device() == f.device and
                   slot_mapping.get_device() == f.device)):
             p = f.plan
-            if p.host:
-                _host_slot_check(slot_mapping, *p.limit)
             a = p.args()
             a.key = key.data_ptr()
             a.value = value.data_ptr()
@@ -456,8 +516,6 @@ def _write_impl(key, value, key_cache, value_cache, slot_mapping,
             (t > 1 and slot_mapping.stride(0) != 1):
         _check_write(key, value, key_cache, value_cache, slot_mapping,
                      kv_cache_dtype, k_scale, v_scale)
-    if p.host:
-        _host_slot_check(slot_mapping, *p.limit)
     a = p.args()
     a.key = key.data_ptr()
     a.value = value.data_ptr()
@@ -524,8 +582,8 @@ def _gather_plan(key_cache, value_cache, slot_mapping, key_out, value_out,
     geo = CacheGeometry(key_cache, value_cache, dtype, scale)
     io = FLOAT_DTYPES[dtype_name(key_out)]
     slots = "i32" if slot_mapping.dtype == torch.int32 else "i64"
-    k = context(key_out.device).kernel(
-        "gather", geo.layout, io=io, slots=slots, dequantize=io != dtype)
+    k = _kernel(
+        key_out.device, "gather", geo.layout, io=io, slots=slots, dequantize=io != dtype)
     p = _Plan(k, key_out.device, num_blocks=geo.num_blocks,
               key_out_stride_token=key_out.stride(0),
               key_out_stride_head=key_out.stride(1),
@@ -533,7 +591,6 @@ def _gather_plan(key_cache, value_cache, slot_mapping, key_out, value_out,
               value_out_stride_head=value_out.stride(1),
               key_cache_bytes=geo.key_bytes,
               value_cache_bytes=geo.value_bytes)
-    p.limit = (geo.num_blocks, geo.block_size)
     return p
 
 
@@ -575,8 +632,6 @@ def _gather_impl(key_cache, value_cache, slot_mapping, key_out, value_out,
             (t > 1 and slot_mapping.stride(0) != 1):
         _check_gather(key_cache, value_cache, slot_mapping, key_out,
                       value_out, kv_cache_dtype, k_scale, v_scale)
-    if p.host:
-        _host_slot_check(slot_mapping, *p.limit)
     a = p.args()
     a.key_cache = key_cache.data_ptr()
     a.value_cache = value_cache.data_ptr()
@@ -597,21 +652,16 @@ def _gather_fake(key_cache, value_cache, slot_mapping, key_out, value_out,
 
 
 #---------------------------------------------------------------------------
-# MLA: one [num_blocks, block_size, L + R] cache as a packed K|V layout of
-# one head (K = kv_c, the latent, L wide; V = k_pe, R wide).
-#
-# HOOK(mla-op): the lead is adding a dedicated MLA writer op to
-# kvgen/Ops.def. Once it lands, concat_and_cache_mla should launch that op
-# (its own layout of named components kv_c / k_pe) instead of
-# reshape_and_cache over the packed K|V view below; the schema and the
-# tests of this module stay as they are.
+# MLA: one [num_blocks, block_size, L + R] latent cache, kvgen's layout of
+# components [kv_c: L, k_pe: R] packed in one row (kv.concat_and_cache_mla,
+# kv.gather_mla).
 #---------------------------------------------------------------------------
 
 def _mla_split(entry):
     """How a raw [.., entry] row is cut into the two components of a packed
-    layout for ops that copy whole rows (any cut gives the same bytes):
-    DeepSeek's 512 + 64 shape, else two halves (16-byte multiples when
-    possible)."""
+    layout for ops that see no kv_c (the gather by block table, whole-row
+    copies; any cut gives the same bytes): DeepSeek's 512 + 64 shape, else
+    two halves."""
     if entry < 2:
         raise ValueError(f"kvgen: a cache row of {entry} element(s) cannot "
                          "be described (need >= 2)")
@@ -621,16 +671,52 @@ def _mla_split(entry):
     return half, entry - half
 
 
-def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
-                         scale):
-    """torch.ops.kvgen.concat_and_cache_mla's implementation: kv_cache[slot]
-    = concat(kv_c, k_pe) (quantized with `scale` for fp8)."""
-    L = kv_c.shape[-1]
-    _mla_shapes(kv_c, k_pe, kv_cache)
-    _write_impl(kv_c.unsqueeze(1), k_pe.unsqueeze(1),
-                            kv_cache[..., :L].unsqueeze(2),
-                            kv_cache[..., L:].unsqueeze(2), slot_mapping,
-                            kv_cache_dtype, scale, scale)
+class _MlaGeometry:
+    """The MLA layout of a [num_blocks, block_size, E] cache view cut into
+    kv_c (L) and k_pe (E - L): its (block, token) element strides are the
+    layout's kv_c_strides (dense -> none given), the row contiguous.
+    Attributes: layout, num_blocks, block_size, cache_bytes (the view's
+    span, for the runtime's extent check)."""
+
+    def __init__(self, kv_cache, L, dtype, scale):
+        nb, bs, E = kv_cache.shape
+        if E > 1 and kv_cache.stride(2) != 1:
+            raise ValueError(f"kvgen: kv_cache's last dimension must be "
+                             f"contiguous (stride {kv_cache.stride(2)}, "
+                             "need 1)")
+        # Dimensions of size 1 take their dense stride (torch leaves them
+        # arbitrary); the one head's stride is the row's.
+        st = kv_cache.stride(1) if bs > 1 else E
+        sb = kv_cache.stride(0) if nb > 1 else bs * st
+        strides = None if (sb, st) == (bs * E, E) else {"kv_c": (sb, st, st)}
+        try:
+            self.layout = Layout(1, block_size=bs, dtype=dtype,
+                                 packing="packed", scale=scale,
+                                 components=[("kv_c", L), ("k_pe", E - L)],
+                                 strides=strides)
+        except ValueError as e:
+            raise ValueError(
+                f"kvgen: the kv_cache view (shape {list(kv_cache.shape)}, "
+                f"strides {list(kv_cache.stride())}) cannot be expressed as "
+                f"a kvgen MLA layout: {e}") from None
+        self.num_blocks, self.block_size = nb, bs
+        self.cache_bytes = span_bytes(kv_cache.shape, kv_cache.stride(),
+                                      kv_cache.element_size())
+
+
+def _latent_rows(name, t, tokens=None):
+    if t.dim() != 2:
+        raise ValueError(f"kvgen: {name} has shape {list(t.shape)}, need "
+                         "[num_tokens, width]")
+    if dtype_name(t) not in FLOAT_DTYPES:
+        raise TypeError(f"kvgen: {name} has dtype {t.dtype}, need bfloat16, "
+                        "float16 or float32")
+    if t.shape[1] > 1 and t.stride(1) != 1:
+        raise ValueError(f"kvgen: {name}'s last dimension must be contiguous "
+                         f"(stride {t.stride(1)}, need 1)")
+    if tokens is not None and t.shape[0] != tokens:
+        raise ValueError(f"kvgen: {name} has {t.shape[0]} tokens, need "
+                         f"{tokens}")
 
 
 def _mla_shapes(kv_c, k_pe, kv_cache):
@@ -645,13 +731,110 @@ def _mla_shapes(kv_c, k_pe, kv_cache):
                          f"{kv_c.shape[1] + k_pe.shape[1]}]")
 
 
-def _mla_fake(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale):
+def _check_mla_write(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
+                     scale):
+    """Everything but what needs data pointers; returns (dtype, scale)."""
     _mla_shapes(kv_c, k_pe, kv_cache)
-    L = kv_c.shape[-1]
-    _write_fake(kv_c.unsqueeze(1), k_pe.unsqueeze(1),
-                kv_cache[..., :L].unsqueeze(2),
-                kv_cache[..., L:].unsqueeze(2), slot_mapping, kv_cache_dtype,
-                scale, scale)
+    _latent_rows("kv_c", kv_c)
+    _latent_rows("k_pe", k_pe, kv_c.shape[0])
+    if k_pe.dtype != kv_c.dtype:
+        raise TypeError(f"kvgen: k_pe has dtype {k_pe.dtype}, kv_c "
+                        f"{kv_c.dtype}")
+    _slots(slot_mapping, kv_c.shape[0])
+    _same_device(kv_c, k_pe=k_pe, kv_cache=kv_cache,
+                 slot_mapping=slot_mapping)
+    dtype = _cache_dtype("kv_cache", kv_cache, kv_cache_dtype,
+                         kv_c.dtype if kv_cache_dtype == "auto" else None)
+    kind = _scale_kind(kv_cache_dtype, 1, scale=scale)
+    if kind != "none":
+        _same_device(kv_c, scale=scale)
+    return dtype, kind
+
+
+def _mla_plan(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale):
+    dtype, kind = _check_mla_write(kv_c, k_pe, kv_cache, slot_mapping,
+                                   kv_cache_dtype, scale)
+    geo = _MlaGeometry(kv_cache, kv_c.shape[1], dtype, kind)
+    slots = "i32" if slot_mapping.dtype == torch.int32 else "i64"
+    k = _kernel(kv_c.device, "concat_and_cache_mla", geo.layout,
+                io=FLOAT_DTYPES[dtype_name(kv_c)], slots=slots)
+    p = _Plan(k, kv_c.device, num_blocks=geo.num_blocks,
+              kv_c_stride_token=kv_c.stride(0),
+              kv_c_stride_head=kv_c.shape[1],
+              k_pe_stride_token=k_pe.stride(0),
+              k_pe_stride_head=k_pe.shape[1],
+              kv_cache_bytes=geo.cache_bytes)
+    return p
+
+
+def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
+                         scale):
+    """torch.ops.kvgen.concat_and_cache_mla's implementation (kvgen's
+    kv.concat_and_cache_mla): kv_cache[slot, :L] = kv_c[t], kv_cache[slot,
+    L:] = k_pe[t] for slot = slot_mapping[t] >= 0 (fp8: saturate(x /
+    scale), one scale for both). kv_c [T, L], k_pe [T, R] (any token
+    stride, last dim contiguous: e.g. column ranges of one tensor);
+    kv_cache [num_blocks, block_size, L + R] (any block / token strides)."""
+    sig = ("m", kv_c.dtype, kv_c.device, kv_c.shape[1:], kv_c.stride(),
+           k_pe.dtype, k_pe.device, k_pe.shape[1:], k_pe.stride(),
+           kv_cache.dtype, kv_cache.device, kv_cache.shape,
+           kv_cache.stride(), slot_mapping.dtype, slot_mapping.device,
+           kv_cache_dtype, scale.dtype, scale.device, scale.shape)
+    p = _plans.get(sig)
+    if p is None:
+        p = _plan(sig, lambda: _mla_plan(kv_c, k_pe, kv_cache, slot_mapping,
+                                         kv_cache_dtype, scale))
+    t = kv_c.shape[0]
+    if k_pe.shape[0] != t or slot_mapping.shape != (t,) or \
+            (t > 1 and slot_mapping.stride(0) != 1):
+        _check_mla_write(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
+                         scale)
+    a = p.args()
+    a.kv_c = kv_c.data_ptr()
+    a.k_pe = k_pe.data_ptr()
+    a.kv_cache = kv_cache.data_ptr()
+    a.slot_mapping = slot_mapping.data_ptr()
+    if kv_cache_dtype != "auto":
+        a.scale = scale.data_ptr()
+    a.num_tokens = t
+    p.launch(a)
+
+
+def _mla_fake(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale):
+    _check_mla_write(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
+                     scale)
+
+
+def _check_mla_gather(src_cache, dst, kv_cache_dtype, scale):
+    if src_cache.dim() != 3 or dst.dim() != 2 or \
+            dst.shape[1] != src_cache.shape[2]:
+        raise ValueError(f"kvgen: src_cache {list(src_cache.shape)} and dst "
+                         f"{list(dst.shape)} must be [num_blocks, "
+                         "block_size, entry] and [num_tokens, entry]")
+    _latent_rows("dst", dst)
+    _same_device(dst, src_cache=src_cache)
+    dtype = _cache_dtype("src_cache", src_cache, kv_cache_dtype, None)
+    kind = _scale_kind(kv_cache_dtype, 1, scale=scale)
+    if kind != "none":
+        _same_device(dst, scale=scale)
+    return dtype, kind
+
+
+def _mla_gather_plan(src_cache, dst, slots, kv_cache_dtype, scale):
+    dtype, kind = _check_mla_gather(src_cache, dst, kv_cache_dtype, scale)
+    L, _ = _mla_split(src_cache.shape[2])
+    geo = _MlaGeometry(src_cache, L, dtype, kind)
+    io = FLOAT_DTYPES[dtype_name(dst)]
+    k = _kernel(dst.device, "gather_mla", geo.layout, io=io,
+                slots="i32" if slots.dtype == torch.int32 else "i64",
+                dequantize=io != dtype)
+    p = _Plan(k, dst.device, num_blocks=geo.num_blocks,
+              kv_c_out_stride_token=dst.stride(0), kv_c_out_stride_head=L,
+              k_pe_out_stride_token=dst.stride(0),
+              k_pe_out_stride_head=dst.shape[1] - L,
+              kv_cache_bytes=geo.cache_bytes)
+    p.out_offset = L * dst.element_size()
+    return p
 
 
 def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
@@ -667,14 +850,11 @@ def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
     token's slot with torch ops on the device (searchsorted over
     cu_seq_lens, a block_table lookup: O(dst rows) temporaries, allocated
     per call, no host synchronization) and then runs kvgen's slot-based
-    gather. What is missing for an allocation-free launch: a kernel op whose
-    work items are (sequence, token) pairs reading BLOCK_TABLE / SEQ_LENS
-    roles (kvgen/Ops.def has neither role)."""
-    if src_cache.dim() != 3 or dst.dim() != 2 or \
-            dst.shape[1] != src_cache.shape[2]:
-        raise ValueError(f"kvgen: src_cache {list(src_cache.shape)} and dst "
-                         f"{list(dst.shape)} must be [num_blocks, "
-                         "block_size, entry] and [num_tokens, entry]")
+    kv.gather_mla (dequantizing fp8 to dst's dtype). What is missing for an
+    allocation-free launch: a kernel op whose work items are (sequence,
+    token) pairs reading BLOCK_TABLES / SEQ_LENS roles for a gather."""
+    if src_cache.dim() != 3 or dst.dim() != 2:
+        _check_mla_gather(src_cache, dst, kv_cache_dtype, scale)
     bs = src_cache.shape[1]
     T = dst.shape[0]
     dev = dst.device
@@ -687,11 +867,28 @@ def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
         max=block_table.shape[1] - 1)]
     slots = torch.where(t < cu[batch_size], blk * bs + p % bs,
                         torch.full_like(t, -1))
-    L, _ = _mla_split(src_cache.shape[2])
-    _gather_impl(src_cache[..., :L].unsqueeze(2),
-                 src_cache[..., L:].unsqueeze(2), slots,
-                 dst[:, :L].unsqueeze(1), dst[:, L:].unsqueeze(1),
-                 kv_cache_dtype, scale, scale)
+    sig = ("gm", src_cache.dtype, src_cache.device, src_cache.shape,
+           src_cache.stride(), dst.dtype, dst.device, dst.shape[1:],
+           dst.stride(), kv_cache_dtype, scale.dtype, scale.device,
+           scale.shape)
+    plan = _plans.get(sig)
+    if plan is None:
+        plan = _plan(sig, lambda: _mla_gather_plan(src_cache, dst, slots,
+                                                   kv_cache_dtype, scale))
+    a = plan.args()
+    a.kv_cache = src_cache.data_ptr()
+    a.slot_mapping = slots.data_ptr()
+    a.kv_c_out = dst.data_ptr()
+    a.k_pe_out = dst.data_ptr() + plan.out_offset
+    if kv_cache_dtype != "auto":
+        a.scale = scale.data_ptr()
+    a.num_tokens = T
+    plan.launch(a)
+
+
+def _mla_gather_fake(src_cache, dst, block_table, cu_seq_lens, batch_size,
+                     kv_cache_dtype, scale, seq_starts=None):
+    _check_mla_gather(src_cache, dst, kv_cache_dtype, scale)
 
 
 #---------------------------------------------------------------------------
@@ -728,23 +925,11 @@ def _copy_plan(key_cache, value_cache, block_mapping):
     if key_cache.dtype != value_cache.dtype:
         raise TypeError("kvgen: key_cache and value_cache differ in dtype")
     geo = _raw_geometry(key_cache, value_cache)
-    k = context(key_cache.device).kernel("copy_blocks", geo.layout)
+    k = _kernel(key_cache.device, "copy_blocks", geo.layout)
     p = _Plan(k, key_cache.device, num_blocks=geo.num_blocks,
               key_cache_bytes=geo.key_bytes,
               value_cache_bytes=geo.value_bytes)
-    p.limit = geo.num_blocks
     return p
-
-
-def _host_block_check(block_mapping, *limits):
-    if block_mapping.numel():
-        for col, limit in enumerate(limits):
-            lo = int(block_mapping[:, col].min())
-            hi = int(block_mapping[:, col].max())
-            if lo < 0 or hi >= limit:
-                raise ValueError(f"kvgen: block_mapping holds block "
-                                 f"{hi if hi >= limit else lo}, the cache "
-                                 f"has {limit} blocks")
 
 
 def _copy_one(key_cache, value_cache, block_mapping):
@@ -758,8 +943,6 @@ def _copy_one(key_cache, value_cache, block_mapping):
     if p is None:
         p = _plan(sig, lambda: _copy_plan(key_cache, value_cache,
                                           block_mapping))
-    if p.host:
-        _host_block_check(block_mapping, p.limit, p.limit)
     a = p.args()
     a.key_cache = key_cache.data_ptr()
     a.value_cache = value_cache.data_ptr()
@@ -839,13 +1022,12 @@ def _swap_plan(src_k, src_v, dst_k, dst_v, block_mapping):
             raise ValueError(f"kvgen: {name} is in pageable CPU memory; a "
                              "CPU cache swapped with a GPU cache must be "
                              "pinned")
-    k = context(dev).kernel("swap_blocks", gs.layout)
+    k = _kernel(dev, "swap_blocks", gs.layout)
     p = _Plan(k, dev, src_num_blocks=gs.num_blocks,
               dst_num_blocks=gd.num_blocks, src_key_cache_bytes=gs.key_bytes,
               src_value_cache_bytes=gs.value_bytes,
               dst_key_cache_bytes=gd.key_bytes,
               dst_value_cache_bytes=gd.value_bytes)
-    p.limit = (gs.num_blocks, gd.num_blocks)
     return p
 
 
@@ -868,8 +1050,6 @@ def swap_blocks(src, dst, block_mapping):
         sk, sv = _split_rows(src)
         dk, dv = _split_rows(dst)
         p = _plan(sig, lambda: _swap_plan(sk, sv, dk, dv, block_mapping))
-    if p.host:
-        _host_block_check(block_mapping, *p.limit)
     a = p.args()
     L = _mla_split(src.shape[-1])[0] * src.element_size()
     a.src_key_cache = src.data_ptr()
@@ -908,8 +1088,7 @@ _SCHEMAS = {
         "(Tensor src_cache, Tensor(a!) dst, Tensor block_table, "
         "Tensor cu_seq_lens, int batch_size, str kv_cache_dtype, "
         "Tensor scale, Tensor? seq_starts=None) -> ()",
-        gather_and_maybe_dequant_cache,
-        lambda src_cache, dst, *a, **k: None),
+        gather_and_maybe_dequant_cache, _mla_gather_fake),
     "copy_blocks": (
         "(Tensor(a!)[] key_caches, Tensor(b!)[] value_caches, "
         "Tensor block_mapping) -> ()",

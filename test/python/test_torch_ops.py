@@ -4,9 +4,13 @@ reference (kvgen_ref.py), bit for bit over the whole cache allocations, for
 every preset (runtime/lib/Presets.cpp, read from `kvgen presets`) in the
 preset's own arrangement, as an HND permute, and as a [num_blocks, 2, ...]
 allocation; torch.compile(fullgraph=True) of a function calling the write
-op; bad inputs raising a clear error and writing nothing; MLA, copy and
-swap ops against the torch reference (torch_ref.py, itself checked against
-numpy here). CUDA tests (torch ops on the GPU vs torch_ref, CUDA graph
+op; bad inputs raising a clear error and writing nothing; MLA (through
+kv.concat_and_cache_mla / kv.gather_mla: bf16, fp8 with a scale, strided
+kv_c / k_pe and padded caches), copy and swap ops against the torch
+reference (torch_ref.py, itself checked against numpy here); out-of-range
+slots and block ids skipped, nothing written outside the cache, reported by
+kvgen.torch.check_errors; the set_unchecked / KVGEN_TORCH_UNCHECKED
+opt-out. The device-parametrized tests run the same paths on CUDA. CUDA tests (torch ops on the GPU vs torch_ref, CUDA graph
 capture and replay) run when torch sees a GPU and are skipped otherwise.
 
 Skipped, with the reason, without torch, the `kvgen` CLI or the generator
@@ -55,7 +59,8 @@ TORCH_DTYPE = {"bf16": torch.bfloat16, "f16": torch.float16,
                "f32": torch.float32, "f8E4M3FN": torch.uint8,
                "f8E5M2": torch.uint8}
 STORAGE = {torch.bfloat16: torch.int16, torch.float16: torch.int16,
-           torch.float32: torch.int32, torch.uint8: torch.uint8}
+           torch.float32: torch.int32, torch.uint8: torch.uint8,
+           torch.float8_e4m3fn: torch.uint8}
 
 
 def presets():
@@ -328,8 +333,6 @@ BAD = {
         lambda a: a.__setitem__(0, make_rows(5, 2, 128,
                                              torch.Generator())[..., ::2]),
         ValueError, "last dimension must be contiguous"),
-    "cache too small": (lambda a: a[4].__setitem__(4, 64), ValueError,
-                        "holds slot 64, the cache has 4 blocks of 16"),
     "slots on another device": (
         lambda a: a.__setitem__(4, a[4].to("meta")), ValueError,
         "slot_mapping is on meta"),
@@ -464,9 +467,13 @@ def test_copy_blocks_and_swap_blocks(device):
     torch_ref.swap_blocks(src, want, m)
     torch.ops.kvgen.swap_blocks(src, dst, m)
     assert torch.equal(dst, want)
-    if dev.type == "cpu":  # the host backend checks blocks before launch
-        with pytest.raises(ValueError, match="holds block 9"):
-            torch.ops.kvgen.swap_blocks(src, dst, torch.tensor([[0, 9]]))
+    # A block id outside dst (9 blocks): skipped, reported, nothing moved.
+    kt.check_errors(dev)
+    before = dst.clone()
+    torch.ops.kvgen.swap_blocks(src, dst, torch.tensor([[0, 9]], device=dev))
+    with pytest.raises(kvgen.KvgenError, match="INDEX_OUT_OF_RANGE"):
+        kt.check_errors(dev)
+    assert torch.equal(dst, before)
     mla = [torch.randn(4, 16, 576, generator=gen).to(torch.bfloat16).to(dev)]
     want = mla[0].clone()
     m = torch.tensor([[0, 3], [1, 2]], device=dev)
@@ -486,10 +493,14 @@ def test_eager_entry_checks_every_call():
     wide = make_rows(5, 2, 64, torch.Generator().manual_seed(2))
     with pytest.raises(ValueError, match="value has head_size 64"):
         kt.reshape_and_cache_flash(key, wide, kc, vc, slots, "auto", ks, vs)
-    with pytest.raises(ValueError, match="holds slot 64"):
-        kt.reshape_and_cache_flash(key, value, kc, vc,
-                                   torch.tensor([0, 1, 2, 3, 64]), "auto",
-                                   ks, vs)
+    # Slot 64 (4 blocks of 16): skipped and reported, the others written.
+    kt.check_errors("cpu")
+    kt.reshape_and_cache_flash(key, value, kc, vc,
+                               torch.tensor([0, 1, 2, 3, 64]), "auto", ks, vs)
+    with pytest.raises(kvgen.KvgenError, match="INDEX_OUT_OF_RANGE"):
+        kt.check_errors("cpu")
+    assert torch.equal(vc.view(-1, 2, 32)[:4], value[:4])
+    before = vc.clone()
     with pytest.raises(ValueError, match="slot_mapping has shape"):
         kt.reshape_and_cache_flash(key, value, kc, vc, slots[:3], "auto",
                                    ks, vs)
@@ -523,6 +534,218 @@ def test_kernel_table_reuses_plans():
         kt.reshape_and_cache_flash(key, value, kc, vc, slots, "auto",
                                    torch.ones(1), torch.ones(1))
     assert len(kt._fast) == entries and kt.plan_count() == n
+
+
+# -- MLA ops: kv.concat_and_cache_mla / kv.gather_mla ----------------------
+
+def _random_bits(shape, dtype, gen):
+    n = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+    return torch.randint(0, 256, (n,), dtype=torch.uint8,
+                         generator=gen).view(dtype).reshape(shape)
+
+
+def _ops_of_plans():
+    return {p.kernel.op for p in kt._plans.values()}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("cache", ["dense", "padded"])
+@pytest.mark.parametrize("kind", ["bf16", "fp8", "float8_e4m3fn"])
+def test_mla_ops_strided_views_bit_exact(kind, cache, device):
+    """kv_c / k_pe as column ranges of one [T, L + R + 8] tensor, the cache
+    dense or rows padded to 640 elements ([nb, bs, 640][..., :576], a
+    kv_c_strides layout), random bits everywhere: the write and the gather
+    by block table match torch_ref over the whole allocations."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(sum(map(ord, kind + cache)))
+    L, R, bs, nb, T = 512, 64, 16, 5, 37
+    kvd = "auto" if kind == "bf16" else "fp8"
+    cdt = {"bf16": torch.bfloat16, "fp8": torch.uint8,
+           "float8_e4m3fn": torch.float8_e4m3fn}[kind]
+    width = 640 if cache == "padded" else L + R
+    # Finite random contents (NaN rows would still compare by bits, but the
+    # gather's dequantization of them is not what this checks).
+    base = _random_bits((nb, bs, width), torch.uint8 if kind != "bf16"
+                        else torch.int16, gen)
+    if kind == "bf16":
+        base = (base.float() / 4096).to(torch.bfloat16)
+    else:
+        base = (base & 0x77).view(cdt)  # no NaN / inf encodings
+    base = base.to(dev)
+    view = (lambda c: c[..., :L + R]) if cache == "padded" else (lambda c: c)
+    want = base.clone()
+    rows = make_rows(T, 1, L + R + 8, gen)[:, 0].to(dev)
+    kv_c, k_pe = rows[:, :L], rows[:, L:L + R]
+    slots = make_slots(T, nb, bs, gen, torch.int32).to(dev)
+    scale = torch.tensor([0.37], device=dev)
+    kt.check_errors(dev)
+    torch.ops.kvgen.concat_and_cache_mla(kv_c, k_pe, view(base), slots, kvd,
+                                         scale)
+    torch_ref.concat_and_cache_mla(kv_c, k_pe, view(want), slots, kvd, scale)
+    assert same_bits(base.cpu(), want.cpu())
+    block_table = torch.tensor([[4, 1, 0], [2, 3, 1]], dtype=torch.int32,
+                               device=dev)
+    cu = torch.tensor([0, 21, 40], dtype=torch.int32, device=dev)
+    starts = torch.tensor([3, 0], dtype=torch.int32, device=dev)
+    dst = torch.full((44, L + R), 7.0, dtype=torch.bfloat16, device=dev)
+    want_dst = dst.clone()
+    torch.ops.kvgen.gather_and_maybe_dequant_cache(view(base), dst,
+                                                   block_table, cu, 2, kvd,
+                                                   scale, starts)
+    torch_ref.gather_and_maybe_dequant_cache(view(want), want_dst,
+                                             block_table, cu, 2, kvd, scale,
+                                             starts)
+    kt.check_errors(dev)  # every slot in range: nothing reported
+    assert torch.equal(dst.cpu(), want_dst.cpu())
+    ops = _ops_of_plans()
+    assert {"concat_and_cache_mla", "gather_mla"} <= ops
+    layouts = [p.kernel.layout.text for p in kt._plans.values()
+               if p.kernel.op == "concat_and_cache_mla"]
+    assert any("components = [kv_c: 512, k_pe: 64]" in t for t in layouts)
+
+
+def test_mla_fake_checks():
+    kv_c = torch.zeros(3, 512, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="kv_cache has shape"):
+        torch.ops.kvgen.concat_and_cache_mla(
+            kv_c, torch.zeros(3, 64, dtype=torch.bfloat16),
+            torch.zeros(2, 16, 570, dtype=torch.bfloat16),
+            torch.arange(3), "auto", torch.ones(1))
+    with pytest.raises(TypeError, match="k_pe has dtype"):
+        torch.ops.kvgen.concat_and_cache_mla(
+            kv_c, torch.zeros(3, 64, dtype=torch.float16),
+            torch.zeros(2, 16, 576, dtype=torch.bfloat16),
+            torch.arange(3), "auto", torch.ones(1))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_fullgraph_mla(backend):
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(5)
+    L, R, bs, nb, T = 512, 64, 16, 3, 11
+    cache = torch.zeros(nb, bs, L + R, dtype=torch.bfloat16)
+    rows = make_rows(T, 1, L + R, gen)[:, 0]
+    slots = make_slots(T, nb, bs, gen, torch.int64)
+    one = torch.ones(1)
+
+    def step(rows, cache, slots):
+        r = rows * 2
+        torch.ops.kvgen.concat_and_cache_mla(r[:, :L], r[:, L:], cache,
+                                             slots, "auto", one)
+        return r.sum()
+
+    total = torch.compile(step, fullgraph=True, backend=backend)(
+        rows, cache, slots)
+    want = torch.zeros_like(cache)
+    torch_ref.concat_and_cache_mla((rows * 2)[:, :L], (rows * 2)[:, L:],
+                                   want, slots, "auto", one)
+    assert torch.equal(cache, want)
+    assert torch.equal(total, (rows * 2).sum())
+
+
+# -- range checks (issue 12): skipped, reported by check_errors ------------
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_out_of_range_slot_is_skipped_and_reported(device):
+    """A slot >= num_blocks * block_size through
+    torch.ops.kvgen.reshape_and_cache_flash (the caches: views of the first
+    4 blocks of 6-block allocations) writes nothing outside the caches, the
+    in-range rows are written, and check_errors raises once."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(31)
+    H, dk, dv, bs, nb = 2, 64, 32, 16, 4
+    kbase = _random_bits((nb + 2, bs, H, dk), torch.int16, gen).view(
+        torch.bfloat16).to(dev)
+    vbase = _random_bits((nb + 2, bs, H, dv), torch.int16, gen).view(
+        torch.bfloat16).to(dev)
+    kc, vc = kbase[:nb], vbase[:nb]
+    key, value = make_rows(5, H, dk, gen).to(dev), make_rows(5, H, dv,
+                                                             gen).to(dev)
+    slots = torch.tensor([1, nb * bs, 7, 1 << 40, -1], device=dev)
+    wk, wv = kbase.clone(), vbase.clone()
+    ok = torch.tensor([0, 2])
+    torch_ref.write(key[ok], value[ok], wk, wv, slots[ok.to(dev)], "auto",
+                    None, None)
+    kt.check_errors(dev)
+    one = torch.ones(1, device=dev)
+    torch.ops.kvgen.reshape_and_cache_flash(key, value, kc, vc, slots,
+                                            "auto", one, one)
+    with pytest.raises(kvgen.KvgenError, match="INDEX_OUT_OF_RANGE") as e:
+        kt.check_errors(dev)
+    assert "reshape_and_cache" in str(e.value)
+    kt.check_errors(dev)  # the report was cleared
+    assert same_bits(kbase.cpu(), wk.cpu()) and \
+        same_bits(vbase.cpu(), wv.cpu())
+    # The MLA writer and the gather check the same way.
+    cache = torch.zeros(nb + 1, bs, 576, dtype=torch.bfloat16, device=dev)
+    rows = make_rows(2, 1, 576, gen)[:, 0].to(dev)
+    torch.ops.kvgen.concat_and_cache_mla(
+        rows[:, :512], rows[:, 512:], cache[:nb],
+        torch.tensor([nb * bs, 3], device=dev), "auto", one)
+    with pytest.raises(kvgen.KvgenError, match="INDEX_OUT_OF_RANGE"):
+        kt.check_errors(dev)
+    assert not cache[nb].any() and torch.equal(cache[0, 3], rows[1])
+    ko, vo = torch.zeros_like(key), torch.zeros_like(value)
+    torch.ops.kvgen.gather_cache(kc, vc, slots, ko, vo, "auto", one, one)
+    with pytest.raises(kvgen.KvgenError, match="INDEX_OUT_OF_RANGE"):
+        kt.check_errors()  # every device
+    assert not ko[1].any() and not ko[3].any() and torch.equal(ko[0], key[0])
+    # A block id outside [0, num_blocks) in copy_blocks.
+    torch.ops.kvgen.copy_blocks([kc], [vc], torch.tensor([[0, nb]],
+                                                         device=dev))
+    with pytest.raises(kvgen.KvgenError, match="INDEX_OUT_OF_RANGE"):
+        kt.check_errors(dev)
+    assert same_bits(kbase.cpu(), wk.cpu())
+
+
+def test_unchecked_opt_out():
+    """set_unchecked(True): the ops launch unchecked kernels (the caller
+    proves every slot < num_blocks * block_size): a slot one past the view
+    (inside its allocation, so nothing unsafe happens here) is written
+    there and not reported; set_unchecked(False) restores the checks."""
+    gen = torch.Generator().manual_seed(33)
+    H, d, bs, nb = 2, 64, 16, 4
+    kbase = torch.zeros(nb + 1, bs, H, d, dtype=torch.bfloat16)
+    vbase = torch.zeros(nb + 1, bs, H, d, dtype=torch.bfloat16)
+    key, value = make_rows(1, H, d, gen), make_rows(1, H, d, gen)
+    slots = torch.tensor([nb * bs])
+    one = torch.ones(1)
+    assert not kt.unchecked()
+    kt.check_errors("cpu")
+    try:
+        kt.set_unchecked(True)
+        assert kt.plan_count() == 0  # the table was emptied
+        torch.ops.kvgen.reshape_and_cache_flash(key, value, kbase[:nb],
+                                                vbase[:nb], slots, "auto",
+                                                one, one)
+        assert all(p.kernel.unchecked for p in kt._plans.values())
+        kt.check_errors("cpu")  # nothing reported
+        assert torch.equal(kbase[nb, 0], key[0])  # written past the view
+    finally:
+        kt.set_unchecked(False)
+    kbase.zero_()
+    torch.ops.kvgen.reshape_and_cache_flash(key, value, kbase[:nb],
+                                            vbase[:nb], slots, "auto", one,
+                                            one)
+    assert all(p.kernel.checked for p in kt._plans.values())
+    with pytest.raises(kvgen.KvgenError, match="INDEX_OUT_OF_RANGE"):
+        kt.check_errors("cpu")
+    assert not kbase.any()
+
+
+def test_unchecked_from_the_environment():
+    code = ("import kvgen.torch as kt, torch; assert kt.unchecked(); "
+            "k = torch.zeros(2, 16, 1, 64, dtype=torch.bfloat16); "
+            "r = torch.ones(1, 1, 64, dtype=torch.bfloat16); "
+            "torch.ops.kvgen.reshape_and_cache_flash(r, r, k, k.clone(), "
+            "torch.tensor([5]), 'auto', torch.ones(1), torch.ones(1)); "
+            "assert all(p.kernel.unchecked for p in kt._plans.values()); "
+            "print('ok')")
+    env = dict(os.environ, KVGEN_TORCH_UNCHECKED="1",
+               PYTHONPATH=str(REPO / "python"))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
 # -- CUDA (skipped without a GPU) -------------------------------------------
