@@ -929,8 +929,17 @@ class Kernel:
             return call
         raise AttributeError(name)
 
+    def prepare(self, *positional, **kw):
+        """The checks and argument filling of launch() without the launch:
+        returns (args, stream) for launch_raw(args, stream), so a caller
+        that launches the same tensors many times (a benchmark, a captured
+        decode step) pays the binding's Python checks once. Arguments as
+        launch(); the tensors must stay alive and unchanged in shape."""
+        return self.launch(*positional, _prepare_only=True, **kw)
+
     def launch(self, *positional, num_blocks=None, stream=None,
-               cache_strides=None, cache_bytes=None, check=None, **tensors):
+               cache_strides=None, cache_bytes=None, check=None,
+               _prepare_only=False, **tensors):
         """Validates what the binding can see, fills the op's argument
         struct from `tensors` (by field name; positional ones in the order
         of the op's tensor fields) and launches through kvgen_launch.
@@ -1255,6 +1264,8 @@ class Kernel:
         elif hasattr(stream, "cuda_stream"):
             stream = stream.cuda_stream
         args = op.args_struct(**fields)
+        if _prepare_only:
+            return args, int(stream)
         self.launch_raw(args, stream=int(stream))
         if check or (check is None and backend == "host"):
             self._ctx.check()

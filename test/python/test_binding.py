@@ -463,3 +463,40 @@ def test_kernel_options_and_unknown_option(ctx):
         ctx.kernel("reshape_and_cache", BF16, dequantize=True)
     with pytest.raises(ValueError, match="must be one of"):
         ctx.kernel("reshape_and_kache", BF16)
+
+
+def test_prepare_then_launch_raw_matches_launch(tmp_path):
+    """Kernel.prepare does launch()'s checks and filling without launching;
+    launch_raw of its struct writes what launch() writes."""
+    kv = KVGEN
+    if not kv.is_file():
+        pytest.skip(f"{kv} not built")
+    lay = kvgen.Layout(4, 192, 128, 16)
+    (tmp_path / "l.mlir").write_text(f"#kv.layout<{lay.text}>\n")
+    subprocess.run([str(kv), "emit", "--layout", str(tmp_path / "l.mlir"),
+                    "--op", "reshape_and_cache", "--io", "bf16", "--target",
+                    "host", "--bundle", str(tmp_path / "b")], check=True,
+                   capture_output=True)
+    ctx = kvgen.Context("host", cache_dir=str(tmp_path / "c"))
+    ctx.load_bundle(str(tmp_path / "b"))
+    k = ctx.kernel("reshape_and_cache", lay, io="bf16")
+    rng = np.random.default_rng(3)
+    key = rng.integers(0, 1 << 15, (5, 4, 192)).astype(np.uint16)
+    val = rng.integers(0, 1 << 15, (5, 4, 128)).astype(np.uint16)
+    nb = 4
+    caches = [np.zeros(lay.extent_bytes(c, nb) // 2, np.uint16)
+              for c in ("k", "v")]
+    slots = np.array([0, 17, 3, 40, 63], np.int64)
+    args, stream = k.prepare(key, val, caches[0], caches[1], slots,
+                             num_blocks=nb)
+    assert not caches[0].any() and not caches[1].any()  # nothing launched
+    k.launch_raw(args, stream)
+    want = [np.zeros_like(c) for c in caches]
+    k.reshape_and_cache(key, val, want[0], want[1], slots, num_blocks=nb)
+    assert want[0].any()
+    np.testing.assert_array_equal(caches[0], want[0])
+    np.testing.assert_array_equal(caches[1], want[1])
+    # The same checks as launch(): a wrong row shape is refused.
+    with pytest.raises(ValueError, match="shape"):
+        k.prepare(key[:, :, :128], val, caches[0], caches[1], slots)
+    ctx.close()
