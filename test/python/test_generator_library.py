@@ -35,13 +35,19 @@ pytestmark = pytest.mark.skipif(
     not GEN.is_file(), reason=f"{GEN} not built (an MLIR-free build?)")
 
 
+# kvgen_generated_kernel of generator_abi.h, API version GENERATED_API (the
+# test asserts the library's version, so a changed struct fails here instead
+# of the library writing past a stale mirror).
+GENERATED_API = 2
+_GEOMETRY = ("threads", "tokens_per_cta", "vector_bytes", "small_max_tokens",
+             "small_threads", "rows_per_cta", "row_group", "item_ctas",
+             "split_ctas", "split_min_tokens", "split_align", "partial_bytes")
+
+
 class Generated(ctypes.Structure):
-    _fields_ = [("source", ctypes.c_void_p), ("entry_name", ctypes.c_char_p),
-                ("threads", ctypes.c_int32),
-                ("tokens_per_cta", ctypes.c_int32),
-                ("vector_bytes", ctypes.c_int32),
-                ("small_max_tokens", ctypes.c_int32),
-                ("small_threads", ctypes.c_int32)]
+    _fields_ = [("source", ctypes.c_void_p),
+                ("entry_name", ctypes.c_char_p)] + \
+        [(n, ctypes.c_int32) for n in _GEOMETRY]
 
 
 def _tool(name):
@@ -81,8 +87,10 @@ def test_size_stripped():
      "sm_90"),
     ("gather", ["--preset", "mimo-v2-flash-fp8"],
      ["--io", "bf16", "--dequantize"], "gfx942"),
-    ("reshape_and_cache", ["--preset", "deepseek-v3-mla"],
-     ["--io", "f16", "--slots", "i32", "--checked"], "host"),
+    ("concat_and_cache_mla", ["--preset", "deepseek-v3-mla"],
+     ["--io", "f16", "--slots", "i32", "--unchecked"], "host"),
+    ("paged_attention", ["--preset", "mimo-v2-flash"],
+     ["--io", "bf16", "--num_q_heads", "64"], "sm_90"),
     ("copy_blocks", ["--preset", "llama3-8b"], [], "sm_90"),
 ])
 def test_same_source_as_the_cli(op, layout_args, options, target):
@@ -93,6 +101,7 @@ def test_same_source_as_the_cli(op, layout_args, options, target):
                          capture_output=True, text=True)
     assert cli.returncode == 0, cli.stderr
     lib = ctypes.CDLL(str(GEN))
+    assert lib.kvgen_generator_api_version() == GENERATED_API
     lib.kvgen_generator_emit.argtypes = [ctypes.c_char_p] * 4 + [
         ctypes.POINTER(Generated), ctypes.POINTER(ctypes.c_char_p)]
     preset = layout_args[1]
@@ -100,7 +109,7 @@ def test_same_source_as_the_cli(op, layout_args, options, target):
     opts = []
     it = iter(options)
     for o in it:
-        if o in ("--io", "--slots"):
+        if o in ("--io", "--slots", "--num_q_heads"):
             opts.append(f"{o[2:]} = {next(it)}")
         else:
             opts.append(o[2:])
@@ -110,6 +119,13 @@ def test_same_source_as_the_cli(op, layout_args, options, target):
                                   ", ".join(opts).encode(), target.encode(),
                                   ctypes.byref(g), ctypes.byref(err))
     assert rc == 0, err.value
+    # The launch geometry comes along, row tiles and split-KV included.
+    assert g.threads > 0 and g.vector_bytes > 0
+    if op == "paged_attention":
+        assert g.rows_per_cta == 16 and g.row_group == 16 and \
+            g.item_ctas == 4 and g.split_ctas > 0 and g.partial_bytes > 0
+    else:
+        assert g.rows_per_cta == 0
     source = ctypes.string_at(g.source).decode()
     lib.kvgen_generator_free_kernel(ctypes.byref(g))
     assert source == cli.stdout
