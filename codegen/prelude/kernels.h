@@ -1125,37 +1125,133 @@ template <> struct Mma<dt_f16> {
   }
 };
 
-/// N cache elements (C) as N / 2 registers of IO pairs: raw bits when C is
-/// IO, else through float (exact for fp8 into bf16 / f16; rounded to nearest
-/// even otherwise); hardware fp8 tags unpack two elements per instruction.
-template <class C, class IO, int MODE> struct ToIoPairs;
-enum { TO_IO_RAW = 0, TO_IO_FLOAT = 1, TO_IO_HW = 2 };
-template <class C, class IO> struct ToIoPairs<C, IO, TO_IO_RAW> {
-  template <int N>
-  static KVGEN_DEVICE inline void run(const uint16_t *in, uint32_t *out) {
-    KVGEN_UNROLL
-    for (int i = 0; i < N / 2; ++i)
-      out[i] = uint32_t(in[2 * i]) | (uint32_t(in[2 * i + 1]) << 16);
+
+/// Element k of a 32-bit word holding 4 / sizeof(T) elements of T.
+template <class T> struct PackedBits {
+  static KVGEN_DEVICE inline T get(uint32_t w, int k) {
+    return T(w >> (8 * int(sizeof(T)) * k));
+  }
+  static KVGEN_DEVICE inline uint32_t put(T e, int k) {
+    return uint32_t(e) << (8 * int(sizeof(T)) * k);
   }
 };
-template <class C, class IO> struct ToIoPairs<C, IO, TO_IO_FLOAT> {
-  template <int N>
-  static KVGEN_DEVICE inline void run(const typename C::storage *in,
-                                      uint32_t *out) {
-    KVGEN_UNROLL
-    for (int i = 0; i < N / 2; ++i)
-      out[i] = PackIo<IO>::run(C::load(in[2 * i]), C::load(in[2 * i + 1]));
+template <> struct PackedBits<float> {
+  static KVGEN_DEVICE inline float get(uint32_t w, int) {
+    union {
+      uint32_t u;
+      float f;
+    } x;
+    x.u = w;
+    return x.f;
+  }
+  static KVGEN_DEVICE inline uint32_t put(float e, int) {
+    union {
+      uint32_t u;
+      float f;
+    } x;
+    x.f = e;
+    return x.u;
   }
 };
-template <class C, class IO> struct ToIoPairs<C, IO, TO_IO_HW> {
-  template <int N>
-  static KVGEN_DEVICE inline void run(const uint8_t *in, uint32_t *out) {
+
+/// N cache elements of storage type T kept packed in 32-bit words, element
+/// i in bits [8 sizeof(T) (i % PER), ...) of word i / PER: a run of 8 bf16
+/// values is 4 registers, not 8 (the attention loop holds 80 words of K/V
+/// per lane; one element per register spilled it to local memory).
+template <class T, int N> struct Packed {
+  enum { PER = 4 / int(sizeof(T)), WORDS = (N + PER - 1) / PER };
+  uint32_t w[WORDS];
+  KVGEN_DEVICE inline T get(int i) const {
+    return PackedBits<T>::get(w[i / PER], i % PER);
+  }
+  /// Elements i and i + 1 (i even) as the low and high 16 bits of a word
+  /// (2-byte T) or the low 16 bits (1-byte T).
+  KVGEN_DEVICE inline uint32_t pairBits(int i) const {
+    return sizeof(T) == 2 ? w[i / 2]
+                          : (w[i / PER] >> (8 * (i % PER))) & 0xffffu;
+  }
+};
+/// Loads a run of N elements of T at p into r: all N when `full` (else
+/// zeros) with accesses of A elements (p and N multiples of A, A * sizeof(T)
+/// >= 4 bytes); one predicated access per element otherwise, the first n
+/// (zeros past n). PARTIAL: n may lie strictly between 0 and N.
+template <class T, int N, int A, bool PARTIAL>
+KVGEN_DEVICE inline void loadPacked(Packed<T, N> &r, const T *p, int n) {
+  enum { B = A * int(sizeof(T)) };
+  if (!PARTIAL && B >= 4) {
+    typedef typename VecBytes<(B >= 4 ? B : 4)>::type V;
+    const bool full = n == N;
     KVGEN_UNROLL
-    for (int i = 0; i < N / 2; ++i) {
-      float a, b;
-      C::unpack2(uint16_t(in[2 * i] | (uint16_t(in[2 * i + 1]) << 8)), a, b);
-      out[i] = PackIo<IO>::run(a, b);
+    for (int i = 0; i < N; i += A) {
+      union {
+        V v;
+        uint32_t w[B >= 4 ? B / 4 : 1];
+      } u;
+      KVGEN_UNROLL
+      for (int k = 0; k < B / 4; ++k)
+        u.w[k] = 0;
+      if (full)
+        u.v = *reinterpret_cast<const V *>(p + i);
+      KVGEN_UNROLL
+      for (int k = 0; k < B / 4; ++k)
+        r.w[i * int(sizeof(T)) / 4 + k] = u.w[k];
     }
+  } else {
+    typedef Packed<T, N> R;
+    KVGEN_UNROLL
+    for (int k = 0; k < R::WORDS; ++k)
+      r.w[k] = 0;
+    KVGEN_UNROLL
+    for (int i = 0; i < N; ++i)
+      if (i < n)
+        r.w[i / R::PER] |= PackedBits<T>::put(p[i], i % R::PER);
+  }
+}
+
+/// Elements of a packed run of cache type C as IO bits: pair(r, i) gives
+/// elements i and i + 1 (i even) as one register of two IO values (element
+/// i in the low half), one(r, i) element i in the low 16 bits. Raw bits
+/// when C is IO, else through float (exact for fp8 into bf16 / f16; rounded
+/// to nearest even otherwise); hardware fp8 tags unpack two elements per
+/// instruction.
+template <class C, class IO, int MODE> struct ToIo;
+enum { TO_IO_RAW = 0, TO_IO_FLOAT = 1, TO_IO_HW = 2 };
+template <class C, class IO> struct ToIo<C, IO, TO_IO_RAW> {
+  template <int N>
+  static KVGEN_DEVICE inline uint32_t
+  pair(const Packed<typename C::storage, N> &r, int i) {
+    return r.pairBits(i);
+  }
+  template <int N>
+  static KVGEN_DEVICE inline uint32_t
+  one(const Packed<typename C::storage, N> &r, int i) {
+    return uint32_t(r.get(i));
+  }
+};
+template <class C, class IO> struct ToIo<C, IO, TO_IO_FLOAT> {
+  template <int N>
+  static KVGEN_DEVICE inline uint32_t
+  pair(const Packed<typename C::storage, N> &r, int i) {
+    return PackIo<IO>::run(C::load(r.get(i)), C::load(r.get(i + 1)));
+  }
+  template <int N>
+  static KVGEN_DEVICE inline uint32_t
+  one(const Packed<typename C::storage, N> &r, int i) {
+    return uint32_t(IO::store(C::load(r.get(i))));
+  }
+};
+template <class C, class IO> struct ToIo<C, IO, TO_IO_HW> {
+  template <int N>
+  static KVGEN_DEVICE inline uint32_t
+  pair(const Packed<typename C::storage, N> &r, int i) {
+    float a, b;
+    C::unpack2(uint16_t(r.pairBits(i)), a, b);
+    return PackIo<IO>::run(a, b);
+  }
+  template <int N>
+  static KVGEN_DEVICE inline uint32_t
+  one(const Packed<typename C::storage, N> &r, int i) {
+    return uint32_t(IO::store(C::load(r.get(i))));
   }
 };
 template <class C, class IO> struct ToIoMode {
@@ -1165,26 +1261,6 @@ template <class C, class IO> struct ToIoMode {
                                     : int(TO_IO_FLOAT)
   };
 };
-
-/// Loads n <= N elements of T at p into out (zeros past n), with accesses
-/// of A elements when n == N (p and N multiples of A), else one at a time.
-template <class T, int N, int A>
-KVGEN_DEVICE inline void loadRun(T *out, const T *p, int n) {
-  if (n == N) {
-    KVGEN_UNROLL
-    for (int i = 0; i < N; i += A) {
-      Frag<T, A> f;
-      loadFrag<T, A>(f, p + i);
-      KVGEN_UNROLL
-      for (int j = 0; j < A; ++j)
-        out[i + j] = f.e[j];
-    }
-  } else {
-    KVGEN_UNROLL
-    for (int i = 0; i < N; ++i)
-      out[i] = i < n ? p[i] : T(0);
-  }
-}
 
 /// The largest power of two that divides both A and B (B a power of two).
 template <int A, int B> struct Pow2Gcd {
@@ -1447,7 +1523,7 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
     const int64_t oneBlock = nextBlock;
     nextBlock = stepBlock(step + WARPS);
     // K rows of tokens group and group + 8, V rows of 2q, 2q+1, 2q+8, 2q+9.
-    CS kraw[2][KCHUNKS][KC];
+    Packed<CS, KC> kraw[2][KCHUNKS];
     KVGEN_UNROLL
     for (int nt = 0; nt < 2; ++nt) {
       const int64_t t = base + nt * 8 + group;
@@ -1458,25 +1534,26 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
       for (int c = 0; c < KCHUNKS; ++c) {
         const int d0 = c * 4 * KC + int(quad) * KC;
         const int n = blk < 0 ? 0 : (HK - d0 >= KC ? KC : (HK > d0 ? HK - d0 : 0));
-        loadRun<CS, KC, AK>(kraw[nt][c],
-                            kBase + (blk < 0 ? 0
-                                             : elementOffset(kMap, blk, t % BS,
-                                                             kvh, d0)),
-                            n);
+        // Chunk c is whole for every lane unless it reaches past HK.
+        const bool partial = (c + 1) * 4 * KC > HK;
+        const CS *p = kBase + (blk < 0 ? 0 : elementOffset(kMap, blk, t % BS, kvh, d0));
+        if (partial)
+          loadPacked<CS, KC, AK, true>(kraw[nt][c], p, n);
+        else
+          loadPacked<CS, KC, AK, false>(kraw[nt][c], p, n);
       }
     }
-    CS vraw[4][NT];
+    Packed<CS, NT> vraw[4];
     KVGEN_UNROLL
     for (int v = 0; v < 4; ++v) {
       const int64_t t = base + 2 * quad + (v & 1) + (v >= 2 ? 8 : 0);
       const bool in = t >= ta && t < tb;
       const int64_t blk =
           !in ? -1 : (BS % 16 == 0 ? oneBlock : blockOf<BS, !O::unchecked>(a, table, t));
-      loadRun<CS, NT, AV>(vraw[v],
-                          vBase + (blk < 0 ? 0
-                                           : elementOffset(vMap, blk, t % BS,
-                                                           kvh, vCol)),
-                          blk < 0 ? 0 : vCount);
+      const CS *p = vBase + (blk < 0 ? 0 : elementOffset(vMap, blk, t % BS, kvh, vCol));
+      // Lane group g's columns [g NT, g NT + NT) reach past HV only when HV
+      // is not a multiple of 8.
+      loadPacked<CS, NT, AV, (HV % 8 != 0)>(vraw[v], p, blk < 0 ? 0 : vCount);
     }
 
     // S = Q K^T.
@@ -1487,7 +1564,9 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
       KVGEN_UNROLL
       for (int c = 0; c < KCHUNKS; ++c) {
         uint32_t kb[KC / 2];
-        ToIoPairs<C, IO, S::TO_IO>::template run<KC>(kraw[nt][c], kb);
+        KVGEN_UNROLL
+        for (int i = 0; i < KC / 2; ++i)
+          kb[i] = ToIo<C, IO, S::TO_IO>::pair(kraw[nt][c], 2 * i);
         KVGEN_UNROLL
         for (int ss = 0; ss < KC / 4; ++ss)
           Mma<IO>::run(s[nt], q[c * (KC / 4) + ss], kb + 2 * ss);
@@ -1545,23 +1624,17 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
                       PackIo<IO>::run(s[0][2], s[0][3]),
                       PackIo<IO>::run(s[1][0], s[1][1]),
                       PackIo<IO>::run(s[1][2], s[1][3])};
-    uint32_t vp[4][NT / 2 + 1];
-    KVGEN_UNROLL
-    for (int v = 0; v < 4; ++v)
-      ToIoPairs<C, IO, S::TO_IO>::template run<NT - NT % 2>(vraw[v], vp[v]);
     KVGEN_UNROLL
     for (int j = 0; j < NT; ++j) {
-      // Element j of each token's run, as IO bits.
+      // Element j of each token's run, as IO bits (pairs converted once).
       uint32_t ev[4];
       KVGEN_UNROLL
       for (int v = 0; v < 4; ++v) {
-        if (j < NT - NT % 2)
-          ev[v] = (j % 2) ? (vp[v][j / 2] >> 16) : (vp[v][j / 2] & 0xffffu);
-        else {
-          uint32_t w[1];
-          CS one[2] = {vraw[v][j], CS(0)};
-          ToIoPairs<C, IO, S::TO_IO>::template run<2>(one, w);
-          ev[v] = w[0] & 0xffffu;
+        if (j < NT - NT % 2) {
+          const uint32_t pr = ToIo<C, IO, S::TO_IO>::pair(vraw[v], j & ~1);
+          ev[v] = (j % 2) ? (pr >> 16) : (pr & 0xffffu);
+        } else {
+          ev[v] = ToIo<C, IO, S::TO_IO>::one(vraw[v], j) & 0xffffu;
         }
       }
       const uint32_t vb[2] = {ev[0] | (ev[1] << 16), ev[2] | (ev[3] << 16)};
