@@ -12,6 +12,8 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cstdlib>
+
 using namespace mlir;
 using namespace kvgen;
 
@@ -185,11 +187,33 @@ LogicalResult kvgen::verifySpec(MLIRContext *ctx, const KernelSpec &spec,
   return failure();
 }
 
-LogicalResult kvgen::lowerForTarget(ModuleOp module, StringRef target) {
-  PassManager pm(module.getContext());
+/// kv-plan for `target`, with the options of KVGEN_PLAN_OPTIONS appended
+/// when set (kv-plan's own option syntax, e.g. "threads=128
+/// split-ctas=512"): a developer's knob for same-call A/B benchmarks of
+/// plan choices (kernel names do not change; the emitted plan struct
+/// shows what was chosen). Unknown options fail the emit.
+static FailureOr<std::unique_ptr<Pass>> planPass(StringRef target) {
   KVPlanOptions options;
   options.target = target.str();
-  pm.addPass(createKVPlan(options));
+  std::unique_ptr<Pass> pass = createKVPlan(options);
+  if (const char *extra = std::getenv("KVGEN_PLAN_OPTIONS")) {
+    if (failed(pass->initializeOptions(
+            (Twine("target=") + target + " " + extra).str(),
+            [](const Twine &msg) {
+              llvm::errs() << "KVGEN_PLAN_OPTIONS: " << msg << "\n";
+              return failure();
+            })))
+      return failure();
+  }
+  return pass;
+}
+
+LogicalResult kvgen::lowerForTarget(ModuleOp module, StringRef target) {
+  PassManager pm(module.getContext());
+  FailureOr<std::unique_ptr<Pass>> plan = planPass(target);
+  if (failed(plan))
+    return failure();
+  pm.addPass(std::move(*plan));
   pm.addPass(createConvertKVToEmitC());
   return pm.run(module);
 }
@@ -298,9 +322,10 @@ FailureOr<EmittedKernel> kvgen::emitKernel(MLIRContext *ctx,
   if (failed(verify(*module)))
     return fail("invalid kernel specification: " + diag);
   PassManager plan(ctx);
-  KVPlanOptions options;
-  options.target = target.str();
-  plan.addPass(createKVPlan(options));
+  FailureOr<std::unique_ptr<Pass>> planP = planPass(target);
+  if (failed(planP))
+    return fail("KVGEN_PLAN_OPTIONS: invalid kv-plan options");
+  plan.addPass(std::move(*planP));
   if (failed(plan.run(*module)))
     return fail("planning failed: " + diag);
   // The launch geometry is what kv-plan recorded in the IR.
