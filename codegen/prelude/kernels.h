@@ -1310,27 +1310,7 @@ template <class L, class P, class O> struct AttnShape {
     SMEM_FLOATS = (WARPS * ROWS * 8 * JC > ROWS * MAX_SPLITS)
                       ? WARPS * ROWS * 8 * JC
                       : ROWS * MAX_SPLITS,
-    TO_IO = ToIoMode<cache, io>::value,
-    /// 32-bit words of a lane's K run (one chunk) and V run (one token).
-    KCW = KC * int(sizeof(CS)) / 4,
-    VW = NT * int(sizeof(CS)) / 4,
-    /// 16-byte units of a lane's K/V words of one step.
-    UNITS = (2 * KCHUNKS * KCW + 4 * VW + 3) / 4,
-    /// Staged steps (cp.async into two shared-memory stages per warp) when
-    /// the target has cp.async, every access is whole and 4..16 bytes, and
-    /// both stages of every warp fit in 44 KiB (the static shared-memory
-    /// limit is 48 KiB).
-    STAGE_OK = HK % (4 * KC) == 0 && HV % 8 == 0 &&
-               (VEC < KC ? VEC : KC) * int(sizeof(CS)) >= 4 &&
-               AV * int(sizeof(CS)) >= 4 && KC * int(sizeof(CS)) % 4 == 0 &&
-               NT * int(sizeof(CS)) % 4 == 0 &&
-               2 * WARPS * UNITS * 32 * 16 <= 44 * 1024,
-#ifdef KVGEN_CP_ASYNC
-    STAGE = STAGE_OK,
-#else
-    STAGE = 0,
-#endif
-    STAGE_UNITS = STAGE ? 2 * WARPS * UNITS * 32 : 1
+    TO_IO = ToIoMode<cache, io>::value
   };
   static_assert(P::threads % 32 == 0, "whole warps");
   static_assert(P::rows_per_cta == ROWS, "16 rows per CTA (one m16 tile)");
@@ -1392,10 +1372,7 @@ template <class S> struct AttnSmem {
   float m[S::WARPS][S::ROWS]; ///< each warp's row max (base 2)
   float l[S::WARPS][S::ROWS]; ///< each warp's row sum
   float row[S::ROWS][4];      ///< the CTA's row max, sum, output scale
-  union {
-    float buf[S::SMEM_FLOATS]; ///< warps' O for the merge; split weights
-    kvgen_v16_t stage[S::STAGE_UNITS]; ///< staged K/V steps (the loop's)
-  } u;
+  float buf[S::SMEM_FLOATS];  ///< warps' O for the merge; split weights
   int last;                   ///< this CTA merges the splits
 };
 
@@ -1419,7 +1396,7 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
   float(&smM)[WARPS][ROWS] = sm.m;
   float(&smL)[WARPS][ROWS] = sm.l;
   float(&smRow)[ROWS][4] = sm.row;
-  float *const smBuf = sm.u.buf;
+  float *const smBuf = sm.buf;
   int &smLast = sm.last;
 
   // Which unit and split (Launch.h, the rule the runtime sized the grid by).
@@ -1540,32 +1517,45 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
                ? blockOf<BS, !O::unchecked>(a, table, b0 > ta ? b0 : ta)
                : -1;
   };
-  // Token t's block for a step whose block (BS % 16 == 0) is stepBlk; -1
-  // outside [ta, tb) (its rows load as zeros).
-  auto tokenBlock = [&](int64_t t, int64_t stepBlk) -> int64_t {
-    const bool in = t >= ta && t < tb;
-    return !in ? -1
-               : (BS % 16 == 0 ? stepBlk
-                               : blockOf<BS, !O::unchecked>(a, table, t));
-  };
-  // This lane's rows of step base: K of tokens group and group + 8 (chunk
-  // c at dims d0 = c 4KC + quad KC), V of tokens 2q, 2q+1, 2q+8, 2q+9.
-  auto kToken = [&](int64_t base, int nt) -> int64_t {
-    return base + nt * 8 + group;
-  };
-  auto vToken = [&](int64_t base, int v) -> int64_t {
-    return base + 2 * quad + (v & 1) + (v >= 2 ? 8 : 0);
-  };
-  auto kSource = [&](int64_t t, int64_t blk, int c) -> const CS * {
-    const int d0 = c * 4 * KC + int(quad) * KC;
-    return kBase + (blk < 0 ? 0 : elementOffset(kMap, blk, t % BS, kvh, d0));
-  };
-  auto vSource = [&](int64_t t, int64_t blk) -> const CS * {
-    return vBase + (blk < 0 ? 0 : elementOffset(vMap, blk, t % BS, kvh, vCol));
-  };
-  // One 16-token step: S = Q K^T, the online softmax, O += P V.
-  auto consume = [&](int64_t base, const Packed<CS, KC> (&kraw)[2][KCHUNKS],
-                     const Packed<CS, NT> (&vraw)[4]) {
+  int64_t nextBlock = stepBlock(firstStep + warp);
+  for (int64_t step = firstStep + warp; step * 16 < tb; step += WARPS) {
+    const int64_t base = step * 16;
+    const int64_t oneBlock = nextBlock;
+    nextBlock = stepBlock(step + WARPS);
+    // K rows of tokens group and group + 8, V rows of 2q, 2q+1, 2q+8, 2q+9.
+    Packed<CS, KC> kraw[2][KCHUNKS];
+    KVGEN_UNROLL
+    for (int nt = 0; nt < 2; ++nt) {
+      const int64_t t = base + nt * 8 + group;
+      const bool in = t >= ta && t < tb;
+      const int64_t blk =
+          !in ? -1 : (BS % 16 == 0 ? oneBlock : blockOf<BS, !O::unchecked>(a, table, t));
+      KVGEN_UNROLL
+      for (int c = 0; c < KCHUNKS; ++c) {
+        const int d0 = c * 4 * KC + int(quad) * KC;
+        const int n = blk < 0 ? 0 : (HK - d0 >= KC ? KC : (HK > d0 ? HK - d0 : 0));
+        // Chunk c is whole for every lane unless it reaches past HK.
+        const bool partial = (c + 1) * 4 * KC > HK;
+        const CS *p = kBase + (blk < 0 ? 0 : elementOffset(kMap, blk, t % BS, kvh, d0));
+        if (partial)
+          loadPacked<CS, KC, AK, true>(kraw[nt][c], p, n);
+        else
+          loadPacked<CS, KC, AK, false>(kraw[nt][c], p, n);
+      }
+    }
+    Packed<CS, NT> vraw[4];
+    KVGEN_UNROLL
+    for (int v = 0; v < 4; ++v) {
+      const int64_t t = base + 2 * quad + (v & 1) + (v >= 2 ? 8 : 0);
+      const bool in = t >= ta && t < tb;
+      const int64_t blk =
+          !in ? -1 : (BS % 16 == 0 ? oneBlock : blockOf<BS, !O::unchecked>(a, table, t));
+      const CS *p = vBase + (blk < 0 ? 0 : elementOffset(vMap, blk, t % BS, kvh, vCol));
+      // Lane group g's columns [g NT, g NT + NT) reach past HV only when HV
+      // is not a multiple of 8.
+      loadPacked<CS, NT, AV, (HV % 8 != 0)>(vraw[v], p, blk < 0 ? 0 : vCount);
+    }
+
     // S = Q K^T.
     float s[2][4];
     KVGEN_UNROLL
@@ -1649,128 +1639,6 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
       }
       const uint32_t vb[2] = {ev[0] | (ev[1] << 16), ev[2] | (ev[3] << 16)};
       Mma<IO>::run(o[j], pa, vb);
-    }
-  };
-
-#ifdef KVGEN_CP_ASYNC
-  if (S::STAGE && ALIGNED) {
-    // Staged: each lane copies its own runs of step st + WARPS into the
-    // warp's other shared-memory stage (cp.async) while it computes step
-    // st, so a warp has two steps of K/V in flight. Word w of a lane's
-    // step (K runs [nt][c], then V runs [v]) lives in 16-byte unit w / 4
-    // of the lane: units are lane-interleaved, so a warp's reads are
-    // conflict-free. Block numbers are read two steps ahead.
-    kvgen_v16_t *const stage = sm.u.stage + warp * (2 * S::UNITS * 32);
-    auto issue = [&](int64_t st, int64_t stBlk, int k) {
-      const int64_t base = st * 16;
-      char *dst = reinterpret_cast<char *>(stage + k * S::UNITS * 32);
-      auto unitAddr = [&](int w) -> char * {
-        return dst + ((w / 4) * 32 + int(lane)) * 16 + (w % 4) * 4;
-      };
-      KVGEN_UNROLL
-      for (int nt = 0; nt < 2; ++nt) {
-        const int64_t t = kToken(base, nt);
-        const int64_t blk = tokenBlock(t, stBlk);
-        KVGEN_UNROLL
-        for (int c = 0; c < KCHUNKS; ++c) {
-          const CS *src = kSource(t, blk, c);
-          KVGEN_UNROLL
-          for (int i = 0; i < KC; i += AK)
-            kvgenCpAsync<AK * int(sizeof(CS))>(
-                unitAddr((nt * KCHUNKS + c) * S::KCW + i * int(sizeof(CS)) / 4),
-                src + i, blk >= 0);
-        }
-      }
-      KVGEN_UNROLL
-      for (int v = 0; v < 4; ++v) {
-        const int64_t t = vToken(base, v);
-        const int64_t blk = tokenBlock(t, stBlk);
-        const CS *src = vSource(t, blk);
-        KVGEN_UNROLL
-        for (int i = 0; i < NT; i += AV)
-          kvgenCpAsync<AV * int(sizeof(CS))>(
-              unitAddr(2 * KCHUNKS * S::KCW + v * S::VW +
-                       i * int(sizeof(CS)) / 4),
-              src + i, blk >= 0);
-      }
-    };
-    int64_t step = firstStep + warp;
-    int64_t nextBlock = stepBlock(step + WARPS);
-    if (step * 16 < tb)
-      issue(step, stepBlock(step), 0);
-    kvgenCpAsyncCommit();
-    for (int k = 0; step * 16 < tb; step += WARPS, k ^= 1) {
-      const int64_t next = step + WARPS, blk = nextBlock;
-      nextBlock = stepBlock(next + WARPS);
-      if (next * 16 < tb)
-        issue(next, blk, k ^ 1);
-      kvgenCpAsyncCommit();
-      kvgenCpAsyncWait<1>(); // this step's group has landed
-      union {
-        kvgen_v16_t v;
-        uint32_t w[4];
-      } u[S::UNITS];
-      const kvgen_v16_t *src = stage + k * S::UNITS * 32;
-      KVGEN_UNROLL
-      for (int i = 0; i < S::UNITS; ++i)
-        u[i].v = src[i * 32 + int(lane)];
-      Packed<CS, KC> kraw[2][KCHUNKS];
-      Packed<CS, NT> vraw[4];
-      KVGEN_UNROLL
-      for (int r = 0; r < 2 * KCHUNKS; ++r)
-        KVGEN_UNROLL
-        for (int w = 0; w < S::KCW; ++w) {
-          const int x = r * S::KCW + w;
-          kraw[r / KCHUNKS][r % KCHUNKS].w[w] = u[x / 4].w[x % 4];
-        }
-      KVGEN_UNROLL
-      for (int v = 0; v < 4; ++v)
-        KVGEN_UNROLL
-        for (int w = 0; w < S::VW; ++w) {
-          const int x = 2 * KCHUNKS * S::KCW + v * S::VW + w;
-          vraw[v].w[w] = u[x / 4].w[x % 4];
-        }
-      consume(step * 16, kraw, vraw);
-    }
-    kvgenCpAsyncWait<0>();
-  } else
-#endif
-  {
-    // Direct: each step's runs load into registers (predicated 16-byte
-    // accesses); block numbers are read a step ahead.
-    int64_t nextBlock = stepBlock(firstStep + warp);
-    for (int64_t step = firstStep + warp; step * 16 < tb; step += WARPS) {
-      const int64_t base = step * 16;
-      const int64_t oneBlock = nextBlock;
-      nextBlock = stepBlock(step + WARPS);
-      Packed<CS, KC> kraw[2][KCHUNKS];
-      KVGEN_UNROLL
-      for (int nt = 0; nt < 2; ++nt) {
-        const int64_t t = kToken(base, nt);
-        const int64_t blk = tokenBlock(t, oneBlock);
-        KVGEN_UNROLL
-        for (int c = 0; c < KCHUNKS; ++c) {
-          const int d0 = c * 4 * KC + int(quad) * KC;
-          const int n =
-              blk < 0 ? 0 : (HK - d0 >= KC ? KC : (HK > d0 ? HK - d0 : 0));
-          // Chunk c is whole for every lane unless it reaches past HK.
-          if ((c + 1) * 4 * KC > HK)
-            loadPacked<CS, KC, AK, true>(kraw[nt][c], kSource(t, blk, c), n);
-          else
-            loadPacked<CS, KC, AK, false>(kraw[nt][c], kSource(t, blk, c), n);
-        }
-      }
-      Packed<CS, NT> vraw[4];
-      KVGEN_UNROLL
-      for (int v = 0; v < 4; ++v) {
-        const int64_t t = vToken(base, v);
-        const int64_t blk = tokenBlock(t, oneBlock);
-        // Lane group g's columns [g NT, g NT + NT) reach past HV only when
-        // HV is not a multiple of 8.
-        loadPacked<CS, NT, AV, (HV % 8 != 0)>(vraw[v], vSource(t, blk),
-                                              blk < 0 ? 0 : vCount);
-      }
-      consume(base, kraw, vraw);
     }
   }
   // Row sums over the quad (each lane summed its own columns).

@@ -280,18 +280,6 @@ inline int32_t kvgenAtomicAdd(int32_t *p, int32_t v) {
 inline void kvgenThreadFence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 /// A load that bypasses non-coherent caches (GPUs: L1): a plain load.
 inline float kvgenLoadCoherent(const float *p) { return *p; }
-/// cp.async's counterpart (target_nvidia.h): B bytes copied at once (zeros
-/// when !valid), so the staged attention loop runs here too; commit and
-/// wait have nothing to wait for.
-#define KVGEN_CP_ASYNC 1
-template <int B> inline void kvgenCpAsync(void *smem, const void *gmem, bool valid) {
-  unsigned char *d = static_cast<unsigned char *>(smem);
-  const unsigned char *s = static_cast<const unsigned char *>(gmem);
-  for (int i = 0; i < B; ++i)
-    d[i] = valid ? s[i] : 0;
-}
-inline void kvgenCpAsyncCommit() {}
-template <int N> inline void kvgenCpAsyncWait() {}
 inline float kvgenExp2(float x) { return __builtin_exp2f(x); }
 inline float kvgenTanh(float x) { return __builtin_tanhf(x); }
 

@@ -200,39 +200,6 @@ __device__ inline float kvgenLoadCoherent(const float *p) {
   asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
   return v;
 }
-/// Asynchronous copies global -> shared (cp.async, sm_80+): B = 4, 8 or 16
-/// bytes per thread; src_size 0 zero-fills the destination without
-/// reading. Completion is per thread: kvgenCpAsyncWait<N>() returns when
-/// at most N of this thread's committed groups are still in flight, and
-/// this thread then sees the bytes (PTX ISA, "Data Movement and Conversion
-/// Instructions: cp.async").
-#define KVGEN_CP_ASYNC 1
-__device__ inline uint32_t kvgenSharedAddress(const void *p) {
-  uint32_t r;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }"
-      : "=r"(r)
-      : "l"(p));
-  return r;
-}
-template <int B>
-__device__ inline void kvgenCpAsync(void *smem, const void *gmem, bool valid) {
-  if (B == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
-                     kvgenSharedAddress(smem)),
-                 "l"(gmem), "r"(valid ? 16 : 0)
-                 : "memory");
-  else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(
-                     kvgenSharedAddress(smem)),
-                 "l"(gmem), "n"(B), "r"(valid ? B : 0)
-                 : "memory");
-}
-__device__ inline void kvgenCpAsyncCommit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N> __device__ inline void kvgenCpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 /// 2^x (ex2.approx.ftz: max relative error 2^-22; -inf -> +0).
 __device__ inline float kvgenExp2(float x) {
   float r;

@@ -168,11 +168,7 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
   if (failed(base))
     return failure();
   PlanChoice c = *base;
-  // NVIDIA: 2 warps, so both cp.async stages of each warp (two 16-token
-  // steps of K/V, 10 KiB per warp for MiMo's 192 / 128 bf16) fit in static
-  // shared memory and 4 CTAs share an SM (docs/attention.md); else 4 warps.
-  c.threads = threads > 0 ? threads
-                          : (target.vendor() == Vendor::Nvidia ? 64 : 128);
+  c.threads = threads > 0 ? threads : 128;
   c.tokensPerCta = 1;
   c.smallMaxTokens = c.smallThreads = 0;
   c.streamingStores = false; // the output is small and read next
