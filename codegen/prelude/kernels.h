@@ -91,6 +91,10 @@ struct dt_f8e4m3fn_hw : dt_f8e4m3fn {
   static KVGEN_DEVICE void unpack2(uint16_t p, float &a, float &b) {
     hwF8e4m3fnx2ToFloat2(p, a, b);
   }
+  /// Two elements to f16x2 bits (element 0 in the low half), exactly.
+  static KVGEN_DEVICE uint32_t unpack2Half(uint16_t p) {
+    return hwF8e4m3fnx2ToHalf2(p);
+  }
 };
 struct dt_f8e5m2_hw : dt_f8e5m2 {
   enum { is_hw = 1, nan_byte = 0x7e };
@@ -101,11 +105,18 @@ struct dt_f8e5m2_hw : dt_f8e5m2 {
   static KVGEN_DEVICE void unpack2(uint16_t p, float &a, float &b) {
     hwF8e5m2x2ToFloat2(p, a, b);
   }
+  /// Two elements to f16x2 bits (element 0 in the low half), exactly.
+  static KVGEN_DEVICE uint32_t unpack2Half(uint16_t p) {
+    return hwF8e5m2x2ToHalf2(p);
+  }
 };
 #endif
 
 template <class A, class B> struct same_type { enum { value = 0 }; };
 template <class A> struct same_type<A, A> { enum { value = 1 }; };
+/// A if B, else C (std::conditional; the preludes include no headers).
+template <bool B, class A, class C> struct Select { typedef A type; };
+template <class A, class C> struct Select<false, A, C> { typedef C type; };
 
 /// Scale kinds, as kvgen::ScaleKind in Layout.h.
 enum { SCALE_NONE = 0, SCALE_PER_TENSOR = 1, SCALE_PER_HEAD = 2 };
@@ -1244,6 +1255,8 @@ template <class C, class IO> struct ToIo<C, IO, TO_IO_HW> {
   template <int N>
   static KVGEN_DEVICE inline uint32_t
   pair(const Packed<typename C::storage, N> &r, int i) {
+    if (same_type<IO, dt_f16>::value)
+      return C::unpack2Half(uint16_t(r.pairBits(i))); // one cvt per pair
     float a, b;
     C::unpack2(uint16_t(r.pairBits(i)), a, b);
     return PackIo<IO>::run(a, b);
@@ -1282,9 +1295,21 @@ KVGEN_HD inline float negInf() {
 
 /// The compile-time shape of a paged-attention kernel of layout L, plan P,
 /// options O.
+/// The MMA operand type of an attention kernel: f16 for fp8 caches (every
+/// e4m3 / e5m2 value is an f16, converted with one instruction per pair on
+/// sm_89+, and P in f16 keeps 3 more mantissa bits than in bf16) and f16
+/// caches; bf16 for bf16 caches; the query type otherwise (f32 caches).
+template <class C, class IO> struct AttnMmaType {
+  typedef typename Select<C::is_fp8 || same_type<typename C::storage, uint16_t>::value,
+                          typename Select<same_type<C, dt_bf16>::value, dt_bf16,
+                                          dt_f16>::type,
+                          IO>::type type;
+};
+
 template <class L, class P, class O> struct AttnShape {
   typedef typename O::io io;
   typedef typename ConvertTag<typename L::cache, P::hw_fp8>::type cache;
+  typedef typename AttnMmaType<cache, io>::type mma;
   typedef typename cache::storage CS;
   enum {
     HK = L::k::head_size,
@@ -1310,7 +1335,7 @@ template <class L, class P, class O> struct AttnShape {
     SMEM_FLOATS = (WARPS * ROWS * 8 * JC > ROWS * MAX_SPLITS)
                       ? WARPS * ROWS * 8 * JC
                       : ROWS * MAX_SPLITS,
-    TO_IO = ToIoMode<cache, io>::value
+    TO_IO = ToIoMode<cache, mma>::value
   };
   static_assert(P::threads % 32 == 0, "whole warps");
   static_assert(P::rows_per_cta == ROWS, "16 rows per CTA (one m16 tile)");
@@ -1382,6 +1407,7 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
                                       AttnSmem<AttnShape<L, P, O> > &sm) {
   typedef AttnShape<L, P, O> S;
   typedef typename S::io IO;
+  typedef typename S::mma MT;
   typedef typename S::cache C;
   typedef typename S::CS CS;
   typedef typename IO::storage IS;
@@ -1462,6 +1488,47 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
                           (kvh * G + hq) * a.query_stride_head
                     : nullptr;
   }
+  // Q's rows in MT (MMA operand) terms: raw bits when MT is IO; else (bf16
+  // queries into f16 operands, fp8 and f16 caches) each row is scaled by
+  // 2^e so that its largest |q| lies in [2^14, 2^15) (f16's largest finite
+  // value is 65504) and converted, exactly apart from elements below 2^-24
+  // of that range (bf16's 8 significant bits fit in f16's 11); the row's
+  // logit multiplier takes 2^-e back.
+  float qScale[2] = {1.0f, 1.0f}, qUnscale[2] = {1.0f, 1.0f};
+  if (!same_type<MT, IO>::value) {
+    float mq[2] = {0.0f, 0.0f};
+    KVGEN_UNROLL
+    for (int c = 0; c < KCHUNKS; ++c) {
+      const int d0 = c * 4 * KC + int(quad) * KC;
+      KVGEN_UNROLL
+      for (int i = 0; i < 2; ++i)
+        KVGEN_UNROLL
+        for (int j = 0; j < KC; ++j) {
+          const float x = (qRow[i] && d0 + j < HK) ? IO::load(qRow[i][d0 + j])
+                                                   : 0.0f;
+          const float ax = x < 0.0f ? -x : x;
+          mq[i] = ax > mq[i] ? ax : mq[i];
+        }
+    }
+    KVGEN_UNROLL
+    for (int i = 0; i < 2; ++i) {
+      float v = kvgenShflXor(mq[i], 1);
+      mq[i] = v > mq[i] ? v : mq[i];
+      v = kvgenShflXor(mq[i], 2);
+      mq[i] = v > mq[i] ? v : mq[i];
+      union {
+        float f;
+        uint32_t u;
+      } x;
+      x.f = mq[i];
+      int e = 14 - (int((x.u >> 23) & 0xffu) - 127); // 14 - floor(log2 max)
+      e = mq[i] > 0.0f ? (e < -120 ? -120 : (e > 120 ? 120 : e)) : 0;
+      x.u = uint32_t(e + 127) << 23;
+      qScale[i] = x.f;
+      x.u = uint32_t(127 - e) << 23;
+      qUnscale[i] = x.f;
+    }
+  }
   // Q as A fragments: q[ks] for k-step ks = (chunk c, s).
   uint32_t q[KSTEPS][4];
   KVGEN_UNROLL
@@ -1473,13 +1540,20 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
       KVGEN_UNROLL
       for (int j = 0; j < KC; ++j)
         e[i][j] = (qRow[i] && d0 + j < HK) ? qRow[i][d0 + j] : IS(0);
+    // Elements x, y of row i as one register of two MT values.
+    auto two = [&](int i, int x, int y) -> uint32_t {
+      if (same_type<MT, IO>::value)
+        return uint32_t(e[i][x]) | (uint32_t(e[i][y]) << 16);
+      return PackIo<MT>::run(IO::load(e[i][x]) * qScale[i],
+                             IO::load(e[i][y]) * qScale[i]);
+    };
     KVGEN_UNROLL
     for (int s = 0; s < KC / 4; ++s) {
       uint32_t *r = q[c * (KC / 4) + s];
-      r[0] = uint32_t(e[0][4 * s]) | (uint32_t(e[0][4 * s + 1]) << 16);
-      r[1] = uint32_t(e[1][4 * s]) | (uint32_t(e[1][4 * s + 1]) << 16);
-      r[2] = uint32_t(e[0][4 * s + 2]) | (uint32_t(e[0][4 * s + 3]) << 16);
-      r[3] = uint32_t(e[1][4 * s + 2]) | (uint32_t(e[1][4 * s + 3]) << 16);
+      r[0] = two(0, 4 * s, 4 * s + 1);
+      r[1] = two(1, 4 * s, 4 * s + 1);
+      r[2] = two(0, 4 * s + 2, 4 * s + 3);
+      r[3] = two(1, 4 * s + 2, 4 * s + 3);
     }
   }
 
@@ -1493,6 +1567,7 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
                              : a.softmax_scale * kScale * 1.4426950408889634f;
   const float capMul =
       O::logits_soft_cap ? a.logits_soft_cap * 1.4426950408889634f : 0.0f;
+  const float rowMul[2] = {logitMul * qUnscale[0], logitMul * qUnscale[1]};
 
   const int32_t *table = static_cast<const int32_t *>(a.block_tables) +
                          seq * a.block_tables_stride;
@@ -1566,10 +1641,10 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
         uint32_t kb[KC / 2];
         KVGEN_UNROLL
         for (int i = 0; i < KC / 2; ++i)
-          kb[i] = ToIo<C, IO, S::TO_IO>::pair(kraw[nt][c], 2 * i);
+          kb[i] = ToIo<C, MT, S::TO_IO>::pair(kraw[nt][c], 2 * i);
         KVGEN_UNROLL
         for (int ss = 0; ss < KC / 4; ++ss)
-          Mma<IO>::run(s[nt], q[c * (KC / 4) + ss], kb + 2 * ss);
+          Mma<MT>::run(s[nt], q[c * (KC / 4) + ss], kb + 2 * ss);
       }
     }
     // Logits (base 2), masks, the online softmax.
@@ -1581,8 +1656,8 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
         const int i = e >> 1;
         const int64_t t = base + nt * 8 + 2 * quad + (e & 1);
         float x = s[nt][e];
-        x = O::logits_soft_cap ? capMul * kvgenTanh(x * logitMul)
-                               : x * logitMul;
+        x = O::logits_soft_cap ? capMul * kvgenTanh(x * rowMul[i])
+                               : x * rowMul[i];
         const bool ok = t >= ta && t < tb && t <= rowPos[i] && t >= rowLo[i];
         x = ok ? x : kNegInf;
         s[nt][e] = x;
@@ -1620,10 +1695,10 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
       o[j][3] *= alpha[1];
     }
     // O += P V.
-    uint32_t pa[4] = {PackIo<IO>::run(s[0][0], s[0][1]),
-                      PackIo<IO>::run(s[0][2], s[0][3]),
-                      PackIo<IO>::run(s[1][0], s[1][1]),
-                      PackIo<IO>::run(s[1][2], s[1][3])};
+    uint32_t pa[4] = {PackIo<MT>::run(s[0][0], s[0][1]),
+                      PackIo<MT>::run(s[0][2], s[0][3]),
+                      PackIo<MT>::run(s[1][0], s[1][1]),
+                      PackIo<MT>::run(s[1][2], s[1][3])};
     KVGEN_UNROLL
     for (int j = 0; j < NT; ++j) {
       // Element j of each token's run, as IO bits (pairs converted once).
@@ -1631,14 +1706,14 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
       KVGEN_UNROLL
       for (int v = 0; v < 4; ++v) {
         if (j < NT - NT % 2) {
-          const uint32_t pr = ToIo<C, IO, S::TO_IO>::pair(vraw[v], j & ~1);
+          const uint32_t pr = ToIo<C, MT, S::TO_IO>::pair(vraw[v], j & ~1);
           ev[v] = (j % 2) ? (pr >> 16) : (pr & 0xffffu);
         } else {
-          ev[v] = ToIo<C, IO, S::TO_IO>::one(vraw[v], j) & 0xffffu;
+          ev[v] = ToIo<C, MT, S::TO_IO>::one(vraw[v], j) & 0xffffu;
         }
       }
       const uint32_t vb[2] = {ev[0] | (ev[1] << 16), ev[2] | (ev[3] << 16)};
-      Mma<IO>::run(o[j], pa, vb);
+      Mma<MT>::run(o[j], pa, vb);
     }
   }
   // Row sums over the quad (each lane summed its own columns).

@@ -93,6 +93,18 @@ __attribute__((device)) inline void hwHalf2ToFloat2(unsigned h, float &a,
   asm("cvt.f32.f16 %0, %1;" : "=f"(a) : "h"((unsigned short)(h & 0xffffu)));
   asm("cvt.f32.f16 %0, %1;" : "=f"(b) : "h"((unsigned short)(h >> 16)));
 }
+/// Two fp8 elements (element 0 in the low byte) to f16x2 (element 0 in the
+/// low half), exactly: every e4m3 / e5m2 value is an f16.
+__attribute__((device)) inline unsigned hwF8e4m3fnx2ToHalf2(unsigned short p) {
+  unsigned h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(p));
+  return h;
+}
+__attribute__((device)) inline unsigned hwF8e5m2x2ToHalf2(unsigned short p) {
+  unsigned h;
+  asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h) : "h"(p));
+  return h;
+}
 __attribute__((device)) inline void hwF8e4m3fnx2ToFloat2(unsigned short p,
                                                          float &a, float &b) {
   unsigned h;
