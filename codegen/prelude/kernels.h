@@ -1335,7 +1335,10 @@ template <class L, class P, class O> struct AttnShape {
     SMEM_FLOATS = (WARPS * ROWS * 8 * JC > ROWS * MAX_SPLITS)
                       ? WARPS * ROWS * 8 * JC
                       : ROWS * MAX_SPLITS,
-    TO_IO = ToIoMode<cache, mma>::value
+    TO_IO = ToIoMode<cache, mma>::value,
+    /// 16-token steps whose loads a warp issues together (1-byte caches:
+    /// 2, so a warp keeps as many K/V bytes in flight as with bf16).
+    SUB = sizeof(CS) == 1 ? 2 : 1
   };
   static_assert(P::threads % 32 == 0, "whole warps");
   static_assert(P::rows_per_cta == ROWS, "16 rows per CTA (one m16 tile)");
@@ -1414,7 +1417,7 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
   enum {
     HK = S::HK, HV = S::HV, H = S::H, G = S::G, BS = S::BS, WARPS = S::WARPS,
     KC = S::KC, KCHUNKS = S::KCHUNKS, KSTEPS = S::KSTEPS, NT = S::NT,
-    JC = S::JC, ROWS = S::ROWS,
+    JC = S::JC, ROWS = S::ROWS, SUB = S::SUB,
     AK = ALIGNED ? (S::VEC < S::KC ? S::VEC : S::KC) : 1,
     AV = ALIGNED ? S::AV : 1
   };
@@ -1592,128 +1595,150 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
                ? blockOf<BS, !O::unchecked>(a, table, b0 > ta ? b0 : ta)
                : -1;
   };
-  int64_t nextBlock = stepBlock(firstStep + warp);
-  for (int64_t step = firstStep + warp; step * 16 < tb; step += WARPS) {
-    const int64_t base = step * 16;
-    const int64_t oneBlock = nextBlock;
-    nextBlock = stepBlock(step + WARPS);
+  // SUB 16-token steps per iteration (steps step + u WARPS): their K/V loads
+  // are issued together, so a warp has SUB x 16 tokens of K/V in flight
+  // (fp8 caches: 2, the bytes of one bf16 step). Block numbers are read an
+  // iteration ahead.
+  int64_t nextBlock[SUB];
+  KVGEN_UNROLL
+  for (int u = 0; u < SUB; ++u)
+    nextBlock[u] = stepBlock(firstStep + warp + u * WARPS);
+  for (int64_t step = firstStep + warp; step * 16 < tb;
+       step += WARPS * SUB) {
+    int64_t oneBlock[SUB];
+    KVGEN_UNROLL
+    for (int u = 0; u < SUB; ++u) {
+      oneBlock[u] = nextBlock[u];
+      nextBlock[u] = stepBlock(step + WARPS * SUB + u * WARPS);
+    }
     // K rows of tokens group and group + 8, V rows of 2q, 2q+1, 2q+8, 2q+9.
-    Packed<CS, KC> kraw[2][KCHUNKS];
+    Packed<CS, KC> kraw[SUB][2][KCHUNKS];
+    Packed<CS, NT> vraw[SUB][4];
     KVGEN_UNROLL
-    for (int nt = 0; nt < 2; ++nt) {
-      const int64_t t = base + nt * 8 + group;
-      const bool in = t >= ta && t < tb;
-      const int64_t blk =
-          !in ? -1 : (BS % 16 == 0 ? oneBlock : blockOf<BS, !O::unchecked>(a, table, t));
+    for (int u = 0; u < SUB; ++u) {
+      const int64_t base = (step + u * WARPS) * 16;
+      // K rows of tokens group and group + 8, V rows of 2q, 2q+1, 2q+8, 2q+9.
       KVGEN_UNROLL
-      for (int c = 0; c < KCHUNKS; ++c) {
-        const int d0 = c * 4 * KC + int(quad) * KC;
-        const int n = blk < 0 ? 0 : (HK - d0 >= KC ? KC : (HK > d0 ? HK - d0 : 0));
-        // Chunk c is whole for every lane unless it reaches past HK.
-        const bool partial = (c + 1) * 4 * KC > HK;
-        const CS *p = kBase + (blk < 0 ? 0 : elementOffset(kMap, blk, t % BS, kvh, d0));
-        if (partial)
-          loadPacked<CS, KC, AK, true>(kraw[nt][c], p, n);
-        else
-          loadPacked<CS, KC, AK, false>(kraw[nt][c], p, n);
-      }
-    }
-    Packed<CS, NT> vraw[4];
-    KVGEN_UNROLL
-    for (int v = 0; v < 4; ++v) {
-      const int64_t t = base + 2 * quad + (v & 1) + (v >= 2 ? 8 : 0);
-      const bool in = t >= ta && t < tb;
-      const int64_t blk =
-          !in ? -1 : (BS % 16 == 0 ? oneBlock : blockOf<BS, !O::unchecked>(a, table, t));
-      const CS *p = vBase + (blk < 0 ? 0 : elementOffset(vMap, blk, t % BS, kvh, vCol));
-      // Lane group g's columns [g NT, g NT + NT) reach past HV only when HV
-      // is not a multiple of 8.
-      loadPacked<CS, NT, AV, (HV % 8 != 0)>(vraw[v], p, blk < 0 ? 0 : vCount);
-    }
-
-    // S = Q K^T.
-    float s[2][4];
-    KVGEN_UNROLL
-    for (int nt = 0; nt < 2; ++nt) {
-      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-      KVGEN_UNROLL
-      for (int c = 0; c < KCHUNKS; ++c) {
-        uint32_t kb[KC / 2];
+      for (int nt = 0; nt < 2; ++nt) {
+        const int64_t t = base + nt * 8 + group;
+        const bool in = t >= ta && t < tb;
+        const int64_t blk =
+            !in ? -1 : (BS % 16 == 0 ? oneBlock[u] : blockOf<BS, !O::unchecked>(a, table, t));
         KVGEN_UNROLL
-        for (int i = 0; i < KC / 2; ++i)
-          kb[i] = ToIo<C, MT, S::TO_IO>::pair(kraw[nt][c], 2 * i);
-        KVGEN_UNROLL
-        for (int ss = 0; ss < KC / 4; ++ss)
-          Mma<MT>::run(s[nt], q[c * (KC / 4) + ss], kb + 2 * ss);
-      }
-    }
-    // Logits (base 2), masks, the online softmax.
-    float mx[2] = {kNegInf, kNegInf};
-    KVGEN_UNROLL
-    for (int nt = 0; nt < 2; ++nt)
-      KVGEN_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int64_t t = base + nt * 8 + 2 * quad + (e & 1);
-        float x = s[nt][e];
-        x = O::logits_soft_cap ? capMul * kvgenTanh(x * rowMul[i])
-                               : x * rowMul[i];
-        const bool ok = t >= ta && t < tb && t <= rowPos[i] && t >= rowLo[i];
-        x = ok ? x : kNegInf;
-        s[nt][e] = x;
-        mx[i] = x > mx[i] ? x : mx[i];
-      }
-    float alpha[2];
-    KVGEN_UNROLL
-    for (int i = 0; i < 2; ++i) {
-      float v = kvgenShflXor(mx[i], 1);
-      mx[i] = v > mx[i] ? v : mx[i];
-      v = kvgenShflXor(mx[i], 2);
-      mx[i] = v > mx[i] ? v : mx[i];
-      const float mNew = mx[i] > m[i] ? mx[i] : m[i];
-      const float ref = mNew == kNegInf ? 0.0f : mNew;
-      alpha[i] = kvgenExp2(m[i] - ref);
-      m[i] = mNew;
-      mx[i] = ref; // the reference of this step's exponentials
-    }
-    float rs[2] = {0.0f, 0.0f};
-    KVGEN_UNROLL
-    for (int nt = 0; nt < 2; ++nt)
-      KVGEN_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const float p = kvgenExp2(s[nt][e] - mx[e >> 1]);
-        s[nt][e] = p;
-        rs[e >> 1] += p;
-      }
-    l[0] = l[0] * alpha[0] + rs[0];
-    l[1] = l[1] * alpha[1] + rs[1];
-    KVGEN_UNROLL
-    for (int j = 0; j < NT; ++j) {
-      o[j][0] *= alpha[0];
-      o[j][1] *= alpha[0];
-      o[j][2] *= alpha[1];
-      o[j][3] *= alpha[1];
-    }
-    // O += P V.
-    uint32_t pa[4] = {PackIo<MT>::run(s[0][0], s[0][1]),
-                      PackIo<MT>::run(s[0][2], s[0][3]),
-                      PackIo<MT>::run(s[1][0], s[1][1]),
-                      PackIo<MT>::run(s[1][2], s[1][3])};
-    KVGEN_UNROLL
-    for (int j = 0; j < NT; ++j) {
-      // Element j of each token's run, as IO bits (pairs converted once).
-      uint32_t ev[4];
-      KVGEN_UNROLL
-      for (int v = 0; v < 4; ++v) {
-        if (j < NT - NT % 2) {
-          const uint32_t pr = ToIo<C, MT, S::TO_IO>::pair(vraw[v], j & ~1);
-          ev[v] = (j % 2) ? (pr >> 16) : (pr & 0xffffu);
-        } else {
-          ev[v] = ToIo<C, MT, S::TO_IO>::one(vraw[v], j) & 0xffffu;
+        for (int c = 0; c < KCHUNKS; ++c) {
+          const int d0 = c * 4 * KC + int(quad) * KC;
+          const int n = blk < 0 ? 0 : (HK - d0 >= KC ? KC : (HK > d0 ? HK - d0 : 0));
+          // Chunk c is whole for every lane unless it reaches past HK.
+          const bool partial = (c + 1) * 4 * KC > HK;
+          const CS *p = kBase + (blk < 0 ? 0 : elementOffset(kMap, blk, t % BS, kvh, d0));
+          if (partial)
+            loadPacked<CS, KC, AK, true>(kraw[u][nt][c], p, n);
+          else
+            loadPacked<CS, KC, AK, false>(kraw[u][nt][c], p, n);
         }
       }
-      const uint32_t vb[2] = {ev[0] | (ev[1] << 16), ev[2] | (ev[3] << 16)};
-      Mma<MT>::run(o[j], pa, vb);
+      KVGEN_UNROLL
+      for (int v = 0; v < 4; ++v) {
+        const int64_t t = base + 2 * quad + (v & 1) + (v >= 2 ? 8 : 0);
+        const bool in = t >= ta && t < tb;
+        const int64_t blk =
+            !in ? -1 : (BS % 16 == 0 ? oneBlock[u] : blockOf<BS, !O::unchecked>(a, table, t));
+        const CS *p = vBase + (blk < 0 ? 0 : elementOffset(vMap, blk, t % BS, kvh, vCol));
+        // Lane group g's columns [g NT, g NT + NT) reach past HV only when HV
+        // is not a multiple of 8.
+        loadPacked<CS, NT, AV, (HV % 8 != 0)>(vraw[u][v], p, blk < 0 ? 0 : vCount);
+      }
+
+    }
+    KVGEN_UNROLL
+    for (int u = 0; u < SUB; ++u) {
+      const int64_t base = (step + u * WARPS) * 16;
+      if (base >= tb)
+        break; // past the range: nothing left to attend
+      // S = Q K^T.
+      float s[2][4];
+      KVGEN_UNROLL
+      for (int nt = 0; nt < 2; ++nt) {
+        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        KVGEN_UNROLL
+        for (int c = 0; c < KCHUNKS; ++c) {
+          uint32_t kb[KC / 2];
+          KVGEN_UNROLL
+          for (int i = 0; i < KC / 2; ++i)
+            kb[i] = ToIo<C, MT, S::TO_IO>::pair(kraw[u][nt][c], 2 * i);
+          KVGEN_UNROLL
+          for (int ss = 0; ss < KC / 4; ++ss)
+            Mma<MT>::run(s[nt], q[c * (KC / 4) + ss], kb + 2 * ss);
+        }
+      }
+      // Logits (base 2), masks, the online softmax.
+      float mx[2] = {kNegInf, kNegInf};
+      KVGEN_UNROLL
+      for (int nt = 0; nt < 2; ++nt)
+        KVGEN_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1;
+          const int64_t t = base + nt * 8 + 2 * quad + (e & 1);
+          float x = s[nt][e];
+          x = O::logits_soft_cap ? capMul * kvgenTanh(x * rowMul[i])
+                                 : x * rowMul[i];
+          const bool ok = t >= ta && t < tb && t <= rowPos[i] && t >= rowLo[i];
+          x = ok ? x : kNegInf;
+          s[nt][e] = x;
+          mx[i] = x > mx[i] ? x : mx[i];
+        }
+      float alpha[2];
+      KVGEN_UNROLL
+      for (int i = 0; i < 2; ++i) {
+        float v = kvgenShflXor(mx[i], 1);
+        mx[i] = v > mx[i] ? v : mx[i];
+        v = kvgenShflXor(mx[i], 2);
+        mx[i] = v > mx[i] ? v : mx[i];
+        const float mNew = mx[i] > m[i] ? mx[i] : m[i];
+        const float ref = mNew == kNegInf ? 0.0f : mNew;
+        alpha[i] = kvgenExp2(m[i] - ref);
+        m[i] = mNew;
+        mx[i] = ref; // the reference of this step's exponentials
+      }
+      float rs[2] = {0.0f, 0.0f};
+      KVGEN_UNROLL
+      for (int nt = 0; nt < 2; ++nt)
+        KVGEN_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          const float p = kvgenExp2(s[nt][e] - mx[e >> 1]);
+          s[nt][e] = p;
+          rs[e >> 1] += p;
+        }
+      l[0] = l[0] * alpha[0] + rs[0];
+      l[1] = l[1] * alpha[1] + rs[1];
+      KVGEN_UNROLL
+      for (int j = 0; j < NT; ++j) {
+        o[j][0] *= alpha[0];
+        o[j][1] *= alpha[0];
+        o[j][2] *= alpha[1];
+        o[j][3] *= alpha[1];
+      }
+      // O += P V.
+      uint32_t pa[4] = {PackIo<MT>::run(s[0][0], s[0][1]),
+                        PackIo<MT>::run(s[0][2], s[0][3]),
+                        PackIo<MT>::run(s[1][0], s[1][1]),
+                        PackIo<MT>::run(s[1][2], s[1][3])};
+      KVGEN_UNROLL
+      for (int j = 0; j < NT; ++j) {
+        // Element j of each token's run, as IO bits (pairs converted once).
+        uint32_t ev[4];
+        KVGEN_UNROLL
+        for (int v = 0; v < 4; ++v) {
+          if (j < NT - NT % 2) {
+            const uint32_t pr = ToIo<C, MT, S::TO_IO>::pair(vraw[u][v], j & ~1);
+            ev[v] = (j % 2) ? (pr >> 16) : (pr & 0xffffu);
+          } else {
+            ev[v] = ToIo<C, MT, S::TO_IO>::one(vraw[u][v], j) & 0xffffu;
+          }
+        }
+        const uint32_t vb[2] = {ev[0] | (ev[1] << 16), ev[2] | (ev[3] << 16)};
+        Mma<MT>::run(o[j], pa, vb);
+      }
     }
   }
   // Row sums over the quad (each lane summed its own columns).
