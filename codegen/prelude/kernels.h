@@ -1395,6 +1395,21 @@ KVGEN_DEVICE inline int64_t blockOf(const kvgen_paged_attention_args &a,
 
 /// One CTA of kv.paged_attention. ALIGNED: cache rows are VEC-aligned
 /// (vector loads of K and V); else one element per access.
+/// N (1 or 4) consecutive floats from L2 (kvgenLoadCoherent; the target's
+/// 16-byte form where it has one, p then 16-byte aligned).
+template <int N>
+KVGEN_DEVICE inline void loadCoherentRun(const float *p, float *v) {
+#ifdef KVGEN_LOAD_COHERENT4
+  if (N == 4) {
+    kvgenLoadCoherent4(p, v);
+    return;
+  }
+#endif
+  KVGEN_UNROLL
+  for (int i = 0; i < N; ++i)
+    v[i] = kvgenLoadCoherent(p + i);
+}
+
 /// The shared memory of an attention CTA.
 template <class S> struct AttnSmem {
   float m[S::WARPS][S::ROWS]; ///< each warp's row max (base 2)
@@ -1859,34 +1874,85 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
       uint64_t(unit * sh.splits) * P::partial_bytes);
   const int64_t partFloats = P::partial_bytes / 4;
   const int nsplit = int(sh.splits);
-  // Per row: the max over splits, each split's weight times the final scale.
-  for (int r = int(tid); r < ROWS; r += P::threads) {
+  // Per row: the max over splits, each split's weight times the final
+  // scale. TPR threads per row (neighbouring lanes of one warp) take every
+  // TPR-th split and combine by shuffles, so the serial chain of L2 loads
+  // per thread is nsplit / TPR long, not nsplit.
+  enum {
+    TPR0 = P::threads / ROWS,
+    TPR = (P::threads % ROWS == 0 && TPR0 >= 1 && TPR0 <= 32 &&
+           (TPR0 & (TPR0 - 1)) == 0)
+              ? TPR0
+              : 1
+  };
+  for (int rr = int(tid) / TPR; rr < ROWS; rr += P::threads / TPR) {
+    const int r = rr, j = TPR > 1 ? int(tid) % TPR : 0;
     float M = kNegInf;
-    for (int sp = 0; sp < nsplit; ++sp) {
+    for (int sp = j; sp < nsplit; sp += TPR) {
       const float x = kvgenLoadCoherent(parts + sp * partFloats + r);
       M = x > M ? x : M;
     }
+    KVGEN_UNROLL
+    for (int k = 1; k < TPR; k *= 2) {
+      const float y = kvgenShflXor(M, k);
+      M = y > M ? y : M;
+    }
     float Ls = 0.0f;
-    for (int sp = 0; sp < nsplit; ++sp) {
+    for (int sp = j; sp < nsplit; sp += TPR) {
       const float x = kvgenLoadCoherent(parts + sp * partFloats + r);
       const float w = x == kNegInf ? 0.0f : kvgenExp2(x - M);
       smBuf[r * nsplit + sp] = w;
       Ls += w * kvgenLoadCoherent(parts + sp * partFloats + ROWS + r);
     }
+    KVGEN_UNROLL
+    for (int k = 1; k < TPR; k *= 2)
+      Ls += kvgenShflXor(Ls, k);
     const float fs = finalScale(r, M, Ls);
-    for (int sp = 0; sp < nsplit; ++sp)
+    for (int sp = j; sp < nsplit; sp += TPR)
       smBuf[r * nsplit + sp] *= fs;
   }
   kvgenSyncThreads();
-  for (int e = int(tid); e < ROWS * HV; e += P::threads) {
-    const int r = e / HV, col = e % HV;
+  // Outputs: 4 neighbouring columns per thread when HV % 4 == 0 (one
+  // 16-byte load per split; partials are 16-byte aligned: workspace
+  // offsets and partial_bytes are multiples of 16, 2 ROWS + r HV floats
+  // too), splits 4 at a time with their own sums.
+  enum { CW = (HV % 4 == 0) ? 4 : 1 };
+  for (int e = int(tid); e < ROWS * (HV / CW); e += P::threads) {
+    const int r = e / (HV / CW), col = (e % (HV / CW)) * CW;
     if (rowBase + r >= rowsTotal)
       continue;
-    float v = 0.0f;
-    for (int sp = 0; sp < nsplit; ++sp)
-      v += smBuf[r * nsplit + sp] *
-           kvgenLoadCoherent(parts + sp * partFloats + 2 * ROWS + r * HV + col);
-    *outAt(r, col) = IO::store(v);
+    const float *src = parts + 2 * ROWS + r * HV + col;
+    float v[4][CW];
+    KVGEN_UNROLL
+    for (int u = 0; u < 4; ++u)
+      KVGEN_UNROLL
+      for (int c = 0; c < CW; ++c)
+        v[u][c] = 0.0f;
+    int sp = 0;
+    for (; sp + 4 <= nsplit; sp += 4) {
+      float x[4][CW];
+      KVGEN_UNROLL
+      for (int u = 0; u < 4; ++u)
+        loadCoherentRun<CW>(src + (sp + u) * partFloats, x[u]);
+      KVGEN_UNROLL
+      for (int u = 0; u < 4; ++u) {
+        const float w = smBuf[r * nsplit + sp + u];
+        KVGEN_UNROLL
+        for (int c = 0; c < CW; ++c)
+          v[u][c] += w * x[u][c];
+      }
+    }
+    for (; sp < nsplit; ++sp) {
+      float x[CW];
+      loadCoherentRun<CW>(src + sp * partFloats, x);
+      const float w = smBuf[r * nsplit + sp];
+      KVGEN_UNROLL
+      for (int c = 0; c < CW; ++c)
+        v[0][c] += w * x[c];
+    }
+    KVGEN_UNROLL
+    for (int c = 0; c < CW; ++c)
+      *outAt(r, col + c) = IO::store((v[0][c] + v[1][c]) + (v[2][c] + v[3][c]));
   }
   if (tid == 0)
     *counter = 0; // ready for the next launch (CUDA graph replays too)

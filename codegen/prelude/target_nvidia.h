@@ -212,6 +212,14 @@ __device__ inline float kvgenLoadCoherent(const float *p) {
   asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
   return v;
 }
+/// Four floats from L2 (ld.global.cg.v4; p 16-byte aligned).
+#define KVGEN_LOAD_COHERENT4 1
+__device__ inline void kvgenLoadCoherent4(const float *p, float *v) {
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+               : "l"(p)
+               : "memory");
+}
 /// 2^x (ex2.approx.ftz: max relative error 2^-22; -inf -> +0).
 __device__ inline float kvgenExp2(float x) {
   float r;
