@@ -1299,11 +1299,17 @@ KVGEN_HD inline float negInf() {
 /// e4m3 / e5m2 value is an f16, converted with one instruction per pair on
 /// sm_89+, and P in f16 keeps 3 more mantissa bits than in bf16) and f16
 /// caches; bf16 for bf16 caches; the query type otherwise (f32 caches).
+/// Targets whose prelude defines KVGEN_ATTN_TUNED (NVIDIA, host); the
+/// query type elsewhere (AMD, where the MMA is emulated by lane permutes).
 template <class C, class IO> struct AttnMmaType {
+#ifndef KVGEN_ATTN_TUNED
+  typedef IO type; // AMD: the emulated MMA in f16 outgrows the unroller
+#else
   typedef typename Select<C::is_fp8 || same_type<typename C::storage, uint16_t>::value,
                           typename Select<same_type<C, dt_bf16>::value, dt_bf16,
                                           dt_f16>::type,
                           IO>::type type;
+#endif
 };
 
 template <class L, class P, class O> struct AttnShape {
@@ -1338,7 +1344,11 @@ template <class L, class P, class O> struct AttnShape {
     TO_IO = ToIoMode<cache, mma>::value,
     /// 16-token steps whose loads a warp issues together (1-byte caches:
     /// 2, so a warp keeps as many K/V bytes in flight as with bf16).
+#ifdef KVGEN_ATTN_TUNED
     SUB = sizeof(CS) == 1 ? 2 : 1
+#else
+    SUB = 1 // AMD: the emulated MMA's unrolled body outgrows the unroller
+#endif
   };
   static_assert(P::threads % 32 == 0, "whole warps");
   static_assert(P::rows_per_cta == ROWS, "16 rows per CTA (one m16 tile)");
@@ -1397,17 +1407,23 @@ KVGEN_DEVICE inline int64_t blockOf(const kvgen_paged_attention_args &a,
 /// (vector loads of K and V); else one element per access.
 /// N (1 or 4) consecutive floats from L2 (kvgenLoadCoherent; the target's
 /// 16-byte form where it has one, p then 16-byte aligned).
+template <int N> struct CoherentRun {
+  static KVGEN_DEVICE inline void load(const float *p, float *v) {
+    KVGEN_UNROLL
+    for (int i = 0; i < N; ++i)
+      v[i] = kvgenLoadCoherent(p + i);
+  }
+};
+#ifdef KVGEN_LOAD_COHERENT4
+template <> struct CoherentRun<4> {
+  static KVGEN_DEVICE inline void load(const float *p, float *v) {
+    kvgenLoadCoherent4(p, v);
+  }
+};
+#endif
 template <int N>
 KVGEN_DEVICE inline void loadCoherentRun(const float *p, float *v) {
-#ifdef KVGEN_LOAD_COHERENT4
-  if (N == 4) {
-    kvgenLoadCoherent4(p, v);
-    return;
-  }
-#endif
-  KVGEN_UNROLL
-  for (int i = 0; i < N; ++i)
-    v[i] = kvgenLoadCoherent(p + i);
+  CoherentRun<N>::load(p, v);
 }
 
 /// The shared memory of an attention CTA.
@@ -1669,7 +1685,7 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
     for (int u = 0; u < SUB; ++u) {
       const int64_t base = (step + u * WARPS) * 16;
       if (base >= tb)
-        break; // past the range: nothing left to attend
+        continue; // past the range: nothing left to attend
       // S = Q K^T.
       float s[2][4];
       KVGEN_UNROLL

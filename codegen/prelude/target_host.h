@@ -280,6 +280,9 @@ inline int32_t kvgenAtomicAdd(int32_t *p, int32_t v) {
 inline void kvgenThreadFence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 /// A load that bypasses non-coherent caches (GPUs: L1): a plain load.
 inline float kvgenLoadCoherent(const float *p) { return *p; }
+/// The tuned attention shape (kernels.h: f16 MMA operands for fp8 / f16
+/// caches, two fp8 steps per load batch).
+#define KVGEN_ATTN_TUNED 1
 inline float kvgenExp2(float x) { return __builtin_exp2f(x); }
 inline float kvgenTanh(float x) { return __builtin_tanhf(x); }
 

@@ -248,6 +248,9 @@ __device__ inline uint32_t kvgenPackF16x2(float a, float b) {
 /// the fragments of every lane as target_host.h documents for its
 /// emulation (kvgenMma16816), which the other targets use.
 #define KVGEN_MMA_SYNC 1
+/// The tuned attention shape (kernels.h: f16 MMA operands for fp8 / f16
+/// caches, two fp8 steps per load batch).
+#define KVGEN_ATTN_TUNED 1
 __device__ inline void kvgenMmaBf16(float *d, const uint32_t *a,
                                     const uint32_t *b) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
