@@ -502,6 +502,8 @@ const char *kvgen_status_string(kvgen_status s) {
     return "KVGEN_ERROR_INTERNAL";
   case KVGEN_ERROR_INDEX_OUT_OF_RANGE:
     return "KVGEN_ERROR_INDEX_OUT_OF_RANGE";
+  case KVGEN_ERROR_OUT_OF_MEMORY:
+    return "KVGEN_ERROR_OUT_OF_MEMORY";
   }
   return "KVGEN_ERROR_UNKNOWN";
 }
@@ -732,12 +734,10 @@ kvgen_status kvgen_context_create_compile_only(kvgen_backend backend,
   if (!vendor)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT,
                 "compile-only contexts need an explicit backend (not AUTO)");
-  std::optional<Target> t = parseTarget(target);
+  std::string targetError;
+  std::optional<Target> t = parseTarget(target, &targetError);
   if (!t)
-    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
-                fmt::format("unknown target '{}' (expected {}; AMD targets "
-                            "may add feature flags, gfx90a:xnack-)",
-                            target, knownTargetNames()));
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT, targetError);
   if (t->vendor() != *vendor)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT,
                 fmt::format("'{}' is a {} target; the {} backend compiles "
