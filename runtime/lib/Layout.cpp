@@ -333,8 +333,8 @@ LayoutDesc::diagnoseStrides(const std::vector<Strides> &all) const {
                          ", the bound that keeps cache offsets in 64 bits");
     }
     if (s.block == 0)
-      return at(c,
-                "'" + stridesField(*this, c) + "' block stride must be positive");
+      return at(c, "'" + stridesField(*this, c) +
+                       "' block stride must be positive");
   }
   // Components that share one tensor are checked together: all of a packed
   // layout, otherwise each on its own.
@@ -383,22 +383,25 @@ LayoutDesc::diagnoseStrides(const std::vector<Strides> &all) const {
       const int c = group.back();
       if (!shared)
         return at(c, "'" + stridesField(*this, c) + "' differ from '" +
-               stridesField(*this, group[0]) + "' in a packed layout of " +
-               std::to_string(perComponent) +
-               " rows per block: kvgen decides the overlap of packed "
-               "components with different strides for at most " +
-               std::to_string(kMaxEnumeratedRows) +
-               " rows; give them the same strides");
+                         stridesField(*this, group[0]) +
+                         "' in a packed layout of " +
+                         std::to_string(perComponent) +
+                         " rows per block: kvgen decides the overlap of packed "
+                         "components with different strides for at most " +
+                         std::to_string(kMaxEnumeratedRows) +
+                         " rows; give them the same strides");
       std::string span = std::to_string(nest ? nest->span : 0);
-      return at(group[0], "'" + stridesField(*this, group[0]) + "' = " + stridesText(s0) +
-             " are not nested: the " + kDimNames[nest ? nest->dim : 0] +
-             " stride " + std::to_string(dim(s0, nest ? nest->dim : 0)) +
-             " is smaller than " + span +
-             ", the span of the rows inside it; kvgen proves layouts of "
-             "more than " +
-             std::to_string(kMaxEnumeratedRows) +
-             " rows per block only when each stride is at least the span of "
-             "the dimensions inside it (docs/layout.md)");
+      return at(
+          group[0],
+          "'" + stridesField(*this, group[0]) + "' = " + stridesText(s0) +
+              " are not nested: the " + kDimNames[nest ? nest->dim : 0] +
+              " stride " + std::to_string(dim(s0, nest ? nest->dim : 0)) +
+              " is smaller than " + span +
+              ", the span of the rows inside it; kvgen proves layouts of "
+              "more than " +
+              std::to_string(kMaxEnumeratedRows) +
+              " rows per block only when each stride is at least the span of "
+              "the dimensions inside it (docs/layout.md)");
     }
     std::vector<Row> rows;
     for (int c : group) {
@@ -490,8 +493,8 @@ LayoutDesc::diagnoseStrides(const std::vector<Strides> &all) const {
   return std::nullopt;
 }
 
-std::optional<std::string> LayoutDesc::validateStrides(
-    const std::vector<Strides> &all) const {
+std::optional<std::string>
+LayoutDesc::validateStrides(const std::vector<Strides> &all) const {
   if (std::optional<LayoutIssue> issue = diagnoseStrides(all))
     return issue->message;
   return std::nullopt;
@@ -515,10 +518,9 @@ std::optional<LayoutIssue> LayoutDesc::diagnose() const {
                                   ", the bound that keeps cache offsets in 64 "
                                   "bits");
   if (components.empty() || components.size() > kMaxComponents)
-    return at("components", "a layout has 1 to " +
-                                std::to_string(kMaxComponents) +
-                                " components, got " +
-                                std::to_string(components.size()));
+    return at("components",
+              "a layout has 1 to " + std::to_string(kMaxComponents) +
+                  " components, got " + std::to_string(components.size()));
   for (size_t c = 0; c < components.size(); ++c) {
     const Component &x = components[c];
     if (!isIdentifier(x.name))

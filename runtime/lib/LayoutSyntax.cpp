@@ -133,8 +133,7 @@ struct Parser {
               ok = false;
             else
               valueAt.emplace("components." + c.name, t.pos());
-            if (!ok ||
-                !integer("head size of '" + c.name + "'", &c.headSize)) {
+            if (!ok || !integer("head size of '" + c.name + "'", &c.headSize)) {
               ok = false;
               break;
             }

@@ -105,9 +105,10 @@ std::optional<Target> parseTarget(std::string_view text, std::string *error) {
     size_t next = rest.find(':', 1);
     std::string_view flag = rest.substr(
         1, next == std::string_view::npos ? std::string_view::npos : next - 1);
-    rest = next == std::string_view::npos ? std::string_view()
-                                          : rest.substr(next);
-    std::string_view feature = flag.substr(0, flag.empty() ? 0 : flag.size() - 1);
+    rest =
+        next == std::string_view::npos ? std::string_view() : rest.substr(next);
+    std::string_view feature =
+        flag.substr(0, flag.empty() ? 0 : flag.size() - 1);
     bool known = !flag.empty() && (flag.back() == '+' || flag.back() == '-');
     if (known) {
       known = false;

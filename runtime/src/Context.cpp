@@ -290,8 +290,8 @@ Status kvgen_context_s::getBinary(const KernelEntry &e,
   bool timedOut = false;
   DiskCache::Lock lock = cache->lock(key, lockTimeout, &timedOut);
   if (timedOut)
-    warn(fmt::format("kvgen: waited {} ms for the cache lock '{}'; "
-                     "compiling anyway",
+    warn(fmt::format("kvgen: warning: waited {} ms for the cache lock "
+                     "'{}'; compiling anyway",
                      lockTimeout.count(), cache->lockPath(key)));
   if (!forceCompile) {
     DiskCache::Read r = cache->read(key, binary, &why);
@@ -427,8 +427,8 @@ Status kvgen_context_s::obtain(const KernelEntry &e, const std::string &source,
     if (!st.isOk() && fromDisk) {
       // A verified entry that does not load (e.g. written by a broken
       // compiler): replace it once.
-      warn(fmt::format("kvgen: cached binary of '{}' does not load ({}); "
-                       "recompiling",
+      warn(fmt::format("kvgen: warning: cached binary of '{}' does not "
+                       "load ({}); recompiling",
                        e.name, st.message));
       std::shared_ptr<DiskCache> cache;
       {

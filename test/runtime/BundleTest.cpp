@@ -1,8 +1,8 @@
 //===- BundleTest.cpp - Manifest format and bundle I/O --------------------===//
 #include "kvgen/Bundle.h"
-#include "kvgen/Target.h"
 #include "TestKernels.h"
 #include "Util.h"
+#include "kvgen/Target.h"
 
 #include <gtest/gtest.h>
 

@@ -523,15 +523,14 @@ TEST(KernelSpecOptions, GatherConversionNamesDequantize) {
                                        "f16 or f32 with option 'dequantize'"));
   // The valid combinations stay valid.
   EXPECT_FALSE(mustParse(KernelOp::Gather, fp8Layout(), "").validate());
-  EXPECT_FALSE(
-      mustParse(KernelOp::Gather, fp8Layout(), "dequantize, io = f32")
-          .validate());
+  EXPECT_FALSE(mustParse(KernelOp::Gather, fp8Layout(), "dequantize, io = f32")
+                   .validate());
   EXPECT_FALSE(
       mustParse(KernelOp::Gather, test::mimoLayout(), "dequantize, io = f32")
           .validate());
   // Writes convert bf16 -> fp8 without any option.
-  EXPECT_FALSE(
-      mustParse(KernelOp::ReshapeAndCache, fp8Layout(), "io = bf16").validate());
+  EXPECT_FALSE(mustParse(KernelOp::ReshapeAndCache, fp8Layout(), "io = bf16")
+                   .validate());
 }
 
 TEST(KernelSpecOptions, CanonicalKeyIgnoresOrderAndSpacing) {
