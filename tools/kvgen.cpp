@@ -438,14 +438,16 @@ int cmdEmit(const Flags &flags) {
   if (!flags.count("--preset") && !flags.count("--layout"))
     return usageError("--preset NAME or --layout FILE is required");
   std::string opNames;
-  for (const OpDesc &d : allOps())
-    opNames += std::string(opNames.empty() ? "" : ", ") + d.name;
+  const std::vector<OpDesc> &ops = allOps();
+  for (size_t i = 0; i < ops.size(); ++i)
+    opNames += std::string(i == 0 ? "" : i + 1 == ops.size() ? " or " : ", ") +
+               ops[i].name;
   if (!flags.count("--op"))
     return usageError("--op is required ({})", opNames);
   const OpDesc *op = findOp(get("--op", ""));
   if (!op)
-    return usageError("--op must be one of {}, got '{}'", opNames,
-                      get("--op", ""));
+    return usageError("unknown --op '{}' (expected {})", get("--op", ""),
+                      opNames);
   std::string target = get("--target", "");
   if (target.empty())
     return usageError("--target is required ({})", knownTargetNames());

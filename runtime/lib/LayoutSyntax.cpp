@@ -8,6 +8,9 @@ namespace kvgen {
 
 namespace {
 
+const char kFieldList[] =
+    "num_kv_heads, block_size, head_size_k, head_size_v, components, order, "
+    "packing, dtype, scale or NAME_strides";
 const char kDTypeList[] =
     "bf16, f16, f32, f8E4M3FN, f8E4M3FNUZ, f8E5M2, f8E5M2FNUZ";
 
@@ -167,7 +170,8 @@ struct Parser {
         stridesOf[key.substr(0, key.size() - 8)] = s;
         strideKeys.emplace_back(key, keyAt);
       } else {
-        fail(keyAt, "unknown field '" + key + "'");
+        fail(keyAt, "unknown field '" + key + "' (expected " + kFieldList +
+                        ")");
         return std::nullopt;
       }
       if (!ok)
