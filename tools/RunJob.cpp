@@ -16,6 +16,8 @@
 //===----------------------------------------------------------------------===//
 #include "RunJob.h"
 
+#include "Diagnostics.h"
+
 #include "kvgen/kvgen.h"
 #define KVGEN_HD
 #include "kvgen/Numerics.h"
@@ -25,6 +27,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -92,6 +96,50 @@ float decode(DType t, const uint8_t *src) {
   return 0;
 }
 
+/// Host memory that reports an allocation failure instead of throwing: the
+/// tool is built without exceptions, where a std::vector that cannot get
+/// its memory aborts the process (std::bad_alloc). Sizes scale with
+/// --tokens, so failing is an expected outcome, reported as an error.
+template <class T> class HostArray {
+public:
+  HostArray() = default;
+  HostArray(const HostArray &) = delete;
+  HostArray &operator=(const HostArray &) = delete;
+  ~HostArray() { std::free(p_); }
+  /// `n` elements, each `fill`. False (and empty) when the memory is not
+  /// there; then the failure has been reported, naming `what`.
+  bool allocate(uint64_t n, T fill, const char *what) {
+    std::free(p_);
+    p_ = nullptr;
+    n_ = 0;
+    if (n == 0)
+      return true;
+    if (n <= SIZE_MAX / sizeof(T))
+      p_ = static_cast<T *>(std::malloc(size_t(n) * sizeof(T)));
+    if (!p_) {
+      cli::error("out of host memory: cannot allocate {} bytes for {} "
+                 "(fewer --tokens need less)",
+                 n <= UINT64_MAX / sizeof(T) ? n * sizeof(T) : UINT64_MAX,
+                 what);
+      return false;
+    }
+    n_ = size_t(n);
+    std::fill(p_, p_ + n_, fill);
+    return true;
+  }
+  T *data() { return p_; }
+  const T *data() const { return p_; }
+  size_t size() const { return n_; }
+  T &operator[](size_t i) { return p_[i]; }
+  const T &operator[](size_t i) const { return p_[i]; }
+  T *begin() { return p_; }
+  T *end() { return p_ + n_; }
+
+private:
+  T *p_ = nullptr;
+  size_t n_ = 0;
+};
+
 /// A device buffer owned by a context.
 struct DeviceBuffer {
   kvgen_context ctx = nullptr;
@@ -105,11 +153,11 @@ struct DeviceBuffer {
   }
 };
 
-bool check(kvgen_status s, const char *what) {
+/// Reports a failed runtime call: "kvgen: error: WHAT: MESSAGE (STATUS)".
+bool check(kvgen_status s, const std::string &what) {
   if (s == KVGEN_SUCCESS)
     return true;
-  fmt::print(stderr, "kvgen run: {} failed: {} ({})\n", what,
-             kvgen_status_string(s), kvgen_last_error());
+  cli::error("{}: {} ({})", what, kvgen_last_error(), kvgen_status_string(s));
   return false;
 }
 
@@ -171,12 +219,12 @@ kvgen_status launchGather(kvgen_kernel k, bool mla,
 int runJob(const RunOptions &o) {
   const LayoutDesc &l = o.layout;
   if (std::optional<std::string> bad = l.validate()) {
-    fmt::print(stderr, "kvgen run: invalid layout: {}\n", *bad);
+    cli::error("invalid layout: {}", *bad);
     return 1;
   }
   if (l.anyDynamic()) {
-    fmt::print(stderr, "kvgen run: layouts with dynamic ('?') strides are "
-                       "exercised by the test grids, not by kvgen run\n");
+    cli::error("layouts with dynamic ('?') strides are exercised by the "
+               "test grids, not by kvgen run");
     return 1;
   }
   // K/V layouts, or MLA latent rows (the MLA ops' verifier says which).
@@ -184,9 +232,8 @@ int runJob(const RunOptions &o) {
                    l.components[1].name == "k_pe" &&
                    l.packing == Packing::Packed;
   if (!l.isKV() && !mla) {
-    fmt::print(stderr, "kvgen run: needs a K/V layout (head_size_k / "
-                       "head_size_v) or an MLA one (components = [kv_c: N, "
-                       "k_pe: M], packed), got {}\n",
+    cli::error("kvgen run needs a K/V layout (head_size_k / head_size_v) or "
+               "an MLA one (components = [kv_c: N, k_pe: M], packed), got {}",
                toString(l));
     return 1;
   }
@@ -210,67 +257,56 @@ int runJob(const RunOptions &o) {
              "loading the bundle"))
     return 1;
 
-  // The kernels: write bf16 tokens, gather them back raw, and (fp8) gather
-  // dequantized to bf16.
-  const std::string layoutText = toString(l);
-  const bool fp8 = isFp8(l.dtype);
-  auto getKernel = [&](kvgen_op op, const char *io, int dequantize,
-                       kvgen_kernel *k, double *ms) {
-    std::string options =
-        fmt::format("io = {}, slots = i64{}", io,
-                    dequantize ? ", dequantize" : "");
-    kvgen_kernel_spec spec{op, layoutText.c_str(), options.c_str()};
-    auto t0 = std::chrono::steady_clock::now();
-    bool ok = check(kvgen_context_get_kernel_by_spec(ctx, &spec, k),
-                    "getting a kernel");
-    *ms = msSince(t0);
-    return ok;
-  };
-  kvgen_kernel write = nullptr, gatherRaw = nullptr, gatherDq = nullptr;
-  double writeMs = 0, gatherMs = 0, dqMs = 0;
-  const kvgen_op writeOp =
-      mla ? KVGEN_OP_CONCAT_AND_CACHE_MLA : KVGEN_OP_RESHAPE_AND_CACHE;
-  const kvgen_op gatherOp = mla ? KVGEN_OP_GATHER_MLA : KVGEN_OP_GATHER;
-  if (!getKernel(writeOp, "bf16", 0, &write, &writeMs) ||
-      !getKernel(gatherOp, toString(l.dtype), 0, &gatherRaw, &gatherMs) ||
-      (fp8 && !getKernel(gatherOp, "bf16", 1, &gatherDq, &dqMs)))
-    return 1;
-
   // Problem: T tokens of a fused [T, H * (Dk + Dv)] projection; every 7th
   // is padding; the others are the contexts of up to 4 sequences, each in
   // blocks drawn without repetition from a cache with spare blocks (its
-  // block table), so attention can read them back.
+  // block table), so attention can read them back. Host memory first (it
+  // grows with --tokens, and failing is cheap before any compile).
   const int64_t T = o.numTokens, H = l.numKvHeads, Dk = l.headSize(kKey),
                 Dv = l.headSize(kValue), bs = l.blockSize;
   const int64_t numBlocks = (T + bs - 1) / bs * 2 + 3;
+  const bool fp8 = isFp8(l.dtype);
   std::mt19937_64 rng(o.seed);
-  std::vector<int64_t> slots(T, -1);
-  int64_t padding = 0;
-  std::vector<int64_t> real;
+  HostArray<int64_t> slots, real, blockOrder;
+  if (!slots.allocate(T, -1, "the slot mapping") ||
+      !real.allocate(T, 0, "the token list") ||
+      !blockOrder.allocate(numBlocks, 0, "the block order"))
+    return 1;
+  int64_t padding = 0, numReal = 0;
   for (int64_t t = 0; t < T; ++t) {
     if (t % 7 == 3)
       ++padding;
     else
-      real.push_back(t);
+      real[numReal++] = t;
   }
-  const int64_t numSeqs = std::min<int64_t>(4, int64_t(real.size()));
-  std::vector<int64_t> blockOrder(numBlocks);
+  const int64_t numSeqs = std::min<int64_t>(4, numReal);
   for (int64_t b = 0; b < numBlocks; ++b)
     blockOrder[b] = b;
   std::shuffle(blockOrder.begin(), blockOrder.end(), rng);
-  std::vector<std::vector<int64_t>> seqTokens(numSeqs); // token of position j
-  std::vector<std::vector<int32_t>> seqBlocks(numSeqs);
-  size_t nextBlock = 0;
-  for (size_t i = 0; i < real.size(); ++i) {
-    const int64_t s = int64_t(i * numSeqs / real.size());
-    const int64_t j = int64_t(seqTokens[s].size());
+  // Sequence s holds the real tokens [tokBegin[s], tokBegin[s + 1]) in
+  // order, and the blocks blockOrder[blkBegin[s] ...] (both contiguous:
+  // tokens are dealt out in order, blocks drawn in order).
+  std::vector<int64_t> tokBegin(numSeqs + 1, numReal), blkBegin(numSeqs + 1);
+  int64_t nextBlock = 0;
+  for (int64_t i = 0; i < numReal; ++i) {
+    const int64_t s = i * numSeqs / numReal;
+    if (tokBegin[s] == numReal) {
+      tokBegin[s] = i;
+      blkBegin[s] = nextBlock;
+    }
+    const int64_t j = i - tokBegin[s];
     if (j % bs == 0)
-      seqBlocks[s].push_back(int32_t(blockOrder[nextBlock++]));
-    seqTokens[s].push_back(real[i]);
-    slots[real[i]] = int64_t(seqBlocks[s].back()) * bs + j % bs;
+      ++nextBlock;
+    slots[real[i]] = blockOrder[nextBlock - 1] * bs + j % bs;
   }
+  blkBegin[numSeqs] = nextBlock;
+  auto seqLen = [&](int64_t s) { return tokBegin[s + 1] - tokBegin[s]; };
+  auto seqToken = [&](int64_t s, int64_t j) { return real[tokBegin[s] + j]; };
+  auto seqBlocks = [&](int64_t s) { return blkBegin[s + 1] - blkBegin[s]; };
   const int64_t rowStride = H * (Dk + Dv);
-  std::vector<uint16_t> fused(T * rowStride);
+  HostArray<uint16_t> fused;
+  if (!fused.allocate(T * rowStride, 0, "the input tokens"))
+    return 1;
   std::normal_distribution<float> normal(0.0f, 4.0f);
   for (uint16_t &x : fused)
     x = float_to_bf16(normal(rng));
@@ -289,7 +325,8 @@ int runJob(const RunOptions &o) {
       vScale = kScale;
   }
 
-  // Host reference of the cache after the write.
+  // Host reference of the cache after the write; gotK / gotV first hold the
+  // canaries the device caches start as, then what the kernels wrote.
   const int64_t es = elementSize(l.dtype);
   const bool packed = l.packing == Packing::Packed;
   const uint64_t kBytes = l.extentBytes(kKey, numBlocks);
@@ -297,14 +334,19 @@ int runJob(const RunOptions &o) {
   const uint64_t kAlloc =
       std::max<uint64_t>(kBytes, packed ? l.extentBytes(kValue, numBlocks)
                                         : 0);
-  std::vector<uint8_t> refK(kAlloc + kSlack, kCanary),
-      refV(packed ? 0 : vBytes + kSlack, kCanary);
+  HostArray<uint8_t> refK, refV, gotK, gotV;
+  if (!refK.allocate(kAlloc + kSlack, kCanary, "the reference K cache") ||
+      !refV.allocate(packed ? 0 : vBytes + kSlack, kCanary,
+                     "the reference V cache") ||
+      !gotK.allocate(refK.size(), kCanary, "the K cache read back") ||
+      !gotV.allocate(refV.size(), kCanary, "the V cache read back"))
+    return 1;
   for (int64_t t = 0; t < T; ++t) {
     if (slots[t] < 0)
       continue;
     for (int side : {kKey, kValue}) {
       SideMap m = l.map(side);
-      std::vector<uint8_t> &cache = (side == kValue && !packed) ? refV : refK;
+      HostArray<uint8_t> &cache = (side == kValue && !packed) ? refV : refK;
       const int64_t D = l.headSize(side);
       const int64_t col0 = side == kKey ? 0 : H * Dk;
       for (int64_t h = 0; h < H; ++h)
@@ -317,34 +359,69 @@ int runJob(const RunOptions &o) {
         }
     }
   }
+  // The gathers' outputs are zeroed before each launch and read back.
+  const uint64_t outBytes =
+      uint64_t(T * H * std::max(Dk, Dv) * std::max<int64_t>(es, 2));
+  HostArray<uint8_t> zeros, gathered;
+  if (!zeros.allocate(outBytes, 0, "zeroing the gather outputs") ||
+      !gathered.allocate(outBytes, 0, "the gathered rows"))
+    return 1;
 
-  // Device buffers.
+  // The kernels: write bf16 tokens, gather them back raw, and (fp8) gather
+  // dequantized to bf16.
+  const std::string layoutText = toString(l);
+  auto getKernel = [&](kvgen_op op, const char *io, int dequantize,
+                       kvgen_kernel *k, double *ms) {
+    std::string options = fmt::format("io = {}, slots = i64{}", io,
+                                      dequantize ? ", dequantize" : "");
+    kvgen_kernel_spec spec{op, layoutText.c_str(), options.c_str()};
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = check(kvgen_context_get_kernel_by_spec(ctx, &spec, k),
+                    "getting a kernel");
+    *ms = msSince(t0);
+    return ok;
+  };
+  kvgen_kernel write = nullptr, gatherRaw = nullptr, gatherDq = nullptr;
+  double writeMs = 0, gatherMs = 0, dqMs = 0;
+  const kvgen_op writeOp =
+      mla ? KVGEN_OP_CONCAT_AND_CACHE_MLA : KVGEN_OP_RESHAPE_AND_CACHE;
+  const kvgen_op gatherOp = mla ? KVGEN_OP_GATHER_MLA : KVGEN_OP_GATHER;
+  if (!getKernel(writeOp, "bf16", 0, &write, &writeMs) ||
+      !getKernel(gatherOp, toString(l.dtype), 0, &gatherRaw, &gatherMs) ||
+      (fp8 && !getKernel(gatherOp, "bf16", 1, &gatherDq, &dqMs)))
+    return 1;
+
+  // Device buffers (host memory on the host backend).
+  const char *memory = target == "host" ? "host" : "device";
+  auto alloc = [&](DeviceBuffer &b, const char *what) {
+    return !b.bytes ||
+           check(kvgen_context_alloc(ctx, b.bytes, &b.ptr),
+                 fmt::format("allocating {} ({} bytes of {} memory)", what,
+                             b.bytes, memory));
+  };
   DeviceBuffer dFused(ctx, fused.size() * 2), dSlots(ctx, T * 8),
-      dK(ctx, refK.size()), dV(ctx, packed ? 0 : refV.size()),
-      dKs(ctx, H * 4), dVs(ctx, H * 4), dKo(ctx, T * H * Dk * es),
-      dVo(ctx, T * H * Dv * es), dKq(ctx, T * H * Dk * 2),
-      dVq(ctx, T * H * Dv * 2);
-  for (DeviceBuffer *b : {&dFused, &dSlots, &dK, &dV, &dKs, &dVs, &dKo, &dVo,
-                          &dKq, &dVq})
-    if (b->bytes && !check(kvgen_context_alloc(ctx, b->bytes, &b->ptr),
-                           "allocating device memory"))
-      return 1;
-  std::vector<uint8_t> canaryK(refK.size(), kCanary),
-      canaryV(refV.size(), kCanary);
+      dK(ctx, refK.size()), dV(ctx, packed ? 0 : refV.size()), dKs(ctx, H * 4),
+      dVs(ctx, H * 4), dKo(ctx, T * H * Dk * es), dVo(ctx, T * H * Dv * es),
+      dKq(ctx, fp8 ? T * H * Dk * 2 : 0), dVq(ctx, fp8 ? T * H * Dv * 2 : 0);
+  if (!alloc(dFused, "the input tokens") || !alloc(dSlots, "the slots") ||
+      !alloc(dK, packed ? "the K|V cache" : "the K cache") ||
+      !alloc(dV, "the V cache") || !alloc(dKs, "the K scales") ||
+      !alloc(dVs, "the V scales") || !alloc(dKo, "the gathered K") ||
+      !alloc(dVo, "the gathered V") || !alloc(dKq, "the dequantized K") ||
+      !alloc(dVq, "the dequantized V"))
+    return 1;
   auto toDevice = [&](DeviceBuffer &d, const void *src) {
-    return !d.bytes ||
-           check(kvgen_context_copy(ctx, d.ptr, src, d.bytes,
-                                    KVGEN_COPY_HOST_TO_DEVICE),
-                 "copying to the device");
+    return !d.bytes || check(kvgen_context_copy(ctx, d.ptr, src, d.bytes,
+                                                KVGEN_COPY_HOST_TO_DEVICE),
+                             fmt::format("copying to {} memory", memory));
   };
   auto toHost = [&](void *dst, const DeviceBuffer &d) {
-    return !d.bytes ||
-           check(kvgen_context_copy(ctx, dst, d.ptr, d.bytes,
-                                    KVGEN_COPY_DEVICE_TO_HOST),
-                 "copying to the host");
+    return !d.bytes || check(kvgen_context_copy(ctx, dst, d.ptr, d.bytes,
+                                                KVGEN_COPY_DEVICE_TO_HOST),
+                             fmt::format("copying from {} memory", memory));
   };
   if (!toDevice(dFused, fused.data()) || !toDevice(dSlots, slots.data()) ||
-      !toDevice(dK, canaryK.data()) || !toDevice(dV, canaryV.data()) ||
+      !toDevice(dK, gotK.data()) || !toDevice(dV, gotV.data()) ||
       !toDevice(dKs, kScale.data()) || !toDevice(dVs, vScale.data()))
     return 1;
 
@@ -368,11 +445,10 @@ int runJob(const RunOptions &o) {
       !check(kvgen_context_synchronize(ctx), "synchronizing"))
     return 1;
 
-  std::vector<uint8_t> gotK(refK.size()), gotV(refV.size());
   if (!toHost(gotK.data(), dK) || !toHost(gotV.data(), dV))
     return 1;
-  auto firstDiff = [](const std::vector<uint8_t> &a,
-                      const std::vector<uint8_t> &b) -> int64_t {
+  auto firstDiff = [](const HostArray<uint8_t> &a,
+                      const HostArray<uint8_t> &b) -> int64_t {
     for (size_t i = 0; i < a.size(); ++i)
       if (a[i] != b[i])
         return int64_t(i);
@@ -381,28 +457,27 @@ int runJob(const RunOptions &o) {
   int failures = 0;
   int64_t d = firstDiff(gotK, refK);
   if (d >= 0) {
-    fmt::print(stderr, "kvgen run: {} cache differs from the reference at "
-                       "byte {} of {} ({}): got 0x{:02x}, want 0x{:02x}\n",
+    cli::error("{} cache differs from the reference at byte {} of {} ({}): "
+               "got 0x{:02x}, want 0x{:02x}",
                packed ? "K|V" : "K", d, gotK.size(),
                uint64_t(d) >= gotK.size() - kSlack ? "canary past the end"
-                                                    : "inside the cache",
+                                                   : "inside the cache",
                gotK[d], refK[d]);
     ++failures;
   }
   d = firstDiff(gotV, refV);
   if (d >= 0) {
-    fmt::print(stderr, "kvgen run: V cache differs from the reference at "
-                       "byte {} of {} ({}): got 0x{:02x}, want 0x{:02x}\n",
+    cli::error("V cache differs from the reference at byte {} of {} ({}): "
+               "got 0x{:02x}, want 0x{:02x}",
                d, gotV.size(),
                uint64_t(d) >= gotV.size() - kSlack ? "canary past the end"
-                                                    : "inside the cache",
+                                                   : "inside the cache",
                gotV[d], refV[d]);
     ++failures;
   }
 
   // Gather back: raw elements, and (fp8) dequantized to bf16.
-  auto runGather = [&](kvgen_kernel k, DeviceBuffer &ko, DeviceBuffer &vo,
-                       int64_t outSize) {
+  auto runGather = [&](kvgen_kernel k, DeviceBuffer &ko, DeviceBuffer &vo) {
     kvgen_gather_args ga{};
     ga.key_cache = dK.ptr;
     ga.value_cache = packed ? dK.ptr : dV.ptr;
@@ -419,9 +494,7 @@ int runJob(const RunOptions &o) {
     ga.value_out_stride_head = Dv;
     ga.key_cache_bytes = refK.size() - kSlack;
     ga.value_cache_bytes = packed ? 0 : refV.size() - kSlack;
-    std::vector<uint8_t> zero(std::max(ko.bytes, vo.bytes), 0);
-    (void)outSize;
-    return toDevice(ko, zero.data()) && toDevice(vo, zero.data()) &&
+    return toDevice(ko, zeros.data()) && toDevice(vo, zeros.data()) &&
            check(launchGather(k, mla, ga), "launching the gather") &&
            check(kvgen_context_synchronize(ctx), "synchronizing");
   };
@@ -430,10 +503,10 @@ int runJob(const RunOptions &o) {
                          bool dequant, const char *what) {
     for (int side : {kKey, kValue}) {
       DeviceBuffer &out = side == kKey ? ko : vo;
-      std::vector<uint8_t> got(out.bytes);
-      if (!toHost(got.data(), out))
+      const HostArray<uint8_t> &got = gathered;
+      if (!toHost(gathered.data(), out))
         return false;
-      const std::vector<uint8_t> &cache =
+      const HostArray<uint8_t> &cache =
           (side == kValue && !packed) ? refV : refK;
       SideMap m = l.map(side);
       const int64_t D = l.headSize(side);
@@ -456,19 +529,18 @@ int runJob(const RunOptions &o) {
             const uint8_t *g = &got[((t * H + h) * D + e) * outSize];
             ++compared;
             if (std::memcmp(g, want, outSize) != 0) {
-              fmt::print(stderr, "kvgen run: {} {} differs at token {} head "
-                                 "{} element {}\n",
-                         what, l.components[size_t(side)].name, t, h, e);
+              cli::error("{} {} differs at token {} head {} element {}", what,
+                         l.components[size_t(side)].name, t, h, e);
               return false;
             }
           }
     }
     return true;
   };
-  if (!runGather(gatherRaw, dKo, dVo, es) ||
+  if (!runGather(gatherRaw, dKo, dVo) ||
       !checkGather(dKo, dVo, es, false, "gather"))
     ++failures;
-  if (fp8 && (!runGather(gatherDq, dKq, dVq, 2) ||
+  if (fp8 && (!runGather(gatherDq, dKq, dVq) ||
               !checkGather(dKq, dVq, 2, true, "dequantizing gather")))
     ++failures;
 
@@ -494,17 +566,22 @@ int runJob(const RunOptions &o) {
     const int64_t G = 2, QH = H * G;
     int64_t maxBlocks = 0, maxLen = 0;
     for (int64_t s = 0; s < numSeqs; ++s) {
-      maxBlocks = std::max<int64_t>(maxBlocks, seqBlocks[s].size());
-      maxLen = std::max<int64_t>(maxLen, seqTokens[s].size());
+      maxBlocks = std::max(maxBlocks, seqBlocks(s));
+      maxLen = std::max(maxLen, seqLen(s));
     }
     const int64_t tableCols = maxBlocks + 2;
     // Entries past a sequence's blocks: out of range (never read).
-    std::vector<int32_t> table(numSeqs * tableCols, int32_t(numBlocks + 7));
+    HostArray<int32_t> table;
+    HostArray<double> lg;
+    if (!table.allocate(numSeqs * tableCols, int32_t(numBlocks + 7),
+                        "the block tables") ||
+        !lg.allocate(maxLen, 0.0, "the attention reference"))
+      return 1;
     std::vector<int32_t> seqLens(numSeqs), qsl(numSeqs + 1);
     for (int64_t s = 0; s < numSeqs; ++s) {
-      std::copy(seqBlocks[s].begin(), seqBlocks[s].end(),
-                table.begin() + s * tableCols);
-      seqLens[s] = int32_t(seqTokens[s].size());
+      for (int64_t k = 0; k < seqBlocks(s); ++k)
+        table[s * tableCols + k] = int32_t(blockOrder[blkBegin[s] + k]);
+      seqLens[s] = int32_t(seqLen(s));
       qsl[s + 1] = int32_t(s + 1);
     }
     std::vector<uint16_t> query(numSeqs * QH * Dk), out(numSeqs * QH * Dv, 0);
@@ -523,14 +600,16 @@ int runJob(const RunOptions &o) {
     DeviceBuffer dTable(ctx, table.size() * 4), dLens(ctx, numSeqs * 4),
         dQsl(ctx, qsl.size() * 4), dQ(ctx, query.size() * 2),
         dOut(ctx, out.size() * 2), dWs(ctx, wsBytes);
-    std::vector<uint8_t> zeros(wsBytes, 0);
-    for (DeviceBuffer *b : {&dTable, &dLens, &dQsl, &dQ, &dOut, &dWs})
-      if (b->bytes && !check(kvgen_context_alloc(ctx, b->bytes, &b->ptr),
-                             "allocating device memory"))
-        return 1;
+    HostArray<uint8_t> wsZeros;
+    if (!wsZeros.allocate(wsBytes, 0, "zeroing the attention workspace") ||
+        !alloc(dTable, "the block tables") || !alloc(dLens, "the lengths") ||
+        !alloc(dQsl, "the query starts") || !alloc(dQ, "the queries") ||
+        !alloc(dOut, "the attention output") ||
+        !alloc(dWs, "the attention workspace"))
+      return 1;
     if (!toDevice(dTable, table.data()) || !toDevice(dLens, seqLens.data()) ||
         !toDevice(dQsl, qsl.data()) || !toDevice(dQ, query.data()) ||
-        !toDevice(dOut, out.data()) || !toDevice(dWs, zeros.data()))
+        !toDevice(dOut, out.data()) || !toDevice(dWs, wsZeros.data()))
       return 1;
     const float softmaxScale = 1.0f / std::sqrt(float(Dk));
     aa.query = dQ.ptr;
@@ -575,26 +654,25 @@ int runJob(const RunOptions &o) {
     double worst = 0;
     int64_t bad = 0;
     for (int64_t s = 0; s < numSeqs; ++s) {
-      const std::vector<int64_t> &toks = seqTokens[s];
+      const int64_t n = seqLen(s);
       for (int64_t qh = 0; qh < QH; ++qh) {
         const int64_t h = qh / G;
-        std::vector<double> lg(toks.size());
         double m = -INFINITY;
-        for (size_t j = 0; j < toks.size(); ++j) {
+        for (int64_t j = 0; j < n; ++j) {
           double dot = 0;
           for (int64_t e = 0; e < Dk; ++e)
             dot += double(bf16_to_float(query[(s * QH + qh) * Dk + e])) *
-                   stored(kKey, toks[j], h, e);
+                   stored(kKey, seqToken(s, j), h, e);
           lg[j] = dot * softmaxScale;
           m = std::max(m, lg[j]);
         }
         double den = 0;
-        for (double &x : lg)
-          den += (x = std::exp(x - m));
+        for (int64_t j = 0; j < n; ++j)
+          den += (lg[j] = std::exp(lg[j] - m));
         for (int64_t e = 0; e < Dv; ++e) {
           double want = 0;
-          for (size_t j = 0; j < toks.size(); ++j)
-            want += lg[j] * stored(kValue, toks[j], h, e);
+          for (int64_t j = 0; j < n; ++j)
+            want += lg[j] * stored(kValue, seqToken(s, j), h, e);
           want /= den;
           const double got = bf16_to_float(out[(s * QH + qh) * Dv + e]);
           const double err = std::fabs(got - want);
@@ -609,8 +687,8 @@ int runJob(const RunOptions &o) {
                             numSeqs, QH, G, numSeqs * QH * Dv - bad,
                             numSeqs * QH * Dv, worst);
     if (bad) {
-      fmt::print(stderr, "kvgen run: attention over the written cache "
-                         "differs from the reference: {}\n",
+      cli::error("attention over the written cache differs from the "
+                 "reference: {}",
                  attention);
       ++failures;
     }

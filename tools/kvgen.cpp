@@ -9,13 +9,16 @@
 //   kvgen presets
 //   kvgen help | --help | -h
 //
-// kUsage below is the full description. Usage errors exit 2 with a one-line
-// message on stderr; a later repeat of an option overrides an earlier one.
+// kUsage below is the full description. Errors read "kvgen: error: ..."
+// (Diagnostics.h); usage errors add "kvgen: note: run 'kvgen --help' for
+// usage" and exit 2, other failures exit 1. A later repeat of an option
+// overrides an earlier one.
 //
 // `emit` and `--layout` need the MLIR build; the runtime-only build
 // (KVGEN_ENABLE_MLIR=OFF) runs presets from bundles emitted elsewhere.
 //
 //===----------------------------------------------------------------------===//
+#include "Diagnostics.h"
 #include "RunJob.h"
 
 #include "kvgen/Bundle.h"
@@ -76,8 +79,9 @@ const char kUsageHead[] =
     "  --op OP          the kernel op (below); required\n"
     "  --target TARGET  a code-generation target ('kvgen targets' lists\n"
     "                   them: gfx* for HIP, sm_* for CUDA/NVRTC, host for\n"
-    "                   C++); AMD targets may add feature flags\n"
-    "                   (gfx90a:xnack-); required\n"
+    "                   C++); AMD targets may add the features\n"
+    "                   xnack+/- and sramecc+/- (gfx942:sramecc+:xnack-);\n"
+    "                   required\n"
     "  --OPTION VALUE   an option of the op (below); flags take no value\n"
     "  -o FILE          write the source to FILE (default: stdout)\n"
     "  --bundle DIR     add the kernel (source + manifest entry) to the "
@@ -150,13 +154,12 @@ int help() {
   return 0;
 }
 
-/// A usage error: the message and a pointer to --help on stderr, exit 2.
-/// `who` is "kvgen" or "kvgen CMD".
+/// A usage error: "kvgen: error: MESSAGE" and the hint to --help on stderr;
+/// returns the exit status 2.
 template <typename... Args>
-int usageError(const char *who, fmt::format_string<Args...> f, Args &&...args) {
-  fmt::print(stderr, "{}: {}\n", who,
-             fmt::format(f, std::forward<Args>(args)...));
-  std::fputs("run 'kvgen --help' for usage\n", stderr);
+int usageError(fmt::format_string<Args...> f, Args &&...args) {
+  cli::error(f, std::forward<Args>(args)...);
+  cli::usageHint();
   return 2;
 }
 
@@ -211,35 +214,32 @@ int parseFlags(const std::string &cmd, int argc, char **argv, int first,
         spec = &s;
     if (!spec) {
       if (a.empty() || a[0] != '-')
-        return usageError(("kvgen " + cmd).c_str(), "unexpected argument '{}'",
-                          a);
+        return usageError("unexpected argument '{}' for kvgen {}", a, cmd);
       if (a == "--checked")
-        return usageError(("kvgen " + cmd).c_str(),
-                          "--checked is gone: kernels are checked by "
+        return usageError("--checked is gone: kernels are checked by "
                           "default (--unchecked opts out)");
-      return usageError(("kvgen " + cmd).c_str(), "unknown option '{}'", a);
+      return usageError("unknown option '{}' for kvgen {}", a, cmd);
     }
     if (!spec->takesValue) {
       if (inlineValue)
-        return usageError("kvgen", "{} takes no value", a);
+        return usageError("{} takes no value", a);
       flags[a] = "1";
       continue;
     }
     if (!inlineValue) {
       if (i + 1 >= argc)
-        return usageError("kvgen", "{} needs a value", a);
+        return usageError("{} needs a value", a);
       value = argv[i + 1];
       if (value.rfind("--", 0) == 0)
-        return usageError("kvgen", "{} needs a value (got the option '{}')", a,
-                          value);
+        return usageError("{} needs a value (got the option '{}')", a, value);
       ++i;
     }
     if (value.empty())
-      return usageError("kvgen", "{} needs a value", a);
+      return usageError("{} needs a value", a);
     flags[a] = value;
   }
   if (flags.count("--preset") && flags.count("--layout"))
-    return usageError("kvgen", "give one of --preset or --layout, not both");
+    return usageError("give one of --preset or --layout, not both");
   return 0;
 }
 
@@ -255,6 +255,29 @@ size_t firstTokenOffset(llvm::StringRef text) {
   }
 }
 
+/// What --layout reads, for messages about a file that holds something else.
+const char kExpectedLayoutFile[] =
+    "expected a #kv.layout<...> attribute or a module with kv ops";
+
+/// True when `text` (from its first token on) may start an MLIR module in
+/// its textual form: `module`, a dialect op (`kv.gather`, `func.func`), a
+/// generic op (`"kv.gather"`, `%x = ...`), an attribute or type alias
+/// (`#a = ...`, `!t = ...`) or file metadata (`{-#`). Anything else (prose,
+/// a bare word) is no layout file at all.
+bool mayStartModule(llvm::StringRef text) {
+  if (text.empty())
+    return true; // an empty module: reported as holding no kv op
+  char c = text.front();
+  if (c == '"' || c == '%' || c == '#' || c == '!' || text.starts_with("{-#"))
+    return true;
+  if (!llvm::isAlpha(c) && c != '_')
+    return false;
+  llvm::StringRef word = text.take_while([](char x) {
+    return llvm::isAlnum(x) || x == '_' || x == '.' || x == '$';
+  });
+  return word == "module" || word.contains('.');
+}
+
 /// Reads a layout from FILE: either a `#kv.layout<...>` attribute (comments
 /// allowed) or a module whose first kv op's layout is taken. Diagnostics
 /// read FILE:LINE:COL.
@@ -262,7 +285,7 @@ std::optional<LayoutDesc> readLayoutFile(mlir::MLIRContext &ctx,
                                          const std::string &path) {
   auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
   if (!buf) {
-    fmt::print(stderr, "kvgen: cannot read '{}': {}\n", path,
+    cli::error("cannot read the layout file '{}': {}", path,
                buf.getError().message());
     return std::nullopt;
   }
@@ -308,6 +331,15 @@ std::optional<LayoutDesc> readLayoutFile(mlir::MLIRContext &ctx,
     }
     return a.getDesc();
   }
+  if (!mayStartModule(text.drop_front(start))) {
+    llvm::StringRef word = text.drop_front(start).take_until(
+        [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; });
+    sm.PrintMessage(llvm::SMLoc::getFromPointer(text.data() + start),
+                    llvm::SourceMgr::DK_Error,
+                    llvm::Twine(kExpectedLayoutFile) + ", got '" +
+                        word.take_front(40) + "'");
+    return std::nullopt;
+  }
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceFile<mlir::ModuleOp>(sm, &ctx);
   if (!module)
@@ -318,7 +350,7 @@ std::optional<LayoutDesc> readLayoutFile(mlir::MLIRContext &ctx,
       found = op.getLayout().getDesc();
   });
   if (!found)
-    fmt::print(stderr, "kvgen: '{}' holds no #kv.layout or kv op\n", path);
+    cli::error("'{}' holds no kv op: {}", path, kExpectedLayoutFile);
   return found;
 }
 
@@ -344,21 +376,18 @@ std::optional<LayoutDesc> layoutFromFlags(const Flags &flags, std::string *name,
     *name = layoutFile->second;
     return readLayoutFile(mlirContext(), layoutFile->second);
 #else
-    fmt::print(stderr, "kvgen: --layout needs the MLIR build; this is the "
-                       "runtime-only build (use --preset)\n");
+    cli::error("--layout needs the MLIR build; this is the runtime-only "
+               "build (use --preset)");
     return std::nullopt;
 #endif
   }
   auto preset = flags.find("--preset");
   *name = preset == flags.end() ? presets().front().name : preset->second;
   std::optional<LayoutDesc> l = findPreset(*name);
-  if (!l) {
-    fmt::print(stderr,
-               "kvgen: unknown preset '{}' ('kvgen presets' lists "
-               "them)\n",
-               *name);
-    *rc = 2;
-  }
+  if (!l)
+    *rc = usageError("unknown preset '{}' (expected {}; 'kvgen presets' "
+                     "describes them)",
+                     *name, knownPresetNames());
   return l;
 }
 
@@ -407,27 +436,27 @@ int cmdEmit(const Flags &flags) {
   };
   // Usage errors first, before any file is read.
   if (!flags.count("--preset") && !flags.count("--layout"))
-    return usageError("kvgen emit",
-                      "--preset NAME or --layout FILE is required");
+    return usageError("--preset NAME or --layout FILE is required");
   std::string opNames;
-  for (const OpDesc &d : allOps())
-    opNames += std::string(opNames.empty() ? "" : ", ") + d.name;
+  const std::vector<OpDesc> &ops = allOps();
+  for (size_t i = 0; i < ops.size(); ++i)
+    opNames += std::string(i == 0 ? "" : i + 1 == ops.size() ? " or " : ", ") +
+               ops[i].name;
   if (!flags.count("--op"))
-    return usageError("kvgen emit", "--op is required ({})", opNames);
+    return usageError("--op is required ({})", opNames);
   const OpDesc *op = findOp(get("--op", ""));
   if (!op)
-    return usageError("kvgen emit", "--op must be one of {}, got '{}'",
-                      opNames, get("--op", ""));
+    return usageError("unknown --op '{}' (expected {})", get("--op", ""),
+                      opNames);
   std::string target = get("--target", "");
   if (target.empty())
-    return usageError("kvgen emit", "--target is required ({})",
-                      knownTargetNames());
-  std::optional<Target> parsedTarget = parseTarget(target);
+    return usageError("--target is required ({})", knownTargetNames());
+  std::string targetError;
+  std::optional<Target> parsedTarget = parseTarget(target, &targetError);
   if (!parsedTarget)
-    return usageError("kvgen emit", "unknown --target '{}' (expected {})",
-                      target, knownTargetNames());
+    return usageError("--target: {}", targetError);
   if (flags.count("-o") && flags.count("--bundle"))
-    return usageError("kvgen emit", "give one of -o or --bundle, not both");
+    return usageError("give one of -o or --bundle, not both");
   // Every option flag must be one of this op's options.
   for (const auto &[flag, value] : flags) {
     if (flag.rfind("--", 0) != 0)
@@ -436,8 +465,7 @@ int cmdEmit(const Flags &flags) {
     for (const FlagSpec &f : kEmitFlags)
       own |= flag == f.name;
     if (!own && !op->option(flag.substr(2)))
-      return usageError("kvgen emit", "{} is not an option of --op {}", flag,
-                        op->name);
+      return usageError("{} is not an option of --op {}", flag, op->name);
   }
 
   std::string layoutName;
@@ -452,19 +480,19 @@ int cmdEmit(const Flags &flags) {
       continue;
     if (std::optional<std::string> err =
             spec.set(op->options[i].name, it->second))
-      return usageError("kvgen emit", "{}", asFlags(*err));
+      return usageError("{}", asFlags(*err));
   }
   if (std::optional<std::string> err = spec.validate())
-    return usageError("kvgen emit", "{}", asFlags(*err));
+    return usageError("{}", asFlags(*err));
   // The op's own rules (its verifier), as usage errors too.
   std::string verifyError;
   if (mlir::failed(verifySpec(&mlirContext(), spec, &verifyError)))
-    return usageError("kvgen emit", "{}", verifyError);
+    return usageError("{}", verifyError);
   std::string error;
   mlir::FailureOr<EmittedKernel> k =
       emitKernel(&mlirContext(), spec, target, "", &error);
   if (mlir::failed(k)) {
-    fmt::print(stderr, "kvgen emit: {}\n", error);
+    cli::error("{}", error);
     return 1;
   }
   auto bundle = flags.find("--bundle");
@@ -492,7 +520,7 @@ int cmdEmit(const Flags &flags) {
     }
     all.push_back(bk);
     if (std::optional<std::string> err = writeBundle(bundle->second, all)) {
-      fmt::print(stderr, "kvgen emit: {}\n", *err);
+      cli::error("{}", *err);
       return 1;
     }
     fmt::print("kvgen emit: {} -> {}/{}\n", k->name, bundle->second,
@@ -507,7 +535,7 @@ int cmdEmit(const Flags &flags) {
   std::ofstream f(out->second, std::ios::binary);
   f << k->source;
   if (!f) {
-    fmt::print(stderr, "kvgen emit: cannot write '{}'\n", out->second);
+    cli::error("cannot write '{}': {}", out->second, std::strerror(errno));
     return 1;
   }
   return 0;
@@ -520,9 +548,7 @@ int cmdRun(const Flags &flags) {
     o.backend = flags.at("--backend");
   if (o.backend != "auto" && o.backend != "cuda" && o.backend != "hip" &&
       o.backend != "host")
-    return usageError("kvgen run",
-                      "--backend must be auto, cuda, hip or host, got "
-                      "'{}'",
+    return usageError("--backend must be auto, cuda, hip or host, got '{}'",
                       o.backend);
   if (flags.count("--bundle"))
     o.bundleDir = flags.at("--bundle");
@@ -535,8 +561,8 @@ int cmdRun(const Flags &flags) {
     unsigned long long v = std::strtoull(text.c_str(), &end, 10);
     if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])) ||
         *end || errno || v < min || v > max) {
-      usageError("kvgen run", "{} must be a whole number in [{}, {}], got '{}'",
-                 flag, min, max, text);
+      usageError("{} must be a whole number in [{}, {}], got '{}'", flag, min,
+                 max, text);
       return false;
     }
     out = v;
@@ -580,14 +606,12 @@ int main(int argc, char **argv) {
   Flags flags;
   if (cmd == "presets") {
     if (argc > 2)
-      return usageError("kvgen presets", "takes no arguments, got '{}'",
-                        argv[2]);
+      return usageError("kvgen presets takes no arguments, got '{}'", argv[2]);
     return cmdPresets();
   }
   if (cmd == "targets") {
     if (argc > 2)
-      return usageError("kvgen targets", "takes no arguments, got '{}'",
-                        argv[2]);
+      return usageError("kvgen targets takes no arguments, got '{}'", argv[2]);
     return cmdTargets();
   }
   if (cmd == "run") {
@@ -608,11 +632,12 @@ int main(int argc, char **argv) {
 #ifdef KVGEN_HAVE_MLIR
     return cmdEmit(flags);
 #else
-    std::fputs("kvgen emit: this is the runtime-only build (no MLIR)\n",
-               stderr);
+    cli::error("kvgen emit needs the MLIR build; this is the runtime-only "
+               "build");
     return 1;
 #endif
   }
-  return usageError("kvgen",
-                    "unknown command '{}' (emit, run, presets, targets or help)", cmd);
+  return usageError(
+      "unknown command '{}' (expected emit, run, presets, targets or help)",
+      cmd);
 }

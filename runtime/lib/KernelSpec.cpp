@@ -228,6 +228,19 @@ std::optional<std::string> KernelSpec::validate() const {
         return "option '" + std::string(o.name) + "' = " + options[i] +
                " must be bf16, f16, f32 or the cache dtype " +
                toString(layout.dtype);
+      // The gathers' output ("cache_or_bf16"): the cache dtype as stored,
+      // or a conversion that only `dequantize` performs (the ops' verifier
+      // has the same rule; here it is said in terms of the options).
+      if (std::string_view(o.defaultValue) == "cache_or_bf16" &&
+          d.option("dequantize")) {
+        if (flag("dequantize") && !wide)
+          return "option '" + std::string(o.name) + "' = " + options[i] +
+                 " must be bf16, f16 or f32 with option 'dequantize'";
+        if (!flag("dequantize") && t != layout.dtype)
+          return "option '" + std::string(o.name) + "' = " + options[i] +
+                 " is not the cache dtype " + toString(layout.dtype) +
+                 ": converting to it needs option 'dequantize'";
+      }
     }
   }
   return std::nullopt;

@@ -311,23 +311,30 @@ int64_t gcd64(int64_t a, int64_t b) {
 }
 } // namespace
 
-std::optional<std::string>
-LayoutDesc::validateStrides(const std::vector<Strides> &all) const {
+std::optional<LayoutIssue>
+LayoutDesc::diagnoseStrides(const std::vector<Strides> &all) const {
+  // Every message here is about one component's '<name>_strides'.
+  auto at = [&](int c, std::string message) {
+    return LayoutIssue{stridesField(*this, c), std::move(message)};
+  };
   // Signs and bounds.
   for (int c = 0; c < numComponents(); ++c) {
     const Strides &s = all[size_t(c)];
     for (int i = 0; i < 3; ++i) {
       int64_t v = dim(s, i);
       if (v < 0)
-        return "'" + stridesField(*this, c) + "' must be non-negative, got " +
-               kDimNames[i] + " stride " + std::to_string(v);
+        return at(c, "'" + stridesField(*this, c) +
+                         "' must be non-negative, got " + kDimNames[i] +
+                         " stride " + std::to_string(v));
       if (v > kMaxStride)
-        return "'" + stridesField(*this, c) + "' " + kDimNames[i] + " stride " +
-               std::to_string(v) + " exceeds " + boundText(kMaxStride) +
-               ", the bound that keeps cache offsets in 64 bits";
+        return at(c, "'" + stridesField(*this, c) + "' " + kDimNames[i] +
+                         " stride " + std::to_string(v) + " exceeds " +
+                         boundText(kMaxStride) +
+                         ", the bound that keeps cache offsets in 64 bits");
     }
     if (s.block == 0)
-      return "'" + stridesField(*this, c) + "' block stride must be positive";
+      return at(c, "'" + stridesField(*this, c) +
+                       "' block stride must be positive");
   }
   // Components that share one tensor are checked together: all of a packed
   // layout, otherwise each on its own.
@@ -357,9 +364,9 @@ LayoutDesc::validateStrides(const std::vector<Strides> &all) const {
         int64_t endA = base(a) + headSize(a);
         if (base(b) < endA) {
           int later = std::max(a, b), earlier = std::min(a, b);
-          return "'" + stridesField(*this, later) + "' make " +
-                 shown(*this, later) + " overlap " + shown(*this, earlier) +
-                 " in the packed row";
+          return at(later, "'" + stridesField(*this, later) + "' make " +
+                               shown(*this, later) + " overlap " +
+                               shown(*this, earlier) + " in the packed row");
         }
         gapless &= base(b) == endA;
       }
@@ -375,23 +382,26 @@ LayoutDesc::validateStrides(const std::vector<Strides> &all) const {
       // Rule 3.
       const int c = group.back();
       if (!shared)
-        return "'" + stridesField(*this, c) + "' differ from '" +
-               stridesField(*this, group[0]) + "' in a packed layout of " +
-               std::to_string(perComponent) +
-               " rows per block: kvgen decides the overlap of packed "
-               "components with different strides for at most " +
-               std::to_string(kMaxEnumeratedRows) +
-               " rows; give them the same strides";
+        return at(c, "'" + stridesField(*this, c) + "' differ from '" +
+                         stridesField(*this, group[0]) +
+                         "' in a packed layout of " +
+                         std::to_string(perComponent) +
+                         " rows per block: kvgen decides the overlap of packed "
+                         "components with different strides for at most " +
+                         std::to_string(kMaxEnumeratedRows) +
+                         " rows; give them the same strides");
       std::string span = std::to_string(nest ? nest->span : 0);
-      return "'" + stridesField(*this, group[0]) + "' = " + stridesText(s0) +
-             " are not nested: the " + kDimNames[nest ? nest->dim : 0] +
-             " stride " + std::to_string(dim(s0, nest ? nest->dim : 0)) +
-             " is smaller than " + span +
-             ", the span of the rows inside it; kvgen proves layouts of "
-             "more than " +
-             std::to_string(kMaxEnumeratedRows) +
-             " rows per block only when each stride is at least the span of "
-             "the dimensions inside it (docs/layout.md)";
+      return at(
+          group[0],
+          "'" + stridesField(*this, group[0]) + "' = " + stridesText(s0) +
+              " are not nested: the " + kDimNames[nest ? nest->dim : 0] +
+              " stride " + std::to_string(dim(s0, nest ? nest->dim : 0)) +
+              " is smaller than " + span +
+              ", the span of the rows inside it; kvgen proves layouts of "
+              "more than " +
+              std::to_string(kMaxEnumeratedRows) +
+              " rows per block only when each stride is at least the span of "
+              "the dimensions inside it (docs/layout.md)");
     }
     std::vector<Row> rows;
     for (int c : group) {
@@ -419,10 +429,11 @@ LayoutDesc::validateStrides(const std::vector<Strides> &all) const {
       std::vector<Arc> arcs;
       for (size_t i = 0; i < rows.size(); ++i) {
         if (rows[i].width > m)
-          return overlapMessage(rows[i].comp, rows[i].comp) + ": a row of " +
-                 std::to_string(rows[i].width) +
-                 " elements is wider than the block stride " +
-                 std::to_string(m);
+          return at(rows[i].comp,
+                    overlapMessage(rows[i].comp, rows[i].comp) + ": a row of " +
+                        std::to_string(rows[i].width) +
+                        " elements is wider than the block stride " +
+                        std::to_string(m));
         reduce(rows[i], i, m, arcs);
       }
       if (auto hit = sweep(arcs, rows, false)) {
@@ -438,9 +449,10 @@ LayoutDesc::validateStrides(const std::vector<Strides> &all) const {
                  ", token " + std::to_string(r.token) + ", head " +
                  std::to_string(r.head) + ", element " + std::to_string(e);
         };
-        return overlapMessage(rx.comp, ry.comp) + ": " + where(rx, bx, ex) +
-               " and " + where(ry, by, ey) + " are both at offset " +
-               std::to_string(std::max(ox, oy));
+        return at(std::max(rx.comp, ry.comp),
+                  overlapMessage(rx.comp, ry.comp) + ": " + where(rx, bx, ex) +
+                      " and " + where(ry, by, ey) + " are both at offset " +
+                      std::to_string(std::max(ox, oy)));
       }
       continue;
     }
@@ -452,14 +464,14 @@ LayoutDesc::validateStrides(const std::vector<Strides> &all) const {
         if (rows[i].comp != c)
           continue;
         if (rows[i].width > m)
-          return overlapMessage(c, c) + ": a row of " +
-                 std::to_string(rows[i].width) +
-                 " elements is wider than the block stride " +
-                 std::to_string(m);
+          return at(c, overlapMessage(c, c) + ": a row of " +
+                           std::to_string(rows[i].width) +
+                           " elements is wider than the block stride " +
+                           std::to_string(m));
         reduce(rows[i], i, m, arcs);
       }
       if (sweep(arcs, rows, false))
-        return overlapMessage(c, c);
+        return at(c, overlapMessage(c, c));
     }
     for (size_t i = 0; i < group.size(); ++i)
       for (size_t j = i + 1; j < group.size(); ++j) {
@@ -470,54 +482,76 @@ LayoutDesc::validateStrides(const std::vector<Strides> &all) const {
           if (rows[r].comp == a || rows[r].comp == b)
             reduce(rows[r], r, g, arcs);
         if (sweep(arcs, rows, true))
-          return overlapMessage(a, b) + " (their block strides " +
-                 std::to_string(all[size_t(a)].block) + " and " +
-                 std::to_string(all[size_t(b)].block) +
-                 " meet at positions congruent modulo " + std::to_string(g) +
-                 ")";
+          return at(std::max(a, b),
+                    overlapMessage(a, b) + " (their block strides " +
+                        std::to_string(all[size_t(a)].block) + " and " +
+                        std::to_string(all[size_t(b)].block) +
+                        " meet at positions congruent modulo " +
+                        std::to_string(g) + ")");
       }
   }
   return std::nullopt;
 }
 
+std::optional<std::string>
+LayoutDesc::validateStrides(const std::vector<Strides> &all) const {
+  if (std::optional<LayoutIssue> issue = diagnoseStrides(all))
+    return issue->message;
+  return std::nullopt;
+}
+
 std::optional<std::string> LayoutDesc::validate() const {
+  if (std::optional<LayoutIssue> issue = diagnose())
+    return issue->message;
+  return std::nullopt;
+}
+
+std::optional<LayoutIssue> LayoutDesc::diagnose() const {
+  auto at = [](std::string field, std::string message) {
+    return LayoutIssue{std::move(field), std::move(message)};
+  };
   if (numKvHeads <= 0)
-    return std::string("'num_kv_heads' must be positive");
+    return at("num_kv_heads", "'num_kv_heads' must be positive");
   if (numKvHeads > kMaxNumKvHeads)
-    return "'num_kv_heads' = " + std::to_string(numKvHeads) + " exceeds " +
-           boundText(kMaxNumKvHeads) +
-           ", the bound that keeps cache offsets in 64 bits";
+    return at("num_kv_heads", "'num_kv_heads' = " + std::to_string(numKvHeads) +
+                                  " exceeds " + boundText(kMaxNumKvHeads) +
+                                  ", the bound that keeps cache offsets in 64 "
+                                  "bits");
   if (components.empty() || components.size() > kMaxComponents)
-    return "a layout has 1 to " + std::to_string(kMaxComponents) +
-           " components, got " + std::to_string(components.size());
+    return at("components",
+              "a layout has 1 to " + std::to_string(kMaxComponents) +
+                  " components, got " + std::to_string(components.size()));
   for (size_t c = 0; c < components.size(); ++c) {
     const Component &x = components[c];
     if (!isIdentifier(x.name))
-      return "component name '" + x.name + "' is not an identifier";
+      return at("components",
+                "component name '" + x.name + "' is not an identifier");
     for (size_t d = 0; d < c; ++d)
       if (components[d].name == x.name)
-        return "component '" + x.name + "' given twice";
+        return at("components", "component '" + x.name + "' given twice");
+    std::string key = isKV() ? "head_size_" + x.name : "components." + x.name;
     std::string field = isKV() ? "'head_size_" + x.name + "'"
                                : "the head size of component '" + x.name + "'";
     if (x.headSize <= 0)
-      return field + " must be positive";
+      return at(key, field + " must be positive");
     if (x.headSize > kMaxHeadSize)
-      return field + " = " + std::to_string(x.headSize) + " exceeds " +
-             boundText(kMaxHeadSize) +
-             ", the bound that keeps cache offsets in 64 bits";
+      return at(key, field + " = " + std::to_string(x.headSize) + " exceeds " +
+                         boundText(kMaxHeadSize) +
+                         ", the bound that keeps cache offsets in 64 bits");
   }
   if (blockSize <= 0)
-    return std::string("'block_size' must be positive");
+    return at("block_size", "'block_size' must be positive");
   if (blockSize > kMaxBlockSize)
-    return "'block_size' = " + std::to_string(blockSize) + " exceeds " +
-           boundText(kMaxBlockSize) +
-           ", the bound that keeps cache offsets in 64 bits";
+    return at("block_size", "'block_size' = " + std::to_string(blockSize) +
+                                " exceeds " + boundText(kMaxBlockSize) +
+                                ", the bound that keeps cache offsets in 64 "
+                                "bits");
   if (isFp8(dtype) && scale == ScaleKind::None)
-    return std::string("'scale' must be per_tensor or per_head for an fp8 "
+    return at("scale", "'scale' must be per_tensor or per_head for an fp8 "
                        "cache");
   if (!isFp8(dtype) && scale != ScaleKind::None)
-    return std::string("'scale' must be none for a ") + toString(dtype) +
-           " cache";
+    return at("scale", std::string("'scale' must be none for a ") +
+                           toString(dtype) + " cache");
   // Dense strides (products of bounded sizes: < 2^62, no overflow) must
   // obey the stride bound too; the block stride is the largest.
   bool anyExplicit = false;
@@ -536,11 +570,13 @@ std::optional<std::string> LayoutDesc::validate() const {
                         : "the head size of '" + components[size_t(c)].name +
                               "'") +
                     " " + std::to_string(headSize(c));
-      return "the dense block stride of " + shown(*this, c) + ", block_size " +
-             std::to_string(blockSize) + " x num_kv_heads " +
-             std::to_string(numKvHeads) + " x " + width + " = " +
-             std::to_string(block) + ", exceeds " + boundText(kMaxStride) +
-             ", the bound that keeps cache offsets in 64 bits";
+      return at("block_size",
+                "the dense block stride of " + shown(*this, c) +
+                    ", block_size " + std::to_string(blockSize) +
+                    " x num_kv_heads " + std::to_string(numKvHeads) + " x " +
+                    width + " = " + std::to_string(block) + ", exceeds " +
+                    boundText(kMaxStride) +
+                    ", the bound that keeps cache offsets in 64 bits");
     }
   }
   std::vector<Strides> all;
@@ -553,21 +589,21 @@ std::optional<std::string> LayoutDesc::validate() const {
         int64_t x = dim(all[size_t(c)], i);
         if (x == kDynamic)
           continue;
+        const std::string key = stridesField(*this, c);
         if (x < 0)
-          return "'" + stridesField(*this, c) + "' must be non-negative, got " +
-                 kDimNames[i] + " stride " + std::to_string(x);
+          return at(key, "'" + key + "' must be non-negative, got " +
+                             kDimNames[i] + " stride " + std::to_string(x));
         if (x > kMaxStride)
-          return "'" + stridesField(*this, c) + "' " + kDimNames[i] +
-                 " stride " + std::to_string(x) + " exceeds " +
-                 boundText(kMaxStride) +
-                 ", the bound that keeps cache offsets in 64 bits";
+          return at(key, "'" + key + "' " + kDimNames[i] + " stride " +
+                             std::to_string(x) + " exceeds " +
+                             boundText(kMaxStride) +
+                             ", the bound that keeps cache offsets in 64 bits");
         if (i == 0 && x == 0)
-          return "'" + stridesField(*this, c) +
-                 "' block stride must be positive";
+          return at(key, "'" + key + "' block stride must be positive");
       }
     return std::nullopt;
   }
-  return validateStrides(all);
+  return diagnoseStrides(all);
 }
 
 int64_t elementSize(DType t) {

@@ -8,12 +8,18 @@ namespace kvgen {
 
 namespace {
 
+const char kFieldList[] =
+    "num_kv_heads, block_size, head_size_k, head_size_v, components, order, "
+    "packing, dtype, scale or NAME_strides";
 const char kDTypeList[] =
     "bf16, f16, f32, f8E4M3FN, f8E4M3FNUZ, f8E5M2, f8E5M2FNUZ";
 
 struct Parser {
   LayoutTokens &t;
   const char *start;
+  /// Where each field's value starts (LayoutIssue::field names), for
+  /// reporting validate()'s rules at the value they are about.
+  std::map<std::string, const char *> valueAt;
 
   bool fail(const char *at, const std::string &msg) {
     t.error(at, msg);
@@ -101,6 +107,7 @@ struct Parser {
         return std::nullopt;
       }
       seen.push_back(key);
+      valueAt[key] = t.pos();
       bool ok = true;
       if (key == "num_kv_heads") {
         ok = integer(key, &l.numKvHeads);
@@ -125,8 +132,11 @@ struct Parser {
               ok = fail(nameAt, "'components' entries are 'name: head_size'");
               break;
             }
-            if (!expect(':', "after component '" + c.name + "'") ||
-                !integer("head size of '" + c.name + "'", &c.headSize)) {
+            if (!expect(':', "after component '" + c.name + "'"))
+              ok = false;
+            else
+              valueAt.emplace("components." + c.name, t.pos());
+            if (!ok || !integer("head size of '" + c.name + "'", &c.headSize)) {
               ok = false;
               break;
             }
@@ -160,7 +170,8 @@ struct Parser {
         stridesOf[key.substr(0, key.size() - 8)] = s;
         strideKeys.emplace_back(key, keyAt);
       } else {
-        fail(keyAt, "unknown field '" + key + "'");
+        fail(keyAt, "unknown field '" + key + "' (expected " + kFieldList +
+                        ")");
         return std::nullopt;
       }
       if (!ok)
@@ -215,8 +226,33 @@ struct Parser {
 } // namespace
 
 std::optional<LayoutDesc> parseLayoutBody(LayoutTokens &tokens) {
-  Parser p{tokens, tokens.pos()};
+  Parser p{tokens, tokens.pos(), {}};
   return p.run();
+}
+
+std::optional<LayoutDesc> parseValidLayoutBody(LayoutTokens &tokens) {
+  Parser p{tokens, tokens.pos(), {}};
+  std::optional<LayoutDesc> l = p.run();
+  if (!l)
+    return std::nullopt;
+  std::optional<LayoutIssue> issue = l->diagnose();
+  if (!issue)
+    return l;
+  // The value of the field, else (a K/V layout written as a components
+  // list) the entry of that component, else (scale) the dtype, else the
+  // body's start.
+  const char *at = p.start;
+  auto it = p.valueAt.find(issue->field);
+  const std::string kvPrefix = "head_size_";
+  if (it == p.valueAt.end() && issue->field.rfind(kvPrefix, 0) == 0)
+    it = p.valueAt.find("components." + issue->field.substr(kvPrefix.size()));
+  // An unwritten scale is the default (none), wrong for the dtype given.
+  if (it == p.valueAt.end() && issue->field == "scale")
+    it = p.valueAt.find("dtype");
+  if (it != p.valueAt.end())
+    at = it->second;
+  tokens.error(at, issue->message);
+  return std::nullopt;
 }
 
 } // namespace kvgen

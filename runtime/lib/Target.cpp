@@ -57,30 +57,75 @@ const TargetInfo *findTarget(std::string_view name) {
   return nullptr;
 }
 
-std::optional<Target> parseTarget(std::string_view text) {
-  size_t colon = text.find(':');
-  const TargetInfo *info = findTarget(text.substr(0, colon));
-  if (!info)
+namespace {
+/// The target-id features of AMD targets, without their '+' / '-'.
+const char *const kAmdFeatures[] = {"xnack", "sramecc"};
+} // namespace
+
+std::string knownTargetFeatures() {
+  std::vector<std::string> all;
+  for (const char *f : kAmdFeatures) {
+    all.push_back(std::string(f) + "+");
+    all.push_back(std::string(f) + "-");
+  }
+  std::string out;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i)
+      out += i + 1 == all.size() ? " or " : ", ";
+    out += all[i];
+  }
+  return out;
+}
+
+std::optional<Target> parseTarget(std::string_view text, std::string *error) {
+  auto fail = [&](const std::string &msg) -> std::optional<Target> {
+    if (error)
+      *error = msg;
     return std::nullopt;
+  };
+  size_t colon = text.find(':');
+  std::string_view name = text.substr(0, colon);
+  const TargetInfo *info = findTarget(name);
+  if (!info)
+    return fail("unknown target '" + std::string(text) + "' (expected " +
+                knownTargetNames() + ")");
   Target t;
   t.info = info;
-  if (colon != std::string_view::npos) {
-    // Feature flags: AMD only, each ":name+" or ":name-".
-    if (info->vendor != Vendor::Amd)
-      return std::nullopt;
-    std::string_view rest = text.substr(colon);
-    while (!rest.empty()) {
-      size_t next = rest.find(':', 1);
-      std::string_view flag = rest.substr(1, next == std::string_view::npos
-                                                 ? std::string_view::npos
-                                                 : next - 1);
-      if (flag.size() < 2 || (flag.back() != '+' && flag.back() != '-'))
-        return std::nullopt;
-      rest = next == std::string_view::npos ? std::string_view()
-                                            : rest.substr(next);
+  if (colon == std::string_view::npos)
+    return t;
+  // Feature flags: AMD only, each ":name+" or ":name-" of kAmdFeatures,
+  // each feature at most once.
+  if (info->vendor != Vendor::Amd)
+    return fail("target '" + std::string(name) +
+                "' takes no feature flags, got '" + std::string(text) +
+                "' (only AMD targets do, e.g. gfx90a:xnack-)");
+  std::vector<std::string_view> seen;
+  std::string_view rest = text.substr(colon);
+  while (!rest.empty()) {
+    size_t next = rest.find(':', 1);
+    std::string_view flag = rest.substr(
+        1, next == std::string_view::npos ? std::string_view::npos : next - 1);
+    rest =
+        next == std::string_view::npos ? std::string_view() : rest.substr(next);
+    std::string_view feature =
+        flag.substr(0, flag.empty() ? 0 : flag.size() - 1);
+    bool known = !flag.empty() && (flag.back() == '+' || flag.back() == '-');
+    if (known) {
+      known = false;
+      for (const char *f : kAmdFeatures)
+        known |= feature == f;
     }
-    t.features = std::string(text.substr(colon));
+    if (!known)
+      return fail("unknown feature '" + std::string(flag) + "' in target '" +
+                  std::string(text) + "' (expected " + knownTargetFeatures() +
+                  ")");
+    for (std::string_view s : seen)
+      if (s == feature)
+        return fail("feature '" + std::string(feature) +
+                    "' given twice in target '" + std::string(text) + "'");
+    seen.push_back(feature);
   }
+  t.features = std::string(text.substr(colon));
   return t;
 }
 

@@ -316,7 +316,11 @@ public:
     const CudaDriver &d = cudaDriver();
     CtxScope scope(d, ctx_);
     CUdeviceptr p = 0;
-    Status st = check(d.cuMemAlloc(&p, size_t(bytes)), "cuMemAlloc");
+    // CUDA_ERROR_OUT_OF_MEMORY (2) is KVGEN_ERROR_OUT_OF_MEMORY.
+    CUresult r = d.cuMemAlloc(&p, size_t(bytes));
+    Status st = check(r, "cuMemAlloc",
+                      r == 2 ? KVGEN_ERROR_OUT_OF_MEMORY
+                             : KVGEN_ERROR_INVALID_ARGUMENT);
     *out = reinterpret_cast<void *>(p);
     return st;
   }

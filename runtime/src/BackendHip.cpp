@@ -443,7 +443,11 @@ public:
   }
   Status alloc(uint64_t bytes, void **out) override {
     DeviceScope scope(hip(), device_);
-    return check(hip().hipMalloc(out, size_t(bytes)), "hipMalloc");
+    // hipErrorOutOfMemory (2) is KVGEN_ERROR_OUT_OF_MEMORY.
+    hipError e = hip().hipMalloc(out, size_t(bytes));
+    return check(e, "hipMalloc",
+                 e == 2 ? KVGEN_ERROR_OUT_OF_MEMORY
+                        : KVGEN_ERROR_INVALID_ARGUMENT);
   }
   Status free(void *ptr) override {
     DeviceScope scope(hip(), device_);

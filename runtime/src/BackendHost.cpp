@@ -91,11 +91,17 @@ public:
   }
 
   Status alloc(uint64_t bytes, void **out) override {
-    uint64_t rounded = (bytes + 255) / 256 * 256;
-    *out = std::aligned_alloc(256, size_t(rounded));
-    if (!*out)
-      return Status::error(KVGEN_ERROR_INVALID_ARGUMENT,
-                           fmt::format("cannot allocate {} bytes", bytes));
+    // aligned_alloc needs a multiple of the alignment; rounding up must not
+    // wrap (bytes near 2^64 would round to 0).
+    void *p = nullptr;
+    if (bytes <= uint64_t(SIZE_MAX) - 255)
+      p = std::aligned_alloc(256, size_t((bytes + 255) / 256 * 256));
+    *out = p;
+    if (!p)
+      return Status::error(KVGEN_ERROR_OUT_OF_MEMORY,
+                           fmt::format("out of host memory: cannot allocate "
+                                       "{} bytes",
+                                       bytes));
     return Status::ok();
   }
   Status free(void *ptr) override {

@@ -290,8 +290,8 @@ Status kvgen_context_s::getBinary(const KernelEntry &e,
   bool timedOut = false;
   DiskCache::Lock lock = cache->lock(key, lockTimeout, &timedOut);
   if (timedOut)
-    warn(fmt::format("kvgen: waited {} ms for the cache lock '{}'; "
-                     "compiling anyway",
+    warn(fmt::format("kvgen: warning: waited {} ms for the cache lock "
+                     "'{}'; compiling anyway",
                      lockTimeout.count(), cache->lockPath(key)));
   if (!forceCompile) {
     DiskCache::Read r = cache->read(key, binary, &why);
@@ -427,8 +427,8 @@ Status kvgen_context_s::obtain(const KernelEntry &e, const std::string &source,
     if (!st.isOk() && fromDisk) {
       // A verified entry that does not load (e.g. written by a broken
       // compiler): replace it once.
-      warn(fmt::format("kvgen: cached binary of '{}' does not load ({}); "
-                       "recompiling",
+      warn(fmt::format("kvgen: warning: cached binary of '{}' does not "
+                       "load ({}); recompiling",
                        e.name, st.message));
       std::shared_ptr<DiskCache> cache;
       {
@@ -502,6 +502,8 @@ const char *kvgen_status_string(kvgen_status s) {
     return "KVGEN_ERROR_INTERNAL";
   case KVGEN_ERROR_INDEX_OUT_OF_RANGE:
     return "KVGEN_ERROR_INDEX_OUT_OF_RANGE";
+  case KVGEN_ERROR_OUT_OF_MEMORY:
+    return "KVGEN_ERROR_OUT_OF_MEMORY";
   }
   return "KVGEN_ERROR_UNKNOWN";
 }
@@ -732,12 +734,10 @@ kvgen_status kvgen_context_create_compile_only(kvgen_backend backend,
   if (!vendor)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT,
                 "compile-only contexts need an explicit backend (not AUTO)");
-  std::optional<Target> t = parseTarget(target);
+  std::string targetError;
+  std::optional<Target> t = parseTarget(target, &targetError);
   if (!t)
-    return fail(KVGEN_ERROR_INVALID_ARGUMENT,
-                fmt::format("unknown target '{}' (expected {}; AMD targets "
-                            "may add feature flags, gfx90a:xnack-)",
-                            target, knownTargetNames()));
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT, targetError);
   if (t->vendor() != *vendor)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT,
                 fmt::format("'{}' is a {} target; the {} backend compiles "

@@ -50,8 +50,8 @@ void DiskCache::disable(const std::string &why) {
   enabled_ = false;
   std::call_once(warned_, [&] {
     if (warn_)
-      warn_(fmt::format("kvgen: disk cache '{}' disabled, caching in memory "
-                        "only: {}",
+      warn_(fmt::format("kvgen: warning: disk cache '{}' disabled, caching "
+                        "in memory only: {}",
                         dir_, why));
   });
 }

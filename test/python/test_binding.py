@@ -408,6 +408,26 @@ def test_layout_text_roundtrip():
         kvgen.Layout(1, 1, 1, 1, dtype="f64")
 
 
+def test_status_names_match_the_library():
+    """The binding's status names are the library's kvgen_status_string."""
+    try:
+        lib = kvgen._capi.lib()
+    except OSError as e:
+        pytest.skip(f"runtime library not loadable: {e}")
+    names = kvgen._capi.STATUS_NAMES
+    assert names[13] == "KVGEN_ERROR_OUT_OF_MEMORY"
+    for code, name in names.items():
+        assert lib.kvgen_status_string(code).decode() == name
+    assert lib.kvgen_status_string(max(names) + 1) == b"KVGEN_ERROR_UNKNOWN"
+
+
+def test_alloc_failure_is_out_of_memory(ctx):
+    """Memory that is not there raises KVGEN_ERROR_OUT_OF_MEMORY."""
+    with pytest.raises(kvgen.KvgenError, match="out of host memory") as e:
+        ctx.alloc(1 << 62)
+    assert e.value.status_name == "KVGEN_ERROR_OUT_OF_MEMORY"
+
+
 def test_layout_components_through_the_runtime():
     """Layouts are parsed and checked by the runtime (kvgen_layout_parse):
     named components, their strides and extents, and its messages."""

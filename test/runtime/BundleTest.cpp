@@ -2,6 +2,7 @@
 #include "kvgen/Bundle.h"
 #include "TestKernels.h"
 #include "Util.h"
+#include "kvgen/Target.h"
 
 #include <gtest/gtest.h>
 
@@ -368,6 +369,43 @@ TEST(Bundle, TargetMatching) {
   EXPECT_FALSE(targetMatches("gfx90", "gfx90a:sramecc+:xnack-"));
   EXPECT_FALSE(targetMatches("gfx90a:xnack+", "gfx90a:sramecc+:xnack-"));
   EXPECT_TRUE(targetMatches("host", "host"));
+}
+
+TEST(Target, ParseFeatures) {
+  // The accepted AMD target-id features, in any order.
+  for (const char *ok : {"gfx90a:xnack-", "gfx90a:xnack+", "gfx942:sramecc+",
+                         "gfx950:sramecc-:xnack+", "gfx90a:xnack-:sramecc+"}) {
+    std::string err;
+    std::optional<Target> t = parseTarget(ok, &err);
+    ASSERT_TRUE(t.has_value()) << ok << ": " << err;
+    EXPECT_EQ(t->str(), ok);
+    EXPECT_EQ(t->vendor(), Vendor::Amd);
+  }
+  EXPECT_EQ(knownTargetFeatures(), "xnack+, xnack-, sramecc+ or sramecc-");
+  struct Bad {
+    const char *text, *message;
+  };
+  for (const Bad &b :
+       {Bad{"gfx90a:bogus+", "unknown feature 'bogus+' in target "
+                             "'gfx90a:bogus+' (expected xnack+, xnack-, "
+                             "sramecc+ or sramecc-)"},
+        Bad{"gfx90a:xnack", "unknown feature 'xnack' in target "
+                            "'gfx90a:xnack' (expected xnack+, xnack-, "
+                            "sramecc+ or sramecc-)"},
+        Bad{"gfx90a:", "unknown feature '' in target 'gfx90a:' (expected "
+                       "xnack+, xnack-, sramecc+ or sramecc-)"},
+        Bad{"gfx942:xnack+:xnack-",
+            "feature 'xnack' given twice in target 'gfx942:xnack+:xnack-'"},
+        Bad{"sm_90:xnack+", "target 'sm_90' takes no feature flags, got "
+                            "'sm_90:xnack+' (only AMD targets do, e.g. "
+                            "gfx90a:xnack-)"},
+        Bad{"sm_99", "unknown target 'sm_99' (expected gfx90a, gfx942, "
+                     "gfx950, sm_80, sm_89, sm_90 or host)"}}) {
+    std::string err;
+    EXPECT_FALSE(parseTarget(b.text, &err).has_value()) << b.text;
+    EXPECT_EQ(err, b.message);
+    EXPECT_FALSE(parseTarget(b.text).has_value()) << b.text;
+  }
 }
 
 } // namespace

@@ -213,6 +213,8 @@ TEST_F(HostCacheTest, UncreatableDirDegradesToMemoryWithOneWarning) {
   ASSERT_TRUE(s.ok()) << s.message;
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find(bad), std::string::npos) << warnings[0];
+  EXPECT_EQ(warnings[0].rfind("kvgen: warning: disk cache", 0), 0u)
+      << warnings[0];
   EXPECT_NE(warnings[0].find("memory only"), std::string::npos);
   kvgen_cache_stats st = statsOf(ctx);
   EXPECT_EQ(st.compiles, 2u);

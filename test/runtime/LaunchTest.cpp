@@ -763,6 +763,30 @@ TEST(DeviceLaunch, CompileOnlyContextHasNoMemory) {
   EXPECT_EQ(p, nullptr);
 }
 
+// Memory that is not there is KVGEN_ERROR_OUT_OF_MEMORY (not an invalid
+// argument), with a message that says so; sizes whose rounding to the
+// 256-byte alignment would wrap are refused the same way.
+TEST(DeviceLaunch, HostAllocFailureIsOutOfMemory) {
+  Context ctx;
+  ASSERT_TRUE(Context::create(KVGEN_BACKEND_HOST, 0, &ctx).ok());
+  EXPECT_STREQ(kvgen_status_string(KVGEN_ERROR_OUT_OF_MEMORY),
+               "KVGEN_ERROR_OUT_OF_MEMORY");
+  for (uint64_t bytes : {uint64_t(1) << 62, ~uint64_t(0), ~uint64_t(0) - 100}) {
+    void *p = reinterpret_cast<void *>(1);
+    Status s = Status::from(kvgen_context_alloc(ctx.get(), bytes, &p));
+    EXPECT_EQ(s.code, KVGEN_ERROR_OUT_OF_MEMORY) << bytes << ": " << s.message;
+    EXPECT_EQ(p, nullptr);
+    EXPECT_EQ(s.message, "out of host memory: cannot allocate " +
+                             std::to_string(bytes) + " bytes");
+  }
+  // A size that fits still works after a failure.
+  void *p = nullptr;
+  ASSERT_TRUE(Status::from(kvgen_context_alloc(ctx.get(), 300, &p)).ok());
+  EXPECT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 256, 0u);
+  EXPECT_TRUE(Status::from(kvgen_context_free(ctx.get(), p)).ok());
+}
+
 } // namespace
 
 namespace {
@@ -944,11 +968,22 @@ TEST(GeneratorLibrary, JitsALayoutThatNoBundleHas) {
     ASSERT_TRUE(ctx.stats(&st).ok());
     EXPECT_EQ(st.compiles, 0u);
     EXPECT_EQ(st.disk_hits, 1u);
-    // The generator's own verifier rejects what the op does not allow.
+    // A conversion without dequantize is refused before any generation,
+    // naming the option (KernelSpec::validate).
     s = ctx.getKernelBySpec(KVGEN_OP_GATHER, toString(l),
                             "io = f32, slots = i64", &k);
+    EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(s.message.find("needs option 'dequantize'"), std::string::npos)
+        << s.message;
+    // The generator's own verifier rejects what the op does not allow:
+    // query heads that are no multiple of the 3 KV heads.
+    s = ctx.getKernelBySpec(KVGEN_OP_PAGED_ATTENTION, toString(l),
+                            "io = bf16, num_q_heads = 4", &k);
     EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE);
     EXPECT_NE(s.message.find("generator library"), std::string::npos)
+        << s.message;
+    EXPECT_NE(s.message.find("must be a positive multiple of num_kv_heads"),
+              std::string::npos)
         << s.message;
   }
   // A path that is neither the library nor a directory with it.

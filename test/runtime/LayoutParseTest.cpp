@@ -103,7 +103,10 @@ TEST(ParseLayout, RejectsBadText) {
   } cases[] = {
       {"", "expected"},
       {"num_kv_heads = 4", "missing required field 'head_size_k'"},
-      {base + ", bogus = 1", "unknown field 'bogus'"},
+      {base + ", bogus = 1",
+       "unknown field 'bogus' (expected num_kv_heads, block_size, "
+       "head_size_k, head_size_v, components, order, packing, dtype, scale "
+       "or NAME_strides)"},
       {base + ", num_kv_heads = 4", "duplicate field 'num_kv_heads'"},
       {"num_kv_heads = four, head_size_k = 192, head_size_v = 128, "
        "block_size = 16, order = nhd, packing = separate, dtype = bf16, "

@@ -502,6 +502,37 @@ TEST(KernelSpecOptions, ErrorsAreClear) {
       << *verr;
 }
 
+TEST(KernelSpecOptions, GatherConversionNamesDequantize) {
+  // A gather outputs the cache dtype unless it dequantizes: another io
+  // without `dequantize` is an error that names the option to set.
+  KernelSpec g = mustParse(KernelOp::Gather, fp8Layout(), "io = bf16");
+  EXPECT_EQ(g.validate(),
+            std::optional<std::string>(
+                "option 'io' = bf16 is not the cache dtype f8E4M3FN: "
+                "converting to it needs option 'dequantize'"));
+  KernelSpec wide = mustParse(KernelOp::Gather, test::mimoLayout(), "io = f32");
+  EXPECT_EQ(wide.validate(),
+            std::optional<std::string>(
+                "option 'io' = f32 is not the cache dtype bf16: converting "
+                "to it needs option 'dequantize'"));
+  // With dequantize the output must be wide.
+  KernelSpec narrow =
+      mustParse(KernelOp::Gather, fp8Layout(), "dequantize, io = f8E4M3FN");
+  EXPECT_EQ(narrow.validate(),
+            std::optional<std::string>("option 'io' = f8E4M3FN must be bf16, "
+                                       "f16 or f32 with option 'dequantize'"));
+  // The valid combinations stay valid.
+  EXPECT_FALSE(mustParse(KernelOp::Gather, fp8Layout(), "").validate());
+  EXPECT_FALSE(mustParse(KernelOp::Gather, fp8Layout(), "dequantize, io = f32")
+                   .validate());
+  EXPECT_FALSE(
+      mustParse(KernelOp::Gather, test::mimoLayout(), "dequantize, io = f32")
+          .validate());
+  // Writes convert bf16 -> fp8 without any option.
+  EXPECT_FALSE(mustParse(KernelOp::ReshapeAndCache, fp8Layout(), "io = bf16")
+                   .validate());
+}
+
 TEST(KernelSpecOptions, CanonicalKeyIgnoresOrderAndSpacing) {
   const LayoutDesc l = test::mimoLayout();
   KernelSpec a =

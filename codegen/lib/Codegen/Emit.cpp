@@ -305,9 +305,9 @@ FailureOr<EmittedKernel> kvgen::emitKernel(MLIRContext *ctx,
       *error = msg;
     return failure();
   };
-  if (!parseTarget(target.str()))
-    return fail("unknown target '" + target.str() + "' (expected " +
-                knownTargetNames() + ")");
+  std::string targetError;
+  if (!parseTarget(target.str(), &targetError))
+    return fail(targetError);
   if (std::optional<std::string> bad = r.layout.validate())
     return fail("invalid layout: " + *bad);
   std::string diag;

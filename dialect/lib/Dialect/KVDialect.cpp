@@ -164,7 +164,9 @@ Attribute LayoutAttr::parse(AsmParser &p, Type) {
   if (p.parseLess())
     return {};
   AsmLayoutTokens tokens(p);
-  std::optional<LayoutDesc> desc = parseLayoutBody(tokens);
+  // Its rules (LayoutAttr::verify) are checked here too, so that a broken
+  // one is reported at the offending field's value, not at the attribute.
+  std::optional<LayoutDesc> desc = parseValidLayoutBody(tokens);
   if (!desc || p.parseGreater())
     return {};
   return p.getChecked<LayoutAttr>(p.getContext(), *desc);
@@ -187,10 +189,10 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t itemCtas, int64_t splitCtas,
                                int64_t splitMinTokens, int64_t splitAlign,
                                int64_t partialBytes) {
-  std::optional<Target> t = parseTarget(target.str());
+  std::string targetError;
+  std::optional<Target> t = parseTarget(target.str(), &targetError);
   if (!t)
-    return emitError() << "unknown target '" << target << "' (expected "
-                       << knownTargetNames() << ")";
+    return emitError() << targetError;
   if (vectorBytes < 1 || vectorBytes > 16 || !llvm::isPowerOf2_64(vectorBytes))
     return emitError() << "'vector_bytes' must be a power of two from 1 to "
                           "16, got "

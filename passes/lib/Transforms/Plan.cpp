@@ -193,11 +193,10 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
   using KVPlanBase::KVPlanBase;
 
   void runOnOperation() override {
-    std::optional<Target> parsed = parseTarget(target);
+    std::string targetError;
+    std::optional<Target> parsed = parseTarget(target, &targetError);
     if (!parsed) {
-      getOperation().emitError() << "kv-plan: unknown target '" << target
-                                 << "' (expected " << knownTargetNames()
-                                 << ")";
+      getOperation().emitError() << "kv-plan: " << targetError;
       return signalPassFailure();
     }
     MLIRContext *ctx = &getContext();

@@ -110,6 +110,16 @@ struct Component {
   }
 };
 
+/// A rule of LayoutDesc::validate() that a layout breaks. `field` names what
+/// the rule is about as the layout's text spells it: "num_kv_heads",
+/// "block_size", "scale", "head_size_k" / "head_size_v" (a K/V layout),
+/// "components", "components.NAME" (the head size of component NAME of a
+/// `components` list) or "NAME_strides". `message` is validate()'s text.
+struct LayoutIssue {
+  std::string field;
+  std::string message;
+};
+
 struct LayoutDesc {
   int64_t numKvHeads = 0;
   int64_t blockSize = 0;
@@ -187,11 +197,17 @@ struct LayoutDesc {
   /// Its time does not grow with num_kv_heads * block_size (see
   /// kMaxEnumeratedRows).
   std::optional<std::string> validate() const;
+  /// validate() with the field the broken rule is about (LayoutIssue), so
+  /// that a parser can point at that field's value.
+  std::optional<LayoutIssue> diagnose() const;
   /// The bound, sign and overlap checks of validate() on fully known
   /// strides, one entry per component (what the launch checks run on '?'
   /// strides).
   std::optional<std::string>
   validateStrides(const std::vector<Strides> &strides) const;
+  /// validateStrides() with the field ('<name>_strides').
+  std::optional<LayoutIssue>
+  diagnoseStrides(const std::vector<Strides> &strides) const;
 
   bool operator==(const LayoutDesc &o) const;
   bool operator!=(const LayoutDesc &o) const { return !(*this == o); }

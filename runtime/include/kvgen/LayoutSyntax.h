@@ -61,6 +61,13 @@ public:
 /// failure reports through tokens.error and returns std::nullopt.
 std::optional<LayoutDesc> parseLayoutBody(LayoutTokens &tokens);
 
+/// parseLayoutBody, then the rules of LayoutDesc::validate(): a layout that
+/// breaks one is reported through tokens.error at the value of the field
+/// the rule is about (LayoutIssue::field: `block_size = 0` at the `0`), or
+/// at the body's start for a field that was not written (a dense stride),
+/// and std::nullopt is returned.
+std::optional<LayoutDesc> parseValidLayoutBody(LayoutTokens &tokens);
+
 } // namespace kvgen
 
 #endif // KVGEN_LAYOUTSYNTAX_H

@@ -26,6 +26,9 @@ struct Preset {
 const std::vector<Preset> &presets();
 /// The preset called `name`, if any.
 std::optional<LayoutDesc> findPreset(const std::string &name);
+/// The preset names in presets() order, for messages: "mimo-v2-flash,
+/// mimo-v2-flash-b64, ... or deepseek-v3-mla-fp8".
+std::string knownPresetNames();
 
 } // namespace kvgen
 

@@ -61,6 +61,12 @@ const std::vector<TargetInfo> &knownTargets();
 /// "gfx90a, gfx942, gfx950, sm_80, sm_89, sm_90 or host".
 std::string knownTargetNames();
 
+/// The AMD target-id feature flags kvgen accepts after an AMD target name
+/// (each at most once, any order): "xnack+, xnack-, sramecc+ or sramecc-".
+/// These are the two target-id features of the CDNA parts (LLVM AMDGPU
+/// usage, "Target ID"); anything else is rejected.
+std::string knownTargetFeatures();
+
 /// A parsed target string: the descriptor plus AMD feature flags.
 struct Target {
   const TargetInfo *info = nullptr;
@@ -75,8 +81,13 @@ struct Target {
 };
 
 /// Parses "sm_90", "gfx90a:xnack-", "host". Feature flags are accepted on
-/// AMD targets only. std::nullopt for anything else.
-std::optional<Target> parseTarget(std::string_view text);
+/// AMD targets only, and only those of knownTargetFeatures(), each at most
+/// once. std::nullopt for anything else; then, when `error` is non-null, it
+/// holds one message that names the offending part and lists what is
+/// accepted ("unknown feature 'bogus+' in target 'gfx90a:bogus+' (expected
+/// xnack+, xnack-, sramecc+ or sramecc-)").
+std::optional<Target> parseTarget(std::string_view text,
+                                  std::string *error = nullptr);
 
 /// The descriptor named exactly `name` (no feature flags), or nullptr.
 const TargetInfo *findTarget(std::string_view name);

@@ -57,7 +57,11 @@ typedef enum kvgen_status {
   KVGEN_ERROR_INTERNAL = 11,
   /** a checked kernel skipped a slot or block id outside its cache
    * (reported by kvgen_context_check) */
-  KVGEN_ERROR_INDEX_OUT_OF_RANGE = 12
+  KVGEN_ERROR_INDEX_OUT_OF_RANGE = 12,
+  /** an allocation failed: kvgen_context_alloc could not get the bytes
+   * asked for (device memory, or host memory for the HOST backend), or the
+   * runtime could not allocate host memory it needs */
+  KVGEN_ERROR_OUT_OF_MEMORY = 13
 } kvgen_status;
 
 typedef enum kvgen_backend {
@@ -249,7 +253,8 @@ typedef enum kvgen_copy_kind {
 
 /** Allocates `bytes` (> 0) of device memory (cuMemAlloc / hipMalloc; for
  * HOST, 256-byte aligned host memory). The pointer is at least 256-byte
- * aligned. KVGEN_ERROR_COMPILE_ONLY on compile-only contexts. */
+ * aligned. KVGEN_ERROR_OUT_OF_MEMORY when the memory is not available;
+ * KVGEN_ERROR_COMPILE_ONLY on compile-only contexts. */
 KVGEN_API kvgen_status kvgen_context_alloc(kvgen_context ctx, uint64_t bytes,
                                            void **out);
 /** Frees memory from kvgen_context_alloc; NULL is ignored. */

@@ -15,14 +15,14 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 2147483648,
 // -----
 
 // Ran for over 20 s before; both sizes are in bounds, their product is not.
-// expected-error @+1 {{the dense block stride of K, block_size 65536 x num_kv_heads 65536 x head_size_k 128 = 549755813888, exceeds 2^38 = 274877906944}}
+// expected-error @+2 {{the dense block stride of K, block_size 65536 x num_kv_heads 65536 x head_size_k 128 = 549755813888, exceeds 2^38 = 274877906944}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 65536,
     head_size_k = 128, head_size_v = 128, block_size = 65536, dtype = bf16>,
     input bf16, slots i64
 
 // -----
 
-// expected-error @+1 {{'block_size' = 1099511627776 exceeds 2^20 = 1048576}}
+// expected-error @+2 {{'block_size' = 1099511627776 exceeds 2^20 = 1048576}}
 kv.gather @r : #kv.layout<num_kv_heads = 4, head_size_k = 128,
     head_size_v = 128, block_size = 1099511627776, dtype = bf16>,
     output bf16, slots i64
@@ -54,7 +54,7 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4611686018427387904,
 
 // -----
 
-// expected-error @+1 {{'k_strides' block stride 549755813888 exceeds 2^38}}
+// expected-error @+3 {{'k_strides' block stride 549755813888 exceeds 2^38}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16,
     k_strides = [549755813888, 768, 192]>, input bf16, slots i64
@@ -62,7 +62,7 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 // -----
 
 // 1024 x 1024 rows, non-nested: decided without enumerating them.
-// expected-error @+1 {{'k_strides' = [67108864, 131072, 128] are not nested: the block stride 67108864 is smaller than 134217728}}
+// expected-error @+3 {{'k_strides' = [67108864, 131072, 128] are not nested: the block stride 67108864 is smaller than 134217728}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 1024,
     head_size_k = 128, head_size_v = 128, block_size = 1024, dtype = bf16,
     k_strides = [67108864, 131072, 128]>, input bf16, slots i64
@@ -70,7 +70,7 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 1024,
 // -----
 
 // An overlap names two positions that meet.
-// expected-error @+1 {{'k_strides' make two K positions overlap: K block 1, token 0, head 0, element 0 and K block 0, token 15, head 2, element 96 are both at offset 12000}}
+// expected-error @+3 {{'k_strides' make two K positions overlap: K block 1, token 0, head 0, element 0 and K block 0, token 15, head 2, element 96 are both at offset 12000}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16,
     k_strides = [12000, 768, 192]>, input bf16, slots i64

@@ -26,20 +26,20 @@
 
 // -----
 
-// expected-error @+1 {{a layout has 1 to 4 components, got 5}}
+// expected-error @+2 {{a layout has 1 to 4 components, got 5}}
 "test.op"() {l = #kv.layout<num_kv_heads = 1,
     components = [a: 8, b: 8, c: 8, d: 8, e: 8], block_size = 1,
     dtype = bf16>} : () -> ()
 
 // -----
 
-// expected-error @+1 {{component name 'a.b' is not an identifier}}
+// expected-error @+2 {{component name 'a.b' is not an identifier}}
 "test.op"() {l = #kv.layout<num_kv_heads = 1,
     components = [a.b: 8], block_size = 1, dtype = bf16>} : () -> ()
 
 // -----
 
-// expected-error @+1 {{the head size of component 'a' must be positive}}
+// expected-error @+2 {{the head size of component 'a' must be positive}}
 "test.op"() {l = #kv.layout<num_kv_heads = 1,
     components = [a: 0], block_size = 1, dtype = bf16>} : () -> ()
 

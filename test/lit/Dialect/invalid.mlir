@@ -21,41 +21,41 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 0,
 
 // -----
 
-// expected-error @+1 {{'head_size_v' must be positive}}
+// expected-error @+2 {{'head_size_v' must be positive}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = -128, block_size = 16, dtype = bf16>, input bf16, slots i64
 
 // -----
 
-// expected-error @+1 {{'block_size' must be positive}}
+// expected-error @+2 {{'block_size' must be positive}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 0, dtype = bf16>, input bf16, slots i64
 
 // -----
 
 // An fp8 cache without a scale: `scale` defaults to none.
-// expected-error @+1 {{'scale' must be per_tensor or per_head for an fp8 cache}}
+// expected-error @+2 {{'scale' must be per_tensor or per_head for an fp8 cache}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = f8E4M3FN>,
     input bf16, slots i64
 
 // -----
 
-// expected-error @+1 {{'scale' must be per_tensor or per_head for an fp8 cache}}
+// expected-error @+2 {{'scale' must be per_tensor or per_head for an fp8 cache}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = f8E5M2FNUZ, scale = none>,
     input bf16, slots i64
 
 // -----
 
-// expected-error @+1 {{'scale' must be none for a bf16 cache}}
+// expected-error @+2 {{'scale' must be none for a bf16 cache}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16, scale = per_tensor>,
     input bf16, slots i64
 
 // -----
 
-// expected-error @+1 {{'scale' must be none for a f32 cache}}
+// expected-error @+2 {{'scale' must be none for a f32 cache}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = f32, scale = per_head>,
     input f32, slots i64
@@ -102,7 +102,7 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // -----
 
-// expected-error @+1 {{'k_strides' must be non-negative}}
+// expected-error @+3 {{'k_strides' must be non-negative}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16,
     k_strides = [12288, -768, 192]>, input bf16, slots i64
@@ -110,21 +110,21 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 // -----
 
 // The sign of a static stride is checked even when another is dynamic.
-// expected-error @+1 {{'v_strides' must be non-negative}}
+// expected-error @+3 {{'v_strides' must be non-negative}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16,
     v_strides = [?, 512, -128]>, input bf16, slots i64
 
 // -----
 
-// expected-error @+1 {{'k_strides' block stride must be positive}}
+// expected-error @+3 {{'k_strides' block stride must be positive}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16,
     k_strides = [0, 768, 192]>, input bf16, slots i64
 
 // -----
 
-// expected-error @+1 {{'v_strides' block stride must be positive}}
+// expected-error @+3 {{'v_strides' block stride must be positive}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16,
     v_strides = [0, 512, 128]>, input bf16, slots i64
@@ -133,7 +133,7 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // K's head stride 128 (V's width) is narrower than K's 192-wide rows: a
 // K/V width mix-up like the seed report's (there V was copied with K's).
-// expected-error @+1 {{'k_strides' make two K positions overlap}}
+// expected-error @+3 {{'k_strides' make two K positions overlap}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16,
     k_strides = [8192, 512, 128]>, input bf16, slots i64
@@ -141,14 +141,14 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 // -----
 
 // Block stride smaller than one block: block 1 overlaps block 0.
-// expected-error @+1 {{'k_strides' make two K positions overlap}}
+// expected-error @+3 {{'k_strides' make two K positions overlap}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16,
     k_strides = [12000, 768, 192]>, input bf16, slots i64
 
 // -----
 
-// expected-error @+1 {{'v_strides' make two V positions overlap}}
+// expected-error @+3 {{'v_strides' make two V positions overlap}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16,
     v_strides = [8192, 256, 128]>, input bf16, slots i64
@@ -157,7 +157,7 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // Packed rows of 192 + 128 = 320 elements, but V's head stride is 192:
 // V of head 0 (columns 192..319) overlaps K of head 1 (192..383).
-// expected-error @+1 {{'v_strides' make V overlap K in the packed row}}
+// expected-error @+3 {{'v_strides' make V overlap K in the packed row}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, packing = packed, dtype = bf16,
     k_strides = [20480, 1280, 320], v_strides = [20480, 1280, 192]>,
@@ -172,7 +172,7 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // -----
 
-// expected-error @+1 {{unknown field 'head_size'}}
+// expected-error @+1 {{unknown field 'head_size' (expected num_kv_heads, block_size, head_size_k, head_size_v, components, order, packing, dtype, scale or NAME_strides)}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size = 128,
     block_size = 16, dtype = bf16>, input bf16, slots i64
 
