@@ -145,8 +145,11 @@ def graph_per_launch(torch, timer, launch_into, n=GRAPH_LAUNCHES):
 # Sections
 #---------------------------------------------------------------------------
 
-def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log):
-    """Bandwidth, copy baseline and (T <= 64) graph replay per geometry."""
+def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log,
+                    cold_timer=None):
+    """Bandwidth, copy baseline and (T <= 64) graph replay per geometry;
+    with cold_timer (L2 flushed before each timed op) the kernels and the
+    copy once more, cold, beside the warm times."""
     rows = []
     rng = np.random.default_rng(0)
     dev = torch.device("cuda", args.device)
@@ -169,7 +172,7 @@ def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log):
     Ts = G.BENCH_T
     if args.quick:
         geoms = geoms[:2] + geoms[5:7]
-        Ts = (1, 64, 4096, 32768)
+        Ts = (1, 64, 1024, 4096, 32768)
     if args.geoms:
         want = args.geoms.split(",")
         geoms = [g for g in geoms if g[0] in want]
@@ -238,6 +241,17 @@ def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log):
                        "unchecked_us": t_u["median"],
                        "check_cost": t_k["median"] / t_u["median"] - 1}
                 row["ratio_to_copy"] = row["kernel_GBps"] / row["copy_GBps"]
+                if cold_timer is not None:
+                    # The same launches and copy with the L2 flushed: the
+                    # rows, slots and cache lines come from HBM.
+                    c_k = cold_timer(launch)
+                    c_c = cold_timer(lambda: dst.copy_(src))
+                    row["cold_kernel_us"] = c_k["median"]
+                    row["cold_kernel_GBps"] = total / c_k["median"] / 1e3
+                    row["cold_copy_us"] = c_c["median"]
+                    row["cold_copy_GBps"] = 2 * n / c_c["median"] / 1e3
+                    row["cold_ratio_to_copy"] = \
+                        row["cold_kernel_GBps"] / row["cold_copy_GBps"]
                 gk = None
                 if T <= 64:
                     try:
@@ -260,7 +274,10 @@ def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log):
                     f"{row['ratio_to_copy']:.3f}  check "
                     f"{100 * row['check_cost']:+.1f}%"
                     + (f"  graph {row['graph_us_per_launch']:.2f} us"
-                       if "graph_us_per_launch" in row else ""))
+                       if "graph_us_per_launch" in row else "")
+                    + (f"  cold {row['cold_kernel_us']:.2f} us ratio "
+                       f"{row['cold_ratio_to_copy']:.3f}"
+                       if "cold_kernel_us" in row else ""))
                 # gather of the rows just written (fp8: dequantized to bf16)
                 fp8 = lay.dtype != "bf16"
                 gk = ctx.kernel("gather", lay, "bf16", dequantize=fp8)
@@ -293,6 +310,14 @@ def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log):
                      "unchecked_us": t_gu["median"],
                      "check_cost": t_g["median"] / t_gu["median"] - 1}
                 g["ratio_to_copy"] = g["kernel_GBps"] / g["copy_GBps"]
+                if cold_timer is not None:
+                    c_g = cold_timer(glaunch)
+                    g["cold_kernel_us"] = c_g["median"]
+                    g["cold_kernel_GBps"] = (grd + gwr) / c_g["median"] / 1e3
+                    g["cold_copy_us"] = row["cold_copy_us"]
+                    g["cold_copy_GBps"] = row["cold_copy_GBps"]
+                    g["cold_ratio_to_copy"] = \
+                        g["cold_kernel_GBps"] / g["cold_copy_GBps"]
                 rows.append(g)
                 log(f"  {label:26s} T={T:6d} gather {g['kernel_us']:9.2f} us"
                     f" ratio {g['ratio_to_copy']:.3f}  check "
@@ -568,7 +593,8 @@ COLS = ["op", "geometry", "dtype", "T", "bytes_read", "bytes_written",
         "bytes_total", "kernel_us", "kernel_GBps", "copy_us", "copy_GBps",
         "ratio_to_copy", "graph_us_per_launch", "empty_graph_us",
         "graph_ratio_to_empty", "torch_add_graph_us", "unchecked_us",
-        "check_cost", "error"]
+        "check_cost", "cold_kernel_us", "cold_kernel_GBps", "cold_copy_us",
+        "cold_copy_GBps", "cold_ratio_to_copy", "error"]
 
 
 def write_csv(rows, path):
@@ -605,20 +631,27 @@ def write_md(rows, extra, ovh, jit, env, errors, path):
           f"time of {GRAPH_LAUNCHES} launches captured in one CUDA graph; "
           "the empty kernel is `extern \"C\" __global__ void f(){}` (NVRTC, "
           "raw cuLaunchKernel, 1x1), torch add_ is `x.add_(1)` on 1 "
-          "element.", "",
+          "element. Cold columns: the same kernel and copy with a 256 MiB "
+          "buffer written before each timed op (L2 flushed); cold ratio = "
+          "cold kernel GB/s / cold copy GB/s.", "",
           "| op | geometry | dtype | T | MB moved | kernel us | GB/s | copy "
-          "GB/s | ratio | graph us/launch | empty us | graph ratio |",
-          "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+          "GB/s | ratio | cold us | cold GB/s | cold ratio | graph "
+          "us/launch | empty us | graph ratio |",
+          "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+          "---:|---:|"]
     for r in rows:
         if "error" in r:
             L.append(f"| {r.get('op', '')} | {r['geometry']} | {r['dtype']}"
-                     f" | {r['T']} | error: {r['error']} |||||||| ")
+                     f" | {r['T']} | error: {r['error']} ||||||||||| ")
             continue
         L.append(f"| {r.get('op', '')} | {r['geometry']} | {r['dtype']} | "
                  f"{r['T']} | "
                  f"{r['bytes_total'] / 1e6:.3f} | {r['kernel_us']:.2f} | "
                  f"{r['kernel_GBps']:.1f} | {r['copy_GBps']:.1f} | "
                  f"{r['ratio_to_copy']:.3f} | "
+                 f"{fmt(r.get('cold_kernel_us'), '.2f')} | "
+                 f"{fmt(r.get('cold_kernel_GBps'), '.1f')} | "
+                 f"{fmt(r.get('cold_ratio_to_copy'), '.3f')} | "
                  f"{fmt(r.get('graph_us_per_launch'), '.2f')} | "
                  f"{fmt(r.get('empty_graph_us'), '.2f')} | "
                  f"{fmt(r.get('graph_ratio_to_empty'), '.2f')} |")
@@ -722,10 +755,12 @@ def main():
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--quick", action="store_true",
                     help="fewer geometries / T values")
-    ap.add_argument("--flush-l2", action="store_true",
-                    help="write a 256 MiB buffer before each timed op "
-                    "(cold L2; default: warm, as in an engine right after "
-                    "the QKV projection)")
+    ap.add_argument("--warm-only", action="store_true",
+                    help="skip the cold (L2-flushed) times: by default the "
+                    "kernels and the copy are timed warm (L2 holding the "
+                    "inputs, as in an engine right after the QKV "
+                    "projection) and again with a 256 MiB buffer written "
+                    "before each timed op (cold L2)")
     ap.add_argument("--geoms", default="",
                     help="comma list of geometry labels to run "
                     "(mimo_b16_bf16, h8x128_b16_f8E4M3FN, ...)")
@@ -762,8 +797,9 @@ def main():
     ctx = kvgen.Context("cuda", device=args.device)
     ctx.load_bundle(args.bundle)
     manifest = manifest_entries(args.bundle)
-    timer = Timer(torch, args.reps,
-                  flush_bytes=(256 << 20) if args.flush_l2 else 0)
+    timer = Timer(torch, args.reps)
+    cold_timer = None if args.warm_only else Timer(torch, args.reps,
+                                                   flush_bytes=256 << 20)
     if timer.sleep is None:
         log("  note: torch.cuda._sleep missing; timings include host "
             "enqueue gaps for small ops")
@@ -788,7 +824,7 @@ def main():
         log("bandwidth:")
         try:
             rows, extra = bench_bandwidth(torch, ctx, timer, drv, empty_fn,
-                                          args, log)
+                                          args, log, cold_timer)
         except Exception as e:  # noqa: BLE001
             errors.append(f"bandwidth: {e}")
             log(traceback.format_exc())

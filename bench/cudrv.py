@@ -1,7 +1,10 @@
 """Minimal ctypes access to the CUDA driver and NVRTC, for the benchmark's
 baselines: an empty kernel, and a raw cuLaunchKernel of the same kvgen
 kernel (compiled here from the bundle source with the runtime's NVRTC
-options) to compare the C API's launch overhead against.
+options) to compare the C API's launch overhead against; and the
+programmatic dependent launches (cuLaunchKernelEx with
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) of the chained decode
+benchmark's producer and consumer kernels (bench/bench_pdl.py).
 
 Uses the current (torch's primary) context of the calling thread.
 """
@@ -11,6 +14,35 @@ import glob
 import os
 
 _vp = ctypes.c_void_p
+
+# cuda.h: CUlaunchAttributeValue is a 64-byte union (8-byte aligned),
+# CUlaunchAttribute its 4-byte id, 4 bytes of padding and the value,
+# CUlaunchConfig grid, block, shared memory, stream and the attribute list.
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+
+class CUlaunchAttributeValue(ctypes.Union):
+    _fields_ = [("pad", ctypes.c_char * 64),
+                ("programmaticStreamSerializationAllowed", ctypes.c_int),
+                ("_align", ctypes.c_void_p)]
+
+
+class CUlaunchAttribute(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4),
+                ("value", CUlaunchAttributeValue)]
+
+
+class CUlaunchConfig(ctypes.Structure):
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
+                ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint),
+                ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", _vp),
+                ("attrs", ctypes.POINTER(CUlaunchAttribute)),
+                ("numAttrs", ctypes.c_uint)]
+
+
+assert ctypes.sizeof(CUlaunchAttribute) == 72
+assert ctypes.sizeof(CUlaunchConfig) == 56
 
 
 def _load(names, what):
@@ -46,6 +78,11 @@ class Driver:
         cu.cuLaunchKernel.argtypes = [_vp] + [ctypes.c_uint] * 7 + \
             [_vp, _vp, _vp]
         cu.cuLaunchKernel.restype = ctypes.c_int
+        self.launch_ex = getattr(cu, "cuLaunchKernelEx", None)
+        if self.launch_ex is not None:
+            self.launch_ex.argtypes = [ctypes.POINTER(CUlaunchConfig), _vp,
+                                       _vp, _vp]
+            self.launch_ex.restype = ctypes.c_int
         nv.nvrtcCreateProgram.argtypes = [ctypes.POINTER(_vp),
                                           ctypes.c_char_p, ctypes.c_char_p,
                                           ctypes.c_int, _vp, _vp]
@@ -124,6 +161,26 @@ class Driver:
 
         def go():
             return launch(fn, g, 1, 1, b, 1, 1, 0, s, p, None)
+        return go
+
+    def launcher_pdl(self, fn, grid, block, stream, params=None):
+        """As launcher(), through cuLaunchKernelEx with programmatic stream
+        serialization allowed: the kernel may start before the previous
+        kernel on the stream completes (it must wait for it with
+        griddepcontrol.wait)."""
+        if self.launch_ex is None:
+            raise RuntimeError("the CUDA driver lacks cuLaunchKernelEx")
+        attr = CUlaunchAttribute()
+        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        cfg = CUlaunchConfig(int(grid), 1, 1, int(block), 1, 1, 0,
+                             _vp(stream), ctypes.pointer(attr), 1)
+        launch = self.launch_ex
+        p = None if params is None else ctypes.cast(params, _vp)
+        keep = (attr, cfg)  # alive as long as the closure
+
+        def go():
+            return launch(ctypes.byref(keep[1]), fn, p, None)
         return go
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_BUNDLE = REPO / ".dev" / "bundle"
 
-BENCH_T = (1, 8, 64, 512, 4096, 32768, 131072)
+BENCH_T = (1, 8, 64, 512, 1024, 2048, 4096, 8192, 16384, 32768, 131072)
 
 # label: (num_kv_heads, head_size_k, head_size_v, block_size, order, packing)
 GEOMETRIES = (

@@ -402,6 +402,7 @@ int cmdTargets() {
     add(t.caps.streamingStores, "streaming_stores");
     add(t.caps.mmaSync, "mma_sync");
     add(t.caps.mfma, "mfma");
+    add(t.caps.gridDependencyControl, "grid_dependency_control");
     fmt::print("{:<8} {:<7} warp {:<3} {:<5} {}\n", t.name, toString(t.vendor),
                t.warpSize, t.sourceSuffix, caps.empty() ? "-" : caps);
   }

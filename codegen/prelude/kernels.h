@@ -8,14 +8,38 @@
 // size here is a compile-time constant of the specialization.
 //
 // The target prelude provides: KVGEN_HD, KVGEN_DEVICE, KVGEN_BLOCK_ID_X,
-// KVGEN_THREAD_ID_X, KVGEN_FMAF, KVGEN_UNROLL, the fixed-width integer types
-// and the access types kvgen_v1_t .. kvgen_v16_t (N bytes, N-byte aligned).
+// KVGEN_THREAD_ID_X, KVGEN_FMAF, KVGEN_UNROLL, the fixed-width integer types,
+// the access types kvgen_v1_t .. kvgen_v16_t (N bytes, N-byte aligned) and
+// kvgenGridDependencyWait / kvgenLaunchDependents (KVGEN_GRID_DEPENDENCY
+// where they are the hardware's).
 //
 //===----------------------------------------------------------------------===//
 #ifndef KVGEN_PRELUDE_KERNELS_H
 #define KVGEN_PRELUDE_KERNELS_H
 
 namespace kvgen {
+
+/// The first statement of every emitted kernel (convert-kv-to-emitc), for
+/// plan struct P: with P::dependent_launch, waits until the grids this one
+/// depends on programmatically have completed and flushed their writes
+/// (griddepcontrol.wait), so nothing below reads a row, slot or block id
+/// the previous kernel may still write (or writes memory it may still
+/// read), then lets the next kernel's CTAs start
+/// (griddepcontrol.launch_dependents): that only starts its prologue, its
+/// own griddepcontrol.wait still waits for this whole grid. Without a
+/// programmatic dependent launch both are no-ops. Nothing without
+/// P::dependent_launch, which kv-plan sets only where the prelude has the
+/// instructions (a plan that sets it elsewhere fails to compile here).
+template <class P> KVGEN_DEVICE inline void dependentLaunchBegin() {
+#ifndef KVGEN_GRID_DEPENDENCY
+  static_assert(!P::dependent_launch,
+                "dependent_launch needs griddepcontrol (sm_90+)");
+#endif
+  if (P::dependent_launch) {
+    kvgenGridDependencyWait();
+    kvgenLaunchDependents();
+  }
+}
 
 /// The type of an N-byte access; 32 bytes are two 16-byte accesses (16-byte
 /// alignment suffices).

@@ -33,6 +33,12 @@ __attribute__((device)) inline void kvgenStoreStreaming(V *p, const V &v) {
   *p = v;
 }
 
+/// Programmatic dependent launch: NVIDIA sm_90+ only (kv-plan never plans
+/// it here); empty. KVGEN_GRID_DEPENDENCY stays undefined, so a plan asking
+/// for it does not compile (kernels.h).
+__attribute__((device)) inline void kvgenGridDependencyWait() {}
+__attribute__((device)) inline void kvgenLaunchDependents() {}
+
 
 //===--- CTA and warp primitives (kernels with CTA-wide cooperation) -----===//
 // The same names exist in every target prelude. A kvgen "warp" is 32

@@ -42,6 +42,12 @@ struct __attribute__((aligned(16), may_alias)) kvgen_v16_t {
 /// Cache-streaming stores (planned for NVIDIA only): a plain store.
 template <class V> inline void kvgenStoreStreaming(V *p, const V &v) { *p = v; }
 
+/// Programmatic dependent launch (planned for sm_90+ only): nothing to wait
+/// for, host launches run one after another. KVGEN_GRID_DEPENDENCY stays
+/// undefined, so a plan asking for it does not compile (kernels.h).
+inline void kvgenGridDependencyWait() {}
+inline void kvgenLaunchDependents() {}
+
 /// Shared memory of a CTA: one object per kernel instantiation, which the
 /// fibers of the running CTA share (CTAs run one at a time).
 #define KVGEN_SHARED static thread_local

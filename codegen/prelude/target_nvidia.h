@@ -165,6 +165,28 @@ __device__ inline void kvgenStoreStreaming(kvgen_v16_t *p,
                : "memory");
 }
 
+/// Programmatic dependent launch (PTX ISA 7.8+, sm_90+; kv-plan's
+/// dependent_launch, called through kernels.h dependentLaunchBegin):
+/// kvgenGridDependencyWait blocks until every grid this one depends on
+/// programmatically has completed and its memory operations are visible;
+/// kvgenLaunchDependents lets the grids that depend on this one start
+/// once every CTA of this grid has executed it (or exited). Both are
+/// no-ops in a launch without programmatic stream serialization. Below
+/// sm_90 they do nothing and KVGEN_GRID_DEPENDENCY is undefined, so a
+/// plan that asks for them does not compile (kernels.h).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KVGEN_GRID_DEPENDENCY 1
+__device__ inline void kvgenGridDependencyWait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ inline void kvgenLaunchDependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+#else
+__device__ inline void kvgenGridDependencyWait() {}
+__device__ inline void kvgenLaunchDependents() {}
+#endif
+
 
 //===--- CTA and warp primitives (kernels with CTA-wide cooperation) -----===//
 // The same names exist in every target prelude (target_host.h emulates them

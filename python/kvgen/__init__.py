@@ -37,6 +37,14 @@ Shapes (T = num_tokens, H = num_kv_heads, Dk/Dv = head_size_k/v):
                     KvgenError (KVGEN_ERROR_INDEX_OUT_OF_RANGE), and which a
                     launch on the host backend checks at once
 
+Programmatic dependent launch (CUDA, sm_90 kernels): launch(..., pdl=True)
+/ launch_raw(args, stream, pdl=True) launch through kvgen_launch_ex with
+KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT, so the kernel may start while the
+previous kernel on the stream finishes (it waits for that kernel's writes on
+the GPU, in griddepcontrol.wait). Kernel.dependent_launch says whether a
+kernel accepts it; others (the host backend, sm_80/sm_89, paged_attention)
+raise KvgenError (KVGEN_ERROR_INVALID_ARGUMENT) and launch nothing.
+
 Every launch is validated by the runtime; failures raise KvgenError with the
 runtime's message (kvgen_last_error()). Argument mistakes the binding can see
 itself (shapes, dtypes, cache views whose strides are not the layout's) raise
@@ -878,11 +886,16 @@ def ops():
     return _capi.ops()
 
 
+#: kvgen_launch_options of a programmatic dependent launch.
+_PDL_OPTIONS = _capi.LaunchOptions(_capi.LAUNCH_PROGRAMMATIC_DEPENDENT)
+
+
 class Kernel:
     """A loaded kernel (valid while its Context lives). Attributes: name,
     op (its name), layout (Layout), vector_bytes, options (dict of the op's
-    options, canonical strings), and for the ops that have them io_dtype,
-    slot_dtype, checked, dequantize.
+    options, canonical strings), dependent_launch (accepts pdl=True),
+    launch_flags, and for the ops that have them io_dtype, slot_dtype,
+    checked, dequantize.
 
     Launch with the op's name as a method (kernel.reshape_and_cache(...),
     kernel.gather(...), kernel.copy_blocks(...)) or kernel.launch(...):
@@ -909,6 +922,15 @@ class Kernel:
         self.unchecked = self.options.get("unchecked") == "1"
         self.checked = not self.unchecked
         self.dequantize = self.options.get("dequantize") == "1"
+        #: kvgen_launch_flag bits the runtime accepts for this kernel
+        #: (kvgen_kernel_launch_flags; 0 with an older library).
+        self.launch_flags = (int(lib.kvgen_kernel_launch_flags(handle))
+                             if getattr(lib, "kvgen_kernel_launch_flags",
+                                        None) is not None else 0)
+        #: True when launch(..., pdl=True) is accepted: the kernel's plan
+        #: has dependent_launch (sm_90+) and the context can launch it so.
+        self.dependent_launch = bool(
+            self.launch_flags & _capi.LAUNCH_PROGRAMMATIC_DEPENDENT)
 
     def __repr__(self):
         return f"<kvgen.Kernel {self.name} op={self.op} {self.options}>"
@@ -934,12 +956,15 @@ class Kernel:
         returns (args, stream) for launch_raw(args, stream), so a caller
         that launches the same tensors many times (a benchmark, a captured
         decode step) pays the binding's Python checks once. Arguments as
-        launch(); the tensors must stay alive and unchanged in shape."""
+        launch(); the tensors must stay alive and unchanged in shape.
+        pdl=True checks here that the kernel accepts a programmatic
+        dependent launch (KvgenError otherwise); pass pdl=True to
+        launch_raw as well."""
         return self.launch(*positional, _prepare_only=True, **kw)
 
     def launch(self, *positional, num_blocks=None, stream=None,
                cache_strides=None, cache_bytes=None, check=None,
-               _prepare_only=False, **tensors):
+               pdl=False, _prepare_only=False, **tensors):
         """Validates what the binding can see, fills the op's argument
         struct from `tensors` (by field name; positional ones in the order
         of the op's tensor fields) and launches through kvgen_launch.
@@ -959,7 +984,12 @@ class Kernel:
         word); default: on the host backend only, whose launches are
         synchronous so the check costs no wait; on a device that would be a
         host synchronization, so call ctx.check() or ctx.synchronize() when
-        it suits."""
+        it suits. pdl: programmatic dependent launch (kvgen_launch_ex with
+        KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT; see the module doc): KvgenError
+        (KVGEN_ERROR_INVALID_ARGUMENT), before anything else, for a kernel
+        without dependent_launch."""
+        if pdl:
+            self._need_pdl()
         op = self._op
         lay = self.layout
         tensor_args = [a for a in op.args if a.role in _TENSOR_ROLES]
@@ -1266,7 +1296,7 @@ class Kernel:
         args = op.args_struct(**fields)
         if _prepare_only:
             return args, int(stream)
-        self.launch_raw(args, stream=int(stream))
+        self.launch_raw(args, stream=int(stream), pdl=pdl)
         if check or (check is None and backend == "host"):
             self._ctx.check()
 
@@ -1288,12 +1318,37 @@ class Kernel:
         self._workspace = (w, n)
         return w
 
-    def launch_raw(self, args, stream=0):
+    def launch_raw(self, args, stream=0, pdl=False):
         """Launches with a prebuilt argument struct (args_struct(); no
-        Python-side checks; for benchmarks)."""
+        Python-side checks; for benchmarks). pdl=True: a programmatic
+        dependent launch (kvgen_launch_ex, see launch())."""
+        if pdl:
+            if getattr(self._lib, "kvgen_launch_ex", None) is None:
+                self._need_pdl()  # raises: an older library
+            _check(f"kvgen_launch_ex ({self.op})",
+                   self._lib.kvgen_launch_ex(self._handle, ctypes.byref(args),
+                                             ctypes.sizeof(args), stream,
+                                             ctypes.byref(_PDL_OPTIONS)))
+            return
         _check(f"kvgen_launch ({self.op})",
                self._lib.kvgen_launch(self._handle, ctypes.byref(args),
                                       ctypes.sizeof(args), stream))
+
+    def _need_pdl(self):
+        """KvgenError unless the kernel accepts a programmatic dependent
+        launch (the runtime's own check, without a launch)."""
+        if self.dependent_launch:
+            return
+        why = ("the runtime library has no kvgen_launch_ex"
+               if getattr(self._lib, "kvgen_launch_ex", None) is None else
+               f"kvgen_kernel_launch_flags reports no "
+               f"KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT (the kernel's plan has "
+               f"no dependent_launch, target {self._ctx.target}, backend "
+               f"{self._ctx.backend}; kv-plan sets it on sm_90+ for every op "
+               f"but paged_attention)")
+        raise KvgenError(f"kvgen_launch_ex ({self.op})", 1,
+                         f"kernel {self.name} cannot take a programmatic "
+                         f"dependent launch: {why}")
 
     def _need_op(self, op):
         if self.op != op:

@@ -135,6 +135,14 @@ class CacheStats(ctypes.Structure):
     ]
 
 
+class LaunchOptions(ctypes.Structure):
+    """kvgen_launch_options (kvgen.h)."""
+    _fields_ = [("flags", ctypes.c_uint32)]
+
+
+#: kvgen_launch_flag bits (kvgen.h).
+LAUNCH_PROGRAMMATIC_DEPENDENT = 1 << 0
+
 WARNING_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_void_p)
 
 _c = ctypes.c_void_p  # opaque handles (kvgen_context, kvgen_kernel)
@@ -200,6 +208,10 @@ _OPTIONAL = {
     "kvgen_kernel_workspace_bytes": (ctypes.c_int, [
         _c, ctypes.c_void_p, ctypes.c_uint64,
         ctypes.POINTER(ctypes.c_uint64)]),
+    "kvgen_launch_ex": (ctypes.c_int, [_c, ctypes.c_void_p, ctypes.c_uint64,
+                                       ctypes.c_void_p,
+                                       ctypes.POINTER(LaunchOptions)]),
+    "kvgen_kernel_launch_flags": (ctypes.c_uint32, [_c]),
     "kvgen_set_generator_path": (ctypes.c_int, [ctypes.c_char_p]),
     "kvgen_generator_library": (ctypes.c_int,
                                 [ctypes.POINTER(ctypes.c_char_p)]),

@@ -9,7 +9,7 @@ Ops (namespace `kvgen`; CPU tensors run through kvgen's host backend, CUDA
 tensors through NVRTC-compiled kernels on torch.cuda.current_stream()):
 
   reshape_and_cache_flash(key, value, key_cache!, value_cache!,
-      slot_mapping, kv_cache_dtype, k_scale, v_scale)
+      slot_mapping, kv_cache_dtype, k_scale, v_scale, pdl=False)
       key [T, H, Dk], value [T, H, Dv] (bf16 / f16 / f32, last dim
       contiguous); caches [num_blocks, block_size, H, D] views (any strides
       kvgen can express: NHD, HND via permute, K/V halves of one packed
@@ -18,16 +18,21 @@ tensors through NVRTC-compiled kernels on torch.cuda.current_stream()):
       (cache dtype = key dtype, scales ignored) | "fp8" | "fp8_e4m3" |
       "fp8_e5m2" (uint8 or float8 caches, stored value saturate(x / scale));
       k_scale / v_scale float32 with 1 (per tensor) or H (per head)
-      elements.
+      elements. pdl (optional, default False): a programmatic dependent
+      launch (CUDA, sm_90: the write starts while the kernel before it on
+      the stream finishes and waits for its writes on the GPU; the kernel
+      before should call griddepcontrol.launch_dependents); refused with
+      KvgenError where the kernel has no dependent_launch (e.g. the CPU).
   gather_cache(key_cache, value_cache, slot_mapping, key_out!, value_out!,
       kv_cache_dtype, k_scale, v_scale)
       the inverse: key_out[t] = cache[slot_mapping[t]] (rows of negative
       slots untouched); fp8 caches are dequantized (q * scale) to key_out's
       dtype, other caches copied or converted to it.
   concat_and_cache_mla(kv_c, k_pe, kv_cache!, slot_mapping, kv_cache_dtype,
-      scale) (kv_c [T, L], k_pe [T, R], kv_cache [num_blocks, block_size,
+      scale, pdl=False) (kv_c [T, L], k_pe [T, R], kv_cache [num_blocks, block_size,
       L + R]): the MLA writer, kvgen's kv.concat_and_cache_mla over the
-      layout components = [kv_c: L, k_pe: R], packing = packed.
+      layout components = [kv_c: L, k_pe: R], packing = packed; pdl as
+      for reshape_and_cache_flash.
   gather_and_maybe_dequant_cache(src_cache, dst!, block_table, cu_seq_lens,
       batch_size, kv_cache_dtype, scale, seq_starts=None): vLLM's MLA
       gather by block table through kv.gather_mla (see its doc string for
@@ -241,18 +246,37 @@ class _Plan:
     def args(self):
         return self.args_type.from_buffer_copy(self.template)
 
-    def launch(self, args):
+    def launch(self, args, pdl=False):
         stream = 0 if self.host else _raw_stream(self.device_index)
-        st = _launch(self.handle, ctypes.byref(args), self.size, stream)
+        if pdl:
+            st = _launch_ex(self.handle, ctypes.byref(args), self.size,
+                            stream, _PDL)
+        else:
+            st = _launch(self.handle, ctypes.byref(args), self.size, stream)
         if st:
-            raise KvgenError(f"kvgen_launch ({self.kernel.op})", st,
-                             _capi.last_error())
+            raise KvgenError(f"kvgen_launch{'_ex' if pdl else ''} "
+                             f"({self.kernel.op})", st, _capi.last_error())
 
 
 def _launch(*a):
     global _launch
     _launch = _capi.lib().kvgen_launch
     return _launch(*a)
+
+
+def _launch_ex(*a):
+    """kvgen_launch_ex (a programmatic dependent launch with _PDL)."""
+    global _launch_ex
+    f = getattr(_capi.lib(), "kvgen_launch_ex", None)
+    if f is None:
+        raise KvgenError("kvgen_launch_ex", 1, f"{_capi.lib_path()} has no "
+                         "kvgen_launch_ex: no programmatic dependent launch")
+    _launch_ex = f
+    return _launch_ex(*a)
+
+
+_PDL_OPTIONS = _capi.LaunchOptions(_capi.LAUNCH_PROGRAMMATIC_DEPENDENT)
+_PDL = ctypes.byref(_PDL_OPTIONS)
 
 
 def _plan(key, build):
@@ -422,20 +446,20 @@ def _write_plan(key, value, key_cache, value_cache, slot_mapping,
 
 
 def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping,
-                            kv_cache_dtype, k_scale, v_scale):
+                            kv_cache_dtype, k_scale, v_scale, pdl=False):
     """torch.ops.kvgen.reshape_and_cache_flash without torch's dispatcher
     in eager mode (the same checks and kernel; under torch.compile it calls
     the op): for engines that want the lowest host overhead."""
     if _compiling():
         return torch.ops.kvgen.reshape_and_cache_flash(
             key, value, key_cache, value_cache, slot_mapping,
-            kv_cache_dtype, k_scale, v_scale)
+            kv_cache_dtype, k_scale, v_scale, pdl)
     _write_fast(key, value, key_cache, value_cache, slot_mapping,
-                kv_cache_dtype, k_scale, v_scale)
+                kv_cache_dtype, k_scale, v_scale, pdl)
 
 
 def _write_fast(key, value, key_cache, value_cache, slot_mapping,
-                kv_cache_dtype, k_scale, v_scale):
+                kv_cache_dtype, k_scale, v_scale, pdl=False):
     """The op's CPU/CUDA implementation."""
     # Engines pass the same cache and scale tensors each step: by identity
     # (checked through weak references), what is left to check per call is
@@ -475,6 +499,9 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
             a.k_scale = f.scales[0]
             a.v_scale = f.scales[1]
             a.num_tokens = t
+            if pdl:
+                p.launch(a, True)
+                return
             st = _launch(p.handle, ctypes.byref(a), p.size,
                          0 if p.host else _raw_stream(p.device_index))
             if st:
@@ -482,7 +509,7 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
                                  _capi.last_error())
             return
     p = _write_impl(key, value, key_cache, value_cache, slot_mapping,
-                    kv_cache_dtype, k_scale, v_scale)
+                    kv_cache_dtype, k_scale, v_scale, pdl)
     _remember(key_, p, (key_cache, value_cache) +
               ((k_scale, v_scale) if scaled else ()),
               (key.shape[1], key.shape[2], value.shape[2]),
@@ -492,7 +519,7 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
 
 
 def _write_impl(key, value, key_cache, value_cache, slot_mapping,
-                kv_cache_dtype, k_scale, v_scale):
+                kv_cache_dtype, k_scale, v_scale, pdl=False):
     """torch.ops.kvgen.reshape_and_cache_flash's implementation (see the
     module doc). Returns the plan it launched."""
     delta = value_cache.data_ptr() - key_cache.data_ptr()
@@ -526,12 +553,12 @@ def _write_impl(key, value, key_cache, value_cache, slot_mapping,
         a.k_scale = k_scale.data_ptr()
         a.v_scale = v_scale.data_ptr()
     a.num_tokens = t
-    p.launch(a)
+    p.launch(a, pdl)
     return p
 
 
 def _write_fake(key, value, key_cache, value_cache, slot_mapping,
-                kv_cache_dtype, k_scale, v_scale):
+                kv_cache_dtype, k_scale, v_scale, pdl=False):
     _check_write(key, value, key_cache, value_cache, slot_mapping,
                  kv_cache_dtype, k_scale, v_scale)
 
@@ -768,7 +795,7 @@ def _mla_plan(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale):
 
 
 def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
-                         scale):
+                         scale, pdl=False):
     """torch.ops.kvgen.concat_and_cache_mla's implementation (kvgen's
     kv.concat_and_cache_mla): kv_cache[slot, :L] = kv_c[t], kv_cache[slot,
     L:] = k_pe[t] for slot = slot_mapping[t] >= 0 (fp8: saturate(x /
@@ -797,10 +824,11 @@ def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
     if kv_cache_dtype != "auto":
         a.scale = scale.data_ptr()
     a.num_tokens = t
-    p.launch(a)
+    p.launch(a, pdl)
 
 
-def _mla_fake(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale):
+def _mla_fake(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale,
+              pdl=False):
     _check_mla_write(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
                      scale)
 
@@ -1073,7 +1101,7 @@ _SCHEMAS = {
     "reshape_and_cache_flash": (
         "(Tensor key, Tensor value, Tensor(a!) key_cache, "
         "Tensor(b!) value_cache, Tensor slot_mapping, str kv_cache_dtype, "
-        "Tensor k_scale, Tensor v_scale) -> ()",
+        "Tensor k_scale, Tensor v_scale, bool pdl=False) -> ()",
         _write_fast, _write_fake),
     "gather_cache": (
         "(Tensor key_cache, Tensor value_cache, Tensor slot_mapping, "
@@ -1082,7 +1110,8 @@ _SCHEMAS = {
         _gather_impl, _gather_fake),
     "concat_and_cache_mla": (
         "(Tensor kv_c, Tensor k_pe, Tensor(a!) kv_cache, "
-        "Tensor slot_mapping, str kv_cache_dtype, Tensor scale) -> ()",
+        "Tensor slot_mapping, str kv_cache_dtype, Tensor scale, "
+        "bool pdl=False) -> ()",
         concat_and_cache_mla, _mla_fake),
     "gather_and_maybe_dequant_cache": (
         "(Tensor src_cache, Tensor(a!) dst, Tensor block_table, "

@@ -28,8 +28,10 @@ public:
   virtual ~LoadedModule() = default;
   /// Launches `entry` with the kernel's single by-value argument struct at
   /// `args` (`argsSize` bytes), grid (gridX, 1, 1), block (blockX, 1, 1).
+  /// `flags`: kvgen_launch_flags, only those of the backend's launchFlags()
+  /// (the caller checks them, and the kernel's plan).
   virtual Status launch(const void *args, size_t argsSize, uint32_t gridX,
-                        uint32_t blockX, void *stream) = 0;
+                        uint32_t blockX, void *stream, uint32_t flags) = 0;
 };
 
 class Backend {
@@ -40,6 +42,8 @@ public:
   virtual const std::string &target() const = 0;
   /// False for compile-only contexts.
   virtual bool canLaunch() const = 0;
+  /// The kvgen_launch_flags the backend's launches implement (0: none).
+  virtual uint32_t launchFlags() const { return 0; }
   /// Compiler name and version, part of the cache key.
   virtual const std::string &compilerIdentity() const = 0;
   /// The compile options as one string, part of the cache key.

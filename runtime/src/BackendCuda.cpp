@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <mutex>
 #include <vector>
@@ -35,6 +36,42 @@ using CUdeviceptr = unsigned long long; // 64-bit device address
 constexpr int kCuAttrComputeCapabilityMajor = 75;
 constexpr int kCuAttrComputeCapabilityMinor = 76;
 
+// cuLaunchKernelEx (CUDA 12.0+ drivers): the launch configuration and its
+// attributes (CUlaunchConfig, CUlaunchAttribute, CUlaunchAttributeValue of
+// cuda.h; the value is a 64-byte union after the 4-byte id and 4 bytes of
+// padding). Only CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (6)
+// is used: value.programmaticStreamSerializationAllowed (an int at offset
+// 0 of the union) = 1 lets the kernel start before the previous kernel on
+// the stream completes; the kernel then waits in griddepcontrol.wait.
+constexpr int kCuLaunchAttributeProgrammaticStreamSerialization = 6;
+union CUlaunchAttributeValue {
+  char pad[64];
+  int programmaticStreamSerializationAllowed;
+  void *alignment; // the union holds pointers (8-byte aligned)
+};
+struct CUlaunchAttribute {
+  int id;
+  char pad[4];
+  CUlaunchAttributeValue value;
+};
+struct CUlaunchConfig {
+  unsigned int gridDimX, gridDimY, gridDimZ;
+  unsigned int blockDimX, blockDimY, blockDimZ;
+  unsigned int sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute *attrs;
+  unsigned int numAttrs;
+};
+static_assert(sizeof(CUlaunchAttributeValue) == 64 &&
+                  sizeof(CUlaunchAttribute) == 72 &&
+                  offsetof(CUlaunchAttribute, value) == 8,
+              "CUlaunchAttribute as in cuda.h");
+static_assert(offsetof(CUlaunchConfig, hStream) == 32 &&
+                  offsetof(CUlaunchConfig, attrs) == 40 &&
+                  offsetof(CUlaunchConfig, numAttrs) == 48 &&
+                  sizeof(CUlaunchConfig) == 56,
+              "CUlaunchConfig as in cuda.h (LP64)");
+
 struct CudaDriver {
   DynLib lib;
   CUresult (*cuInit)(unsigned int) = nullptr;
@@ -53,6 +90,10 @@ struct CudaDriver {
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
                              unsigned, unsigned, unsigned, CUstream, void **,
                              void **) = nullptr;
+  /// Optional (CUDA 12.0+ drivers): NULL when the driver lacks it, then
+  /// launches with KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT are refused.
+  CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **,
+                               void **) = nullptr;
   CUresult (*cuGetErrorString)(CUresult, const char **) = nullptr;
   CUresult (*cuMemAlloc)(CUdeviceptr *, size_t) = nullptr; // _v2
   CUresult (*cuMemFree)(CUdeviceptr) = nullptr;            // _v2
@@ -104,6 +145,7 @@ const CudaDriver &cudaDriver() {
       d.error = fmt::format("{} lacks {}", d.lib.path, missing);
       return;
     }
+    d.lib.sym("cuLaunchKernelEx", &d.cuLaunchKernelEx, nullptr);
     d.initResult = d.cuInit(0);
     if (d.initResult != kCudaSuccess)
       d.error = "cuInit failed: " + d.describe(d.initResult);
@@ -208,12 +250,40 @@ public:
     d.cuModuleUnload(module_);
   }
   Status launch(const void *args, size_t, uint32_t gridX, uint32_t blockX,
-                void *stream) override {
+                void *stream, uint32_t flags) override {
     const CudaDriver &d = cudaDriver();
     CtxScope scope(d, ctx_);
     // The kernel's one parameter is the args struct by value: kernelParams
     // holds one pointer to it.
     void *params[] = {const_cast<void *>(args)};
+    if (flags & KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT) {
+      if (!d.cuLaunchKernelEx)
+        return Status::error(
+            KVGEN_ERROR_BACKEND_UNAVAILABLE,
+            fmt::format("{} lacks cuLaunchKernelEx (CUDA 12.0+ drivers have "
+                        "it): no programmatic dependent launch; nothing was "
+                        "launched (launch without "
+                        "KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT)",
+                        d.lib.path));
+      CUlaunchAttribute attr{};
+      attr.id = kCuLaunchAttributeProgrammaticStreamSerialization;
+      attr.value.programmaticStreamSerializationAllowed = 1;
+      CUlaunchConfig config{};
+      config.gridDimX = gridX;
+      config.gridDimY = config.gridDimZ = 1;
+      config.blockDimX = blockX;
+      config.blockDimY = config.blockDimZ = 1;
+      config.hStream = static_cast<CUstream>(stream);
+      config.attrs = &attr;
+      config.numAttrs = 1;
+      CUresult r = d.cuLaunchKernelEx(&config, fn_, params, nullptr);
+      if (r != kCudaSuccess)
+        return Status::error(KVGEN_ERROR_LAUNCH,
+                             "cuLaunchKernelEx (programmatic stream "
+                             "serialization) failed: " +
+                                 d.describe(r));
+      return Status::ok();
+    }
     CUresult r =
         d.cuLaunchKernel(fn_, gridX, 1, 1, blockX, 1, 1, 0,
                          static_cast<CUstream>(stream), params, nullptr);
@@ -240,6 +310,14 @@ public:
   kvgen_backend kind() const override { return KVGEN_BACKEND_CUDA; }
   const std::string &target() const override { return target_; }
   bool canLaunch() const override { return ctx_ != nullptr; }
+  /// Programmatic dependent launch needs cuLaunchKernelEx (a compile-only
+  /// context does not load the driver: it reports the flag, its launches
+  /// end at KVGEN_ERROR_COMPILE_ONLY).
+  uint32_t launchFlags() const override {
+    return !ctx_ || cudaDriver().cuLaunchKernelEx
+               ? uint32_t(KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT)
+               : 0u;
+  }
   const std::string &compilerIdentity() const override {
     return nvrtc().identity;
   }

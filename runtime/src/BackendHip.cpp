@@ -300,8 +300,9 @@ public:
     DeviceScope scope(hip(), device_);
     hip().hipModuleUnload(module_);
   }
+  // No launch flags (launchFlags() is 0; the context refuses them).
   Status launch(const void *args, size_t argsSize, uint32_t gridX,
-                uint32_t blockX, void *stream) override {
+                uint32_t blockX, void *stream, uint32_t) override {
     const Hip &h = hip();
     DeviceScope scope(h, device_);
     // The kernel's one by-value struct parameter is the whole argument

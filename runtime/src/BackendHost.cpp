@@ -26,8 +26,9 @@ class HostModule : public LoadedModule {
 public:
   HostModule(void *handle, HostLaunchFn fn) : handle_(handle), fn_(fn) {}
   ~HostModule() override { ::dlclose(handle_); }
+  // No launch flags (launchFlags() is 0; the context refuses them).
   Status launch(const void *args, size_t, uint32_t gridX, uint32_t blockX,
-                void *) override {
+                void *, uint32_t) override {
     fn_(args, gridX, blockX);
     return Status::ok();
   }

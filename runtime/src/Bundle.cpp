@@ -50,13 +50,13 @@ bool parseNonNegative(const std::string &s, int *out) {
 bool parsePositive(const std::string &s, int *out) {
   return parseNonNegative(s, out) && *out > 0;
 }
-/// The optional row-tile / split-KV field of `g` for manifest key `key`,
-/// or nullptr.
+/// The optional field (row tiles, split-KV, dependent launch) of `g` for
+/// manifest key `key`, or nullptr.
 int *splitMember(LaunchGeometry &g, const std::string &key) {
 #define KVGEN_SPLIT_MEMBER(KEY, MEMBER)                                        \
   if (key == #KEY)                                                             \
     return &g.MEMBER;
-  KVGEN_SPLIT_GEOMETRY(KVGEN_SPLIT_MEMBER)
+  KVGEN_OPTIONAL_GEOMETRY(KVGEN_SPLIT_MEMBER)
 #undef KVGEN_SPLIT_MEMBER
   return nullptr;
 }
@@ -92,12 +92,22 @@ std::optional<std::string> validateEntry(const KernelEntry &e) {
   if (g.MEMBER < 0)                                                            \
     return fmt::format("kernel '{}': " #KEY " {} must be >= 0", e.name,       \
                        g.MEMBER);
-  KVGEN_SPLIT_GEOMETRY(KVGEN_CHECK_SPLIT)
+  KVGEN_OPTIONAL_GEOMETRY(KVGEN_CHECK_SPLIT)
 #undef KVGEN_CHECK_SPLIT
   if (g.rowGroup < 1 || g.itemCtas < 1)
     return fmt::format("kernel '{}': row_group {} and item_ctas {} must be "
                        "positive",
                        e.name, g.rowGroup, g.itemCtas);
+  if (g.dependentLaunch > 1)
+    return fmt::format("kernel '{}': dependent_launch {} must be 0 or 1",
+                       e.name, g.dependentLaunch);
+  if (g.dependentLaunch) {
+    std::optional<Target> t = parseTarget(e.target);
+    if (t && !t->caps().gridDependencyControl)
+      return fmt::format("kernel '{}': dependent_launch needs a target with "
+                         "grid dependency control (sm_90+), not {}",
+                         e.name, e.target);
+  }
   if (g.rowsPerCta == 0 && g.splitCtas > 0)
     return fmt::format("kernel '{}': split_ctas {} needs rows_per_cta > 0",
                        e.name, g.splitCtas);
@@ -127,12 +137,13 @@ std::string formatManifest(const std::vector<KernelEntry> &entries) {
       out += fmt::format("small_threads = {}\n", e.geometry.smallThreads);
     }
     out += fmt::format("vector_bytes = {}\n", e.geometry.vectorBytes);
-    // Row tiles and split-KV, only where they differ from a plain launch.
+    // Row tiles, split-KV and dependent launch, only where they differ
+    // from a plain launch.
     const LaunchGeometry plain;
 #define KVGEN_FORMAT_SPLIT(KEY, MEMBER)                                        \
   if (e.geometry.MEMBER != plain.MEMBER)                                       \
     out += fmt::format(#KEY " = {}\n", e.geometry.MEMBER);
-    KVGEN_SPLIT_GEOMETRY(KVGEN_FORMAT_SPLIT)
+    KVGEN_OPTIONAL_GEOMETRY(KVGEN_FORMAT_SPLIT)
 #undef KVGEN_FORMAT_SPLIT
     out += fmt::format("source = {}\n", e.source);
   }

@@ -356,7 +356,7 @@ bool kvgen_context_s::readGenerated(const Digest &key, GeneratedKernel *out) {
 #define KVGEN_SPLIT_KEY(KEY, MEMBER)                                           \
   if (k == #KEY)                                                               \
     dst = &g.geometry.MEMBER;
-    KVGEN_SPLIT_GEOMETRY(KVGEN_SPLIT_KEY)
+    KVGEN_OPTIONAL_GEOMETRY(KVGEN_SPLIT_KEY)
 #undef KVGEN_SPLIT_KEY
     if (!dst || v.empty() || v.size() > 9 ||
         v.find_first_not_of("0123456789") != std::string::npos)
@@ -390,7 +390,7 @@ void kvgen_context_s::writeGenerated(const Digest &key,
 #define KVGEN_SPLIT_KEY(KEY, MEMBER)                                           \
   if (ge.MEMBER != plain.MEMBER)                                               \
     payload.insert(payload.size() - 1, fmt::format(#KEY "={}\n", ge.MEMBER));
-  KVGEN_SPLIT_GEOMETRY(KVGEN_SPLIT_KEY)
+  KVGEN_OPTIONAL_GEOMETRY(KVGEN_SPLIT_KEY)
 #undef KVGEN_SPLIT_KEY
   payload += g.source;
   cache->write(key, payload);
@@ -1158,10 +1158,53 @@ int kvgen_kernel_vector_bytes(kvgen_kernel k) {
 
 extern "C" {
 
-kvgen_status kvgen_launch(kvgen_kernel k, const void *args, uint64_t argsSize,
-                          void *stream) {
+uint32_t kvgen_kernel_launch_flags(kvgen_kernel k) {
+  if (!k)
+    return 0;
+  uint32_t flags = k->ctx->backend->launchFlags();
+  if (!k->entry.geometry.dependentLaunch)
+    flags &= ~uint32_t(KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT);
+  return flags;
+}
+
+kvgen_status kvgen_launch_ex(kvgen_kernel k, const void *args,
+                             uint64_t argsSize, void *stream,
+                             const kvgen_launch_options *options) {
   if (!k || !args)
     return fail(KVGEN_ERROR_INVALID_ARGUMENT, "kernel or args is NULL");
+  const uint32_t flags = options ? options->flags : 0;
+  if (flags) {
+    const uint32_t known = KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT;
+    if (flags & ~known)
+      return fail(KVGEN_ERROR_INVALID_ARGUMENT,
+                  fmt::format("unknown launch flags {:#x} (known: {:#x})",
+                              flags & ~known, known));
+    if (!k->entry.geometry.dependentLaunch)
+      return fail(
+          KVGEN_ERROR_INVALID_ARGUMENT,
+          fmt::format("kernel '{}' (target {}) cannot take a programmatic "
+                      "dependent launch: its plan has no dependent_launch, "
+                      "so it does not wait in griddepcontrol.wait and would "
+                      "read its inputs before the previous kernel finished "
+                      "writing them (kv-plan plans it on sm_90+ for every "
+                      "op but paged_attention); launch it without "
+                      "KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT",
+                      k->entry.name, k->entry.target));
+    if (!(k->ctx->backend->launchFlags() &
+          KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT)) {
+      const kvgen_backend b = k->ctx->backend->kind();
+      return fail(b == KVGEN_BACKEND_CUDA ? KVGEN_ERROR_BACKEND_UNAVAILABLE
+                                          : KVGEN_ERROR_INVALID_ARGUMENT,
+                  fmt::format("kernel '{}': the {} backend has no "
+                              "programmatic dependent launch{}; launch it "
+                              "without KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT",
+                              k->entry.name, backendName(b),
+                              b == KVGEN_BACKEND_CUDA
+                                  ? " (the CUDA driver lacks "
+                                    "cuLaunchKernelEx, CUDA 12.0+)"
+                                  : ""));
+    }
+  }
   LaunchShape shape;
   Status st = validateLaunch(k->entry, args, argsSize, &k->memo, &shape);
   if (!st.isOk())
@@ -1198,12 +1241,18 @@ kvgen_status kvgen_launch(kvgen_kernel k, const void *args, uint64_t argsSize,
       std::memcpy(copy, args, size_t(argsSize));
       std::memcpy(copy + k->errorFlag->offset, &word, sizeof word);
       k->usedErrorWord.store(true, std::memory_order_relaxed);
-      return report(k->module->launch(copy, size_t(argsSize), uint32_t(shape.grid),
-                                      uint32_t(shape.block), stream));
+      return report(k->module->launch(copy, size_t(argsSize),
+                                      uint32_t(shape.grid),
+                                      uint32_t(shape.block), stream, flags));
     }
   }
   return report(k->module->launch(args, size_t(argsSize), uint32_t(shape.grid),
-                                  uint32_t(shape.block), stream));
+                                  uint32_t(shape.block), stream, flags));
+}
+
+kvgen_status kvgen_launch(kvgen_kernel k, const void *args, uint64_t argsSize,
+                          void *stream) {
+  return kvgen_launch_ex(k, args, argsSize, stream, nullptr);
 }
 
 kvgen_status kvgen_kernel_workspace_bytes(kvgen_kernel k, const void *args,
@@ -1219,16 +1268,21 @@ kvgen_status kvgen_kernel_workspace_bytes(kvgen_kernel k, const void *args,
   return succeed();
 }
 
-// The typed entries: the op check, then kvgen_launch.
+// The typed entries: the op check, then kvgen_launch_ex.
 #define KVGEN_OP(NAME, UPPER, CAMEL, ID, WORK_FROM, DOC)                       \
-  kvgen_status kvgen_launch_##NAME(                                            \
-      kvgen_kernel k, const kvgen_##NAME##_args *args, void *stream) {         \
+  kvgen_status kvgen_launch_##NAME##_ex(                                       \
+      kvgen_kernel k, const kvgen_##NAME##_args *args, void *stream,           \
+      const kvgen_launch_options *options) {                                   \
     if (k && k->entry.spec.op != KernelOp::CAMEL)                              \
       return fail(KVGEN_ERROR_INVALID_ARGUMENT,                                \
                   fmt::format("kernel '{}' is a {} kernel, launched as {}",    \
                               k->entry.name, opDesc(k->entry.spec.op).name,    \
                               #NAME));                                         \
-    return kvgen_launch(k, args, sizeof(*args), stream);                       \
+    return kvgen_launch_ex(k, args, sizeof(*args), stream, options);           \
+  }                                                                            \
+  kvgen_status kvgen_launch_##NAME(                                            \
+      kvgen_kernel k, const kvgen_##NAME##_args *args, void *stream) {         \
+    return kvgen_launch_##NAME##_ex(k, args, stream, nullptr);                 \
   }
 #include "kvgen/Ops.def"
 

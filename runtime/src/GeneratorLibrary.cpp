@@ -201,7 +201,7 @@ std::optional<std::string> generateWithLibrary(const GeneratorLocation &loc,
   out->geometry = {k.threads, k.tokens_per_cta, k.vector_bytes,
                    k.small_max_tokens, k.small_threads};
 #define KVGEN_COPY_SPLIT(KEY, MEMBER) out->geometry.MEMBER = k.KEY;
-  KVGEN_SPLIT_GEOMETRY(KVGEN_COPY_SPLIT)
+  KVGEN_OPTIONAL_GEOMETRY(KVGEN_COPY_SPLIT)
 #undef KVGEN_COPY_SPLIT
   l.freeKernel(&k);
   return std::nullopt;

@@ -38,10 +38,11 @@ pytestmark = pytest.mark.skipif(
 # kvgen_generated_kernel of generator_abi.h, API version GENERATED_API (the
 # test asserts the library's version, so a changed struct fails here instead
 # of the library writing past a stale mirror).
-GENERATED_API = 2
+GENERATED_API = 3
 _GEOMETRY = ("threads", "tokens_per_cta", "vector_bytes", "small_max_tokens",
              "small_threads", "rows_per_cta", "row_group", "item_ctas",
-             "split_ctas", "split_min_tokens", "split_align", "partial_bytes")
+             "split_ctas", "split_min_tokens", "split_align", "partial_bytes",
+             "dependent_launch")
 
 
 class Generated(ctypes.Structure):
@@ -126,6 +127,10 @@ def test_same_source_as_the_cli(op, layout_args, options, target):
             g.item_ctas == 4 and g.split_ctas > 0 and g.partial_bytes > 0
     else:
         assert g.rows_per_cta == 0
+    # The plan's dependent launch (griddepcontrol): sm_90 kernels other
+    # than attention, nowhere else.
+    assert g.dependent_launch == int(target == "sm_90" and
+                                     op != "paged_attention")
     source = ctypes.string_at(g.source).decode()
     lib.kvgen_generator_free_kernel(ctypes.byref(g))
     assert source == cli.stdout

@@ -516,6 +516,68 @@ def test_eager_entry_checks_every_call():
     assert torch.equal(ko[4], key[4])
 
 
+def _pdl_supported(dev):
+    """The ops' kernels take pdl=True: CUDA sm_90+ (kv-plan's
+    dependent_launch); not the CPU (host backend)."""
+    return dev.type == "cuda" and torch.cuda.get_device_capability(dev) >= \
+        (9, 0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_write_ops_with_pdl(device):
+    """pdl=True: a programmatic dependent launch of the write ops, the same
+    bytes as a plain launch where the kernel supports it (CUDA sm_90);
+    elsewhere KvgenError (KVGEN_ERROR_INVALID_ARGUMENT) and nothing
+    written, through torch.ops, kvgen.torch and its remembered fast
+    path."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(21)
+    T, H, dk, dv, bs, nb = 6, 2, 64, 32, 16, 3
+    key = make_rows(T, H, dk, gen).to(dev)
+    value = make_rows(T, H, dv, gen).to(dev)
+    slots = make_slots(T, nb, bs, gen, torch.int64).to(dev)
+    one = torch.ones(1, device=dev)
+    want_k = torch.zeros(nb, bs, H, dk, dtype=torch.bfloat16, device=dev)
+    want_v = torch.zeros(nb, bs, H, dv, dtype=torch.bfloat16, device=dev)
+    torch_ref.write(key, value, want_k, want_v, slots, "auto", one, one)
+    ok = _pdl_supported(dev)
+    for write in (torch.ops.kvgen.reshape_and_cache_flash,
+                  kt.reshape_and_cache_flash):
+        kc, vc = torch.zeros_like(want_k), torch.zeros_like(want_v)
+        # A plain call first: kvgen.torch then takes its fast path.
+        write(key, value, kc, vc, slots, "auto", one, one)
+        assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
+        kc.zero_()
+        vc.zero_()
+        if ok:
+            write(key, value, kc, vc, slots, "auto", one, one, pdl=True)
+            assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
+        else:
+            with pytest.raises(kvgen.KvgenError,
+                               match="INVALID_ARGUMENT.*cannot take a "
+                               "programmatic dependent launch"):
+                write(key, value, kc, vc, slots, "auto", one, one, pdl=True)
+            assert not kc.any() and not vc.any()
+    L, R = 128, 32
+    kv_c = make_rows(T, 1, L, gen)[:, 0].to(dev)
+    k_pe = make_rows(T, 1, R, gen)[:, 0].to(dev)
+    cache = torch.zeros(nb, bs, L + R, dtype=torch.bfloat16, device=dev)
+    want = cache.clone()
+    torch_ref.concat_and_cache_mla(kv_c, k_pe, want, slots, "auto", one)
+    if ok:
+        torch.ops.kvgen.concat_and_cache_mla(kv_c, k_pe, cache, slots, "auto",
+                                             one, pdl=True)
+        assert torch.equal(cache, want)
+    else:
+        with pytest.raises(kvgen.KvgenError, match="INVALID_ARGUMENT"):
+            torch.ops.kvgen.concat_and_cache_mla(kv_c, k_pe, cache, slots,
+                                                 "auto", one, pdl=True)
+        assert not cache.any()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        kt.check_errors(dev)
+
+
 def test_kernel_table_reuses_plans():
     key, value, kc, vc, slots, ks, vs = _setup_bad()
     slots[4] = 10

@@ -216,6 +216,49 @@ TEST(Manifest, RoundTripsSplitGeometry) {
   EXPECT_NE(validateEntry(e)->find("rows_per_cta"), std::string::npos);
 }
 
+TEST(Manifest, RoundTripsDependentLaunchOnSm90Only) {
+  KernelEntry e;
+  e.name = "w";
+  e.target = "sm_90";
+  e.spec = KernelSpec::make(KernelOp::ReshapeAndCache, test::mimoLayout());
+  e.geometry.threads = 128;
+  e.geometry.tokensPerCta = 1;
+  e.geometry.vectorBytes = 16;
+  e.source = "w.cu";
+  // Absent by default: a kernel that may not take a programmatic launch.
+  EXPECT_EQ(formatManifest({e}).find("dependent_launch"), std::string::npos);
+  e.geometry.dependentLaunch = 1;
+  ASSERT_FALSE(validateEntry(e).has_value()) << *validateEntry(e);
+  std::string text = formatManifest({e});
+  EXPECT_NE(text.find("dependent_launch = 1\n"), std::string::npos) << text;
+  std::vector<KernelEntry> out;
+  std::string err;
+  ASSERT_TRUE(parseManifest(text, &out, &err)) << err;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].geometry.dependentLaunch, 1);
+  EXPECT_EQ(formatManifest(out), text);
+  // Targets without griddepcontrol (sm_80, sm_89, AMD, host) cannot have
+  // it, nor can a value other than 0 / 1.
+  for (const char *t : {"sm_80", "sm_89", "gfx942", "host"}) {
+    e.target = t;
+    ASSERT_TRUE(validateEntry(e).has_value()) << t;
+    EXPECT_NE(validateEntry(e)->find("dependent_launch needs a target with "
+                                     "grid dependency control"),
+              std::string::npos)
+        << *validateEntry(e);
+  }
+  e.target = "sm_90";
+  e.geometry.dependentLaunch = 2;
+  ASSERT_TRUE(validateEntry(e).has_value());
+  EXPECT_NE(validateEntry(e)->find("dependent_launch 2 must be 0 or 1"),
+            std::string::npos);
+  // Parsing applies the same rules.
+  std::string host = text;
+  host.replace(host.find("target = sm_90"), 14, "target = host");
+  EXPECT_FALSE(parseManifest(host, &out, &err));
+  EXPECT_NE(err.find("dependent_launch"), std::string::npos) << err;
+}
+
 TEST(Manifest, IgnoresCommentsAndKeyOrder) {
   // Options may come anywhere after `op` (here before `layout` and
   // `target`), in any order among themselves.

@@ -357,6 +357,128 @@ TEST_F(Validation, GenericLaunchChecksArgsSizeAndTypedEntriesTheOp) {
   EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
 }
 
+TEST_F(Validation, LaunchOptionsOnTheHostBackend) {
+  // Host kernels are never planned for programmatic dependent launch: the
+  // kernel reports no launch flags, and the flag is refused before
+  // anything runs.
+  EXPECT_EQ(kvgen_kernel_launch_flags(hk.write.get()), 0u);
+  EXPECT_EQ(hk.write.launchFlags(), 0u);
+  EXPECT_EQ(kvgen_kernel_launch_flags(nullptr), 0u);
+  std::vector<uint16_t> before = buf.kc;
+  kvgen_reshape_and_cache_args a = buf.writeArgs();
+  kvgen_launch_options pdl{};
+  pdl.flags = KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT;
+  Status s = Status::from(
+      kvgen_launch_ex(hk.write.get(), &a, sizeof(a), nullptr, &pdl));
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("'kv_rc' (target host) cannot take a "
+                           "programmatic dependent launch: its plan has no "
+                           "dependent_launch"),
+            std::string::npos)
+      << s.message;
+  EXPECT_EQ(before, buf.kc) << "a refused launch ran";
+  // The same through the typed entry and the C++ wrapper, and for a launch
+  // of no work (the flags are checked first).
+  s = Status::from(
+      kvgen_launch_reshape_and_cache_ex(hk.write.get(), &a, nullptr, &pdl));
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(hk.write.launch(a, nullptr, KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT)
+                .code,
+            KVGEN_ERROR_INVALID_ARGUMENT);
+  kvgen_reshape_and_cache_args empty{};
+  EXPECT_EQ(hk.write.launch(empty, nullptr, KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT)
+                .code,
+            KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(hk.write.launch(empty, nullptr, 0).ok());
+  EXPECT_EQ(before, buf.kc);
+  // Unknown bits are refused, naming them.
+  kvgen_launch_options unknown{};
+  unknown.flags = 0x6;
+  s = Status::from(
+      kvgen_launch_ex(hk.write.get(), &a, sizeof(a), nullptr, &unknown));
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("unknown launch flags 0x6"), std::string::npos)
+      << s.message;
+  // The op check of the typed _ex entries.
+  std::vector<uint16_t> ko(buf.key.size()), vo(buf.value.size());
+  kvgen_gather_args g = buf.gatherArgs(ko, vo);
+  s = Status::from(
+      kvgen_launch_gather_ex(hk.write.get(), &g, nullptr, nullptr));
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("launched as gather"), std::string::npos);
+  EXPECT_EQ(before, buf.kc);
+  // No options, or options without flags, launch as kvgen_launch does:
+  // the same cache bytes.
+  for (const kvgen_launch_options *o :
+       {static_cast<const kvgen_launch_options *>(nullptr),
+        static_cast<const kvgen_launch_options *>(&unknown)}) {
+    unknown.flags = 0;
+    Buffers b2(test::mimoLayout(16), 4, 8);
+    for (int64_t t = 0; t < 8; ++t)
+      b2.slots[size_t(t)] = 63 - 5 * t;
+    kvgen_reshape_and_cache_args a2 = b2.writeArgs();
+    s = Status::from(
+        kvgen_launch_ex(hk.write.get(), &a2, sizeof(a2), nullptr, o));
+    ASSERT_TRUE(s.ok()) << s.message;
+    Buffers b3(test::mimoLayout(16), 4, 8);
+    b3.slots = b2.slots;
+    ASSERT_TRUE(hk.write.launch(b3.writeArgs()).ok());
+    // The caches from their aligned starts (the vectors' own alignment
+    // differs).
+    EXPECT_EQ(std::memcmp(b2.alignedK(), b3.alignedK(), b2.kBytes), 0);
+    EXPECT_EQ(std::memcmp(b2.alignedV(), b3.alignedV(), b2.vBytes), 0);
+    Buffers untouched(test::mimoLayout(16), 4, 8);
+    EXPECT_NE(std::memcmp(b2.alignedK(), untouched.alignedK(), b2.kBytes), 0)
+        << "the launch wrote nothing";
+  }
+}
+
+// On a compile-only CUDA context for sm_90 (NVRTC only, no device): a
+// kernel whose bundle entry has dependent_launch reports and accepts the
+// flag (the launch then ends at the compile-only check), one without it
+// refuses the flag. Skips where NVRTC cannot be loaded.
+TEST(LaunchOptions, ProgrammaticDependentFollowsThePlan) {
+  Context ctx;
+  Status s = Context::createCompileOnly(KVGEN_BACKEND_CUDA, "sm_90", &ctx);
+  if (!s)
+    GTEST_SKIP() << "NVRTC unavailable here: " << s.message;
+  test::TempDir tmp;
+  ASSERT_TRUE(ctx.setCacheDir(tmp.path() + "/cache").ok());
+  LayoutDesc l = test::mimoLayout(16);
+  KernelSpec rc = KernelSpec::make(KernelOp::ReshapeAndCache, l);
+  KernelEntry with = test::testEntry("kv_rc_pdl", "sm_90", rc, "a.cu");
+  with.geometry.dependentLaunch = 1;
+  KernelEntry without = test::testEntry("kv_rc_plain", "sm_90", rc, "b.cu");
+  ASSERT_FALSE(writeBundle(tmp.path() + "/b",
+                           {{with, test::cudaKernelSource("kv_rc_pdl", rc)},
+                            {without,
+                             test::cudaKernelSource("kv_rc_plain", rc)}})
+                   .has_value());
+  ASSERT_TRUE(ctx.loadBundle(tmp.path() + "/b").ok());
+  Kernel kw, kp;
+  s = ctx.getKernel("kv_rc_pdl", &kw);
+  ASSERT_TRUE(s.ok()) << s.message;
+  s = ctx.getKernel("kv_rc_plain", &kp);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_EQ(kw.launchFlags(), uint32_t(KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT));
+  EXPECT_EQ(kp.launchFlags(), 0u);
+  Buffers buf(l, 4, 8);
+  for (int64_t t = 0; t < 8; ++t)
+    buf.slots[size_t(t)] = t;
+  kvgen_reshape_and_cache_args a = buf.writeArgs();
+  s = kw.launch(a, nullptr, KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT);
+  EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE_ONLY) << s.message;
+  s = kp.launch(a, nullptr, KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT);
+  EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("'kv_rc_plain' (target sm_90) cannot take a "
+                           "programmatic dependent launch"),
+            std::string::npos)
+      << s.message;
+  // Without the flag both pass the checks and stop at compile-only.
+  EXPECT_EQ(kp.launch(a).code, KVGEN_ERROR_COMPILE_ONLY);
+  EXPECT_EQ(kw.launch(a).code, KVGEN_ERROR_COMPILE_ONLY);
+}
+
 TEST_F(Validation, GatherChecksFieldsInStructOrder) {
   std::vector<uint16_t> ko(buf.key.size()), vo(buf.value.size());
   // Several NULL pointers: the first in kvgen_gather_args order (Ops.def) is

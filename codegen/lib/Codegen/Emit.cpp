@@ -276,13 +276,15 @@ LogicalResult kvgen::printSource(ModuleOp module, raw_ostream &os) {
        << " vector_bytes=" << plan.getVectorBytes()
        << " small_max_tokens=" << plan.getSmallMaxTokens()
        << " small_threads=" << plan.getSmallThreads();
+    // The optional fields (row tiles, split-KV, dependent launch) where
+    // they differ from a plain launch.
     const LaunchGeometry g = plan.geometry(), plain;
-    if (g.rowsPerCta > 0) {
-#define KVGEN_PRINT_SPLIT(KEY, MEMBER)                                         \
+#define KVGEN_PRINT_OPTIONAL(KEY, MEMBER)                                      \
   if (g.MEMBER != plain.MEMBER)                                                \
     os << " " #KEY "=" << g.MEMBER;
-      KVGEN_SPLIT_GEOMETRY(KVGEN_PRINT_SPLIT)
-#undef KVGEN_PRINT_SPLIT
+    KVGEN_OPTIONAL_GEOMETRY(KVGEN_PRINT_OPTIONAL)
+#undef KVGEN_PRINT_OPTIONAL
+    if (g.rowsPerCta > 0) {
       os << " grid=(kvgen::launchShape, kvgen/Launch.h: units x splits)\n";
     } else {
       os << " grid=(num_tokens<=small_max_tokens ? num_tokens x "

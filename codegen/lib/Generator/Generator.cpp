@@ -117,7 +117,7 @@ kvgen_generator_emit(const char *opName, const char *layoutText,
   out->small_max_tokens = int32_t(g.smallMaxTokens);
   out->small_threads = int32_t(g.smallThreads);
 #define KVGEN_COPY_SPLIT(KEY, MEMBER) out->KEY = int32_t(g.MEMBER);
-  KVGEN_SPLIT_GEOMETRY(KVGEN_COPY_SPLIT)
+  KVGEN_OPTIONAL_GEOMETRY(KVGEN_COPY_SPLIT)
 #undef KVGEN_COPY_SPLIT
   return 0;
 }

@@ -188,7 +188,7 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t rowsPerCta, int64_t rowGroup,
                                int64_t itemCtas, int64_t splitCtas,
                                int64_t splitMinTokens, int64_t splitAlign,
-                               int64_t partialBytes) {
+                               int64_t partialBytes, bool dependentLaunch) {
   std::string targetError;
   std::optional<Target> t = parseTarget(target.str(), &targetError);
   if (!t)
@@ -219,6 +219,10 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (streamingStores && !t->caps().streamingStores)
     return emitError() << "'streaming_stores' needs a target with "
                           "cache-streaming stores; '"
+                       << target << "' has none";
+  if (dependentLaunch && !t->caps().gridDependencyControl)
+    return emitError() << "'dependent_launch' needs a target with grid "
+                          "dependency control (griddepcontrol, sm_90+); '"
                        << target << "' has none";
   for (auto [name, v] :
        {std::pair<const char *, int64_t>{"rows_per_cta", rowsPerCta},
@@ -254,6 +258,7 @@ LaunchGeometry PlanAttr::geometry() const {
   g.splitMinTokens = int(getSplitMinTokens());
   g.splitAlign = int(getSplitAlign());
   g.partialBytes = int(getPartialBytes());
+  g.dependentLaunch = getDependentLaunch() ? 1 : 0;
   return g;
 }
 
@@ -297,7 +302,8 @@ LogicalResult kvgen::kv::verifyPlanFits(Operation *op) {
                               plan.getStreamingStores(), plan.getRowsPerCta(),
                               plan.getRowGroup(), plan.getItemCtas(),
                               plan.getSplitCtas(), plan.getSplitMinTokens(),
-                              plan.getSplitAlign(), plan.getPartialBytes())))
+                              plan.getSplitAlign(), plan.getPartialBytes(),
+                              plan.getDependentLaunch())))
     return failure();
   const LayoutDesc &l = spec.getLayout().getDesc();
   // Kernels number a CTA's accesses in 32 bits (kvgen/Launch.h).

@@ -27,6 +27,15 @@
 //               (they are not read again soon; on the H200 that was never
 //               slower and faster at mid-size T: docs/performance.md,
 //               "What was changed"). Not measured on AMD: off there.
+//   dependent   targets with grid dependency control (sm_90+): the kernel
+//               waits for its predecessor in griddepcontrol.wait before its
+//               first global access and then lets its dependents start
+//               (griddepcontrol.launch_dependents), so it may be launched
+//               with programmatic dependent launch (KVGEN_LAUNCH_
+//               PROGRAMMATIC_DEPENDENT): a decode step's write then starts
+//               while the kernel before it drains. Both are no-ops in a
+//               plain launch. Not planned for row-tiled kernels (paged
+//               attention): not measured there.
 //
 //===----------------------------------------------------------------------===//
 #include "kvgen/Transforms/Plan.h"
@@ -152,6 +161,7 @@ kvgen::choosePlan(const LayoutDesc &layout, DType io, const Target &target,
   // The hardware converts (sm_89+) exist for e4m3fn and e5m2, not for the
   // FNUZ encodings; AMD's converts are not used yet.
   c.streamingStores = target.caps().streamingStores;
+  c.dependentLaunch = target.caps().gridDependencyControl;
   c.hwFp8 = target.caps().hwFp8Convert &&
             (layout.dtype == DType::F8E4M3FN || layout.dtype == DType::F8E5M2);
   return c;
@@ -172,6 +182,7 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
   c.tokensPerCta = 1;
   c.smallMaxTokens = c.smallThreads = 0;
   c.streamingStores = false; // the output is small and read next
+  c.dependentLaunch = false; // not measured for attention (Plan.cpp top)
   c.rowsPerCta = 16;         // one m16 MMA tile of query rows
   c.rowGroup = rowGroup;
   c.itemCtas = layout.numKvHeads;
@@ -224,7 +235,8 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
           c->smallThreads,
           c->cacheProven ? Alignment::proven : Alignment::checked, c->hwFp8,
           c->streamingStores, c->rowsPerCta, c->rowGroup, c->itemCtas,
-          c->splitCtas, c->splitMinTokens, c->splitAlign, c->partialBytes);
+          c->splitCtas, c->splitMinTokens, c->splitAlign, c->partialBytes,
+          c->dependentLaunch);
     };
     WalkResult walk = getOperation().walk([&](KernelSpecOpInterface op) {
       PlanAttr plan = planFor(op);

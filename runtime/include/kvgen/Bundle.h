@@ -24,7 +24,8 @@
 //   small_threads = 160                  #   grid.x = T, block.x = small_threads
 //   vector_bytes = 16                    # alignment needed of cache pointers
 //   rows_per_cta = 16                    # optional: row tiles and split-KV
-//   ...                                  #   (Launch.h KVGEN_SPLIT_GEOMETRY)
+//   ...                                  #   (Launch.h KVGEN_OPTIONAL_GEOMETRY)
+//   dependent_launch = 1                 # optional: waits in griddepcontrol
 //   source = kvgen_rc_mimo_bf16.cu       # file name inside the bundle
 //   [kernel]
 //   ...
@@ -36,8 +37,10 @@
 // starts one entry; every key above is required exactly once per entry, in
 // any order, except the optional pair small_max_tokens / small_threads
 // (absent: 0, the kernel has no small-launch shape) and the optional row
-// tile / split-KV keys of Launch.h's KVGEN_SPLIT_GEOMETRY (absent: a plain
-// launch; written only where they differ from it). The option keys are
+// tile / split-KV / dependent_launch keys of Launch.h's
+// KVGEN_OPTIONAL_GEOMETRY (absent: a plain launch; written only where they
+// differ from it; dependent_launch absent: the kernel may not be launched
+// with KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT). The option keys are
 // those of the entry's op, all of them (they follow `op`); a value runs from
 // the first '=' to the end of the line (trimmed), so `layout` holds
 // kvgen::toString(LayoutDesc) verbatim. '#' starts a comment only at the

@@ -25,18 +25,20 @@
 
 namespace kvgen {
 
-/// The optional fields of a LaunchGeometry that describe row tiles and
-/// split-KV, as (manifest key / #kv.plan parameter, member): X(key, member).
-/// Absent keys are 0 (no row tiles, never split) except row_group and
-/// item_ctas (1).
-#define KVGEN_SPLIT_GEOMETRY(X)                                                \
+/// The optional fields of a LaunchGeometry, as (manifest key / #kv.plan
+/// parameter, member): X(key, member). Absent keys take the member's
+/// default: 0 (no row tiles, never split, no dependent launch) except
+/// row_group and item_ctas (1). Manifests, the disk cache, the generator
+/// library's struct and the emitted source header carry exactly these.
+#define KVGEN_OPTIONAL_GEOMETRY(X)                                             \
   X(rows_per_cta, rowsPerCta)                                                  \
   X(row_group, rowGroup)                                                       \
   X(item_ctas, itemCtas)                                                       \
   X(split_ctas, splitCtas)                                                     \
   X(split_min_tokens, splitMinTokens)                                          \
   X(split_align, splitAlign)                                                   \
-  X(partial_bytes, partialBytes)
+  X(partial_bytes, partialBytes)                                               \
+  X(dependent_launch, dependentLaunch)
 
 /// How a compiled kernel is launched.
 struct LaunchGeometry {
@@ -65,6 +67,11 @@ struct LaunchGeometry {
   /// Workspace bytes per (unit, split) of a split launch (its partial
   /// result).
   int partialBytes = 0;
+  /// 1 when the kernel executes griddepcontrol.wait before its first
+  /// global memory access (the plan's dependent_launch, sm_90+): only then
+  /// may it be launched with programmatic stream serialization
+  /// (KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT, kvgen.h). 0 or 1.
+  int dependentLaunch = 0;
 };
 
 /// The most cache elements one CTA may move: a kernel numbers the accesses

@@ -43,6 +43,11 @@ struct TargetInfo {
     bool mmaSync = false;
     /// v_mfma_f32_32x32x8 bf16/f16 (CDNA2+: gfx90a, gfx942, gfx950).
     bool mfma = false;
+    /// griddepcontrol.wait and griddepcontrol.launch_dependents (PTX ISA
+    /// 7.8+, sm_90+): programmatic dependent launch, a kernel launched with
+    /// programmatic stream serialization starts before its predecessor
+    /// finishes and waits for it in griddepcontrol.wait.
+    bool gridDependencyControl = false;
   } caps;
   /// The target part of the device prelude (codegen/prelude/).
   const char *prelude;

@@ -367,6 +367,64 @@ KVGEN_API const char *kvgen_kernel_options(kvgen_kernel k);
 KVGEN_API kvgen_status kvgen_launch(kvgen_kernel k, const void *args,
                                     uint64_t args_size, void *stream);
 
+/*--- Launch options --------------------------------------------------------*/
+
+/** Flags of kvgen_launch_options.flags (or-ed). */
+typedef enum kvgen_launch_flag {
+  /** Programmatic dependent launch (CUDA backend, kernels planned for
+   * sm_90+). The kernel is launched with cuLaunchKernelEx and the attribute
+   * CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, so the GPU may
+   * start it before the previous kernel on `stream` has completed: its
+   * CTAs are scheduled once every CTA of that kernel has executed
+   * griddepcontrol.launch_dependents (cudaTriggerProgrammaticLaunchCompletion)
+   * or exited, and each CTA then waits in griddepcontrol.wait, before its
+   * first global memory access, until the previous kernel has completed and
+   * its writes are visible. So the launch latency and the CTAs' start
+   * overlap the previous kernel's tail; what the kernel reads and writes
+   * is exactly what a plain launch reads and writes. kvgen kernels with
+   * this capability also execute griddepcontrol.launch_dependents right
+   * after that wait, so a next kernel launched the same way may start
+   * early in turn (it still waits for this whole kernel in its own
+   * griddepcontrol.wait). Works in CUDA graph capture (the edge becomes a
+   * programmatic dependency).
+   *
+   * Accepted only when kvgen_kernel_launch_flags(k) reports it: the
+   * kernel's plan has `dependent_launch` (kv-plan sets it on targets with
+   * grid dependency control, sm_90+, for every op but paged_attention; the
+   * bundle manifest key `dependent_launch = 1`) and its context is CUDA.
+   * Otherwise KVGEN_ERROR_INVALID_ARGUMENT, and nothing is launched: a
+   * kernel that does not wait in griddepcontrol.wait, launched this way,
+   * could read its inputs before the previous kernel has written them.
+   * The HOST and HIP backends have no such launch and refuse the flag the
+   * same way (their kernels are never planned with it). A CUDA driver
+   * without cuLaunchKernelEx (before CUDA 12.0) gives
+   * KVGEN_ERROR_BACKEND_UNAVAILABLE (nothing launched; launch without the
+   * flag); kvgen_kernel_launch_flags then omits the flag. */
+  KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT = 1u << 0
+} kvgen_launch_flag;
+
+/** Per-launch options of kvgen_launch_ex. Zero-initialize, then set. */
+typedef struct kvgen_launch_options {
+  uint32_t flags; /**< kvgen_launch_flag bits; others are
+                       KVGEN_ERROR_INVALID_ARGUMENT */
+} kvgen_launch_options;
+
+/** The kvgen_launch_flag bits kvgen_launch_ex accepts for `k` on its
+ * context (0 for NULL): KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT when k's plan
+ * has dependent_launch and the context is CUDA with a driver that has
+ * cuLaunchKernelEx (compile-only CUDA contexts report it; their launches
+ * still end at KVGEN_ERROR_COMPILE_ONLY). */
+KVGEN_API uint32_t kvgen_kernel_launch_flags(kvgen_kernel k);
+
+/** kvgen_launch with per-launch `options` (NULL: none, the same as
+ * kvgen_launch). The flags are checked first (see kvgen_launch_flag: an
+ * unknown bit, or one kvgen_kernel_launch_flags(k) lacks, is
+ * KVGEN_ERROR_INVALID_ARGUMENT, even for a launch of 0 work items), then
+ * the arguments as in kvgen_launch. */
+KVGEN_API kvgen_status kvgen_launch_ex(kvgen_kernel k, const void *args,
+                                       uint64_t args_size, void *stream,
+                                       const kvgen_launch_options *options);
+
 /** The workspace in bytes (*bytes; 0 when none) that a launch of `k` with
  * `args` needs: the launch rule's (kvgen/Launch.h) for a split launch of an
  * op with a WORKSPACE field, from the fields of roles WORK, WORK_ROWS,
@@ -380,11 +438,15 @@ KVGEN_API kvgen_status kvgen_kernel_workspace_bytes(kvgen_kernel k,
                                                     uint64_t *bytes);
 
 /** kvgen_launch for one op, typed: kvgen_launch_reshape_and_cache(k, args,
- * stream), kvgen_launch_gather(k, args, stream), ... A kernel of another op
- * is KVGEN_ERROR_INVALID_ARGUMENT. */
+ * stream), kvgen_launch_gather(k, args, stream), ..., and kvgen_launch_ex
+ * the same way: kvgen_launch_reshape_and_cache_ex(k, args, stream,
+ * options), ... A kernel of another op is KVGEN_ERROR_INVALID_ARGUMENT. */
 #define KVGEN_OP(NAME, UPPER, CAMEL, ID, WORK_FROM, DOC)                       \
   KVGEN_API kvgen_status kvgen_launch_##NAME(                                  \
-      kvgen_kernel k, const kvgen_##NAME##_args *args, void *stream);
+      kvgen_kernel k, const kvgen_##NAME##_args *args, void *stream);          \
+  KVGEN_API kvgen_status kvgen_launch_##NAME##_ex(                             \
+      kvgen_kernel k, const kvgen_##NAME##_args *args, void *stream,           \
+      const kvgen_launch_options *options);
 #include "kvgen/Ops.def"
 
 #ifdef __cplusplus

@@ -10,6 +10,7 @@
 //   kvgen::Kernel k;
 //   ctx.getKernel("kvgen_rc_...", &k);
 //   k.launch(args, stream);        // args: a kvgen_<op>_args
+//   k.launch(args, stream, KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT);  // sm_90+
 //
 //===----------------------------------------------------------------------===//
 #ifndef KVGEN_KVGEN_HPP
@@ -55,14 +56,22 @@ public:
   /// The kernel's options, canonical ("io = bf16, slots = i64, ...").
   const char *options() const { return kvgen_kernel_options(k_); }
 
+  /// The kvgen_launch_flag bits launch() accepts for this kernel
+  /// (kvgen_kernel_launch_flags).
+  uint32_t launchFlags() const { return kvgen_kernel_launch_flags(k_); }
+
   /// Launches with `args`, the argument struct of the kernel's op, through
-  /// the op's typed entry (kvgen_launch_reshape_and_cache, ...), which also
-  /// checks that the kernel is of that op. One overload per op of
-  /// kvgen/Ops.def.
+  /// the op's typed entry (kvgen_launch_reshape_and_cache_ex, ...), which
+  /// also checks that the kernel is of that op. `flags`: kvgen_launch_flag
+  /// bits (e.g. KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT; 0: a plain launch).
+  /// One overload per op of kvgen/Ops.def.
 #define KVGEN_OP(NAME, UPPER, CAMEL, ID, WORK_FROM, DOC)                       \
-  Status launch(const kvgen_##NAME##_args &args, void *stream = nullptr)       \
-      const {                                                                  \
-    return Status::from(kvgen_launch_##NAME(k_, &args, stream));               \
+  Status launch(const kvgen_##NAME##_args &args, void *stream = nullptr,       \
+                uint32_t flags = 0) const {                                    \
+    kvgen_launch_options options{};                                            \
+    options.flags = flags;                                                     \
+    return Status::from(                                                       \
+        kvgen_launch_##NAME##_ex(k_, &args, stream, &options));                \
   }
 #include "kvgen/Ops.def"
 

@@ -47,6 +47,16 @@
 
 // -----
 
+// expected-error @+1 {{'dependent_launch' needs a target with grid dependency control (griddepcontrol, sm_90+); 'sm_89' has none}}
+#bad = #kv.plan<target = "sm_89", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, dependent_launch = true>
+
+// -----
+
+// expected-error @+1 {{'dependent_launch' needs a target with grid dependency control (griddepcontrol, sm_90+); 'host' has none}}
+#bad = #kv.plan<target = "host", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false, dependent_launch = true>
+
+// -----
+
 // The kernel op checks its plan against its layout.
 // expected-error @+1 {{'kv.reshape_and_cache' op plan's 'vector_bytes' = 2 is not a whole number of f32 elements}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,

@@ -79,6 +79,24 @@ kv.gather @read_planned : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // -----
 
+// dependent_launch round-trips; false is the default and is not printed.
+// CHECK-LABEL: kv.reshape_and_cache @write_dependent :
+// CHECK-SAME: streaming_stores = true, dependent_launch = true>}
+// CHECK-LABEL: kv.reshape_and_cache @write_not_dependent :
+// CHECK-SAME: streaming_stores = true>}
+kv.reshape_and_cache @write_dependent : #kv.layout<num_kv_heads = 4,
+    head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,
+    input bf16, slots i64
+    {plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven,
+    hw_fp8 = false, streaming_stores = true, dependent_launch = true>}
+kv.reshape_and_cache @write_not_dependent : #kv.layout<num_kv_heads = 4,
+    head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,
+    input bf16, slots i64
+    {plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven,
+    hw_fp8 = false, streaming_stores = true, dependent_launch = false>}
+
+// -----
+
 // Several kernels of one module: symbols stay distinct and in order.
 // CHECK-LABEL: kv.reshape_and_cache @layer0_write
 // CHECK-NEXT: kv.gather @layer0_read

@@ -14,7 +14,8 @@
 // PLAN-SAME: cache_alignment = proven, hw_fp8 = false,
 // PLAN-SAME: streaming_stores = false, rows_per_cta = 16, row_group = 16,
 // PLAN-SAME: item_ctas = 4, split_ctas = 264, split_min_tokens = 256,
-// PLAN-SAME: split_align = 64, partial_bytes = 8320
+// PLAN-SAME: split_align = 64, partial_bytes = 8320>
+// (No dependent_launch: not planned for attention, Plan.cpp.)
 // HOST-LABEL: kv.paged_attention @mimo
 // HOST-SAME: split_ctas = 8, split_min_tokens = 32
 // NOSPLIT-LABEL: kv.paged_attention @mimo

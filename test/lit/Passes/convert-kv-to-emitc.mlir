@@ -4,7 +4,9 @@
 // Each kernel op becomes three named structs (its layout, its plan and its
 // options, printed from the attributes) and one emitc.func whose single
 // parameter is the op's argument struct and whose body calls the op's
-// kernel template with the three structs.
+// kernel template with the three structs, after the wait of a programmatic
+// dependent launch (kvgen::dependentLaunchBegin, a no-op unless the plan has
+// dependent_launch: sm_90 here, not the host).
 
 // MiMo 4 x 192/128, bf16, dense nhd: K and V each get their own strides
 // (K: block 16*4*192 = 12288, token 4*192 = 768, head 192; V: 8192, 512,
@@ -21,11 +23,12 @@
 // CHECK-SAME: typedef c0 k;\0A  typedef c1 v;
 // The plan's decisions (pinned in plan.mlir) as constants; vec is
 // vector_bytes / 2 bytes of bf16.
-// CHECK-NEXT: emitc.verbatim "/// #kv.plan<target = \22sm_90\22, vector_bytes = 16, threads = [[T:[0-9]+]], tokens_per_cta = [[N:[0-9]+]], small_max_tokens = [[SN:[0-9]+]], small_threads = [[ST:[0-9]+]], cache_alignment = proven, hw_fp8 = false, streaming_stores = true>\0Astruct mimo_write_plan {
+// CHECK-NEXT: emitc.verbatim "/// #kv.plan<target = \22sm_90\22, vector_bytes = 16, threads = [[T:[0-9]+]], tokens_per_cta = [[N:[0-9]+]], small_max_tokens = [[SN:[0-9]+]], small_threads = [[ST:[0-9]+]], cache_alignment = proven, hw_fp8 = false, streaming_stores = true, dependent_launch = true>\0Astruct mimo_write_plan {
 // CHECK-SAME: static constexpr int vector_bytes = 16, vec = 8;
 // CHECK-SAME: static constexpr int threads = [[T]], tokens_per_cta = [[N]];
 // CHECK-SAME: static constexpr int small_max_tokens = [[SN]], small_threads = [[ST]];
 // CHECK-SAME: static constexpr bool cache_proven = true, hw_fp8 = false, streaming_stores = true;
+// CHECK-SAME: static constexpr bool dependent_launch = true;
 // The options of kvgen/Ops.def, from the op's attributes of those names.
 // CHECK-NEXT: emitc.verbatim "struct mimo_write_options {\0A  typedef kvgen::dt_bf16 io;\0A  typedef int64_t slots;\0A  static constexpr bool unchecked = false;\0A};"
 // The plan stays on the kernel; the larger of its two block sizes (here
@@ -33,11 +36,16 @@
 // CHECK-NEXT: emitc.func @mimo_write(%[[ARGS:.*]]: !emitc.opaque<"kvgen_reshape_and_cache_args">)
 // CHECK-SAME: kv.plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = [[T]],
 // CHECK-SAME: specifiers = ["extern \22C\22", "__global__", "KVGEN_LAUNCH_BOUNDS([[T]])"]
+// CHECK-NEXT: call_opaque "kvgen::dependentLaunchBegin"() {template_args = [#emitc.opaque<"mimo_write_plan">]} : () -> ()
 // CHECK-NEXT: call_opaque "kvgen::reshape_and_cache"(%[[ARGS]]) {template_args = [#emitc.opaque<"mimo_write_layout">, #emitc.opaque<"mimo_write_plan">, #emitc.opaque<"mimo_write_options">]}
 // CHECK-NEXT: return
 // CHECK-NOT: kv.reshape_and_cache
 // The host target adds the entry the CPU runs the kernel through.
+// HOST: struct mimo_write_plan {
+// HOST-SAME: static constexpr bool dependent_launch = false;
 // HOST-LABEL: emitc.func @mimo_write(
+// HOST-SAME: streaming_stores = false>
+// HOST-NEXT: call_opaque "kvgen::dependentLaunchBegin"() {template_args = [#emitc.opaque<"mimo_write_plan">]}
 // HOST: verbatim "extern \22C\22 void mimo_write_host_launch(const void *args, unsigned grid_x, unsigned block_x) {\0A  kvgen::hostLaunch(mimo_write, args, grid_x, block_x);\0A}"
 kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,
@@ -62,6 +70,7 @@ kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
 // CHECK-SAME: cache_proven = false, hw_fp8 = true, streaming_stores = true;
 // CHECK-NEXT: emitc.verbatim "struct fp8_read_options {\0A  typedef kvgen::dt_f32 io;\0A  typedef int32_t slots;\0A  static constexpr bool dequantize = true;\0A  static constexpr bool unchecked = true;\0A};"
 // CHECK-NEXT: emitc.func @fp8_read(%[[ARGS:.*]]: !emitc.opaque<"kvgen_gather_args">)
+// CHECK-NEXT: call_opaque "kvgen::dependentLaunchBegin"()
 // CHECK-NEXT: call_opaque "kvgen::gather"(%[[ARGS]]) {template_args = [#emitc.opaque<"fp8_read_layout">, #emitc.opaque<"fp8_read_plan">, #emitc.opaque<"fp8_read_options">]}
 kv.gather @fp8_read : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 64, dtype = f8E4M3FN, scale = per_head,

@@ -9,6 +9,7 @@
 // PLAN-LABEL: kv.copy_blocks @cow
 // PLAN-SAME: vector_bytes = 16, threads = 128, tokens_per_cta = 1,
 // PLAN-SAME: cache_alignment = proven
+// PLAN-SAME: streaming_stores = true, dependent_launch = true>
 kv.copy_blocks @cow : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16>
 

@@ -20,14 +20,16 @@
 //   small_max_tokens = floor(2^20 / per_token) (8 on the host target; 0
 //                   when forced off, and then small_threads = 0);
 //   hw_fp8 = sm_89+ and an f8E4M3FN or f8E5M2 cache;
-//   streaming_stores = NVIDIA (sm_*) targets.
+//   streaming_stores = NVIDIA (sm_*) targets;
+//   dependent_launch = targets with grid dependency control (sm_90), every
+//               op but paged_attention (omitted, i.e. false, elsewhere).
 
 // MiMo 4 x 192/128 bf16: 8 bf16 = 16 bytes divides 192, 128 and all dense
 // strides -> 16 bytes, proven. per_token = 4 * 320 / 8 = 160;
 // 8 * 160 = 1280 <= 2048 -> 8 tokens (the cap); 1280 / 4 = 320 threads.
 // Small launches: 2^20 / 160 = 6553 tokens, 160 threads.
 // CHECK-LABEL: kv.reshape_and_cache @mimo_bf16
-// CHECK-SAME: plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven, hw_fp8 = false, streaming_stores = true>
+// CHECK-SAME: plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, dependent_launch = true>
 // NOSMALL-LABEL: kv.reshape_and_cache @mimo_bf16
 // NOSMALL-SAME: threads = 320, tokens_per_cta = 8, small_max_tokens = 0, small_threads = 0,
 // HOST-LABEL: kv.reshape_and_cache @mimo_bf16
@@ -156,6 +158,8 @@ kv.reshape_and_cache @packed_base_limits : #kv.layout<num_kv_heads = 2,
 // minimum of 64 threads.
 // ONETOKEN-LABEL: kv.reshape_and_cache @small_token
 // ONETOKEN-SAME: threads = 64, tokens_per_cta = 1,
+// sm_80 has no grid dependency control: no dependent_launch.
+// ONETOKEN-SAME: streaming_stores = true>
 kv.reshape_and_cache @small_token : #kv.layout<num_kv_heads = 1,
     head_size_k = 64, head_size_v = 64, block_size = 16, dtype = bf16>,
     input bf16, slots i64

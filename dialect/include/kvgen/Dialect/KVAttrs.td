@@ -133,6 +133,17 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
       `split_min_tokens` (multiples of `split_align`), each CTA's partial
       result (`partial_bytes`) merged by the unit's last CTA.
 
+    - `dependent_launch` (omitted when false): the kernel executes
+      `griddepcontrol.wait` before its first global memory access and then
+      `griddepcontrol.launch_dependents`, so it may be launched with
+      programmatic stream serialization (programmatic dependent launch:
+      it starts while the previous kernel on the stream still runs and
+      waits for that kernel's writes in `griddepcontrol.wait`; the next
+      kernel may start its own prologue as soon as every CTA of this one
+      has started). Both instructions are no-ops in a normal launch. Only
+      on targets with grid dependency control (sm_90+); the runtime
+      refuses a programmatic dependent launch of a kernel without it.
+
     The verifier checks each field's range and the target's capabilities;
     the kernel op's verifier checks the plan against its layout.
 
@@ -161,7 +172,8 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
     DefaultValuedParameter<"int64_t", "0", "split-KV: CTAs to fill">:$split_ctas,
     DefaultValuedParameter<"int64_t", "0", "split-KV: fewest tokens per split">:$split_min_tokens,
     DefaultValuedParameter<"int64_t", "0", "split-KV: split token multiple">:$split_align,
-    DefaultValuedParameter<"int64_t", "0", "split-KV: workspace bytes per partial">:$partial_bytes
+    DefaultValuedParameter<"int64_t", "0", "split-KV: workspace bytes per partial">:$partial_bytes,
+    DefaultValuedParameter<"bool", "false", "programmatic dependent launch (griddepcontrol)">:$dependent_launch
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;

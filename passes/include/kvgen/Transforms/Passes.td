@@ -14,8 +14,10 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
     threads), whether alignment of cache accesses is proven statically
     (static strides and head sizes whose byte sizes are multiples of the
     vector width) or must be checked at run time with a one-element
-    fallback, whether fp8 conversion uses hardware instructions, and
-    whether the rows a kernel writes use cache-streaming stores. The
+    fallback, whether fp8 conversion uses hardware instructions,
+    whether the rows a kernel writes use cache-streaming stores, and
+    whether the kernel supports programmatic dependent launch
+    (`dependent_launch`: on sm_90+, every op but paged attention). The
     decisions are recorded as a `#kv.plan` attribute on the op (rules:
     passes/lib/Transforms/Plan.cpp, docs/codegen.md). An existing plan is replaced.
 

@@ -30,6 +30,9 @@ struct PlanChoice {
   bool cacheProven = false; ///< cache alignment proven statically
   bool hwFp8 = false;       ///< hardware fp8 conversion instructions
   bool streamingStores = false; ///< st.global.cs for the rows written
+  /// griddepcontrol.wait / launch_dependents at the kernel's start
+  /// (programmatic dependent launch, sm_90+).
+  bool dependentLaunch = false;
   /// Row tiles and split-KV (see Launch.h); 0 / 1 for other ops.
   int64_t rowsPerCta = 0, rowGroup = 1, itemCtas = 1, splitCtas = 0,
           splitMinTokens = 0, splitAlign = 0, partialBytes = 0;

@@ -123,6 +123,11 @@ std::string planStruct(StringRef name, PlanAttr plan, DType cache) {
      << ", hw_fp8 = " << (plan.getHwFp8() ? "true" : "false")
      << ", streaming_stores = "
      << (plan.getStreamingStores() ? "true" : "false") << ";\n";
+  os << "  /// griddepcontrol.wait and launch_dependents at the start "
+        "(programmatic\n  /// dependent launch; kernels.h "
+        "dependentLaunchBegin).\n";
+  os << "  static constexpr bool dependent_launch = "
+     << (plan.getDependentLaunch() ? "true" : "false") << ";\n";
   os << "  /// Loads a block-copy thread issues before its first store.\n";
   os << "  static constexpr int copy_batch = " << kBlockCopyBatch << ";\n";
   if (plan.getRowsPerCta() > 0) {
@@ -238,6 +243,12 @@ struct KernelSpecLowering
       OpBuilder::InsertionGuard guard(rewriter);
       rewriter.setInsertionPointToStart(entry);
       auto opaque = [&](StringRef s) { return emitc::OpaqueAttr::get(ctx, s); };
+      // Before anything else: the wait of a programmatic dependent launch
+      // (nothing when the plan has none).
+      emitc::CallOpaqueOp::create(
+          rewriter, loc, TypeRange{}, "kvgen::dependentLaunchBegin",
+          ValueRange{}, ArrayAttr{},
+          rewriter.getArrayAttr({opaque(planName)}));
       emitc::CallOpaqueOp::create(
           rewriter, loc, TypeRange{}, spec.getEntryTemplate(),
           ValueRange{entry->getArgument(0)}, ArrayAttr{},
