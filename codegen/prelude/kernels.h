@@ -1709,7 +1709,7 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
     for (int u = 0; u < SUB; ++u) {
       const int64_t base = (step + u * WARPS) * 16;
       if (base >= tb)
-        continue; // past the range: nothing left to attend
+        break; // past the range: nothing left to attend
       // S = Q K^T.
       float s[2][4];
       KVGEN_UNROLL

@@ -236,7 +236,7 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
           c->cacheProven ? Alignment::proven : Alignment::checked, c->hwFp8,
           c->streamingStores, c->rowsPerCta, c->rowGroup, c->itemCtas,
           c->splitCtas, c->splitMinTokens, c->splitAlign, c->partialBytes,
-          c->dependentLaunch);
+          c->dependentLaunch && dependentLaunch);
     };
     WalkResult walk = getOperation().walk([&](KernelSpecOpInterface op) {
       PlanAttr plan = planFor(op);

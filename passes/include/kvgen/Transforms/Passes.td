@@ -46,6 +46,9 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
     Option<"splitCtas", "split-ctas", "int64_t", /*default=*/"-1",
            "row-tiled ops (paged attention): split-KV fills this many CTAs "
            "(0 never splits, -1: 2 per multiprocessor of the target)">,
+    Option<"dependentLaunch", "dependent-launch", "bool", /*default=*/"true",
+           "record dependent_launch (griddepcontrol at kernel start) where "
+           "the target supports it; false: never (for A/B benchmarks)">,
   ];
   let dependentDialects = ["::kvgen::kv::KVDialect"];
 }
