@@ -392,6 +392,10 @@ std::optional<LayoutDesc> layoutFromFlags(const Flags &flags, std::string *name,
 }
 
 int cmdTargets() {
+  // Capabilities are what the hardware has; which kernels use them is in
+  // docs (e.g. attention uses mma_sync, not yet mfma: docs/attention.md).
+  fmt::print("# name   vendor  warp     suffix hardware capabilities (used by "
+             "kernels as docs/codegen.md and docs/attention.md say)\n");
   for (const TargetInfo &t : knownTargets()) {
     std::string caps;
     auto add = [&](bool on, const char *name) {
