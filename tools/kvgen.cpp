@@ -7,6 +7,7 @@
 //   kvgen run   [--preset NAME | --layout FILE] [--backend auto|cuda|hip|host]
 //               [--bundle DIR] [--tokens N] [--seed N]
 //   kvgen presets
+//   kvgen version | --version
 //   kvgen help | --help | -h
 //
 // kUsage below is the full description. Errors read "kvgen: error: ..."
@@ -24,6 +25,7 @@
 #include "kvgen/Bundle.h"
 #include "kvgen/Presets.h"
 #include "kvgen/Target.h"
+#include "kvgen/kvgen.h"
 
 #ifdef KVGEN_HAVE_MLIR
 #include "kvgen/Codegen/Emit.h"
@@ -65,6 +67,7 @@ const char kUsageHead[] =
     "                [--bundle DIR] [--tokens N] [--seed N]\n"
     "  kvgen presets\n"
     "  kvgen targets\n"
+    "  kvgen version | --version\n"
     "  kvgen help | --help | -h\n"
     "\n"
     "Options take their value as the next argument or after '='\n"
@@ -605,6 +608,12 @@ int main(int argc, char **argv) {
   std::string cmd = argv[1];
   if (cmd == "help" || cmd == "--help" || cmd == "-h")
     return help();
+  if (cmd == "version" || cmd == "--version") {
+    if (argc > 2)
+      return usageError("kvgen version takes no arguments, got '{}'", argv[2]);
+    fmt::print("kvgen {}\n", kvgen_version());
+    return 0;
+  }
   for (int i = 2; i < argc; ++i)
     if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h"))
       return help();
@@ -643,6 +652,6 @@ int main(int argc, char **argv) {
 #endif
   }
   return usageError(
-      "unknown command '{}' (expected emit, run, presets, targets or help)",
+      "unknown command '{}' (expected emit, run, presets, targets, version or help)",
       cmd);
 }
