@@ -28,6 +28,9 @@ def main():
                     help="an fp8 (e4m3) cache with per-tensor scales")
     args = ap.parse_args()
     dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: torch sees no CUDA device here "
+                 "(run with --device cpu, the default)")
 
     num_tokens, heads, head_k, head_v = 300, 4, 192, 128
     block_size, num_blocks = 16, 32
