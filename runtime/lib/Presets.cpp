@@ -1,5 +1,6 @@
 //===- Presets.cpp - Named layouts of public models -----------------------===//
 #include "kvgen/Presets.h"
+#include "Alternatives.h"
 
 namespace kvgen {
 namespace {
@@ -59,15 +60,6 @@ std::optional<LayoutDesc> findPreset(const std::string &name) {
   return std::nullopt;
 }
 
-std::string knownPresetNames() {
-  const std::vector<Preset> &all = presets();
-  std::string out;
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (i)
-      out += i + 1 == all.size() ? " or " : ", ";
-    out += all[i].name;
-  }
-  return out;
-}
+std::string knownPresetNames() { return joinAlternatives(presets()); }
 
 } // namespace kvgen

@@ -1,5 +1,6 @@
 //===- Target.cpp - The targets kvgen generates code for ------------------===//
 #include "kvgen/Target.h"
+#include "Alternatives.h"
 
 namespace kvgen {
 
@@ -41,16 +42,7 @@ const std::vector<TargetInfo> &knownTargets() {
   return all;
 }
 
-std::string knownTargetNames() {
-  const std::vector<TargetInfo> &all = knownTargets();
-  std::string out;
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (i)
-      out += i + 1 == all.size() ? " or " : ", ";
-    out += all[i].name;
-  }
-  return out;
-}
+std::string knownTargetNames() { return joinAlternatives(knownTargets()); }
 
 const TargetInfo *findTarget(std::string_view name) {
   for (const TargetInfo &t : knownTargets())
