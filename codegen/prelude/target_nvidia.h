@@ -18,6 +18,8 @@
 #define KVGEN_BLOCK_ID_X blockIdx.x
 #define KVGEN_THREAD_ID_X threadIdx.x
 #define KVGEN_LAUNCH_BOUNDS(n) __launch_bounds__(n)
+// The plan's min_ctas_per_sm: at least m CTAs of n threads resident.
+#define KVGEN_LAUNCH_BOUNDS_MIN_CTAS(n, m) __launch_bounds__(n, m)
 typedef uint2 kvgen_v8_t;
 typedef uint4 kvgen_v16_t;
 #else // clang CUDA device-only, no CUDA headers
@@ -28,6 +30,7 @@ typedef uint4 kvgen_v16_t;
 #define KVGEN_BLOCK_ID_X __nvvm_read_ptx_sreg_ctaid_x()
 #define KVGEN_THREAD_ID_X __nvvm_read_ptx_sreg_tid_x()
 #define KVGEN_LAUNCH_BOUNDS(n) __attribute__((launch_bounds(n)))
+#define KVGEN_LAUNCH_BOUNDS_MIN_CTAS(n, m) __attribute__((launch_bounds(n, m)))
 typedef unsigned int kvgen_v8_t __attribute__((ext_vector_type(2)));
 typedef unsigned int kvgen_v16_t __attribute__((ext_vector_type(4)));
 #endif

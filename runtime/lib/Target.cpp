@@ -6,13 +6,15 @@ namespace kvgen {
 
 namespace {
 TargetInfo::Caps caps(bool hwFp8Convert, bool streamingStores, bool mmaSync,
-                      bool mfma, bool gridDependencyControl = false) {
+                      bool mfma, bool gridDependencyControl = false,
+                      bool minCtasLaunchBound = false) {
   TargetInfo::Caps c;
   c.hwFp8Convert = hwFp8Convert;
   c.streamingStores = streamingStores;
   c.mmaSync = mmaSync;
   c.mfma = mfma;
   c.gridDependencyControl = gridDependencyControl;
+  c.minCtasLaunchBound = minCtasLaunchBound;
   return c;
 }
 } // namespace
@@ -30,11 +32,11 @@ const std::vector<TargetInfo> &knownTargets() {
        "target_amdgpu.h", ".hip", 304},
       {"gfx950", Vendor::Amd, 64, caps(false, false, false, true),
        "target_amdgpu.h", ".hip", 256},
-      {"sm_80", Vendor::Nvidia, 32, caps(false, true, true, false),
+      {"sm_80", Vendor::Nvidia, 32, caps(false, true, true, false, false, true),
        "target_nvidia.h", ".cu", 108},
-      {"sm_89", Vendor::Nvidia, 32, caps(true, true, true, false),
+      {"sm_89", Vendor::Nvidia, 32, caps(true, true, true, false, false, true),
        "target_nvidia.h", ".cu", 128},
-      {"sm_90", Vendor::Nvidia, 32, caps(true, true, true, false, true),
+      {"sm_90", Vendor::Nvidia, 32, caps(true, true, true, false, true, true),
        "target_nvidia.h", ".cu", 132},
       {"host", Vendor::Host, 32, caps(false, false, false, false),
        "target_host.h", ".cpp", 4},

@@ -188,7 +188,8 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t rowsPerCta, int64_t rowGroup,
                                int64_t itemCtas, int64_t splitCtas,
                                int64_t splitMinTokens, int64_t splitAlign,
-                               int64_t partialBytes, bool dependentLaunch) {
+                               int64_t partialBytes, bool dependentLaunch,
+                               int64_t minCtasPerSm) {
   std::string targetError;
   std::optional<Target> t = parseTarget(target.str(), &targetError);
   if (!t)
@@ -223,6 +224,19 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (dependentLaunch && !t->caps().gridDependencyControl)
     return emitError() << "'dependent_launch' needs a target with grid "
                           "dependency control (griddepcontrol, sm_90+); '"
+                       << target << "' has none";
+  // 2048: the resident threads of an sm_80 / sm_90 multiprocessor (CUDA C++
+  // Programming Guide, "Compute Capabilities", table of technical
+  // specifications); more CTAs than that could never be resident.
+  // The kernel's launch bound covers both launch shapes.
+  const int64_t boundThreads = std::max(threads, smallThreads);
+  if (minCtasPerSm < 0 || minCtasPerSm * boundThreads > 2048)
+    return emitError() << "'min_ctas_per_sm' must be in [0, 2048 / "
+                          "max(threads, small_threads) = "
+                       << 2048 / boundThreads << "], got " << minCtasPerSm;
+  if (minCtasPerSm > 0 && !t->caps().minCtasLaunchBound)
+    return emitError() << "'min_ctas_per_sm' needs a target whose compiler "
+                          "takes a minimum-CTAs launch bound (NVIDIA); '"
                        << target << "' has none";
   for (auto [name, v] :
        {std::pair<const char *, int64_t>{"rows_per_cta", rowsPerCta},
@@ -303,7 +317,8 @@ LogicalResult kvgen::kv::verifyPlanFits(Operation *op) {
                               plan.getRowGroup(), plan.getItemCtas(),
                               plan.getSplitCtas(), plan.getSplitMinTokens(),
                               plan.getSplitAlign(), plan.getPartialBytes(),
-                              plan.getDependentLaunch())))
+                              plan.getDependentLaunch(),
+                              plan.getMinCtasPerSm())))
     return failure();
   const LayoutDesc &l = spec.getLayout().getDesc();
   // Kernels number a CTA's accesses in 32 bits (kvgen/Launch.h).

@@ -36,6 +36,9 @@
 //               while the kernel before it drains. Both are no-ops in a
 //               plain launch. Not planned for row-tiled kernels (paged
 //               attention): not measured there.
+//   min CTAs    NVIDIA CTAs of 512 threads ask ptxas for 3 resident CTAs
+//               per SM (__launch_bounds__(512, 3), <= 42 registers; see
+//               choosePlan).
 //
 //===----------------------------------------------------------------------===//
 #include "kvgen/Transforms/Plan.h"
@@ -162,6 +165,19 @@ kvgen::choosePlan(const LayoutDesc &layout, DType io, const Target &target,
   // FNUZ encodings; AMD's converts are not used yet.
   c.streamingStores = target.caps().streamingStores;
   c.dependentLaunch = target.caps().gridDependencyControl;
+  // Resident CTAs: a CTA of 512 threads (the most planned) is a quarter of
+  // an sm_90 SM's 2048 threads, so its registers set occupancy in steps of
+  // a quarter, and ptxas left to itself gave some of them 84-91 registers
+  // (the checked 8 x 128 gathers: one CTA per SM). Those CTAs ask for
+  // 1536 / threads resident (3: at most 42 registers). Not asked by
+  // smaller CTAs, where it made ptxas spill (ceil(1536 / threads) at
+  // 160..320 threads) or take more registers than without it, nor by block
+  // copies, whose threads keep ~kBlockCopyBatch loads in registers. Survey
+  // and same-call A/B: docs/performance.md, "Resident CTAs".
+  c.minCtasPerSm = target.caps().minCtasLaunchBound && itemTokens == 1 &&
+                           c.threads >= 512 && 1536 / c.threads >= 2
+                       ? 1536 / c.threads
+                       : 0;
   c.hwFp8 = target.caps().hwFp8Convert &&
             (layout.dtype == DType::F8E4M3FN || layout.dtype == DType::F8E5M2);
   return c;
@@ -183,6 +199,7 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
   c.smallMaxTokens = c.smallThreads = 0;
   c.streamingStores = false; // the output is small and read next
   c.dependentLaunch = false; // not measured for attention (Plan.cpp top)
+  c.minCtasPerSm = 0;         // its registers are sized for 128 threads
   c.rowsPerCta = 16;         // one m16 MMA tile of query rows
   c.rowGroup = rowGroup;
   c.itemCtas = layout.numKvHeads;
@@ -236,7 +253,8 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
           c->cacheProven ? Alignment::proven : Alignment::checked, c->hwFp8,
           c->streamingStores, c->rowsPerCta, c->rowGroup, c->itemCtas,
           c->splitCtas, c->splitMinTokens, c->splitAlign, c->partialBytes,
-          c->dependentLaunch && dependentLaunch);
+          c->dependentLaunch && dependentLaunch,
+          minCtasPerSm >= 0 ? int64_t(minCtasPerSm) : c->minCtasPerSm);
     };
     WalkResult walk = getOperation().walk([&](KernelSpecOpInterface op) {
       PlanAttr plan = planFor(op);

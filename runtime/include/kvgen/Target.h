@@ -48,6 +48,11 @@ struct TargetInfo {
     /// programmatic stream serialization starts before its predecessor
     /// finishes and waits for it in griddepcontrol.wait.
     bool gridDependencyControl = false;
+    /// A kernel may ask the compiler for a number of resident CTAs per
+    /// multiprocessor (`__launch_bounds__(threads, minBlocks)`, CUDA C++
+    /// Programming Guide, "Launch Bounds"): ptxas then caps the registers
+    /// per thread at 65536 / (minBlocks * threads).
+    bool minCtasLaunchBound = false;
   } caps;
   /// The target part of the device prelude (codegen/prelude/).
   const char *prelude;

@@ -101,3 +101,24 @@ emitc.func @k(%arg0: !emitc.opaque<"kvgen_gather_args">) attributes {kv.plan = 3
 emitc.func @k(%arg0: !emitc.opaque<"kvgen_gather_args">) attributes {kv.planned = 3} {
   emitc.return
 }
+
+// -----
+
+// expected-error @+1 {{'min_ctas_per_sm' must be in [0, 2048 / max(threads, small_threads) = 4], got 5}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 512, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, min_ctas_per_sm = 5>
+
+// -----
+
+// The bound covers the small shape's CTAs too.
+// expected-error @+1 {{'min_ctas_per_sm' must be in [0, 2048 / max(threads, small_threads) = 2], got 3}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 8, small_threads = 1024, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, min_ctas_per_sm = 3>
+
+// -----
+
+// expected-error @+1 {{'min_ctas_per_sm' must be in [0, 2048 / max(threads, small_threads) = 16], got -1}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, min_ctas_per_sm = -1>
+
+// -----
+
+// expected-error @+1 {{'min_ctas_per_sm' needs a target whose compiler takes a minimum-CTAs launch bound (NVIDIA); 'gfx942' has none}}
+#bad = #kv.plan<target = "gfx942", vector_bytes = 16, threads = 512, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false, min_ctas_per_sm = 3>

@@ -4,6 +4,7 @@
 // RUN: kvgen-opt --split-input-file --kv-plan="target=sm_80 tokens-per-cta=1" %s | FileCheck %s --check-prefix=ONETOKEN
 // RUN: kvgen-opt --split-input-file --kv-plan="target=sm_90 small-max-tokens=0" %s | FileCheck %s --check-prefix=NOSMALL
 // RUN: kvgen-opt --split-input-file --kv-plan=target=host %s | FileCheck %s --check-prefix=HOST
+// RUN: kvgen-opt --split-input-file --kv-plan="target=sm_90 min-ctas-per-sm=0" %s | FileCheck %s --check-prefix=NOMIN
 
 // Planning decisions (passes/lib/Plan.cpp):
 //   vec_elems = largest power of two n with n * cache size <= 16 and
@@ -23,6 +24,9 @@
 //   streaming_stores = NVIDIA (sm_*) targets;
 //   dependent_launch = targets with grid dependency control (sm_90), every
 //               op but paged_attention (omitted, i.e. false, elsewhere).
+//   min_ctas_per_sm = 1536 / threads on NVIDIA for per-token ops whose CTAs
+//               have 512 threads or more (when that is >= 2), else omitted
+//               (0); forced by the option.
 
 // MiMo 4 x 192/128 bf16: 8 bf16 = 16 bytes divides 192, 128 and all dense
 // strides -> 16 bytes, proven. per_token = 4 * 320 / 8 = 160;
@@ -175,8 +179,15 @@ kv.reshape_and_cache @tiny_rows : #kv.layout<num_kv_heads = 1,
 // Huge rows: 16 heads x 1024/1024 bf16: per_token = 16 * 2048 / 8 = 4096 >
 // 2048 -> 1 token; 4096 / 4 = 1024 is capped at 512 threads. Small:
 // 2^20 / 4096 = 256 tokens; 4096 accesses capped at 512 threads.
+// 512 threads on sm_90: 1536 / 512 = 3 resident CTAs asked for.
 // CHECK-LABEL: kv.reshape_and_cache @huge_rows
 // CHECK-SAME: vector_bytes = 16, threads = 512, tokens_per_cta = 1, small_max_tokens = 256, small_threads = 512,
+// CHECK-SAME: dependent_launch = true, min_ctas_per_sm = 3>
+// GFX-LABEL: kv.reshape_and_cache @huge_rows
+// GFX-NOT: min_ctas_per_sm
+// GFX: kv.reshape_and_cache @
+// NOMIN-LABEL: kv.reshape_and_cache @huge_rows
+// NOMIN-SAME: dependent_launch = true>
 kv.reshape_and_cache @huge_rows : #kv.layout<num_kv_heads = 16,
     head_size_k = 1024, head_size_v = 1024, block_size = 16, dtype = bf16>,
     input bf16, slots i64
@@ -187,6 +198,7 @@ kv.reshape_and_cache @huge_rows : #kv.layout<num_kv_heads = 16,
 // CHECK-LABEL: kv.reshape_and_cache @replan
 // 8 x 128: per_token = 8 * 256 / 8 = 256 -> 8 tokens, 512 threads.
 // CHECK-SAME: {plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 512, tokens_per_cta = 8, small_max_tokens = 4096, small_threads = 256,
+// CHECK-SAME: min_ctas_per_sm = 3>
 // CHECK-NOT: gfx90a
 kv.reshape_and_cache @replan : #kv.layout<num_kv_heads = 8,
     head_size_k = 128, head_size_v = 128, block_size = 16, dtype = bf16>,

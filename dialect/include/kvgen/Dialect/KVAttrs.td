@@ -144,6 +144,13 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
       on targets with grid dependency control (sm_90+); the runtime
       refuses a programmatic dependent launch of a kernel without it.
 
+    - `min_ctas_per_sm` (omitted when 0): the kernel asks the compiler to
+      keep at least this many CTAs of `threads` threads resident per
+      multiprocessor (`__launch_bounds__(threads, min_ctas_per_sm)`), which
+      caps its registers per thread at 65536 / (min_ctas_per_sm * threads).
+      At most 2048 / `threads`; only on targets with that launch bound
+      (NVIDIA). 0: the compiler's own choice.
+
     The verifier checks each field's range and the target's capabilities;
     the kernel op's verifier checks the plan against its layout.
 
@@ -173,7 +180,8 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
     DefaultValuedParameter<"int64_t", "0", "split-KV: fewest tokens per split">:$split_min_tokens,
     DefaultValuedParameter<"int64_t", "0", "split-KV: split token multiple">:$split_align,
     DefaultValuedParameter<"int64_t", "0", "split-KV: workspace bytes per partial">:$partial_bytes,
-    DefaultValuedParameter<"bool", "false", "programmatic dependent launch (griddepcontrol)">:$dependent_launch
+    DefaultValuedParameter<"bool", "false", "programmatic dependent launch (griddepcontrol)">:$dependent_launch,
+    DefaultValuedParameter<"int64_t", "0", "resident CTAs per multiprocessor the compiler must allow (0: its choice)">:$min_ctas_per_sm
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;

@@ -49,6 +49,10 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
     Option<"dependentLaunch", "dependent-launch", "bool", /*default=*/"true",
            "record dependent_launch (griddepcontrol at kernel start) where "
            "the target supports it; false: never (for A/B benchmarks)">,
+    Option<"minCtasPerSm", "min-ctas-per-sm", "int64_t", /*default=*/"-1",
+           "min_ctas_per_sm (the kernel's minimum-CTAs launch bound): -1 "
+           "lets the pass choose, 0 none, n > 0 forces n (for A/B "
+           "benchmarks)">,
   ];
   let dependentDialects = ["::kvgen::kv::KVDialect"];
 }

@@ -33,6 +33,8 @@ struct PlanChoice {
   /// griddepcontrol.wait / launch_dependents at the kernel's start
   /// (programmatic dependent launch, sm_90+).
   bool dependentLaunch = false;
+  /// __launch_bounds__' minimum resident CTAs per multiprocessor (0: none).
+  int64_t minCtasPerSm = 0;
   /// Row tiles and split-KV (see Launch.h); 0 / 1 for other ops.
   int64_t rowsPerCta = 0, rowGroup = 1, itemCtas = 1, splitCtas = 0,
           splitMinTokens = 0, splitAlign = 0, partialBytes = 0;

@@ -232,10 +232,14 @@ struct KernelSpecLowering
     // The plan stays on the kernel: printers and runtimes read the launch
     // geometry from it.
     fn->setAttr(KVDialect::kPlanAttrName, plan);
+    const int64_t maxThreads =
+        std::max(plan.getThreads(), plan.getSmallThreads());
     std::string bounds =
-        llvm::formatv("KVGEN_LAUNCH_BOUNDS({0})",
-                      std::max(plan.getThreads(), plan.getSmallThreads()))
-            .str();
+        plan.getMinCtasPerSm() > 0
+            ? llvm::formatv("KVGEN_LAUNCH_BOUNDS_MIN_CTAS({0}, {1})",
+                            maxThreads, plan.getMinCtasPerSm())
+                  .str()
+            : llvm::formatv("KVGEN_LAUNCH_BOUNDS({0})", maxThreads).str();
     fn.setSpecifiersAttr(
         rewriter.getStrArrayAttr({"extern \"C\"", "__global__", bounds}));
     Block *entry = fn.addEntryBlock();
