@@ -203,16 +203,19 @@ def _make_host(kvgen, specs, opts, workdir, log):
     return Backend("host", X, ctx, opts.slack, H.SPARSE_MIN, bool(cxx))
 
 
-def _precompile(kvgen, bundle, specs, cache, log):
+def _precompile(kvgen, bundle, specs, cache, log, backend="host",
+                target="host"):
     """Compiles every spec into the disk cache with compile-only contexts
-    in parallel (a context compiles one kernel at a time); the launching
-    context then loads them from the cache."""
+    of `backend` / `target` in parallel (a context compiles one kernel at a
+    time; ctypes releases the GIL in the compile); the launching context
+    then loads them from the cache (cache None: the default cache
+    directory, as the launching context's)."""
     jobs = max(1, min(len(specs), os.cpu_count() or 2))
     shares = [specs[i::jobs] for i in range(jobs)]
     errors = []
 
     def work(share):
-        c = kvgen.Context.compile_only("host", "host", cache_dir=cache)
+        c = kvgen.Context.compile_only(backend, target, cache_dir=cache)
         try:
             c.load_bundle(str(bundle))
             for s in share:
@@ -226,7 +229,7 @@ def _precompile(kvgen, bundle, specs, cache, log):
 
     with ThreadPoolExecutor(jobs) as pool:
         compiles = sum(pool.map(work, shares))
-    log(f"grid host backend: {compiles} kernels compiled, "
+    log(f"grid {backend} backend: {compiles} kernels compiled, "
         f"{len(specs) - compiles - len(errors)} from the disk cache"
         + (f", {len(errors)} failed (first: {errors[0]})" if errors else ""))
 
@@ -242,6 +245,12 @@ def _make_cuda(kvgen, specs, opts, log):
         Path(opts.bundle) / "kvgen-manifest.txt") if e["target"] == ctx.target}
     missing = [s for s in specs if E.spec_key(s.op, s.layout, s.options)
                not in have]
+    # NVRTC in parallel, into the cache the launching context reads (one
+    # context compiles one kernel at a time: the whole grid's ~800 kernels
+    # took most of a device call serially).
+    _precompile(kvgen, str(opts.bundle), [s for s in specs if s not in
+                                          missing],
+                opts.cache_dir, log, backend="cuda", target=ctx.target)
     log(f"grid cuda backend: target {ctx.target}, bundle {opts.bundle}: "
         f"{len(specs) - len(missing)} of the {len(specs)} kernels the "
         "selected tests need" + (f"; missing (their tests fail), first: "
