@@ -411,6 +411,7 @@ int cmdTargets() {
     add(t.caps.mfma, "mfma");
     add(t.caps.gridDependencyControl, "grid_dependency_control");
     add(t.caps.minCtasLaunchBound, "min_ctas_launch_bound");
+    add(t.caps.bulkCopy, "bulk_copy");
     fmt::print("{:<8} {:<7} warp {:<3} {:<5} {}\n", t.name, toString(t.vendor),
                t.warpSize, t.sourceSuffix, caps.empty() ? "-" : caps);
   }

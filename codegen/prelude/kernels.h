@@ -1006,6 +1006,94 @@ KVGEN_DEVICE inline bool blockCopyAligned(
   return ok;
 }
 
+/// Block copies with the plan's bulk_copy (sm_90): run() copies row
+/// KVGEN_BLOCK_ID_X of the mapping and returns true; the primary template,
+/// for plans without it, returns false and the register path runs.
+template <bool BULK> struct BulkBlockCopy {
+  template <class L, class P, bool CHECKED, class CS>
+  KVGEN_DEVICE static bool run(const BlockCopy<CS> &, const SideMap *) {
+    return false;
+  }
+};
+#ifdef KVGEN_BULK_COPY
+/// One CTA per mapping row; thread 0 moves the block's dense byte range of
+/// each cache tensor (P::block_elements0 / 1 elements from
+/// elementOffset(map, block, 0, 0, 0)) global -> shared -> global with
+/// cp.async.bulk, in rounds of at most P::bulk_bytes: the loads of a round
+/// complete one phase of an mbarrier, its stores are drained (read from
+/// shared memory) before the next round refills the buffer. No register
+/// holds the data, so what is in flight is bounded by shared memory, not by
+/// the loads a thread can keep (the register path's limit). Raw bits, as
+/// copyBlocksCta. Every size and offset is a multiple of 16 bytes (kv-plan:
+/// vector_bytes 16, proven alignment).
+template <> struct BulkBlockCopy<true> {
+  template <class L, class P, bool CHECKED, class CS>
+  KVGEN_DEVICE static bool run(const BlockCopy<CS> &a, const SideMap *maps) {
+    enum { kTensors = L::packed ? 1 : 2 };
+    static_assert(P::bulk_bytes % 16 == 0 &&
+                      (P::block_elements0 * int64_t(sizeof(CS))) % 16 == 0 &&
+                      (P::block_elements1 * int64_t(sizeof(CS))) % 16 == 0,
+                  "bulk copies move multiples of 16 bytes");
+    KVGEN_SHARED __attribute__((aligned(128))) unsigned char buf[P::bulk_bytes];
+    KVGEN_SHARED uint64_t bar;
+    const int64_t row = int64_t(KVGEN_BLOCK_ID_X);
+    if (KVGEN_THREAD_ID_X != 0 || row >= a.numPairs)
+      return true;
+    const int64_t from = a.mapping[2 * row], to = a.mapping[2 * row + 1];
+    if (CHECKED &&
+        (from < 0 || from >= a.srcBlocks || to < 0 || to >= a.dstBlocks)) {
+      *a.errorFlag = 1;
+      return true;
+    }
+    const int64_t bytes[2] = {P::block_elements0 * int64_t(sizeof(CS)),
+                              P::block_elements1 * int64_t(sizeof(CS))};
+    const unsigned char *src[2];
+    unsigned char *dst[2];
+    for (int t = 0; t < 2; ++t) {
+      // Tensor t's block starts at its first component's (block, 0, 0, 0).
+      const SideMap &m = maps[t < kTensors ? t : 0];
+      src[t] = reinterpret_cast<const unsigned char *>(
+          a.src[t] + elementOffset(m, from, 0, 0, 0));
+      dst[t] = reinterpret_cast<unsigned char *>(
+          a.dst[t] + elementOffset(m, to, 0, 0, 0));
+    }
+    const unsigned b = kvgenSharedAddress(&bar), s = kvgenSharedAddress(buf);
+    kvgenBarrierInit(b);
+    const int64_t total = bytes[0] + bytes[1];
+    unsigned phase = 0;
+    for (int64_t pos = 0; pos < total; pos += P::bulk_bytes) {
+      const int64_t end =
+          pos + P::bulk_bytes < total ? pos + P::bulk_bytes : total;
+      kvgenBarrierArriveExpect(b, unsigned(end - pos));
+      // The round's part of tensor t: [lo, hi) of the bytes of both
+      // tensors in sequence, tensor t starting at `start`.
+      int64_t start = 0;
+      for (int t = 0; t < 2; ++t) {
+        const int64_t lo = pos > start ? pos : start;
+        const int64_t hi = end < start + bytes[t] ? end : start + bytes[t];
+        if (lo < hi)
+          kvgenBulkLoad(s + unsigned(lo - pos), src[t] + (lo - start),
+                        unsigned(hi - lo), b);
+        start += bytes[t];
+      }
+      kvgenBarrierWait(b, phase);
+      phase ^= 1u;
+      start = 0;
+      for (int t = 0; t < 2; ++t) {
+        const int64_t lo = pos > start ? pos : start;
+        const int64_t hi = end < start + bytes[t] ? end : start + bytes[t];
+        if (lo < hi)
+          kvgenBulkStore(dst[t] + (lo - start), s + unsigned(lo - pos),
+                         unsigned(hi - lo));
+        start += bytes[t];
+      }
+      kvgenBulkStoreDrain();
+    }
+    return true;
+  }
+};
+#endif
+
 /// A block copy over layout L with plan P and options O; `dyn0` / `dyn1`:
 /// the '?' strides of components 0 and 1. A work item is one row of the
 /// mapping (one block); launches of at most P::small_max_tokens rows take
@@ -1019,6 +1107,11 @@ KVGEN_DEVICE inline void copyBlocks(
     const int64_t *dyn1) {
   const SideMap maps[2] = {sideMap<typename ComponentOf<L, 0>::type>(dyn0),
                            sideMap<typename ComponentOf<L, 1>::type>(dyn1)};
+#ifndef KVGEN_BULK_COPY
+  static_assert(!P::bulk_copy, "bulk_copy needs cp.async.bulk (sm_90+)");
+#endif
+  if (BulkBlockCopy<P::bulk_copy>::template run<L, P, !O::unchecked>(a, maps))
+    return;
   const bool aligned = P::cache_proven || blockCopyAligned<L, P>(a, maps);
   const bool small =
       P::small_max_tokens > 0 && a.numPairs <= P::small_max_tokens;

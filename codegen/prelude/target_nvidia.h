@@ -190,6 +190,77 @@ __device__ inline void kvgenGridDependencyWait() {}
 __device__ inline void kvgenLaunchDependents() {}
 #endif
 
+/// Bulk copies between global and shared memory (PTX ISA 8.0+, sm_90+:
+/// cp.async.bulk, completed through an mbarrier's transaction count;
+/// "Data Movement and Conversion Instructions: cp.async.bulk" and
+/// "Parallel Synchronization and Communication Instructions: mbarrier").
+/// Shared-memory operands are 32-bit shared addresses (kvgenSharedAddress),
+/// sizes and addresses multiples of 16 bytes. Below sm_90
+/// KVGEN_BULK_COPY is undefined and a plan with bulk_copy does not compile
+/// (kernels.h).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KVGEN_BULK_COPY 1
+namespace kvgen {
+__device__ inline unsigned kvgenSharedAddress(const void *p) {
+  unsigned a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }"
+      : "=r"(a)
+      : "l"(p));
+  return a;
+}
+/// Initializes the mbarrier at shared address `bar` for one arrival per
+/// phase and makes that visible to the bulk copies (the async proxy).
+__device__ inline void kvgenBarrierInit(unsigned bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar)
+               : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+/// This thread's arrival for the current phase, which then completes when
+/// `bytes` of bulk loads signalling `bar` have landed.
+__device__ inline void kvgenBarrierArriveExpect(unsigned bar,
+                                                unsigned bytes) {
+  asm volatile(
+      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+      "r"(bytes)
+      : "memory");
+}
+/// Waits until the phase of parity `phase` of `bar` has completed.
+__device__ inline void kvgenBarrierWait(unsigned bar, unsigned phase) {
+  asm volatile("{\n"
+               "  .reg .pred done;\n"
+               "KVGEN_WAIT:\n"
+               "  mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+               "  @!done bra KVGEN_WAIT;\n"
+               "}" ::"r"(bar),
+               "r"(phase)
+               : "memory");
+}
+/// `bytes` from global `src` to shared `dst`, signalling `bar`.
+__device__ inline void kvgenBulkLoad(unsigned dst, const void *src,
+                                     unsigned bytes, unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
+               "bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+/// `bytes` from shared `src` to global `dst` (one bulk group).
+__device__ inline void kvgenBulkStore(void *dst, unsigned src,
+                                      unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+               ::"l"(dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
+/// Commits the bulk stores issued so far and waits until they have read
+/// their shared memory (which may then be reused or released).
+__device__ inline void kvgenBulkStoreDrain() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+} // namespace kvgen
+#endif
+
 
 //===--- CTA and warp primitives (kernels with CTA-wide cooperation) -----===//
 // The same names exist in every target prelude (target_host.h emulates them

@@ -87,6 +87,22 @@ bool LayoutDesc::anyDynamic() const {
   return false;
 }
 
+int64_t LayoutDesc::denseBlockElements(int t) const {
+  // Tensor t holds component t (separate) or every component (packed,
+  // t = 0) starting at row column 0.
+  if (t < 0 || t >= (packing == Packing::Packed ? 1 : numComponents()))
+    return 0;
+  Strides s = strides(t);
+  if (s.anyDynamic())
+    return 0;
+  const int64_t w = rowWidth(t);
+  // The rows of one block cover offsets up to (B-1) token + (H-1) head + w
+  // - 1; validate() rules out overlaps, so B * H * w distinct elements in a
+  // range of exactly that many leave no gap.
+  const int64_t span = (blockSize - 1) * s.token + (numKvHeads - 1) * s.head + w;
+  return span == blockSize * numKvHeads * w ? span : 0;
+}
+
 SideMap LayoutDesc::map(int c, const int64_t *dynamic) const {
   Strides s = strides(c);
   auto pick = [&](int64_t v, int i) {

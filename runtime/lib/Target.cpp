@@ -7,7 +7,7 @@ namespace kvgen {
 namespace {
 TargetInfo::Caps caps(bool hwFp8Convert, bool streamingStores, bool mmaSync,
                       bool mfma, bool gridDependencyControl = false,
-                      bool minCtasLaunchBound = false) {
+                      bool minCtasLaunchBound = false, bool bulkCopy = false) {
   TargetInfo::Caps c;
   c.hwFp8Convert = hwFp8Convert;
   c.streamingStores = streamingStores;
@@ -15,6 +15,7 @@ TargetInfo::Caps caps(bool hwFp8Convert, bool streamingStores, bool mmaSync,
   c.mfma = mfma;
   c.gridDependencyControl = gridDependencyControl;
   c.minCtasLaunchBound = minCtasLaunchBound;
+  c.bulkCopy = bulkCopy;
   return c;
 }
 } // namespace
@@ -22,7 +23,8 @@ TargetInfo::Caps caps(bool hwFp8Convert, bool streamingStores, bool mmaSync,
 const std::vector<TargetInfo> &knownTargets() {
   // Sources of the capabilities: PTX ISA 8.x, "cvt" (e4m3x2 / e5m2x2 need
   // sm_89), "mma" (m16n8k16 bf16 needs sm_80) and "griddepcontrol"
-  // (sm_90, PTX ISA 7.8); AMD CDNA2/CDNA3 ISA
+  // (sm_90, PTX ISA 7.8), "cp.async.bulk" (sm_90, PTX ISA 8.0); AMD
+  // CDNA2/CDNA3 ISA
   // guides (MFMA on gfx90a, gfx942, gfx950). Streaming stores are measured
   // on the H200 only (docs/performance.md), so they are enabled on NVIDIA.
   static const std::vector<TargetInfo> all = {
@@ -36,7 +38,7 @@ const std::vector<TargetInfo> &knownTargets() {
        "target_nvidia.h", ".cu", 108},
       {"sm_89", Vendor::Nvidia, 32, caps(true, true, true, false, false, true),
        "target_nvidia.h", ".cu", 128},
-      {"sm_90", Vendor::Nvidia, 32, caps(true, true, true, false, true, true),
+      {"sm_90", Vendor::Nvidia, 32, caps(true, true, true, false, true, true, true),
        "target_nvidia.h", ".cu", 132},
       {"host", Vendor::Host, 32, caps(false, false, false, false),
        "target_host.h", ".cpp", 4},

@@ -184,12 +184,13 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                StringRef target, int64_t vectorBytes,
                                int64_t threads, int64_t tokensPerCta,
                                int64_t smallMaxTokens, int64_t smallThreads,
-                               Alignment, bool hwFp8, bool streamingStores,
+                               Alignment alignment, bool hwFp8,
+                               bool streamingStores,
                                int64_t rowsPerCta, int64_t rowGroup,
                                int64_t itemCtas, int64_t splitCtas,
                                int64_t splitMinTokens, int64_t splitAlign,
                                int64_t partialBytes, bool dependentLaunch,
-                               int64_t minCtasPerSm) {
+                               int64_t minCtasPerSm, bool bulkCopy) {
   std::string targetError;
   std::optional<Target> t = parseTarget(target.str(), &targetError);
   if (!t)
@@ -238,6 +239,14 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "'min_ctas_per_sm' needs a target whose compiler "
                           "takes a minimum-CTAs launch bound (NVIDIA); '"
                        << target << "' has none";
+  if (bulkCopy && !t->caps().bulkCopy)
+    return emitError() << "'bulk_copy' needs a target with bulk copies "
+                          "(cp.async.bulk, sm_90+); '"
+                       << target << "' has none";
+  if (bulkCopy && (vectorBytes != 16 ||
+                   alignment != Alignment::proven))
+    return emitError() << "'bulk_copy' needs 'vector_bytes' = 16 and "
+                          "'cache_alignment' = proven";
   for (auto [name, v] :
        {std::pair<const char *, int64_t>{"rows_per_cta", rowsPerCta},
         {"split_ctas", splitCtas},
@@ -318,7 +327,7 @@ LogicalResult kvgen::kv::verifyPlanFits(Operation *op) {
                               plan.getSplitCtas(), plan.getSplitMinTokens(),
                               plan.getSplitAlign(), plan.getPartialBytes(),
                               plan.getDependentLaunch(),
-                              plan.getMinCtasPerSm())))
+                              plan.getMinCtasPerSm(), plan.getBulkCopy())))
     return failure();
   const LayoutDesc &l = spec.getLayout().getDesc();
   // Kernels number a CTA's accesses in 32 bits (kvgen/Launch.h).
@@ -351,6 +360,18 @@ LogicalResult kvgen::kv::verifyPlanFits(Operation *op) {
     return op->emitOpError("plan's 'hw_fp8' needs an f8E4M3FN or f8E5M2 "
                            "cache, got ")
            << toString(l.dtype);
+  if (plan.getBulkCopy()) {
+    if (spec.getWorkItemTokens() <= 1)
+      return op->emitOpError("plan's 'bulk_copy' is for block copies (work "
+                             "items of whole blocks)");
+    const int tensors = l.packing == Packing::Packed ? 1 : l.numComponents();
+    for (int t = 0; t < tensors; ++t)
+      if (l.denseBlockElements(t) == 0)
+        return op->emitOpError("plan's 'bulk_copy' needs every cache "
+                               "tensor's blocks to be one gap-free range; "
+                               "tensor ")
+               << t << " of the layout is not";
+  }
   return success();
 }
 

@@ -39,6 +39,9 @@
 //   min CTAs    NVIDIA CTAs of 512 threads ask ptxas for 3 resident CTAs
 //               per SM (__launch_bounds__(512, 3), <= 42 registers; see
 //               choosePlan).
+//   bulk copy   block copies of layouts whose blocks are dense byte ranges,
+//               on sm_90: cp.async.bulk through shared memory, one warp
+//               per block (see choosePlan).
 //
 //===----------------------------------------------------------------------===//
 #include "kvgen/Transforms/Plan.h"
@@ -61,7 +64,8 @@ using namespace kvgen::kv;
 llvm::FailureOr<PlanChoice>
 kvgen::choosePlan(const LayoutDesc &layout, DType io, const Target &target,
                   int64_t itemTokens, int64_t threads, int64_t tokensPerCta,
-                  int64_t smallMaxTokens, std::string *error) {
+                  int64_t smallMaxTokens, std::string *error,
+                  bool allowBulkCopy) {
   auto fail = [&](const std::string &m) -> llvm::FailureOr<PlanChoice> {
     if (error)
       *error = m;
@@ -178,6 +182,27 @@ kvgen::choosePlan(const LayoutDesc &layout, DType io, const Target &target,
                            c.threads >= 512 && 1536 / c.threads >= 2
                        ? 1536 / c.threads
                        : 0;
+  // Block copies of dense blocks on targets with bulk copies: each block's
+  // byte range(s) global -> shared -> global by cp.async.bulk, issued by
+  // one thread of a one-warp CTA per block; no registers hold the data, so
+  // the loads in flight are bounded by shared memory (kBulkCopyBytes per
+  // CTA) instead of a thread's registers (docs/performance.md, "Block
+  // copies").
+  if (allowBulkCopy && itemTokens > 1 && target.caps().bulkCopy &&
+      c.vectorBytes == 16 &&
+      c.cacheProven && threads == 0 && tokensPerCta == 0) {
+    bool dense = true;
+    const int tensors =
+        layout.packing == Packing::Packed ? 1 : layout.numComponents();
+    for (int t = 0; t < tensors; ++t)
+      dense = dense && layout.denseBlockElements(t) > 0;
+    if (dense && tensors <= 2) {
+      c.bulkCopy = true;
+      c.threads = 32;
+      c.tokensPerCta = 1;
+      c.smallMaxTokens = c.smallThreads = 0;
+    }
+  }
   c.hwFp8 = target.caps().hwFp8Convert &&
             (layout.dtype == DType::F8E4M3FN || layout.dtype == DType::F8E5M2);
   return c;
@@ -240,7 +265,7 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
               : choosePlan(op.getLayout().getDesc(),
                            *fromMlirType(op.getRowType()), *parsed,
                            op.getWorkItemTokens(), threads, tokensPerCta,
-                           smallMaxTokens, &error);
+                           smallMaxTokens, &error, bulkCopy);
       if (failed(c)) {
         op->emitOpError("kv-plan: ") << error;
         return {};
@@ -254,7 +279,8 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
           c->streamingStores, c->rowsPerCta, c->rowGroup, c->itemCtas,
           c->splitCtas, c->splitMinTokens, c->splitAlign, c->partialBytes,
           c->dependentLaunch && dependentLaunch,
-          minCtasPerSm >= 0 ? int64_t(minCtasPerSm) : c->minCtasPerSm);
+          minCtasPerSm >= 0 ? int64_t(minCtasPerSm) : c->minCtasPerSm,
+          c->bulkCopy);
     };
     WalkResult walk = getOperation().walk([&](KernelSpecOpInterface op) {
       PlanAttr plan = planFor(op);

@@ -164,6 +164,14 @@ struct LayoutDesc {
   SideMap map(int c, const int64_t *dynamic = nullptr) const;
   /// True when any component has a dynamic stride.
   bool anyDynamic() const;
+  /// Elements of one block of cache tensor t (0: the first component's or
+  /// the packed rows' tensor, 1: the second component's) when they are one
+  /// gap-free range starting at element block * strides.block (+ 0): static
+  /// strides, and the block's block_size x num_kv_heads rows (each the
+  /// tensor's row width, rowWidth) packed with no padding, in NHD or HND
+  /// order. Such a block can be copied as bytes. 0 otherwise, and for a
+  /// tensor the layout does not have.
+  int64_t denseBlockElements(int tensor) const;
 
   /// Largest element offset (inclusive) that any (block < numBlocks, token,
   /// head, element) position of component c maps to, plus one: the number

@@ -53,6 +53,10 @@ struct TargetInfo {
     /// Programming Guide, "Launch Bounds"): ptxas then caps the registers
     /// per thread at 65536 / (minBlocks * threads).
     bool minCtasLaunchBound = false;
+    /// cp.async.bulk between global and shared memory, completed through an
+    /// mbarrier's transaction count (PTX ISA 8.0+, sm_90+: the Tensor
+    /// Memory Accelerator's bulk copies).
+    bool bulkCopy = false;
   } caps;
   /// The target part of the device prelude (codegen/prelude/).
   const char *prelude;

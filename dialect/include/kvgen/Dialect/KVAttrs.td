@@ -151,6 +151,14 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
       At most 2048 / `threads`; only on targets with that launch bound
       (NVIDIA). 0: the compiler's own choice.
 
+    - `bulk_copy` (omitted when false): a block copy moves each block's
+      dense byte range (LayoutDesc::denseBlockElements) global -> shared ->
+      global with the target's bulk copies (cp.async.bulk through an
+      mbarrier), one thread of each CTA issuing them, instead of through
+      registers. Only on targets with bulk copies (sm_90), for layouts
+      whose every tensor's blocks are dense, with `vector_bytes` 16 and
+      `cache_alignment = proven`.
+
     The verifier checks each field's range and the target's capabilities;
     the kernel op's verifier checks the plan against its layout.
 
@@ -181,7 +189,8 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
     DefaultValuedParameter<"int64_t", "0", "split-KV: split token multiple">:$split_align,
     DefaultValuedParameter<"int64_t", "0", "split-KV: workspace bytes per partial">:$partial_bytes,
     DefaultValuedParameter<"bool", "false", "programmatic dependent launch (griddepcontrol)">:$dependent_launch,
-    DefaultValuedParameter<"int64_t", "0", "resident CTAs per multiprocessor the compiler must allow (0: its choice)">:$min_ctas_per_sm
+    DefaultValuedParameter<"int64_t", "0", "resident CTAs per multiprocessor the compiler must allow (0: its choice)">:$min_ctas_per_sm,
+    DefaultValuedParameter<"bool", "false", "block copies by bulk copies through shared memory">:$bulk_copy
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;

@@ -53,6 +53,9 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
            "min_ctas_per_sm (the kernel's minimum-CTAs launch bound): -1 "
            "lets the pass choose, 0 none, n > 0 forces n (for A/B "
            "benchmarks)">,
+    Option<"bulkCopy", "bulk-copy", "bool", /*default=*/"true",
+           "record bulk_copy for block copies where the target and layout "
+           "allow it; false: never (for A/B benchmarks)">,
   ];
   let dependentDialects = ["::kvgen::kv::KVDialect"];
 }

@@ -35,6 +35,8 @@ struct PlanChoice {
   bool dependentLaunch = false;
   /// __launch_bounds__' minimum resident CTAs per multiprocessor (0: none).
   int64_t minCtasPerSm = 0;
+  /// Block copies by bulk copies through shared memory (sm_90).
+  bool bulkCopy = false;
   /// Row tiles and split-KV (see Launch.h); 0 / 1 for other ops.
   int64_t rowsPerCta = 0, rowGroup = 1, itemCtas = 1, splitCtas = 0,
           splitMinTokens = 0, splitAlign = 0, partialBytes = 0;
@@ -49,12 +51,19 @@ struct PlanChoice {
 /// bounds keep this arithmetic in int64). Fails, with a message in *error,
 /// when a CTA would move more than kMaxCtaElements (kvgen/Launch.h) or a
 /// forced value is out of range; a plan it returns has positive launch
-/// dimensions.
+/// dimensions. allowBulkCopy = false never plans bulk copies (A/B).
 llvm::FailureOr<PlanChoice>
 choosePlan(const LayoutDesc &layout, DType io, const Target &target,
            int64_t itemTokens = 1, int64_t threads = 0,
            int64_t tokensPerCta = 0, int64_t smallMaxTokens = -1,
-           std::string *error = nullptr);
+           std::string *error = nullptr, bool allowBulkCopy = true);
+
+/// Bytes of shared memory a bulk block copy stages per round (the kernel's
+/// static buffer; under the 48 KiB of static shared memory a CTA may
+/// declare, CUDA C++ Programming Guide, "Shared Memory"): 40 KiB holds a
+/// MiMo bf16 block of 16 tokens (4 x (192 + 128) x 16 x 2 bytes) in one
+/// round, and five such CTAs fit in an H200 SM's 228 KiB.
+constexpr int kBulkCopyBytes = 40 << 10;
 
 /// The plan of a row-tiled kernel (paged attention) over `layout` with
 /// query element type `io`: rows of `rowGroup` per query token (the GQA

@@ -107,7 +107,9 @@ std::string layoutStruct(StringRef name, LayoutAttr attr) {
 }
 
 /// `struct NAME_plan`: kv-plan's decisions.
-std::string planStruct(StringRef name, PlanAttr plan, DType cache) {
+std::string planStruct(StringRef name, PlanAttr plan,
+                       const LayoutDesc &layout) {
+  const DType cache = layout.dtype;
   std::string out;
   llvm::raw_string_ostream os(out);
   os << "/// " << plan << "\n";
@@ -130,6 +132,17 @@ std::string planStruct(StringRef name, PlanAttr plan, DType cache) {
      << (plan.getDependentLaunch() ? "true" : "false") << ";\n";
   os << "  /// Loads a block-copy thread issues before its first store.\n";
   os << "  static constexpr int copy_batch = " << kBlockCopyBatch << ";\n";
+  os << "  /// Block copies by cp.async.bulk through a shared buffer of\n"
+        "  /// bulk_bytes (kBulkCopyBytes), block_elements{0,1}: elements of\n"
+        "  /// one dense block of cache tensor 0 / 1 "
+        "(LayoutDesc::denseBlockElements).\n";
+  os << "  static constexpr bool bulk_copy = "
+     << (plan.getBulkCopy() ? "true" : "false") << ";\n";
+  os << "  static constexpr int64_t bulk_bytes = " << kBulkCopyBytes
+     << ", block_elements0 = "
+     << (plan.getBulkCopy() ? layout.denseBlockElements(0) : 0)
+     << ", block_elements1 = "
+     << (plan.getBulkCopy() ? layout.denseBlockElements(1) : 0) << ";\n";
   if (plan.getRowsPerCta() > 0) {
     // Row tiles and split-KV: the kernel applies kvgen::launchShape
     // (Launch.h) to these, as the runtime does.
@@ -223,7 +236,7 @@ struct KernelSpecLowering
     emitc::VerbatimOp::create(rewriter, loc,
                               layoutStruct(layoutName, spec.getLayout()));
     emitc::VerbatimOp::create(rewriter, loc,
-                              planStruct(planName, plan, layout.dtype));
+                              planStruct(planName, plan, layout));
     emitc::VerbatimOp::create(rewriter, loc, *options);
 
     Type argsType = emitc::OpaqueType::get(ctx, desc.argsType);
