@@ -1016,127 +1016,78 @@ template <bool BULK> struct BulkBlockCopy {
   }
 };
 #ifdef KVGEN_BULK_COPY
-/// A CTA copies mapping rows [first, first + P::tokens_per_cta). Thread 0
-/// moves each row's block as the dense byte range of each cache tensor
-/// (P::block_elements0 / 1 elements from elementOffset(map, block, 0, 0,
-/// 0)) global -> shared -> global with cp.async.bulk. The bytes of all the
-/// CTA's rows, tensor after tensor, go in rounds of half the shared buffer
-/// (P::bulk_bytes / 2), the halves alternating: the loads of round r + 1
-/// are in flight while round r waits for its loads (its half's mbarrier
-/// phase) and issues its stores, and a half is refilled only after the
-/// stores of the round before have read it. No register holds the data, so
-/// what is in flight is bounded by shared memory, not by the loads a thread
-/// can keep (the register path's limit). Raw bits, as copyBlocksCta; rows
-/// past the mapping or (CHECKED) with a block id out of range move nothing
-/// (the latter set the error flag). Every size and offset is a multiple of
-/// 16 bytes (kv-plan: vector_bytes 16, proven alignment).
-/// A piece of a bulk round: `bytes` at byte `offset` of mapping row
-/// `item`'s block in cache tensor `tensor`, at byte `at` of the round's half
-/// of the shared buffer.
-struct BulkPiece {
-  int item, tensor;
-  int64_t offset, at, bytes;
-};
-/// The pieces of round r (bytes [r * half, (r + 1) * half) of the CTA's
-/// rows' blocks, each row tensor 0 then tensor 1, `tensorBytes` each) of
-/// the live rows, in that order; returns their count (at most 2 * items).
-KVGEN_DEVICE inline int bulkRoundPieces(int64_t r, const bool *live,
-                                        const int64_t *tensorBytes, int items,
-                                        int64_t half, int64_t total,
-                                        BulkPiece *out) {
-  const int64_t lo = r * half, hi = lo + half < total ? lo + half : total;
-  int64_t start = 0;
-  int n = 0;
-  for (int i = 0; i < items; ++i)
-    for (int t = 0; t < 2; ++t) {
-      const int64_t end = start + tensorBytes[t];
-      const int64_t plo = lo > start ? lo : start, phi = hi < end ? hi : end;
-      if (live[i] && plo < phi)
-        out[n++] = BulkPiece{i, t, plo - start, plo - lo, phi - plo};
-      start = end;
-    }
-  return n;
-}
-
+/// One CTA per mapping row; thread 0 moves the block's dense byte range of
+/// each cache tensor (P::block_elements0 / 1 elements from
+/// elementOffset(map, block, 0, 0, 0)) global -> shared -> global with
+/// cp.async.bulk, in rounds of at most P::bulk_bytes: the loads of a round
+/// complete one phase of an mbarrier, its stores are drained (read from
+/// shared memory) before the next round refills the buffer. No register
+/// holds the data, so what is in flight is bounded by shared memory, not by
+/// the loads a thread can keep (the register path's limit). Raw bits, as
+/// copyBlocksCta. Every size and offset is a multiple of 16 bytes (kv-plan:
+/// vector_bytes 16, proven alignment).
 template <> struct BulkBlockCopy<true> {
   template <class L, class P, bool CHECKED, class CS>
   KVGEN_DEVICE static bool run(const BlockCopy<CS> &a, const SideMap *maps) {
-    enum { kTensors = L::packed ? 1 : 2, kItems = P::tokens_per_cta };
-    constexpr int64_t kHalf = P::bulk_bytes / 2;
-    constexpr int64_t kBytes0 = P::block_elements0 * int64_t(sizeof(CS)),
-                      kBytes1 = P::block_elements1 * int64_t(sizeof(CS));
-    static_assert(kHalf % 16 == 0 && kBytes0 % 16 == 0 && kBytes1 % 16 == 0,
+    enum { kTensors = L::packed ? 1 : 2 };
+    static_assert(P::bulk_bytes % 16 == 0 &&
+                      (P::block_elements0 * int64_t(sizeof(CS))) % 16 == 0 &&
+                      (P::block_elements1 * int64_t(sizeof(CS))) % 16 == 0,
                   "bulk copies move multiples of 16 bytes");
-    constexpr int64_t kTotal = kItems * (kBytes0 + kBytes1);
-    constexpr int64_t kRounds = (kTotal + kHalf - 1) / kHalf;
-    const int64_t tensorBytes[2] = {kBytes0, kBytes1};
     KVGEN_SHARED __attribute__((aligned(128))) unsigned char buf[P::bulk_bytes];
-    KVGEN_SHARED uint64_t bar[2];
-    if (KVGEN_THREAD_ID_X != 0)
+    KVGEN_SHARED uint64_t bar;
+    const int64_t row = int64_t(KVGEN_BLOCK_ID_X);
+    if (KVGEN_THREAD_ID_X != 0 || row >= a.numPairs)
       return true;
-    const int64_t first = int64_t(KVGEN_BLOCK_ID_X) * kItems;
-    // Each row's block start in each tensor, source and destination.
-    const unsigned char *src[kItems][2];
-    unsigned char *dst[kItems][2];
-    bool live[kItems];
-    for (int i = 0; i < kItems; ++i) {
-      const int64_t row = first + i;
-      live[i] = row < a.numPairs;
-      const int64_t from = live[i] ? a.mapping[2 * row] : 0;
-      const int64_t to = live[i] ? a.mapping[2 * row + 1] : 0;
-      if (CHECKED && live[i] &&
-          (from < 0 || from >= a.srcBlocks || to < 0 || to >= a.dstBlocks)) {
-        *a.errorFlag = 1;
-        live[i] = false;
-      }
-      for (int t = 0; t < 2; ++t) {
-        const SideMap &m = maps[t < kTensors ? t : 0];
-        src[i][t] = reinterpret_cast<const unsigned char *>(
-            a.src[t] + elementOffset(m, from, 0, 0, 0));
-        dst[i][t] = reinterpret_cast<unsigned char *>(
-            a.dst[t] + elementOffset(m, to, 0, 0, 0));
-      }
+    const int64_t from = a.mapping[2 * row], to = a.mapping[2 * row + 1];
+    if (CHECKED &&
+        (from < 0 || from >= a.srcBlocks || to < 0 || to >= a.dstBlocks)) {
+      *a.errorFlag = 1;
+      return true;
     }
-    const unsigned s = kvgenSharedAddress(buf);
-    const unsigned b[2] = {kvgenSharedAddress(&bar[0]),
-                           kvgenSharedAddress(&bar[1])};
-    kvgenBarrierInit(b[0]);
-    kvgenBarrierInit(b[1]);
-    // The pieces of the rounds in flight, per half.
-    BulkPiece pieces[2][2 * kItems];
-    int count[2] = {0, 0};
-    for (int64_t r = 0; r <= kRounds; ++r) {
-      // Round r's loads into half r & 1 (whose last reader, round r - 2's
-      // stores, finished reading it: see below), then round r - 1's stores.
-      if (r < kRounds) {
-        const int h = int(r & 1);
-        count[h] = bulkRoundPieces(r, live, tensorBytes, kItems, kHalf, kTotal,
-                                   pieces[h]);
-        int64_t bytes = 0;
-        for (int k = 0; k < count[h]; ++k)
-          bytes += pieces[h][k].bytes;
-        kvgenBarrierArriveExpect(b[h], unsigned(bytes));
-        for (int k = 0; k < count[h]; ++k) {
-          const BulkPiece &q = pieces[h][k];
-          kvgenBulkLoad(s + unsigned(h * kHalf + q.at),
-                        src[q.item][q.tensor] + q.offset, unsigned(q.bytes),
-                        b[h]);
-        }
+    const int64_t bytes[2] = {P::block_elements0 * int64_t(sizeof(CS)),
+                              P::block_elements1 * int64_t(sizeof(CS))};
+    const unsigned char *src[2];
+    unsigned char *dst[2];
+    for (int t = 0; t < 2; ++t) {
+      // Tensor t's block starts at its first component's (block, 0, 0, 0).
+      const SideMap &m = maps[t < kTensors ? t : 0];
+      src[t] = reinterpret_cast<const unsigned char *>(
+          a.src[t] + elementOffset(m, from, 0, 0, 0));
+      dst[t] = reinterpret_cast<unsigned char *>(
+          a.dst[t] + elementOffset(m, to, 0, 0, 0));
+    }
+    const unsigned b = kvgenSharedAddress(&bar), s = kvgenSharedAddress(buf);
+    kvgenBarrierInit(b);
+    const int64_t total = bytes[0] + bytes[1];
+    unsigned phase = 0;
+    for (int64_t pos = 0; pos < total; pos += P::bulk_bytes) {
+      const int64_t end =
+          pos + P::bulk_bytes < total ? pos + P::bulk_bytes : total;
+      kvgenBarrierArriveExpect(b, unsigned(end - pos));
+      // The round's part of tensor t: [lo, hi) of the bytes of both
+      // tensors in sequence, tensor t starting at `start`.
+      int64_t start = 0;
+      for (int t = 0; t < 2; ++t) {
+        const int64_t lo = pos > start ? pos : start;
+        const int64_t hi = end < start + bytes[t] ? end : start + bytes[t];
+        if (lo < hi)
+          kvgenBulkLoad(s + unsigned(lo - pos), src[t] + (lo - start),
+                        unsigned(hi - lo), b);
+        start += bytes[t];
       }
-      if (r > 0) {
-        const int h = int((r - 1) & 1);
-        kvgenBarrierWait(b[h], unsigned(((r - 1) >> 1) & 1));
-        for (int k = 0; k < count[h]; ++k) {
-          const BulkPiece &q = pieces[h][k];
-          kvgenBulkStore(dst[q.item][q.tensor] + q.offset,
-                         s + unsigned(h * kHalf + q.at), unsigned(q.bytes));
-        }
-        kvgenBulkStoreCommit();
-        // Half h is loaded again by round r + 1: its stores must have read
-        // it by then (the loads of round r, in the other half, stay in
-        // flight meanwhile).
-        kvgenBulkStoreWaitRead();
+      kvgenBarrierWait(b, phase);
+      phase ^= 1u;
+      start = 0;
+      for (int t = 0; t < 2; ++t) {
+        const int64_t lo = pos > start ? pos : start;
+        const int64_t hi = end < start + bytes[t] ? end : start + bytes[t];
+        if (lo < hi)
+          kvgenBulkStore(dst[t] + (lo - start), s + unsigned(lo - pos),
+                         unsigned(hi - lo));
+        start += bytes[t];
       }
+      kvgenBulkStoreDrain();
     }
     return true;
   }

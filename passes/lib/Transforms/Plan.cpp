@@ -184,13 +184,13 @@ kvgen::choosePlan(const LayoutDesc &layout, DType io, const Target &target,
                        : 0;
   // Block copies of dense blocks on targets with bulk copies: each block's
   // byte range(s) global -> shared -> global by cp.async.bulk, issued by
-  // one thread of a one-warp CTA (tokens_per_cta rows each, forced by the
-  // option, else 1); no registers hold the data, so the loads in flight are
-  // bounded by shared memory (kBulkCopyBytes per CTA) instead of a thread's
-  // registers (docs/performance.md, "Bulk block copies").
+  // one thread of a one-warp CTA per block; no registers hold the data, so
+  // the loads in flight are bounded by shared memory (kBulkCopyBytes per
+  // CTA) instead of a thread's registers (docs/performance.md, "Block
+  // copies").
   if (allowBulkCopy && itemTokens > 1 && target.caps().bulkCopy &&
       c.vectorBytes == 16 &&
-      c.cacheProven && threads == 0) {
+      c.cacheProven && threads == 0 && tokensPerCta == 0) {
     bool dense = true;
     const int tensors =
         layout.packing == Packing::Packed ? 1 : layout.numComponents();
@@ -199,7 +199,7 @@ kvgen::choosePlan(const LayoutDesc &layout, DType io, const Target &target,
     if (dense && tensors <= 2) {
       c.bulkCopy = true;
       c.threads = 32;
-      c.tokensPerCta = tokensPerCta > 0 ? tokensPerCta : 1;
+      c.tokensPerCta = 1;
       c.smallMaxTokens = c.smallThreads = 0;
     }
   }
