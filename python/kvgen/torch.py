@@ -469,7 +469,7 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
     key_ = (id(key_cache), id(value_cache),
             id(k_scale) if scaled else 0, id(v_scale) if scaled else 0,
             kv_cache_dtype, key.stride(), value.stride(), key.dtype,
-            slot_mapping.dtype)
+            value.dtype, slot_mapping.dtype)
     f = _fast.get(key_)
     if f is not None and f.refs[0]() is key_cache and \
             f.refs[1]() is value_cache and \

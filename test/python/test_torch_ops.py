@@ -375,6 +375,25 @@ def test_good_call_of_the_bad_input_setup_writes():
     assert torch.equal(kc.view(-1, 2, 64)[63], key[4])
 
 
+@pytest.mark.parametrize("entry", ["torch.ops", "kvgen.torch"])
+def test_remembered_plan_still_checks_the_value_dtype(entry):
+    """After a good call, the same caches with value in another dtype than
+    key: TypeError and nothing written (the plan remembered by the cache
+    tensors' identity used to skip this check and launch the bf16 kernel on
+    f16 rows)."""
+    key, value, kc, vc, slots, ks, vs = _setup_bad()
+    slots[4] = 10
+    write = torch.ops.kvgen.reshape_and_cache_flash \
+        if entry == "torch.ops" else kt.reshape_and_cache_flash
+    write(key, value, kc, vc, slots, "auto", ks, vs)
+    assert torch.equal(vc.view(-1, 2, 32)[10], value[4])
+    before = [kc.clone(), vc.clone()]
+    with pytest.raises(TypeError, match="value has dtype torch.float16, key "
+                       "torch.bfloat16"):
+        write(key, value.half(), kc, vc, slots, "auto", ks, vs)
+    assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
+
+
 # -- torch.compile ---------------------------------------------------------
 
 @pytest.mark.parametrize("entry", ["torch.ops", "kvgen.torch"])
