@@ -10,7 +10,10 @@
 #   3. two processes on one fresh cache directory, then a third that must
 #      find the kernels on disk;
 #   4. bench/torch_overhead.py --device cuda (host time per call: C API vs
-#      the Python entry vs torch.ops).
+#      the Python entry vs torch.ops, and the parts: torch's entry to a C++
+#      / Python kernel, kvgen's C++ kernel), with kvgen's C++ kernel (1 and
+#      64 tokens, then --no-kernel) and with its Python kernels
+#      (KVGEN_TORCH_FAST=0), for the before / after of issue 11.
 #
 #   bash scripts/device_torch_check.sh [wheel] [out dir]
 set -u
@@ -33,6 +36,11 @@ cmake -S "$REPO" -B "$OUT/rt" -G Ninja -DKVGEN_ENABLE_MLIR=OFF \
 export KVGEN_LIB="$LIB" KVGEN_BUILD_DIR="$OUT/rt"
 export KVGEN_CACHE_DIR="$OUT/cache"
 
+echo "== 0. which kernel torch.ops.kvgen.reshape_and_cache_flash runs"
+# The first import builds kvgen's C++ kernel against this torch (cached).
+(cd "$OUT" && time "$V/bin/python" -c 'import kvgen.torch as kt
+print(kt.fast_path_info())')
+
 echo "== 1. pytest test_torch_ops.py"
 (cd "$REPO" && "$V/bin/python" -m pytest -q -rs test/python/test_torch_ops.py \
   2>&1 | tail -25)
@@ -53,4 +61,8 @@ export KVGEN_CACHE_DIR="$OUT/cache3"
 
 echo "== 4. host overhead per call (cuda)"
 (cd "$OUT" && "$V/bin/python" "$REPO/bench/torch_overhead.py" --device cuda &&
-  "$V/bin/python" "$REPO/bench/torch_overhead.py" --device cuda --tokens 64)
+  "$V/bin/python" "$REPO/bench/torch_overhead.py" --device cuda --tokens 64 &&
+  "$V/bin/python" "$REPO/bench/torch_overhead.py" --device cuda --no-kernel &&
+  echo "-- the Python kernels (KVGEN_TORCH_FAST=0), as before issue 11:" &&
+  KVGEN_TORCH_FAST=0 "$V/bin/python" "$REPO/bench/torch_overhead.py" \
+    --device cuda)

@@ -58,6 +58,15 @@ the ops can be captured in CUDA graphs (run each shape once before
 capture). Fake (meta) implementations check shapes, dtypes and devices, so
 torch.compile(fullgraph=True) traces the ops.
 
+reshape_and_cache_flash's CPU / CUDA kernel is a C++ one
+(kvgen/_torch_fast.cpp, compiled against this torch on the first import,
+about 10 s, cached in the kvgen cache directory): it launches the calls
+whose tensor metadata it has seen checked, about 2 us of host time per call
+above the C API instead of 7-9 us with a Python kernel, and sends every
+other call to the Python implementation (its errors unchanged). Without a
+compiler or torch's headers, or with KVGEN_TORCH_FAST=0, the Python kernels
+are used; fast_path_info() says which. See docs/torch.md.
+
 The kernels are range-checked (issue 12): a slot >= num_blocks * block_size
 or a block id outside [0, num_blocks) is skipped (nothing written or read
 outside the cache) and reported through the device's error word, which
@@ -74,14 +83,14 @@ import weakref
 
 import torch
 
-from . import Context, KvgenError, Layout, _capi
+from . import Context, KvgenError, Layout, _capi, _torch_fast
 from ._views import (FLOAT_DTYPES, FP8_TORCH, KV_CACHE_DTYPES, CacheGeometry,
                      dtype_name, span_bytes)
 
 __all__ = ["context", "reshape_and_cache_flash", "gather_cache",
            "concat_and_cache_mla", "gather_and_maybe_dequant_cache",
            "copy_blocks", "copy_blocks_mla", "swap_blocks", "plan_count",
-           "check_errors", "set_unchecked", "unchecked"]
+           "check_errors", "set_unchecked", "unchecked", "fast_path_info"]
 
 _lock = threading.Lock()
 _contexts = {}
@@ -140,6 +149,8 @@ def set_unchecked(flag):
             _unchecked = flag
             _plans.clear()
             _fast.clear()
+            if _cpp is not None:
+                _cpp.clear()
 
 
 def unchecked():
@@ -447,20 +458,24 @@ def _write_plan(key, value, key_cache, value_cache, slot_mapping,
 
 def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping,
                             kv_cache_dtype, k_scale, v_scale, pdl=False):
-    """torch.ops.kvgen.reshape_and_cache_flash without torch's dispatcher
-    in eager mode (the same checks and kernel; under torch.compile it calls
-    the op): for engines that want the lowest host overhead."""
-    if _compiling():
-        return torch.ops.kvgen.reshape_and_cache_flash(
-            key, value, key_cache, value_cache, slot_mapping,
-            kv_cache_dtype, k_scale, v_scale, pdl)
+    """torch.ops.kvgen.reshape_and_cache_flash as a Python function, the
+    same checks and kernel. Where kvgen's C++ kernel is in use
+    (fast_path_info()["kernel"] == "c++") and under torch.compile it calls
+    the op (torch.ops.kvgen.reshape_and_cache_flash.default: about 0.1 us
+    of host time per call more than the op itself); else it runs the Python
+    implementation without torch's dispatcher (about 3 us less than the op
+    with the Python kernels). bench/torch_overhead.py times both."""
+    if _cpp is not None or _compiling():
+        return _write_op(key, value, key_cache, value_cache, slot_mapping,
+                         kv_cache_dtype, k_scale, v_scale, pdl)
     _write_fast(key, value, key_cache, value_cache, slot_mapping,
                 kv_cache_dtype, k_scale, v_scale, pdl)
 
 
 def _write_fast(key, value, key_cache, value_cache, slot_mapping,
                 kv_cache_dtype, k_scale, v_scale, pdl=False):
-    """The op's CPU/CUDA implementation."""
+    """The op's CPU/CUDA implementation where the C++ kernel is not in
+    use (and the Python function's)."""
     # Engines pass the same cache and scale tensors each step: by identity
     # (checked through weak references), what is left to check per call is
     # the rows' and slots' metadata.
@@ -469,7 +484,7 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
     key_ = (id(key_cache), id(value_cache),
             id(k_scale) if scaled else 0, id(v_scale) if scaled else 0,
             kv_cache_dtype, key.stride(), value.stride(), key.dtype,
-            slot_mapping.dtype)
+            value.dtype, slot_mapping.dtype)
     f = _fast.get(key_)
     if f is not None and f.refs[0]() is key_cache and \
             f.refs[1]() is value_cache and \
@@ -508,8 +523,8 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
                 raise KvgenError("kvgen_launch (reshape_and_cache)", st,
                                  _capi.last_error())
             return
-    p = _write_impl(key, value, key_cache, value_cache, slot_mapping,
-                    kv_cache_dtype, k_scale, v_scale, pdl)
+    p, _ = _write_impl(key, value, key_cache, value_cache, slot_mapping,
+                       kv_cache_dtype, k_scale, v_scale, pdl)
     _remember(key_, p, (key_cache, value_cache) +
               ((k_scale, v_scale) if scaled else ()),
               (key.shape[1], key.shape[2], value.shape[2]),
@@ -554,7 +569,44 @@ def _write_impl(key, value, key_cache, value_cache, slot_mapping,
         a.v_scale = v_scale.data_ptr()
     a.num_tokens = t
     p.launch(a, pdl)
-    return p
+    return p, a
+
+
+def _write_slow(key, value, key_cache, value_cache, slot_mapping,
+                kv_cache_dtype, k_scale, v_scale, pdl=False):
+    """kvgen::_reshape_and_cache_flash_py, where the C++ kernel of
+    torch.ops.kvgen.reshape_and_cache_flash sends every call it has no plan
+    for: the checks, the plan and the launch of _write_impl; then the plan
+    goes to the C++ kernel for later calls of the same signature."""
+    p, a = _write_impl(key, value, key_cache, value_cache, slot_mapping,
+                       kv_cache_dtype, k_scale, v_scale, pdl)
+    if _cpp is None:
+        return
+    if not _cpp_has_launch:
+        _cpp_set_launch()
+    t = type(a)
+    _cpp.remember_raw(p.handle, ctypes.addressof(a), p.size, int(p.host),
+                      -1 if p.host else p.device_index,
+                      _WRITE_OFFSETS(t.key.offset, t.value.offset, -1, -1,
+                                     t.slot_mapping.offset, -1, -1, -1, -1),
+                      9, t.num_tokens.offset)
+
+
+_WRITE_OFFSETS = ctypes.c_int32 * 9
+_cpp_has_launch = False
+
+
+def _cpp_set_launch():
+    """Gives the C++ kernel kvgen_launch / kvgen_launch_ex (once, from
+    the first call that the Python implementation launched: the runtime is
+    loaded on first use, not at import)."""
+    global _cpp_has_launch
+    lib = _capi.lib()
+    ex = getattr(lib, "kvgen_launch_ex", None)
+    _cpp.set_launch(ctypes.cast(lib.kvgen_launch, ctypes.c_void_p).value,
+                    ctypes.cast(ex, ctypes.c_void_p).value if ex else None,
+                    ctypes.addressof(_PDL_OPTIONS))
+    _cpp_has_launch = True
 
 
 def _write_fake(key, value, key_cache, value_cache, slot_mapping,
@@ -1130,10 +1182,62 @@ _SCHEMAS = {
         swap_blocks, _swap_fake),
 }
 
-_library = torch.library.Library("kvgen", "DEF")
-for _name, (_schema, _impl, _fake) in _SCHEMAS.items():
-    _library.define(_name + _schema)
-    _library.impl(_name, _impl, "CPU")
-    _library.impl(_name, _impl, "CUDA")
-    torch.library.register_fake("kvgen::" + _name, _fake, lib=_library)
-del _name, _schema, _impl, _fake
+#: Ops whose CPU / CUDA kernel is the C++ one (_torch_fast.cpp): name ->
+#: (the Python op it falls back to, its implementation, the role of each
+#: schema argument for the C++ signature).
+_CPP_OPS = {
+    "reshape_and_cache_flash": ("_reshape_and_cache_flash_py", _write_slow,
+                                "RRFFSKCCP"),
+}
+
+def _register():
+    """Defines the ops (and the Python ops that _CPP_OPS fall back to),
+    registers the fake implementations, builds / loads the C++ kernel
+    (kvgen/_torch_fast.py) and registers it for the ops of _CPP_OPS, the
+    Python implementations for the others (and for all where the C++ kernel
+    is not available). Returns (library, C++ kernel or None, why None)."""
+    lib = torch.library.Library("kvgen", "DEF")
+    for name, (schema, _, fake) in _SCHEMAS.items():
+        lib.define(name + schema)
+        torch.library.register_fake("kvgen::" + name, fake, lib=lib)
+    for name, (slow, impl, _) in _CPP_OPS.items():
+        lib.define(slow + _SCHEMAS[name][0])
+        lib.impl(slow, impl, "CPU")
+        lib.impl(slow, impl, "CUDA")
+    cpp, why = _torch_fast.load(torch)
+    if cpp is not None:
+        try:
+            for name, (slow, _, roles) in _CPP_OPS.items():
+                cpp.register("kvgen", name, slow, roles)
+        except RuntimeError as e:
+            cpp, why = None, f"registering the C++ kernel: {e}"
+    for name, (_, impl, _) in _SCHEMAS.items():
+        if cpp is None or name not in _CPP_OPS:
+            lib.impl(name, impl, "CPU")
+            lib.impl(name, impl, "CUDA")
+    return lib, cpp, why
+
+
+_library, _cpp, _cpp_why = _register()
+_write_op = torch.ops.kvgen.reshape_and_cache_flash.default
+
+
+def fast_path_info():
+    """How torch.ops.kvgen.reshape_and_cache_flash (and the Python
+    function of the same name) are launched, as a dict:
+      kernel   "c++": a C++ kernel (kvgen/_torch_fast.cpp, built against
+               this torch on first use) launches every call whose tensor
+               metadata it has seen checked, and sends the others to the
+               Python implementation; "python": the Python kernels (no
+               compiler, no torch headers, KVGEN_TORCH_FAST=0, ...)
+      library  the C++ kernel's shared library (None with "python")
+      reason   why "python" (None with "c++")
+      hits, misses, entries   C++ kernel: calls it launched, calls it sent
+               to the Python implementation, plans it holds (0 with
+               "python")
+    Host time per call: bench/torch_overhead.py, docs/torch.md."""
+    hits, misses, entries = _cpp.stats() if _cpp is not None else (0, 0, 0)
+    return {"kernel": "c++" if _cpp is not None else "python",
+            "library": _cpp.path if _cpp is not None else None,
+            "reason": _cpp_why, "hits": hits, "misses": misses,
+            "entries": entries}

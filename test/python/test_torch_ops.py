@@ -367,12 +367,51 @@ def test_bad_inputs_raise_and_write_nothing(case):
     assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
 
 
+@pytest.mark.parametrize("entry", ["torch.ops", "kvgen.torch"])
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_inputs_after_a_remembered_plan(case, entry):
+    """The same bad inputs after a good call with the same caches (whose
+    plan the C++ kernel, or kvgen.torch's identity table, then holds): the
+    same error, nothing written."""
+    args = list(_setup_bad())
+    args.insert(5, "auto")
+    write = torch.ops.kvgen.reshape_and_cache_flash \
+        if entry == "torch.ops" else kt.reshape_and_cache_flash
+    write(*args)
+    mutate, exc, msg = BAD[case]
+    mutate(args)
+    key, value, kc, vc, slots, kvd, ks, vs = args
+    before = [kc.clone(), vc.clone()]
+    with pytest.raises(exc, match=msg):
+        write(key, value, kc, vc, slots, kvd, ks, vs)
+    assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
+
+
 def test_good_call_of_the_bad_input_setup_writes():
     key, value, kc, vc, slots, ks, vs = _setup_bad()
     slots[4] = 63
     torch.ops.kvgen.reshape_and_cache_flash(key, value, kc, vc, slots,
                                             "auto", ks, vs)
     assert torch.equal(kc.view(-1, 2, 64)[63], key[4])
+
+
+@pytest.mark.parametrize("entry", ["torch.ops", "kvgen.torch"])
+def test_remembered_plan_still_checks_the_value_dtype(entry):
+    """After a good call, the same caches with value in another dtype than
+    key: TypeError and nothing written (the plan remembered by the cache
+    tensors' identity used to skip this check and launch the bf16 kernel on
+    f16 rows)."""
+    key, value, kc, vc, slots, ks, vs = _setup_bad()
+    slots[4] = 10
+    write = torch.ops.kvgen.reshape_and_cache_flash \
+        if entry == "torch.ops" else kt.reshape_and_cache_flash
+    write(key, value, kc, vc, slots, "auto", ks, vs)
+    assert torch.equal(vc.view(-1, 2, 32)[10], value[4])
+    before = [kc.clone(), vc.clone()]
+    with pytest.raises(TypeError, match="value has dtype torch.float16, key "
+                       "torch.bfloat16"):
+        write(key, value.half(), kc, vc, slots, "auto", ks, vs)
+    assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
 
 
 # -- torch.compile ---------------------------------------------------------
@@ -589,13 +628,23 @@ def test_kernel_table_reuses_plans():
                                                 slots[:t], "auto", ks, vs)
     assert kt.plan_count() == n
     # With "auto" the scales are not read: fresh scale tensors each call
-    # still find the same entry.
+    # still find the same entry (of the C++ kernel's table where it is in
+    # use, else of kvgen.torch's identity table), and launch from there.
+    def entries():
+        info = kt.fast_path_info()
+        if info["kernel"] == "c++":
+            return info["entries"], info["hits"]
+        return len(kt._fast), None
+
     kt.reshape_and_cache_flash(key, value, kc, vc, slots, "auto", ks, vs)
-    entries = len(kt._fast)
+    n_entries, hits = entries()
+    assert n_entries >= 1
     for _ in range(3):
         kt.reshape_and_cache_flash(key, value, kc, vc, slots, "auto",
                                    torch.ones(1), torch.ones(1))
-    assert len(kt._fast) == entries and kt.plan_count() == n
+    assert entries()[0] == n_entries and kt.plan_count() == n
+    if hits is not None:
+        assert entries()[1] == hits + 3
 
 
 # -- MLA ops: kv.concat_and_cache_mla / kv.gather_mla ----------------------
@@ -808,6 +857,177 @@ def test_unchecked_from_the_environment():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True,
                        text=True, env=env)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+# -- the C++ kernel (kvgen/_torch_fast.cpp) ---------------------------------
+
+def _cpp_expected():
+    """Why the C++ kernel may be missing here, or None where it must be
+    in use (a C++ compiler and torch's headers, KVGEN_TORCH_FAST not 0)."""
+    import shlex
+    import shutil
+    if os.environ.get("KVGEN_TORCH_FAST", "1") in ("0", ""):
+        return "KVGEN_TORCH_FAST=0"
+    cxx = shlex.split(os.environ.get("CXX") or "c++")
+    if not cxx or shutil.which(cxx[0]) is None:
+        return f"no C++ compiler ({cxx})"
+    inc = Path(torch.__file__).resolve().parent / "include"
+    if not (inc / "torch" / "library.h").is_file():
+        return f"no torch headers at {inc}"
+    return None
+
+
+def _need_cpp():
+    why = _cpp_expected()
+    info = kt.fast_path_info()
+    if why is None:
+        assert info["kernel"] == "c++", info["reason"]
+    elif info["kernel"] != "c++":
+        pytest.skip(f"the C++ kernel is not built here: {why}")
+    return info
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cpp_kernel_launches_remembered_plans(device):
+    """The C++ kernel (built where a compiler and torch's headers are)
+    sends the first call of a signature to the Python implementation and
+    launches the later ones itself -- other token counts, other row and
+    slot tensors, the Python function's calls -- bit-exact against the
+    reference; other caches, an fp8 call and a new scale tensor are new
+    signatures."""
+    dev = torch.device(device)
+    _need_cpp()
+    gen = torch.Generator().manual_seed(41)
+    H, dk, dv, bs, nb = 2, 64, 32, 16, 4
+    kc = torch.zeros(nb, bs, H, dk, dtype=torch.bfloat16, device=dev)
+    vc = torch.zeros(nb, bs, H, dv, dtype=torch.bfloat16, device=dev)
+    want_k, want_v = kc.clone(), vc.clone()
+    one = torch.ones(1, device=dev)
+
+    def call(write, T, kc=kc, vc=vc, want_k=want_k, want_v=want_v):
+        key = make_rows(T, H, dk, gen).to(dev)
+        value = make_rows(T, H, dv, gen).to(dev)
+        slots = make_slots(T, nb, bs, gen, torch.int64).to(dev)
+        write(key, value, kc, vc, slots, "auto", one, one)
+        torch_ref.write(key, value, want_k, want_v, slots, "auto", one, one)
+
+    before = kt.fast_path_info()
+    call(torch.ops.kvgen.reshape_and_cache_flash, 5)
+    first = kt.fast_path_info()
+    assert first["misses"] == before["misses"] + 1
+    assert first["entries"] >= 1
+    for T in (1, 7, 5, 64):
+        call(torch.ops.kvgen.reshape_and_cache_flash, T)
+    call(kt.reshape_and_cache_flash, 3)
+    call(torch.ops.kvgen.reshape_and_cache_flash.default, 2)
+    after = kt.fast_path_info()
+    assert after["hits"] == first["hits"] + 6
+    assert after["misses"] == first["misses"]
+    assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
+    # Other caches (same shapes): a new signature, then launched from C++.
+    kc2, vc2 = torch.zeros_like(kc), torch.zeros_like(vc)
+    wk2, wv2 = kc2.clone(), vc2.clone()
+    for T in (4, 4):
+        call(torch.ops.kvgen.reshape_and_cache_flash, T, kc2, vc2, wk2, wv2)
+    info = kt.fast_path_info()
+    assert (info["misses"], info["hits"]) == (after["misses"] + 1,
+                                              after["hits"] + 1)
+    assert torch.equal(kc2, wk2) and torch.equal(vc2, wv2)
+    # fp8: the scales are part of the signature (their pointers are in the
+    # remembered struct); a fresh scale tensor is a miss, the same one a hit.
+    k8 = torch.zeros(nb, bs, H, dk, dtype=torch.uint8, device=dev)
+    v8 = torch.zeros(nb, bs, H, dv, dtype=torch.uint8, device=dev)
+    wk8, wv8 = k8.clone(), v8.clone()
+    key = make_rows(6, H, dk, gen).to(dev)
+    value = make_rows(6, H, dv, gen).to(dev)
+    slots = make_slots(6, nb, bs, gen, torch.int64).to(dev)
+    for scale in (0.5, 0.5, 0.25):
+        s = torch.tensor([scale], device=dev)
+        n0 = kt.fast_path_info()
+        torch.ops.kvgen.reshape_and_cache_flash(key, value, k8, v8, slots,
+                                                "fp8", s, s)
+        torch_ref.write(key, value, wk8, wv8, slots, "fp8", s, s)
+        assert torch.equal(k8, wk8) and torch.equal(v8, wv8)
+        n1 = kt.fast_path_info()
+        assert n1["misses"] + n1["hits"] == n0["misses"] + n0["hits"] + 1
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        kt.check_errors(dev)
+
+
+def test_cpp_kernel_threads():
+    """Threads writing their own caches at once through the C++ kernel:
+    every write lands (each thread's first call goes to Python and is
+    remembered for that thread's call, not another's)."""
+    import threading
+    _need_cpp()
+    H, d, bs, nb = 2, 64, 16, 4
+    errors = []
+
+    def work(i):
+        try:
+            gen = torch.Generator().manual_seed(100 + i)
+            kc = torch.zeros(nb, bs, H, d, dtype=torch.bfloat16)
+            vc = torch.zeros(nb, bs, H, d, dtype=torch.bfloat16)
+            want_k, want_v = kc.clone(), vc.clone()
+            one = torch.ones(1)
+            for j in range(20):
+                T = 1 + (i + j) % 5
+                key, value = make_rows(T, H, d, gen), make_rows(T, H, d, gen)
+                slots = make_slots(T, nb, bs, gen, torch.int64)
+                torch.ops.kvgen.reshape_and_cache_flash(
+                    key, value, kc, vc, slots, "auto", one, one)
+                torch_ref.write(key, value, want_k, want_v, slots, "auto",
+                                one, one)
+            assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def _subprocess_write(env, check):
+    code = ("import kvgen.torch as kt, torch\n"
+            "k = torch.zeros(2, 16, 1, 64, dtype=torch.bfloat16)\n"
+            "r = torch.ones(1, 1, 64, dtype=torch.bfloat16)\n"
+            "for _ in range(3):\n"
+            "    torch.ops.kvgen.reshape_and_cache_flash(r, r, k, "
+            "k.clone(), torch.tensor([5]), 'auto', torch.ones(1), "
+            "torch.ones(1))\n"
+            "assert torch.equal(k[0, 5], r[0])\n"
+            "info = kt.fast_path_info()\n" + check + "\nprint('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, env=dict(os.environ, **env,
+                                           PYTHONPATH=str(REPO / "python")))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_python_kernels_without_the_cpp_kernel(tmp_path):
+    """KVGEN_TORCH_FAST=0, or a compiler that fails (the failure is
+    remembered in the cache directory): the Python kernels, same results."""
+    _subprocess_write({"KVGEN_TORCH_FAST": "0"},
+                      "assert info['kernel'] == 'python', info\n"
+                      "assert info['reason'] == 'KVGEN_TORCH_FAST=0', info")
+    # A compiler that refuses _torch_fast.cpp only (the host backend
+    # compiles its kernels with it too).
+    cxx = tmp_path / "cxx"
+    cxx.write_text("#!/bin/sh\ncase \"$*\" in *_torch_fast.cpp*) "
+                   "echo 'no, not this one' >&2; exit 3;; esac\n"
+                   "exec c++ \"$@\"\n")
+    cxx.chmod(0o755)
+    env = {"CXX": str(cxx), "KVGEN_CACHE_DIR": str(tmp_path),
+           "KVGEN_TORCH_FAST": "1"}
+    check = ("assert info['kernel'] == 'python', info\n"
+             "assert 'failed (exit 3)' in info['reason'], info\n"
+             "assert 'no, not this one' in info['reason'], info")
+    _subprocess_write(env, check)
+    assert len(list((tmp_path / "torch-fast").glob("*.failed"))) == 1
+    _subprocess_write(env, check)  # read from the marker, not compiled again
 
 
 # -- CUDA (skipped without a GPU) -------------------------------------------

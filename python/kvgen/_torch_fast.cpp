@@ -1,0 +1,432 @@
+// kvgen.torch's C++ kernel for torch.ops.kvgen.* (CPU and CUDA dispatch
+// keys): the cached launch of a kvgen.torch op without a Python frame.
+//
+// Compiled by kvgen/_torch_fast.py on first use against the running torch
+// (its headers and libraries; no Python.h, no kvgen header), cached on disk,
+// loaded with ctypes. Nothing here decides what is valid: the Python
+// implementation (registered as a second op, e.g.
+// kvgen::_reshape_and_cache_flash_py) checks every call this kernel has not
+// seen, builds the plan, launches, and then hands the plan to
+// kvgen_torch_fast_remember under the call's signature. A later call whose
+// signature is equal -- every piece of tensor metadata the Python checks and
+// plan read, except the token count, which is checked here as the Python
+// entry checks it -- is launched from here: copy the plan's argument struct,
+// patch the per-call pointers and num_tokens, call kvgen_launch. Anything
+// else (a new signature, a failed launch, a token count that does not fit)
+// goes to the Python op, whose exceptions reach the caller unchanged.
+//
+// An op is described by one role letter per schema argument:
+//   R  rows: pointer per call; dim 0 is the token count T (the first R's),
+//      every other dimension, all strides, dtype and device in the signature
+//   F  a fixed tensor (a cache): pointer, sizes, strides, dtype, device in
+//      the signature; its pointer is in the remembered struct
+//   S  slot_mapping: pointer per call; 1-D of T elements, contiguous when
+//      T > 1 (per call); dtype and device in the signature
+//   K  kv_cache_dtype (str): in the signature; "auto" makes the C tensors
+//      unread
+//   C  a scale: like F unless kv_cache_dtype is "auto" (then not read)
+//   P  pdl (bool): per call, kvgen_launch_ex with the PDL options
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+// kvgen_launch / kvgen_launch_ex (runtime/include/kvgen/kvgen.h), passed in
+// by address so that this library links no kvgen library.
+using LaunchFn = int (*)(void *kernel, const void *args, uint64_t size,
+                         void *stream);
+using LaunchExFn = int (*)(void *kernel, const void *args, uint64_t size,
+                           void *stream, const void *options);
+
+std::atomic<LaunchFn> gLaunch{nullptr};
+std::atomic<LaunchExFn> gLaunchEx{nullptr};
+const void *gPdlOptions = nullptr;
+std::atomic<uint64_t> gHits{0}, gMisses{0};
+
+constexpr size_t kMaxSig = 128;
+constexpr size_t kMaxArgs = 16;
+constexpr size_t kMaxStruct = 1024;
+
+struct Sig {
+  std::array<int64_t, kMaxSig> v;
+  size_t n = 0;
+  bool push(int64_t x) {
+    if (n == kMaxSig)
+      return false;
+    v[n++] = x;
+    return true;
+  }
+  bool operator==(const Sig &o) const {
+    return n == o.n && std::memcmp(v.data(), o.v.data(), n * 8) == 0;
+  }
+};
+
+struct SigHash {
+  size_t operator()(const Sig &s) const {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < s.n; ++i) {
+      h ^= static_cast<uint64_t>(s.v[i]);
+      h *= 1099511628211ull;
+      h ^= h >> 29;
+    }
+    return static_cast<size_t>(h);
+  }
+};
+
+struct Plan {
+  void *kernel = nullptr;            // kvgen_kernel
+  std::vector<unsigned char> args;   // the struct, fixed fields set
+  int host = 0;                      // 1: stream 0 (host backend)
+  int device = -1;                   // CUDA device index otherwise
+  std::array<int32_t, kMaxArgs> off; // per argument: its pointer's offset
+  int32_t tokens_off = -1;           // num_tokens (int64)
+};
+
+class FastKernel;
+
+// The signature of the call that went to the Python op on this thread, for
+// kvgen_torch_fast_remember.
+struct Pending {
+  FastKernel *kernel = nullptr;
+  const Sig *sig = nullptr;
+};
+thread_local Pending tPending;
+
+const char *const kKvDtypes[] = {"auto", "fp8", "fp8_e4m3", "fp8_e5m2"};
+
+class FastKernel final : public c10::OperatorKernel {
+public:
+  FastKernel(std::string roles, c10::OperatorHandle slow)
+      : roles_(std::move(roles)), slow_(std::move(slow)) {}
+
+  void operator()(const c10::OperatorHandle &, c10::DispatchKeySet,
+                  torch::jit::Stack *stack) {
+    const size_t n = roles_.size();
+    c10::IValue *a = stack->data() + (stack->size() - n);
+    Sig sig;
+    int64_t tokens = -1;
+    bool pdl = false;
+    const bool known = signature(a, &sig, &tokens, &pdl);
+    if (known) {
+      std::shared_ptr<const Plan> p;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        auto it = plans_.find(sig);
+        if (it != plans_.end())
+          p = it->second;
+      }
+      if (p && launch(*p, a, tokens, pdl)) {
+        gHits.fetch_add(1, std::memory_order_relaxed);
+        torch::jit::drop(*stack, n);
+        return;
+      }
+    }
+    gMisses.fetch_add(1, std::memory_order_relaxed);
+    // The Python op checks, plans and launches (or raises); a successful
+    // call remembers its plan under `sig` (kvgen_torch_fast_remember) if
+    // the signature is complete.
+    Pending saved = tPending;
+    tPending = {this, known ? &sig : nullptr};
+    struct Restore {
+      Pending p;
+      ~Restore() { tPending = p; }
+    } restore{saved};
+    slow_.callBoxed(stack);
+  }
+
+  void remember(const Sig &sig, std::unique_ptr<Plan> p) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (plans_.size() >= 4096)
+      plans_.clear();
+    plans_[sig] = std::shared_ptr<const Plan>(std::move(p));
+  }
+
+  void clear() {
+    std::lock_guard<std::mutex> g(mu_);
+    plans_.clear();
+  }
+
+  size_t size() {
+    std::lock_guard<std::mutex> g(mu_);
+    return plans_.size();
+  }
+
+  size_t numArgs() const { return roles_.size(); }
+
+private:
+  static int64_t device(const at::Tensor &t) {
+    const c10::Device d = t.device();
+    return (static_cast<int64_t>(d.type()) << 8) |
+           (static_cast<int64_t>(d.index()) + 1);
+  }
+
+  // Tensor metadata: dim, dtype, device, sizes (from dimension `from`),
+  // strides.
+  static bool meta(Sig *s, const at::Tensor &t, int64_t from) {
+    const int64_t dim = t.dim();
+    if (!s->push(dim) || !s->push(static_cast<int64_t>(t.scalar_type())) ||
+        !s->push(device(t)))
+      return false;
+    const auto sizes = t.sizes();
+    const auto strides = t.strides();
+    for (int64_t i = from; i < dim; ++i)
+      if (!s->push(sizes[i]))
+        return false;
+    for (int64_t i = 0; i < dim; ++i)
+      if (!s->push(strides[i]))
+        return false;
+    return true;
+  }
+
+  // False: not a call this kernel launches (the Python op decides).
+  bool signature(const c10::IValue *a, Sig *s, int64_t *tokens,
+                 bool *pdl) const {
+    const size_t n = roles_.size();
+    bool scaled = true;
+    for (size_t i = 0; i < n; ++i) {
+      if (roles_[i] != 'K')
+        continue;
+      if (!a[i].isString())
+        return false;
+      const std::string &k = a[i].toStringRef();
+      int64_t id = -1;
+      for (int64_t j = 0; j < 4; ++j)
+        if (k == kKvDtypes[j])
+          id = j;
+      if (id < 0 || !s->push(id))
+        return false;
+      scaled = id != 0;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const char r = roles_[i];
+      if (r == 'K')
+        continue;
+      if (r == 'P') {
+        if (!a[i].isBool())
+          return false;
+        *pdl = a[i].toBool();
+        continue;
+      }
+      if (r == 'C' && !scaled)
+        continue;
+      if (!a[i].isTensor())
+        return false;
+      const at::Tensor &t = a[i].toTensor();
+      if (r == 'R') {
+        if (t.dim() < 1)
+          return false;
+        if (*tokens < 0)
+          *tokens = t.size(0);
+        else if (t.size(0) != *tokens)
+          return false;
+        if (!meta(s, t, 1))
+          return false;
+      } else if (r == 'S') {
+        if (!s->push(t.dim()) ||
+            !s->push(static_cast<int64_t>(t.scalar_type())) ||
+            !s->push(device(t)))
+          return false;
+      } else { // F, C
+        if (!meta(s, t, 0) ||
+            !s->push(reinterpret_cast<intptr_t>(t.data_ptr())))
+          return false;
+      }
+    }
+    if (*tokens < 0)
+      return false;
+    for (size_t i = 0; i < n; ++i) {
+      if (roles_[i] != 'S')
+        continue;
+      const at::Tensor &t = a[i].toTensor();
+      if (t.dim() != 1 || t.size(0) != *tokens ||
+          (*tokens > 1 && t.stride(0) != 1))
+        return false;
+    }
+    return true;
+  }
+
+  bool launch(const Plan &p, const c10::IValue *a, int64_t tokens,
+              bool pdl) const {
+    alignas(16) unsigned char buf[kMaxStruct];
+    std::memcpy(buf, p.args.data(), p.args.size());
+    for (size_t i = 0; i < roles_.size(); ++i) {
+      if (p.off[i] < 0)
+        continue;
+      void *ptr = a[i].toTensor().data_ptr();
+      std::memcpy(buf + p.off[i], &ptr, sizeof ptr);
+    }
+    std::memcpy(buf + p.tokens_off, &tokens, sizeof tokens);
+    void *stream = nullptr;
+    if (!p.host) {
+      // torch.cuda.current_stream(device): c10's device-generic interface
+      // (libc10), so no CUDA header or library is needed here; HIP under a
+      // ROCm torch, whose devices are CUDA ones to torch.
+      static const c10::impl::DeviceGuardImplInterface *cuda =
+          c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+      const c10::Device d(c10::DeviceType::CUDA,
+                          static_cast<c10::DeviceIndex>(p.device));
+      stream = cuda->getStreamNativeHandle(cuda->getStream(d));
+    }
+    if (pdl) {
+      LaunchExFn ex = gLaunchEx.load(std::memory_order_relaxed);
+      return ex && gPdlOptions &&
+             ex(p.kernel, buf, p.args.size(), stream, gPdlOptions) == 0;
+    }
+    LaunchFn f = gLaunch.load(std::memory_order_relaxed);
+    return f && f(p.kernel, buf, p.args.size(), stream) == 0;
+  }
+
+  std::string roles_;
+  c10::OperatorHandle slow_;
+  std::mutex mu_;
+  std::unordered_map<Sig, std::shared_ptr<const Plan>, SigHash> plans_;
+};
+
+std::mutex gRegMu;
+std::vector<FastKernel *> gKernels;                   // owned by torch
+std::vector<std::unique_ptr<torch::Library>> gLibs;   // keep registrations
+thread_local std::string tError;
+
+void dropAll(const c10::OperatorHandle &op, c10::DispatchKeySet,
+             torch::jit::Stack *stack) {
+  torch::jit::drop(*stack, op.schema().arguments().size());
+}
+
+} // namespace
+
+extern "C" {
+
+// Registers the kernel for `ns`::`op` (CPU and CUDA) falling back to
+// `ns`::`slow` (same schema; must be defined). Returns NULL, or the error.
+__attribute__((visibility("default"))) const char *
+kvgen_torch_fast_register(const char *ns, const char *op, const char *slow,
+                          const char *roles) {
+  try {
+    std::lock_guard<std::mutex> g(gRegMu);
+    if (std::strlen(roles) > kMaxArgs)
+      throw std::runtime_error("too many arguments");
+    auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(
+        (std::string(ns) + "::" + slow).c_str(), "");
+    for (c10::DispatchKey key :
+         {c10::DispatchKey::CPU, c10::DispatchKey::CUDA}) {
+      auto k = std::make_unique<FastKernel>(roles, handle);
+      FastKernel *raw = k.get();
+      auto lib = std::make_unique<torch::Library>(
+          torch::Library::IMPL, ns, key, __FILE__, __LINE__);
+      lib->impl(op, torch::CppFunction::makeFromBoxedFunctor(std::move(k)));
+      gLibs.push_back(std::move(lib));
+      gKernels.push_back(raw);
+    }
+    return nullptr;
+  } catch (const std::exception &e) {
+    tError = e.what();
+    return tError.c_str();
+  }
+}
+
+__attribute__((visibility("default"))) void
+kvgen_torch_fast_set_launch(void *launch, void *launch_ex,
+                            const void *pdl_options) {
+  gLaunch.store(reinterpret_cast<LaunchFn>(launch));
+  gLaunchEx.store(reinterpret_cast<LaunchExFn>(launch_ex));
+  gPdlOptions = pdl_options;
+}
+
+// Called by the Python op after a successful launch: remembers the plan
+// under the signature of the call that this thread's kernel sent to it.
+// offsets: per schema argument, the byte offset of its pointer in `args`
+// (-1: fixed in `args`). Returns 1 when remembered, 0 when there was no such
+// call (the Python op called directly, or a signature this kernel cannot
+// hold).
+__attribute__((visibility("default"))) int
+kvgen_torch_fast_remember(void *kernel, const void *args, uint64_t size,
+                          int host, int device, const int32_t *offsets,
+                          int num_offsets, int32_t tokens_offset) {
+  Pending p = tPending;
+  if (!p.kernel || !p.sig || size > kMaxStruct ||
+      static_cast<size_t>(num_offsets) != p.kernel->numArgs() ||
+      tokens_offset < 0 || static_cast<uint64_t>(tokens_offset) + 8 > size)
+    return 0;
+  auto plan = std::make_unique<Plan>();
+  plan->kernel = kernel;
+  const auto *b = static_cast<const unsigned char *>(args);
+  plan->args.assign(b, b + size);
+  plan->host = host;
+  plan->device = device;
+  plan->off.fill(-1);
+  for (int i = 0; i < num_offsets; ++i) {
+    if (offsets[i] >= 0 && static_cast<uint64_t>(offsets[i]) + 8 > size)
+      return 0;
+    plan->off[i] = offsets[i];
+  }
+  plan->tokens_off = tokens_offset;
+  p.kernel->remember(*p.sig, std::move(plan));
+  tPending.sig = nullptr; // once per call
+  return 1;
+}
+
+__attribute__((visibility("default"))) void kvgen_torch_fast_clear() {
+  std::lock_guard<std::mutex> g(gRegMu);
+  for (FastKernel *k : gKernels)
+    k->clear();
+}
+
+// hits: launches from here; misses: calls sent to the Python op; entries:
+// remembered plans.
+__attribute__((visibility("default"))) void
+kvgen_torch_fast_stats(uint64_t *hits, uint64_t *misses, uint64_t *entries) {
+  *hits = gHits.load();
+  *misses = gMisses.load();
+  std::lock_guard<std::mutex> g(gRegMu);
+  uint64_t e = 0;
+  for (FastKernel *k : gKernels)
+    e += k->size();
+  *entries = e;
+}
+
+// For bench/torch_overhead.py: a kernel for ns::op (CPU, CUDA) that drops
+// its arguments and returns, i.e. torch's own cost of calling a C++ kernel.
+__attribute__((visibility("default"))) const char *
+kvgen_torch_fast_register_noop(const char *ns, const char *op) {
+  try {
+    std::lock_guard<std::mutex> g(gRegMu);
+    for (c10::DispatchKey key :
+         {c10::DispatchKey::CPU, c10::DispatchKey::CUDA}) {
+      auto lib = std::make_unique<torch::Library>(
+          torch::Library::IMPL, ns, key, __FILE__, __LINE__);
+      lib->impl(op, torch::CppFunction::makeFromBoxedFunction<&dropAll>());
+      gLibs.push_back(std::move(lib));
+    }
+    return nullptr;
+  } catch (const std::exception &e) {
+    tError = e.what();
+    return tError.c_str();
+  }
+}
+
+// A kvgen_launch that launches nothing (bench/torch_overhead.py
+// --no-kernel).
+__attribute__((visibility("default"))) int
+kvgen_torch_fast_no_launch(void *, const void *, uint64_t, void *) {
+  return 0;
+}
+__attribute__((visibility("default"))) int
+kvgen_torch_fast_no_launch_ex(void *, const void *, uint64_t, void *,
+                              const void *) {
+  return 0;
+}
+
+} // extern "C"
