@@ -122,3 +122,20 @@ emitc.func @k(%arg0: !emitc.opaque<"kvgen_gather_args">) attributes {kv.planned 
 
 // expected-error @+1 {{'min_ctas_per_sm' needs a target whose compiler takes a minimum-CTAs launch bound (NVIDIA); 'gfx942' has none}}
 #bad = #kv.plan<target = "gfx942", vector_bytes = 16, threads = 512, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false, min_ctas_per_sm = 3>
+
+// -----
+
+// mfma: the target's MFMA instructions (or the host's simulation of them),
+// for row-tiled plans of whole 64-lane wavefronts.
+// expected-error @+1 {{'mfma' needs a target with MFMA instructions (or the host's simulation of them); 'sm_90' has none}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false, rows_per_cta = 16, mfma = true>
+
+// -----
+
+// expected-error @+1 {{'mfma' is for row-tiled plans ('rows_per_cta' > 0)}}
+#bad = #kv.plan<target = "gfx942", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false, mfma = true>
+
+// -----
+
+// expected-error @+1 {{'mfma' needs whole wavefronts: 'threads' = 96 is not a multiple of 64}}
+#bad = #kv.plan<target = "gfx90a", vector_bytes = 16, threads = 96, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false, rows_per_cta = 16, mfma = true>

@@ -151,6 +151,14 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
       At most 2048 / `threads`; only on targets with that launch bound
       (NVIDIA). 0: the compiler's own choice.
 
+    - `mfma` (omitted when false): the matrix products of a row-tiled
+      kernel (paged attention's m16n8k16 MMAs) run on the target's MFMA
+      instructions (v_mfma_f32_16x16x16 bf16 / f16) instead of the lane
+      permutes that emulate them; both 32-thread warps of a 64-lane
+      wavefront then run the same loop iterations. Only on targets with
+      MFMA (or the host, whose prelude simulates it for tests), for
+      row-tiled plans whose `threads` fill whole 64-lane wavefronts.
+
     The verifier checks each field's range and the target's capabilities;
     the kernel op's verifier checks the plan against its layout.
 
@@ -181,7 +189,8 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
     DefaultValuedParameter<"int64_t", "0", "split-KV: split token multiple">:$split_align,
     DefaultValuedParameter<"int64_t", "0", "split-KV: workspace bytes per partial">:$partial_bytes,
     DefaultValuedParameter<"bool", "false", "programmatic dependent launch (griddepcontrol)">:$dependent_launch,
-    DefaultValuedParameter<"int64_t", "0", "resident CTAs per multiprocessor the compiler must allow (0: its choice)">:$min_ctas_per_sm
+    DefaultValuedParameter<"int64_t", "0", "resident CTAs per multiprocessor the compiler must allow (0: its choice)">:$min_ctas_per_sm,
+    DefaultValuedParameter<"bool", "false", "row-tiled MMAs on MFMA">:$mfma
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;

@@ -35,6 +35,9 @@ struct PlanChoice {
   bool dependentLaunch = false;
   /// __launch_bounds__' minimum resident CTAs per multiprocessor (0: none).
   int64_t minCtasPerSm = 0;
+  /// Row-tiled kernels: the MMAs on the target's MFMA instructions (the
+  /// two warps of a wavefront in step); else their lane-permute emulation.
+  bool mfma = false;
   /// Row tiles and split-KV (see Launch.h); 0 / 1 for other ops.
   int64_t rowsPerCta = 0, rowGroup = 1, itemCtas = 1, splitCtas = 0,
           splitMinTokens = 0, splitAlign = 0, partialBytes = 0;
