@@ -396,7 +396,7 @@ std::optional<LayoutDesc> layoutFromFlags(const Flags &flags, std::string *name,
 
 int cmdTargets() {
   // Capabilities are what the hardware has; which kernels use them is in
-  // docs (e.g. attention uses mma_sync, not yet mfma: docs/attention.md).
+  // docs (e.g. attention uses mma_sync and mfma: docs/attention.md).
   fmt::print("# name   vendor  warp     suffix hardware capabilities (used by "
              "kernels as docs/codegen.md and docs/attention.md say)\n");
   for (const TargetInfo &t : knownTargets()) {

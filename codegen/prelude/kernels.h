@@ -1186,7 +1186,8 @@ KVGEN_DEVICE inline void swap_blocks(const kvgen_swap_blocks_args &a) {
 // of its token range in turn; each warp keeps its own softmax state (row
 // max m, row sum l, unnormalized output O, base-2 logits) and the CTA merges
 // them through shared memory. Both products are warp-wide m16n8k16 MMAs
-// (target primitives: mma.sync on NVIDIA, emulated elsewhere):
+// (target primitives: mma.sync on NVIDIA; MFMA on AMD where the plan says
+// mfma, the two warps of a wavefront in step; emulated elsewhere):
 //
 //   S [16 rows x 16 tokens] = Q [16 x Dk] K^T: A = Q (registers, loaded
 //     once), B = K rows as loaded: lane (group, t) loads KC consecutive
@@ -1230,28 +1231,65 @@ template <> struct PackIo<dt_f16> {
 };
 #endif
 
-/// d += A B over one m16n8k16 tile of IO (bf16 or f16) operands.
+/// d += A B over one m16n8k16 tile of IO (bf16 or f16) operands: A and B
+/// in mma.sync's fragments, d in the accumulator layout of MmaAcc<MFMA>.
+/// MFMA (the plan's mfma; AMD preludes with KVGEN_MFMA): on the MFMA
+/// instructions, called by both warps of a wavefront together with every
+/// lane active; SAME_A: both warps hold the same A. Otherwise the target's
+/// mma.sync or its emulation.
 template <class IO> struct Mma;
 template <> struct Mma<dt_bf16> {
+  template <bool MFMA = false, bool SAME_A = false>
   static KVGEN_DEVICE inline void run(float *d, const uint32_t *a,
                                       const uint32_t *b) {
 #ifdef KVGEN_MMA_SYNC
     kvgenMmaBf16(d, a, b);
 #else
+#ifdef KVGEN_MFMA
+    if (MFMA)
+      return kvgenMfmaBf16<SAME_A>(d, a, b);
+#endif
     kvgenMma16816<bf16_to_float>(d, a, b);
 #endif
   }
 };
 template <> struct Mma<dt_f16> {
+  template <bool MFMA = false, bool SAME_A = false>
   static KVGEN_DEVICE inline void run(float *d, const uint32_t *a,
                                       const uint32_t *b) {
 #ifdef KVGEN_MMA_SYNC
     kvgenMmaF16(d, a, b);
 #else
+#ifdef KVGEN_MFMA
+    if (MFMA)
+      return kvgenMfmaF16<SAME_A>(d, a, b);
+#endif
     kvgenMma16816<f16_to_float>(d, a, b);
 #endif
   }
 };
+
+/// The accumulator layout of Mma: mma.sync and its emulation accumulate in
+/// the C fragments (d[0..1] = C[group][2q..], d[2..3] = C[group + 8][2q..]);
+/// MFMA in the MFMA's 16x16 accumulator holding both warps' tiles
+/// (amdgpu_mfma.h). finish() turns an accumulator into the C fragments (in
+/// place), rowFactors() gives the factor of each accumulator register that
+/// scales row group by x[0] and row group + 8 by x[1].
+template <bool MFMA> struct MmaAcc {
+  static KVGEN_DEVICE inline void finish(float *) {}
+  static KVGEN_DEVICE inline void rowFactors(const float *x, float *f) {
+    f[0] = f[1] = x[0];
+    f[2] = f[3] = x[1];
+  }
+};
+#ifdef KVGEN_MFMA
+template <> struct MmaAcc<true> {
+  static KVGEN_DEVICE inline void finish(float *d) { kvgenMfmaFragments(d); }
+  static KVGEN_DEVICE inline void rowFactors(const float *x, float *f) {
+    kvgenMfmaRowValues(x, f);
+  }
+};
+#endif
 
 
 /// Element k of a 32-bit word holding 4 / sizeof(T) elements of T.
@@ -1462,12 +1500,19 @@ template <class L, class P, class O> struct AttnShape {
     /// 16-token steps whose loads a warp issues together (1-byte caches:
     /// 2, so a warp keeps as many K/V bytes in flight as with bf16).
 #ifdef KVGEN_ATTN_TUNED
-    SUB = sizeof(CS) == 1 ? 2 : 1
+    SUB = sizeof(CS) == 1 ? 2 : 1,
 #else
-    SUB = 1 // AMD: the emulated MMA's unrolled body outgrows the unroller
+    SUB = 1, // AMD: the emulated MMA's unrolled body outgrows the unroller
 #endif
+    /// The MMAs on MFMA (the plan's mfma): the two warps of a 64-lane
+    /// wavefront run every loop iteration together.
+    MFMA = P::mfma
   };
   static_assert(P::threads % 32 == 0, "whole warps");
+#ifndef KVGEN_MFMA
+  static_assert(!MFMA, "the plan's mfma needs a prelude with MFMA");
+#endif
+  static_assert(!MFMA || P::threads % 64 == 0, "MFMA: whole wavefronts");
   static_assert(P::rows_per_cta == ROWS, "16 rows per CTA (one m16 tile)");
 };
 
@@ -1751,7 +1796,12 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
   KVGEN_UNROLL
   for (int u = 0; u < SUB; ++u)
     nextBlock[u] = stepBlock(firstStep + warp + u * WARPS);
-  for (int64_t step = firstStep + warp; step * 16 < tb;
+  // MFMA: the MMAs and their permutes need all 64 lanes of the wavefront,
+  // so its second warp (step one ahead) runs while the first has a step,
+  // and steps past the range are attended with every logit masked (p = 0,
+  // alpha = 1 or, with o and l still 0, 0: no change) instead of leaving.
+  const int64_t lead = S::MFMA ? int64_t(warp % 2) : 0;
+  for (int64_t step = firstStep + warp; (step - lead) * 16 < tb;
        step += WARPS * SUB) {
     int64_t oneBlock[SUB];
     KVGEN_UNROLL
@@ -1801,7 +1851,7 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
     KVGEN_UNROLL
     for (int u = 0; u < SUB; ++u) {
       const int64_t base = (step + u * WARPS) * 16;
-      if (base >= tb)
+      if (!S::MFMA && base >= tb)
         break; // past the range: nothing left to attend
       // S = Q K^T.
       float s[2][4];
@@ -1816,8 +1866,10 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
             kb[i] = ToIo<C, MT, S::TO_IO>::pair(kraw[u][nt][c], 2 * i);
           KVGEN_UNROLL
           for (int ss = 0; ss < KC / 4; ++ss)
-            Mma<MT>::run(s[nt], q[c * (KC / 4) + ss], kb + 2 * ss);
+            Mma<MT>::template run<S::MFMA, true>(s[nt], q[c * (KC / 4) + ss],
+                                                 kb + 2 * ss);
         }
+        MmaAcc<S::MFMA>::finish(s[nt]);
       }
       // Logits (base 2), masks, the online softmax.
       float mx[2] = {kNegInf, kNegInf};
@@ -1859,12 +1911,15 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
         }
       l[0] = l[0] * alpha[0] + rs[0];
       l[1] = l[1] * alpha[1] + rs[1];
+      // O stays in the MMA's accumulator layout until the loop ends.
+      float oScale[4];
+      MmaAcc<S::MFMA>::rowFactors(alpha, oScale);
       KVGEN_UNROLL
       for (int j = 0; j < NT; ++j) {
-        o[j][0] *= alpha[0];
-        o[j][1] *= alpha[0];
-        o[j][2] *= alpha[1];
-        o[j][3] *= alpha[1];
+        o[j][0] *= oScale[0];
+        o[j][1] *= oScale[1];
+        o[j][2] *= oScale[2];
+        o[j][3] *= oScale[3];
       }
       // O += P V.
       uint32_t pa[4] = {PackIo<MT>::run(s[0][0], s[0][1]),
@@ -1885,10 +1940,13 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
           }
         }
         const uint32_t vb[2] = {ev[0] | (ev[1] << 16), ev[2] | (ev[3] << 16)};
-        Mma<MT>::run(o[j], pa, vb);
+        Mma<MT>::template run<S::MFMA>(o[j], pa, vb);
       }
     }
   }
+  KVGEN_UNROLL
+  for (int j = 0; j < NT; ++j)
+    MmaAcc<S::MFMA>::finish(o[j]);
   // Row sums over the quad (each lane summed its own columns).
   KVGEN_UNROLL
   for (int i = 0; i < 2; ++i) {

@@ -43,9 +43,10 @@ __attribute__((device)) inline void kvgenLaunchDependents() {}
 //===--- CTA and warp primitives (kernels with CTA-wide cooperation) -----===//
 // The same names exist in every target prelude. A kvgen "warp" is 32
 // threads: a 64-wide wavefront holds two, and cross-lane operations stay
-// inside each 32-lane half (lane ^ mask with mask < 32). MFMA is not used
-// yet: kvgenMma16816 emulates NVIDIA's mma.sync m16n8k16 fragments with
-// ds_bpermute (correct, not fast).
+// inside each 32-lane half (lane ^ mask with mask < 32). NVIDIA's mma.sync
+// m16n8k16 fragments: on MFMA (kvgenMfmaBf16 / kvgenMfmaF16, amdgpu_mfma.h,
+// where the plan says mfma) or emulated with ds_bpermute and FMAs
+// (kvgenMma16816: correct, not fast).
 #define KVGEN_SHARED __attribute__((shared))
 namespace kvgen {
 __attribute__((device)) inline void kvgenSyncThreads() {
@@ -121,4 +122,39 @@ __attribute__((device)) inline void kvgenMma16816(float *d, const uint32_t *a,
       }
   }
 }
+
+/// The wave type of amdgpu_mfma.h (embedded after this prelude on targets
+/// with MFMA, Target.h's caps.mfma): the lane in the wavefront,
+/// ds_bpermute, and v_mfma_f32_16x16x16bf16_1k / _16x16x16f16 (gfx90a;
+/// _16x16x16_bf16 / _16x16x16_f16 on gfx942, gfx950).
+#define KVGEN_MFMA_WAVE 1
+struct MfmaWave {
+  typedef short Bf16x4 __attribute__((ext_vector_type(4)));
+  typedef _Float16 F16x4 __attribute__((ext_vector_type(4)));
+  typedef float F32x4 __attribute__((ext_vector_type(4)));
+  typedef unsigned U32x2 __attribute__((ext_vector_type(2)));
+
+  static __attribute__((device)) unsigned lane() { return kvgenWaveLane(); }
+  static __attribute__((device)) uint32_t readLane(uint32_t v, unsigned src) {
+    return uint32_t(__builtin_amdgcn_ds_bpermute(int(src << 2), int(v)));
+  }
+  template <class E>
+  static __attribute__((device)) void mfma(float *acc, const uint32_t *a,
+                                           const uint32_t *b) {
+    const U32x2 av = {a[0], a[1]}, bv = {b[0], b[1]};
+    F32x4 c = {acc[0], acc[1], acc[2], acc[3]};
+    if (E::kF16)
+      c = __builtin_amdgcn_mfma_f32_16x16x16f16(__builtin_bit_cast(F16x4, av),
+                                                __builtin_bit_cast(F16x4, bv),
+                                                c, 0, 0, 0);
+    else
+      c = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(
+          __builtin_bit_cast(Bf16x4, av), __builtin_bit_cast(Bf16x4, bv), c,
+          0, 0, 0);
+    acc[0] = c[0];
+    acc[1] = c[1];
+    acc[2] = c[2];
+    acc[3] = c[3];
+  }
+};
 } // namespace kvgen

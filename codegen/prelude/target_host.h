@@ -6,11 +6,13 @@
 // after another. The threads of a CTA are cooperative fibers on one OS
 // thread (each with its own stack): a fiber runs until it waits at a CTA
 // barrier (kvgenSyncThreads) or a warp-wide exchange (shuffles, the
-// emulated mma.sync, each a warp barrier), and the scheduler resumes the
-// others until every thread of the CTA (or warp) has arrived. So kernels
-// with shared memory, barriers and warp collectives run the same source on
-// the host as on the GPU; kernels without them run each thread to
-// completion, as a plain loop would. Warps are 32 threads. Compiled by the
+// emulated mma.sync, each a warp barrier) or, on plans with mfma, a
+// wavefront-wide one (64 threads: the simulated MFMA of amdgpu_mfma.h), and
+// the scheduler resumes the others until every thread of the CTA (or warp,
+// or wavefront) has arrived. So kernels with shared memory, barriers and
+// warp collectives run the same source on the host as on the GPU; kernels
+// without them run each thread to completion, as a plain loop would. Warps
+// are 32 threads. Compiled by the
 // system C++ compiler; no includes (the fiber switch is a few lines of
 // x86-64 assembly).
 //
@@ -59,13 +61,20 @@ inline void kvgenLaunchDependents() {}
 namespace kvgen {
 namespace host {
 
-enum FiberState { kReady = 0, kAtBarrier = 1, kAtWarp = 2, kDone = 3 };
+enum FiberState {
+  kReady = 0,
+  kAtBarrier = 1,
+  kAtWarp = 2,
+  kDone = 3,
+  kAtWave = 4
+};
 
 /// One thread of the running CTA.
 struct Fiber {
   void *sp;  ///< saved stack pointer while switched out
   int state; ///< FiberState
   unsigned phase; ///< warp exchanges done (selects the exchange buffer)
+  unsigned wavePhase; ///< wavefront exchanges done (simulated MFMA)
 };
 
 /// Words a lane deposits per warp exchange (the emulated mma.sync: 4 + 2).
@@ -83,6 +92,9 @@ struct Cta {
   /// warp, waits for the warp, reads the others' words; the next exchange
   /// uses the other buffer, so no lane overwrites words still being read.
   unsigned *exchange;
+  /// The same for the simulated 64-lane wavefronts of the MFMA path
+  /// (amdgpu_mfma.h): [wave][phase & 1][lane][word].
+  unsigned *waveExchange;
 };
 
 static thread_local Cta *kvgen_host_cta;
@@ -158,6 +170,22 @@ inline WarpExchange exchange(const unsigned *words, int n) {
   WarpExchange x = {buf, lane};
   return x;
 }
+/// The same over the running thread's 64-lane wavefront (threads 64 w ..
+/// 64 w + 63): the simulated MFMA path's collectives.
+inline WarpExchange waveExchange(const unsigned *words, int n) {
+  Cta *c = kvgen_host_cta;
+  const unsigned t = c->current;
+  Fiber &f = c->fibers[t];
+  const unsigned wave = t / 64, lane = t % 64;
+  unsigned *buf = c->waveExchange + ((wave * 2 + (f.wavePhase & 1)) * 64) *
+                                        kExchangeWords;
+  for (int i = 0; i < n; ++i)
+    buf[lane * kExchangeWords + i] = words[i];
+  ++f.wavePhase;
+  yieldAs(kAtWave);
+  WarpExchange x = {buf, lane};
+  return x;
+}
 
 /// Runs the CTA whose fibers are c->fibers until all are done.
 inline void runCta(Cta *c, char *stacks) {
@@ -177,8 +205,8 @@ inline void runCta(Cta *c, char *stacks) {
     c->fibers[t].sp = sp;
     c->fibers[t].state = kReady;
     c->fibers[t].phase = 0;
+    c->fibers[t].wavePhase = 0;
   }
-  const unsigned warps = (n + 31) / 32;
   for (;;) {
     bool ran = false;
     for (unsigned t = 0; t < n; ++t) {
@@ -189,23 +217,27 @@ inline void runCta(Cta *c, char *stacks) {
       kvgenHostSwitch(&c->schedulerSp, c->fibers[t].sp);
       ran = true;
     }
-    // Release warps whose live lanes all wait at a warp exchange, then the
-    // CTA barrier when every live thread waits there.
+    // Release warps (wavefronts) whose live lanes all wait at a warp (wave)
+    // exchange, then the CTA barrier when every live thread waits there.
     bool released = false, live = false, allAtBarrier = true;
-    for (unsigned w = 0; w < warps; ++w) {
-      bool all = true, any = false;
-      for (unsigned t = w * 32; t < n && t < w * 32 + 32; ++t) {
-        const int st = c->fibers[t].state;
-        if (st == kDone)
-          continue;
-        any = true;
-        all = all && st == kAtWarp;
-      }
-      if (any && all) {
-        for (unsigned t = w * 32; t < n && t < w * 32 + 32; ++t)
-          if (c->fibers[t].state == kAtWarp)
-            c->fibers[t].state = kReady;
-        released = true;
+    for (int kind = 0; kind < 2; ++kind) {
+      const unsigned width = kind ? 64 : 32;
+      const int at = kind ? kAtWave : kAtWarp;
+      for (unsigned w = 0; w < (n + width - 1) / width; ++w) {
+        bool all = true, any = false;
+        for (unsigned t = w * width; t < n && t < w * width + width; ++t) {
+          const int st = c->fibers[t].state;
+          if (st == kDone)
+            continue;
+          any = true;
+          all = all && st == at;
+        }
+        if (any && all) {
+          for (unsigned t = w * width; t < n && t < w * width + width; ++t)
+            if (c->fibers[t].state == at)
+              c->fibers[t].state = kReady;
+          released = true;
+        }
       }
     }
     for (unsigned t = 0; t < n; ++t) {
@@ -250,8 +282,11 @@ inline void hostLaunch(void (*kernel)(Args), const void *args, unsigned gridX,
   unsigned *exchange =
       new unsigned[uint64_t((blockX + 31) / 32) * 2 * 32 *
                    host::kExchangeWords];
+  unsigned *waveExchange =
+      new unsigned[uint64_t((blockX + 63) / 64) * 2 * 64 *
+                   host::kExchangeWords];
   host::Cta c = {fibers, blockX, 0, nullptr, &host::Launch<Args>::run, &l,
-                 exchange};
+                 exchange, waveExchange};
   host::Cta *saved = host::kvgen_host_cta;
   host::kvgen_host_cta = &c;
   for (unsigned b = 0; b < gridX; ++b) {
@@ -259,6 +294,7 @@ inline void hostLaunch(void (*kernel)(Args), const void *args, unsigned gridX,
     host::runCta(&c, stacks);
   }
   host::kvgen_host_cta = saved;
+  delete[] waveExchange;
   delete[] exchange;
   delete[] fibers;
   delete[] stacks;
@@ -325,4 +361,53 @@ inline void kvgenMma16816(float *d, const uint32_t *a, const uint32_t *b) {
     d[i] = acc;
   }
 }
+
+/// The wave type of amdgpu_mfma.h on the host (embedded after this prelude:
+/// Target.h's mfmaSimulation; plans get mfma only from kv-plan's mfma=1):
+/// a simulated 64-lane wavefront of two warps (threads 64 w .. 64 w + 63),
+/// for tests of the AMD kernels' MFMA path. Its MFMA follows AMD's
+/// documented 16x16x16 layout (amdgpu_mfma.h), products exact in float
+/// and summed in k order (the hardware's order is not documented).
+#define KVGEN_MFMA_WAVE 1
+struct MfmaWave {
+  static unsigned lane() { return kvgen_host_thread_id % 64; }
+  static uint32_t readLane(uint32_t v, unsigned src) {
+    const host::WarpExchange x = host::waveExchange(&v, 1);
+    return x.of(src % 64)[0];
+  }
+  /// bf16 / f16 bits to float, exactly.
+  static float element(bool f16, uint16_t h) {
+    if (!f16)
+      return __builtin_bit_cast(float, uint32_t(h) << 16);
+    const uint32_t s = uint32_t(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu,
+                   m = h & 0x3ffu;
+    if (e == 0) { // zero and subnormals: m 2^-24
+      const float f = float(m) * 5.9604644775390625e-08f;
+      return s ? -f : f;
+    }
+    return __builtin_bit_cast(
+        float, s | (e == 0x1fu ? 0x7f800000u : (e + 112u) << 23) | (m << 13));
+  }
+  template <class E>
+  static void mfma(float *acc, const uint32_t *a, const uint32_t *b) {
+    const unsigned words[4] = {a[0], a[1], b[0], b[1]};
+    const host::WarpExchange x = host::waveExchange(words, 4);
+    const unsigned l = x.lane;
+    for (unsigned r = 0; r < 4; ++r) {
+      // This lane's register r: D[4 (l / 16) + r][l % 16]; A[i][k] is half
+      // k % 2 of word (k % 4) / 2 of lane i + 16 (k / 4), B[k][j] the same
+      // of lane j + 16 (k / 4).
+      const unsigned i = 4 * (l / 16) + r, j = l % 16;
+      float sum = acc[r];
+      for (unsigned k = 0; k < 16; ++k) {
+        const unsigned sh = 16 * (k % 2);
+        const unsigned aw = x.of(i + 16 * (k / 4))[(k % 4) / 2];
+        const unsigned bw = x.of(j + 16 * (k / 4))[2 + (k % 4) / 2];
+        sum = __builtin_fmaf(element(E::kF16, uint16_t(aw >> sh)),
+                             element(E::kF16, uint16_t(bw >> sh)), sum);
+      }
+      acc[r] = sum;
+    }
+  }
+};
 } // namespace kvgen

@@ -41,7 +41,7 @@ const std::vector<TargetInfo> &knownTargets() {
       {"sm_90", Vendor::Nvidia, 32, caps(true, true, true, false, true, true, true),
        "target_nvidia.h", ".cu", 132},
       {"host", Vendor::Host, 32, caps(false, false, false, false),
-       "target_host.h", ".cpp", 4},
+       "target_host.h", ".cpp", 4, /*mfmaSimulation=*/true},
   };
   return all;
 }

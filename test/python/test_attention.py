@@ -122,8 +122,9 @@ GEOS = {
 }
 
 
-@pytest.fixture(scope="module")
-def ctx(tmp_path_factory):
+def host_context(tmp_path_factory, plan_options=None):
+    """A host context with every GEOS kernel, emitted by `kvgen emit` (with
+    KVGEN_PLAN_OPTIONS = plan_options when given)."""
     if not (KVGEN.is_file() and os.access(KVGEN, os.X_OK)):
         pytest.skip(f"{KVGEN} not found: build it (ninja -C build kvgen) "
                     "or set KVGEN_BUILD_DIR")
@@ -131,6 +132,10 @@ def ctx(tmp_path_factory):
         kvgen.library_path()
     except OSError as e:
         pytest.skip(f"runtime library not loadable: {e}")
+    env = dict(os.environ)
+    env.pop("KVGEN_PLAN_OPTIONS", None)
+    if plan_options:
+        env["KVGEN_PLAN_OPTIONS"] = plan_options
     d = tmp_path_factory.mktemp("attention")
     for name, g in GEOS.items():
         lf = d / f"{name}.mlir"
@@ -144,10 +149,32 @@ def ctx(tmp_path_factory):
                          ("--logits_soft_cap", g.soft_cap)):
             if on:
                 cmd.append(flag)
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         assert r.returncode == 0, r.stdout + r.stderr
     c = kvgen.Context("host", cache_dir=str(d / "cache"))
     c.load_bundle(str(d / "b"))
+    return c, d / "b"
+
+
+@pytest.fixture(scope="module")
+def ctx(tmp_path_factory):
+    c, _ = host_context(tmp_path_factory)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def ctx_mfma(tmp_path_factory):
+    """The same kernels planned with mfma (kv-plan option mfma=1): the AMD
+    kernels' MFMA path - both warps of a 64-lane wavefront in step, the
+    operand permutes and accumulator layout of amdgpu_mfma.h - on the host
+    prelude's simulated wavefronts, whose MFMA follows AMD's documented
+    layout."""
+    c, bundle = host_context(tmp_path_factory, "mfma=1")
+    sources = [f for f in bundle.iterdir() if f.suffix == ".cpp"]
+    assert len(sources) == len(GEOS)
+    for f in sources:
+        assert "static constexpr bool mfma = true;" in f.read_text(), f
     yield c
     c.close()
 
@@ -377,6 +404,16 @@ def test_attention_matches_reference(ctx, geo, case):
     k = kernel_for(ctx, g)
     c.run(k)
     c.check()
+
+
+@pytest.mark.parametrize("case", ["decode", "decode_split",
+                                  "mtp3_split_window", "mixed_q"])
+@pytest.mark.parametrize("geo", [n for n in GEOS if n != "over_4gib"])
+def test_attention_mfma_path_matches_reference(ctx_mfma, geo, case):
+    """The MFMA plan's kernel body (simulated MFMA, host) against the same
+    reference: odd numbers of 16-token steps per wavefront (the second warp's
+    masked extra step), splits, windows, multi-token queries."""
+    test_attention_matches_reference(ctx_mfma, geo, case)
 
 
 def test_split_is_used_and_counters_reset(ctx):

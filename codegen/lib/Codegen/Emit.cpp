@@ -71,9 +71,14 @@ std::string kvgen::preludeFor(StringRef target) {
   std::string out;
   std::optional<Target> t = parseTarget(target.str());
   assert(t && "preludeFor: unknown target");
-  for (StringRef f : {StringRef("common.h"), StringRef(t->info->prelude),
-                      StringRef("Numerics.h"), StringRef("LayoutMap.h"),
-                      StringRef("Launch.h")})
+  appendWithoutIncludes(out, preludeText("common.h"));
+  appendWithoutIncludes(out, preludeText(t->info->prelude));
+  // Targets with MFMA (or its simulation): the m16n8k16 fragments on it,
+  // over the wave type of the target prelude.
+  if (t->caps().mfma || t->info->mfmaSimulation)
+    appendWithoutIncludes(out, preludeText("amdgpu_mfma.h"));
+  for (StringRef f :
+       {StringRef("Numerics.h"), StringRef("LayoutMap.h"), StringRef("Launch.h")})
     appendWithoutIncludes(out, preludeText(f));
   // The argument structs, printed from the op table (kvgen/Ops.def).
   out += "extern \"C\" {\n" + formatKernelAbi() + "}\n";

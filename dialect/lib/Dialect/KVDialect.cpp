@@ -190,7 +190,8 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t itemCtas, int64_t splitCtas,
                                int64_t splitMinTokens, int64_t splitAlign,
                                int64_t partialBytes, bool dependentLaunch,
-                               int64_t minCtasPerSm, bool bulkCopy) {
+                               int64_t minCtasPerSm, bool bulkCopy,
+                               bool mfma) {
   std::string targetError;
   std::optional<Target> t = parseTarget(target.str(), &targetError);
   if (!t)
@@ -264,6 +265,15 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (splitCtas > 0 && (splitMinTokens < 1 || partialBytes < 1))
     return emitError() << "'split_ctas' > 0 needs 'split_min_tokens' and "
                           "'partial_bytes' > 0";
+  if (mfma && !t->caps().mfma && !t->info->mfmaSimulation)
+    return emitError() << "'mfma' needs a target with MFMA instructions (or "
+                          "the host's simulation of them); '"
+                       << target << "' has none";
+  if (mfma && rowsPerCta == 0)
+    return emitError() << "'mfma' is for row-tiled plans ('rows_per_cta' > 0)";
+  if (mfma && threads % kMfmaWaveSize != 0)
+    return emitError() << "'mfma' needs whole wavefronts: 'threads' = "
+                       << threads << " is not a multiple of " << kMfmaWaveSize;
   return success();
 }
 
@@ -327,7 +337,8 @@ LogicalResult kvgen::kv::verifyPlanFits(Operation *op) {
                               plan.getSplitCtas(), plan.getSplitMinTokens(),
                               plan.getSplitAlign(), plan.getPartialBytes(),
                               plan.getDependentLaunch(),
-                              plan.getMinCtasPerSm(), plan.getBulkCopy())))
+                              plan.getMinCtasPerSm(), plan.getBulkCopy(),
+                              plan.getMfma())))
     return failure();
   const LayoutDesc &l = spec.getLayout().getDesc();
   // Kernels number a CTA's accesses in 32 bits (kvgen/Launch.h).

@@ -42,6 +42,14 @@
 //   bulk copy   block copies of layouts whose blocks are dense byte ranges,
 //               on sm_90: cp.async.bulk through shared memory, one warp
 //               per block (see choosePlan).
+//   mfma        row-tiled kernels (paged attention) on targets with MFMA
+//               (gfx90a, gfx942, gfx950) whose CTAs are whole wavefronts:
+//               the m16n8k16 MMAs run on v_mfma_f32_16x16x16 (the
+//               fragments permuted in and out, codegen/prelude/
+//               amdgpu_mfma.h) instead of being emulated with lane
+//               permutes and FMAs. Not measured (no AMD GPU here). The
+//               option mfma=0 turns it off, mfma=1 asks for it also on
+//               the host, whose prelude simulates it (tests).
 //
 //===----------------------------------------------------------------------===//
 #include "kvgen/Transforms/Plan.h"
@@ -236,6 +244,7 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
   c.splitMinTokens = target.vendor() == Vendor::Host ? 32 : 256;
   c.splitAlign = 16 * (c.threads / 32);
   c.partialBytes = 16 * partialFloatsPerRow * 4;
+  c.mfma = target.caps().mfma && c.threads % kMfmaWaveSize == 0;
   if (c.splitCtas == 0)
     c.splitMinTokens = c.splitAlign = c.partialBytes = 0;
   return c;
@@ -280,7 +289,8 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
           c->splitCtas, c->splitMinTokens, c->splitAlign, c->partialBytes,
           c->dependentLaunch && dependentLaunch,
           minCtasPerSm >= 0 ? int64_t(minCtasPerSm) : c->minCtasPerSm,
-          c->bulkCopy);
+          c->bulkCopy,
+          c->rowsPerCta > 0 && (mfma < 0 ? c->mfma : mfma > 0));
     };
     WalkResult walk = getOperation().walk([&](KernelSpecOpInterface op) {
       PlanAttr plan = planFor(op);

@@ -41,7 +41,9 @@ struct TargetInfo {
     /// mma.sync.aligned.m16n8k16 with bf16/f16 operands and f32 accumulators
     /// (PTX ISA 7.0+, sm_80+).
     bool mmaSync = false;
-    /// v_mfma_f32_32x32x8 bf16/f16 (CDNA2+: gfx90a, gfx942, gfx950).
+    /// MFMA matrix instructions (CDNA2+: gfx90a, gfx942, gfx950), among them
+    /// v_mfma_f32_16x16x16 with bf16 / f16 operands (gfx90a: ..bf16_1k),
+    /// which paged attention's MMAs use where the plan says mfma.
     bool mfma = false;
     /// griddepcontrol.wait and griddepcontrol.launch_dependents (PTX ISA
     /// 7.8+, sm_90+): programmatic dependent launch, a kernel launched with
@@ -67,7 +69,15 @@ struct TargetInfo {
   /// class (128) for sm_89, MI250X per GCD (110), MI300X (304), MI355X
   /// (256); 4 for the host (so small host tests split).
   int multiprocessors;
+  /// The prelude simulates 64-lane wavefronts and their MFMA (not a
+  /// hardware capability): the host target, so that tests run the AMD
+  /// kernels' MFMA path there; kv-plan plans it only when asked (mfma=1).
+  bool mfmaSimulation = false;
 };
+
+/// Lanes of the wavefront an MFMA runs on (CDNA, and the host's
+/// simulation): a CTA of a plan with mfma is whole wavefronts.
+constexpr int kMfmaWaveSize = 64;
 
 /// Every target, in the order lists print them.
 const std::vector<TargetInfo> &knownTargets();

@@ -147,3 +147,20 @@ kv.copy_blocks @padded : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 // expected-error @+1 {{plan's 'bulk_copy' is for block copies (work items of whole blocks)}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16>, input bf16, slots i64 {plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, bulk_copy = true>}
+
+// -----
+
+// mfma: the target's MFMA instructions (or the host's simulation of them),
+// for row-tiled plans of whole 64-lane wavefronts.
+// expected-error @+1 {{'mfma' needs a target with MFMA instructions (or the host's simulation of them); 'sm_90' has none}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false, rows_per_cta = 16, mfma = true>
+
+// -----
+
+// expected-error @+1 {{'mfma' is for row-tiled plans ('rows_per_cta' > 0)}}
+#bad = #kv.plan<target = "gfx942", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false, mfma = true>
+
+// -----
+
+// expected-error @+1 {{'mfma' needs whole wavefronts: 'threads' = 96 is not a multiple of 64}}
+#bad = #kv.plan<target = "gfx90a", vector_bytes = 16, threads = 96, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false, rows_per_cta = 16, mfma = true>

@@ -158,6 +158,13 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
       registers. Only on targets with bulk copies (sm_90), for layouts
       whose every tensor's blocks are dense, with `vector_bytes` 16 and
       `cache_alignment = proven`.
+    - `mfma` (omitted when false): the matrix products of a row-tiled
+      kernel (paged attention's m16n8k16 MMAs) run on the target's MFMA
+      instructions (v_mfma_f32_16x16x16 bf16 / f16) instead of the lane
+      permutes that emulate them; both 32-thread warps of a 64-lane
+      wavefront then run the same loop iterations. Only on targets with
+      MFMA (or the host, whose prelude simulates it for tests), for
+      row-tiled plans whose `threads` fill whole 64-lane wavefronts.
 
     The verifier checks each field's range and the target's capabilities;
     the kernel op's verifier checks the plan against its layout.
@@ -190,7 +197,8 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
     DefaultValuedParameter<"int64_t", "0", "split-KV: workspace bytes per partial">:$partial_bytes,
     DefaultValuedParameter<"bool", "false", "programmatic dependent launch (griddepcontrol)">:$dependent_launch,
     DefaultValuedParameter<"int64_t", "0", "resident CTAs per multiprocessor the compiler must allow (0: its choice)">:$min_ctas_per_sm,
-    DefaultValuedParameter<"bool", "false", "block copies by bulk copies through shared memory">:$bulk_copy
+    DefaultValuedParameter<"bool", "false", "block copies by bulk copies through shared memory">:$bulk_copy,
+    DefaultValuedParameter<"bool", "false", "row-tiled MMAs on MFMA">:$mfma
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;

@@ -17,8 +17,9 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
     fallback, whether fp8 conversion uses hardware instructions,
     whether the rows a kernel writes use cache-streaming stores, and
     whether the kernel supports programmatic dependent launch
-    (`dependent_launch`: on sm_90+, every op but paged attention). The
-    decisions are recorded as a `#kv.plan` attribute on the op (rules:
+    (`dependent_launch`: on sm_90+, every op but paged attention), and
+    whether paged attention's MMAs use MFMA (`mfma`: on gfx90a, gfx942,
+    gfx950). The decisions are recorded as a `#kv.plan` attribute on the op (rules:
     passes/lib/Transforms/Plan.cpp, docs/codegen.md). An existing plan is replaced.
 
     Example: `kvgen-opt --kv-plan=target=gfx942 in.mlir` turns
@@ -56,6 +57,11 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
     Option<"bulkCopy", "bulk-copy", "bool", /*default=*/"true",
            "record bulk_copy for block copies where the target and layout "
            "allow it; false: never (for A/B benchmarks)">,
+    Option<"mfma", "mfma", "int64_t", /*default=*/"-1",
+           "row-tiled ops (paged attention): -1 MMAs on MFMA where the "
+           "target has it (and CTAs are whole wavefronts), 0 never (the "
+           "lane-permute emulation), 1 always (the host simulates it; "
+           "fails on other targets without MFMA)">,
   ];
   let dependentDialects = ["::kvgen::kv::KVDialect"];
 }

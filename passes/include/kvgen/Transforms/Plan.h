@@ -37,6 +37,9 @@ struct PlanChoice {
   int64_t minCtasPerSm = 0;
   /// Block copies by bulk copies through shared memory (sm_90).
   bool bulkCopy = false;
+  /// Row-tiled kernels: the MMAs on the target's MFMA instructions (the
+  /// two warps of a wavefront in step); else their lane-permute emulation.
+  bool mfma = false;
   /// Row tiles and split-KV (see Launch.h); 0 / 1 for other ops.
   int64_t rowsPerCta = 0, rowGroup = 1, itemCtas = 1, splitCtas = 0,
           splitMinTokens = 0, splitAlign = 0, partialBytes = 0;

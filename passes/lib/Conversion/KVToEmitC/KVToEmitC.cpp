@@ -153,6 +153,9 @@ std::string planStruct(StringRef name, PlanAttr plan,
        << ", split_min_tokens = " << plan.getSplitMinTokens()
        << ", split_align = " << plan.getSplitAlign()
        << ", partial_bytes = " << plan.getPartialBytes() << ";\n";
+    os << "  /// The MMAs on MFMA (kernels.h Mma).\n";
+    os << "  static constexpr bool mfma = "
+       << (plan.getMfma() ? "true" : "false") << ";\n";
   }
   os << "};";
   return out;
