@@ -158,6 +158,7 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
       registers. Only on targets with bulk copies (sm_90), for layouts
       whose every tensor's blocks are dense, with `vector_bytes` 16 and
       `cache_alignment = proven`.
+
     - `mfma` (omitted when false): the matrix products of a row-tiled
       kernel (paged attention's m16n8k16 MMAs) run on the target's MFMA
       instructions (v_mfma_f32_16x16x16 bf16 / f16) instead of the lane
