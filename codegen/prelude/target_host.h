@@ -156,35 +156,35 @@ struct WarpExchange {
     return base + l * kExchangeWords;
   }
 };
-inline WarpExchange exchange(const unsigned *words, int n) {
+/// Deposits the running thread's `words` in its group's buffer (groups of
+/// `width` threads: warps or wavefronts; `buffers` holds two per group,
+/// alternating with *phase), then yields as `kind` until the group has
+/// arrived: the exchanges below.
+inline WarpExchange groupExchange(const unsigned *words, int n,
+                                  unsigned width, unsigned *buffers,
+                                  unsigned Fiber::*phase, int kind) {
   Cta *c = kvgen_host_cta;
   const unsigned t = c->current;
   Fiber &f = c->fibers[t];
-  const unsigned warp = t / 32, lane = t % 32;
-  unsigned *buf = c->exchange + ((warp * 2 + (f.phase & 1)) * 32) *
-                                    kExchangeWords;
+  const unsigned group = t / width, lane = t % width;
+  unsigned *buf =
+      buffers + ((group * 2 + ((f.*phase) & 1)) * width) * kExchangeWords;
   for (int i = 0; i < n; ++i)
     buf[lane * kExchangeWords + i] = words[i];
-  ++f.phase;
-  yieldAs(kAtWarp);
+  ++(f.*phase);
+  yieldAs(kind);
   WarpExchange x = {buf, lane};
   return x;
+}
+inline WarpExchange exchange(const unsigned *words, int n) {
+  return groupExchange(words, n, 32, kvgen_host_cta->exchange, &Fiber::phase,
+                       kAtWarp);
 }
 /// The same over the running thread's 64-lane wavefront (threads 64 w ..
 /// 64 w + 63): the simulated MFMA path's collectives.
 inline WarpExchange waveExchange(const unsigned *words, int n) {
-  Cta *c = kvgen_host_cta;
-  const unsigned t = c->current;
-  Fiber &f = c->fibers[t];
-  const unsigned wave = t / 64, lane = t % 64;
-  unsigned *buf = c->waveExchange + ((wave * 2 + (f.wavePhase & 1)) * 64) *
-                                        kExchangeWords;
-  for (int i = 0; i < n; ++i)
-    buf[lane * kExchangeWords + i] = words[i];
-  ++f.wavePhase;
-  yieldAs(kAtWave);
-  WarpExchange x = {buf, lane};
-  return x;
+  return groupExchange(words, n, 64, kvgen_host_cta->waveExchange,
+                       &Fiber::wavePhase, kAtWave);
 }
 
 /// Runs the CTA whose fibers are c->fibers until all are done.

@@ -215,18 +215,28 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (smallMaxTokens > 0 && (smallThreads < 1 || smallThreads > 1024))
     return emitError() << "'small_threads' must be in [1, 1024], got "
                        << smallThreads;
-  if (hwFp8 && !t->caps().hwFp8Convert)
-    return emitError() << "'hw_fp8' needs a target with hardware fp8 "
-                          "converts; '"
-                       << target << "' has none";
-  if (streamingStores && !t->caps().streamingStores)
-    return emitError() << "'streaming_stores' needs a target with "
-                          "cache-streaming stores; '"
-                       << target << "' has none";
-  if (dependentLaunch && !t->caps().gridDependencyControl)
-    return emitError() << "'dependent_launch' needs a target with grid "
-                          "dependency control (griddepcontrol, sm_90+); '"
-                       << target << "' has none";
+  // Fields that need a capability of the target descriptor.
+  const TargetInfo::Caps &caps = t->caps();
+  const struct {
+    const char *field;
+    bool on, has;
+    const char *need;
+  } needs[] = {
+      {"hw_fp8", hwFp8, caps.hwFp8Convert,
+       "a target with hardware fp8 converts"},
+      {"streaming_stores", streamingStores, caps.streamingStores,
+       "a target with cache-streaming stores"},
+      {"dependent_launch", dependentLaunch, caps.gridDependencyControl,
+       "a target with grid dependency control (griddepcontrol, sm_90+)"},
+      {"min_ctas_per_sm", minCtasPerSm > 0, caps.minCtasLaunchBound,
+       "a target whose compiler takes a minimum-CTAs launch bound (NVIDIA)"},
+      {"bulk_copy", bulkCopy, caps.bulkCopy,
+       "a target with bulk copies (cp.async.bulk, sm_90+)"},
+  };
+  for (const auto &n : needs)
+    if (n.on && !n.has)
+      return emitError() << "'" << n.field << "' needs " << n.need << "; '"
+                         << target << "' has none";
   // 2048: the resident threads of an sm_80 / sm_90 multiprocessor (CUDA C++
   // Programming Guide, "Compute Capabilities", table of technical
   // specifications); more CTAs than that could never be resident.
@@ -236,14 +246,6 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "'min_ctas_per_sm' must be in [0, 2048 / "
                           "max(threads, small_threads) = "
                        << 2048 / boundThreads << "], got " << minCtasPerSm;
-  if (minCtasPerSm > 0 && !t->caps().minCtasLaunchBound)
-    return emitError() << "'min_ctas_per_sm' needs a target whose compiler "
-                          "takes a minimum-CTAs launch bound (NVIDIA); '"
-                       << target << "' has none";
-  if (bulkCopy && !t->caps().bulkCopy)
-    return emitError() << "'bulk_copy' needs a target with bulk copies "
-                          "(cp.async.bulk, sm_90+); '"
-                       << target << "' has none";
   if (bulkCopy && (vectorBytes != 16 ||
                    alignment != Alignment::proven))
     return emitError() << "'bulk_copy' needs 'vector_bytes' = 16 and "
