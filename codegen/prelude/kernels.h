@@ -1016,26 +1016,61 @@ template <bool BULK> struct BulkBlockCopy {
   }
 };
 #ifdef KVGEN_BULK_COPY
+/// Round r of a bulk block copy: bytes [lo, hi) of the block's tensors taken
+/// in sequence (tensor 0's `bytes[0]`, then tensor 1's), staged from shared
+/// address `at` on. LOAD: global -> shared, completing `bar`'s transaction
+/// count (the caller arrives with the round's byte count); else shared ->
+/// global, in the current bulk group.
+template <bool LOAD>
+KVGEN_DEVICE inline void bulkRound(int64_t lo, int64_t hi,
+                                   const int64_t *bytes,
+                                   const unsigned char *const *src,
+                                   unsigned char *const *dst, unsigned at,
+                                   unsigned bar) {
+  int64_t start = 0;
+  for (int t = 0; t < 2; ++t) {
+    const int64_t plo = lo > start ? lo : start;
+    const int64_t phi = hi < start + bytes[t] ? hi : start + bytes[t];
+    if (plo < phi) {
+      const unsigned sh = at + unsigned(plo - lo);
+      if (LOAD)
+        kvgenBulkLoad(sh, src[t] + (plo - start), unsigned(phi - plo), bar);
+      else
+        kvgenBulkStore(dst[t] + (plo - start), sh, unsigned(phi - plo));
+    }
+    start += bytes[t];
+  }
+}
+
 /// One CTA per mapping row; thread 0 moves the block's dense byte range of
 /// each cache tensor (P::block_elements0 / 1 elements from
 /// elementOffset(map, block, 0, 0, 0)) global -> shared -> global with
-/// cp.async.bulk, in rounds of at most P::bulk_bytes: the loads of a round
-/// complete one phase of an mbarrier, its stores are drained (read from
-/// shared memory) before the next round refills the buffer. No register
-/// holds the data, so what is in flight is bounded by shared memory, not by
-/// the loads a thread can keep (the register path's limit). Raw bits, as
-/// copyBlocksCta. Every size and offset is a multiple of 16 bytes (kv-plan:
-/// vector_bytes 16, proven alignment).
+/// cp.async.bulk. The shared buffer (P::bulk_bytes) is a pipeline of
+/// P::bulk_stages stages: round r (the next bulk_bytes / bulk_stages bytes
+/// of the block) loads into stage r % bulk_stages and completes that
+/// stage's mbarrier phase; the first bulk_stages rounds' loads are issued
+/// at once, each round's stores go out as soon as its loads have landed,
+/// and a stage is refilled (round r + bulk_stages) once its stores have
+/// read it, the other stages' loads staying in flight meanwhile. No
+/// register holds the data, so what is in flight is bounded by shared
+/// memory, not by the loads a thread can keep (the register path's limit).
+/// Raw bits, as copyBlocksCta. Every size and offset is a multiple of 16
+/// bytes (kv-plan: vector_bytes 16, proven alignment; the verifier: 1, 2, 4
+/// or 8 stages of the 40 KiB buffer).
 template <> struct BulkBlockCopy<true> {
   template <class L, class P, bool CHECKED, class CS>
   KVGEN_DEVICE static bool run(const BlockCopy<CS> &a, const SideMap *maps) {
-    enum { kTensors = L::packed ? 1 : 2 };
-    static_assert(P::bulk_bytes % 16 == 0 &&
+    enum { kTensors = L::packed ? 1 : 2, kStages = P::bulk_stages };
+    constexpr int64_t kStageBytes = P::bulk_bytes / kStages;
+    constexpr int64_t kTotal = (P::block_elements0 + P::block_elements1) *
+                               int64_t(sizeof(CS));
+    constexpr int kRounds = int((kTotal + kStageBytes - 1) / kStageBytes);
+    static_assert(kStages >= 1 && P::bulk_bytes % (16 * kStages) == 0 &&
                       (P::block_elements0 * int64_t(sizeof(CS))) % 16 == 0 &&
                       (P::block_elements1 * int64_t(sizeof(CS))) % 16 == 0,
                   "bulk copies move multiples of 16 bytes");
     KVGEN_SHARED __attribute__((aligned(128))) unsigned char buf[P::bulk_bytes];
-    KVGEN_SHARED uint64_t bar;
+    KVGEN_SHARED uint64_t bar[kStages];
     const int64_t row = int64_t(KVGEN_BLOCK_ID_X);
     if (KVGEN_THREAD_ID_X != 0 || row >= a.numPairs)
       return true;
@@ -1057,38 +1092,39 @@ template <> struct BulkBlockCopy<true> {
       dst[t] = reinterpret_cast<unsigned char *>(
           a.dst[t] + elementOffset(m, to, 0, 0, 0));
     }
-    const unsigned b = kvgenSharedAddress(&bar), s = kvgenSharedAddress(buf);
-    kvgenBarrierInit(b);
-    const int64_t total = bytes[0] + bytes[1];
-    unsigned phase = 0;
-    for (int64_t pos = 0; pos < total; pos += P::bulk_bytes) {
-      const int64_t end =
-          pos + P::bulk_bytes < total ? pos + P::bulk_bytes : total;
-      kvgenBarrierArriveExpect(b, unsigned(end - pos));
-      // The round's part of tensor t: [lo, hi) of the bytes of both
-      // tensors in sequence, tensor t starting at `start`.
-      int64_t start = 0;
-      for (int t = 0; t < 2; ++t) {
-        const int64_t lo = pos > start ? pos : start;
-        const int64_t hi = end < start + bytes[t] ? end : start + bytes[t];
-        if (lo < hi)
-          kvgenBulkLoad(s + unsigned(lo - pos), src[t] + (lo - start),
-                        unsigned(hi - lo), b);
-        start += bytes[t];
+    const unsigned s = kvgenSharedAddress(buf);
+    for (int k = 0; k < kStages; ++k)
+      kvgenBarrierInit(kvgenSharedAddress(&bar[k]));
+    // Round r: bytes [lo, hi) in stage r % kStages.
+    auto load = [&](int r) {
+      const int64_t lo = int64_t(r) * kStageBytes;
+      const int64_t hi = lo + kStageBytes < kTotal ? lo + kStageBytes : kTotal;
+      const int k = r % kStages;
+      const unsigned b = kvgenSharedAddress(&bar[k]);
+      kvgenBarrierArriveExpect(b, unsigned(hi - lo));
+      bulkRound<true>(lo, hi, bytes, src, dst,
+                      s + unsigned(k * kStageBytes), b);
+    };
+    for (int r = 0; r < kRounds && r < kStages; ++r)
+      load(r);
+    for (int r = 0; r < kRounds; ++r) {
+      const int k = r % kStages;
+      const int64_t lo = int64_t(r) * kStageBytes;
+      const int64_t hi = lo + kStageBytes < kTotal ? lo + kStageBytes : kTotal;
+      // The stage's (r / kStages)-th use completes phase (r / kStages) & 1.
+      kvgenBarrierWait(kvgenSharedAddress(&bar[k]),
+                       unsigned(r / kStages) & 1u);
+      bulkRound<false>(lo, hi, bytes, src, dst,
+                       s + unsigned(k * kStageBytes), 0);
+      kvgenBulkStoreCommit();
+      if (r + kStages < kRounds) {
+        // Round r's stores must have read stage k before it is refilled.
+        kvgenBulkStoreWaitRead();
+        load(r + kStages);
       }
-      kvgenBarrierWait(b, phase);
-      phase ^= 1u;
-      start = 0;
-      for (int t = 0; t < 2; ++t) {
-        const int64_t lo = pos > start ? pos : start;
-        const int64_t hi = end < start + bytes[t] ? end : start + bytes[t];
-        if (lo < hi)
-          kvgenBulkStore(dst[t] + (lo - start), s + unsigned(lo - pos),
-                         unsigned(hi - lo));
-        start += bytes[t];
-      }
-      kvgenBulkStoreDrain();
     }
+    // The stores read shared memory, which ends with the CTA.
+    kvgenBulkStoreWaitRead();
     return true;
   }
 };

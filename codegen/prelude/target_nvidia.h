@@ -252,10 +252,13 @@ __device__ inline void kvgenBulkStore(void *dst, unsigned src,
                "r"(src), "r"(bytes)
                : "memory");
 }
-/// Commits the bulk stores issued so far and waits until they have read
-/// their shared memory (which may then be reused or released).
-__device__ inline void kvgenBulkStoreDrain() {
+/// Makes the bulk stores issued since the last commit one bulk group.
+__device__ inline void kvgenBulkStoreCommit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+/// Waits until every committed bulk group has read its shared memory
+/// (which may then be refilled or released).
+__device__ inline void kvgenBulkStoreWaitRead() {
   asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }
 } // namespace kvgen

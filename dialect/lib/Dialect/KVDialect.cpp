@@ -191,7 +191,7 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t splitMinTokens, int64_t splitAlign,
                                int64_t partialBytes, bool dependentLaunch,
                                int64_t minCtasPerSm, bool bulkCopy,
-                               bool mfma) {
+                               bool mfma, int64_t bulkStages) {
   std::string targetError;
   std::optional<Target> t = parseTarget(target.str(), &targetError);
   if (!t)
@@ -250,6 +250,14 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                    alignment != Alignment::proven))
     return emitError() << "'bulk_copy' needs 'vector_bytes' = 16 and "
                           "'cache_alignment' = proven";
+  // Stages split the shared buffer (kBulkCopyBytes, a multiple of 128)
+  // into equal parts of whole 16-byte units.
+  if (bulkCopy ? (bulkStages < 1 || bulkStages > 8 ||
+                  !llvm::isPowerOf2_64(uint64_t(bulkStages)))
+               : bulkStages != 0)
+    return emitError() << "'bulk_stages' must be 1, 2, 4 or 8 with "
+                          "'bulk_copy' and 0 without it, got "
+                       << bulkStages;
   for (auto [name, v] :
        {std::pair<const char *, int64_t>{"rows_per_cta", rowsPerCta},
         {"split_ctas", splitCtas},
@@ -340,7 +348,7 @@ LogicalResult kvgen::kv::verifyPlanFits(Operation *op) {
                               plan.getSplitAlign(), plan.getPartialBytes(),
                               plan.getDependentLaunch(),
                               plan.getMinCtasPerSm(), plan.getBulkCopy(),
-                              plan.getMfma())))
+                              plan.getMfma(), plan.getBulkStages())))
     return failure();
   const LayoutDesc &l = spec.getLayout().getDesc();
   // Kernels number a CTA's accesses in 32 bits (kvgen/Launch.h).

@@ -41,7 +41,8 @@
 //               choosePlan).
 //   bulk copy   block copies of layouts whose blocks are dense byte ranges,
 //               on sm_90: cp.async.bulk through shared memory, one warp
-//               per block (see choosePlan).
+//               per block, the buffer a pipeline of kBulkCopyStages stages
+//               (see choosePlan).
 //   mfma        row-tiled kernels (paged attention) on targets with MFMA
 //               (gfx90a, gfx942, gfx950) whose CTAs are whole wavefronts:
 //               the m16n8k16 MMAs run on v_mfma_f32_16x16x16 (the
@@ -206,6 +207,7 @@ kvgen::choosePlan(const LayoutDesc &layout, DType io, const Target &target,
       dense = dense && layout.denseBlockElements(t) > 0;
     if (dense && tensors <= 2) {
       c.bulkCopy = true;
+      c.bulkStages = kBulkCopyStages;
       c.threads = 32;
       c.tokensPerCta = 1;
       c.smallMaxTokens = c.smallThreads = 0;
@@ -290,7 +292,9 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
           c->dependentLaunch && dependentLaunch,
           minCtasPerSm >= 0 ? int64_t(minCtasPerSm) : c->minCtasPerSm,
           c->bulkCopy,
-          c->rowsPerCta > 0 && (mfma < 0 ? c->mfma : mfma > 0));
+          c->rowsPerCta > 0 && (mfma < 0 ? c->mfma : mfma > 0),
+          c->bulkCopy && bulkStages > 0 ? int64_t(bulkStages)
+                                        : c->bulkStages);
     };
     WalkResult walk = getOperation().walk([&](KernelSpecOpInterface op) {
       PlanAttr plan = planFor(op);

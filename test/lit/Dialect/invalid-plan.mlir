@@ -135,18 +135,43 @@ emitc.func @k(%arg0: !emitc.opaque<"kvgen_gather_args">) attributes {kv.planned 
 
 // -----
 
+// expected-error @+1 {{'bulk_stages' must be 1, 2, 4 or 8 with 'bulk_copy' and 0 without it, got 0}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, bulk_copy = true>
+
+// -----
+
+// expected-error @+1 {{'bulk_stages' must be 1, 2, 4 or 8 with 'bulk_copy' and 0 without it, got 3}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, bulk_copy = true, bulk_stages = 3>
+
+// -----
+
+// expected-error @+1 {{'bulk_stages' must be 1, 2, 4 or 8 with 'bulk_copy' and 0 without it, got 16}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, bulk_copy = true, bulk_stages = 16>
+
+// -----
+
+// expected-error @+1 {{'bulk_stages' must be 1, 2, 4 or 8 with 'bulk_copy' and 0 without it, got -2}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, bulk_copy = true, bulk_stages = -2>
+
+// -----
+
+// expected-error @+1 {{'bulk_stages' must be 1, 2, 4 or 8 with 'bulk_copy' and 0 without it, got 2}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, bulk_stages = 2>
+
+// -----
+
 // The plan against the op's layout: token rows 800 apart leave gaps in a
 // block, which a bulk copy would copy over.
 // expected-error @+1 {{plan's 'bulk_copy' needs every cache tensor's blocks to be one gap-free range; tensor 0 of the layout is not}}
 kv.copy_blocks @padded : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16,
-    k_strides = [12800, 800, 192]> {plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, bulk_copy = true>}
+    k_strides = [12800, 800, 192]> {plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, bulk_copy = true, bulk_stages = 4>}
 
 // -----
 
 // expected-error @+1 {{plan's 'bulk_copy' is for block copies (work items of whole blocks)}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
-    head_size_v = 128, block_size = 16, dtype = bf16>, input bf16, slots i64 {plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, bulk_copy = true>}
+    head_size_v = 128, block_size = 16, dtype = bf16>, input bf16, slots i64 {plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, bulk_copy = true, bulk_stages = 4>}
 
 // -----
 

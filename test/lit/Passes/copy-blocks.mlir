@@ -3,23 +3,32 @@
 // RUN: kvgen-opt --kv-plan=target=sm_80 %s | FileCheck %s --check-prefix=SM80
 // RUN: kvgen-opt --kv-plan=target=gfx942 %s | FileCheck %s --check-prefix=SM80
 // RUN: kvgen-opt --kv-plan=target=sm_90 --convert-kv-to-emitc %s | FileCheck %s --check-prefix=EMITC
+// RUN: kvgen-opt --kv-plan="target=sm_90 bulk-stages=2" %s | FileCheck %s --check-prefix=STAGES
+// RUN: kvgen-opt --kv-plan="target=sm_90 bulk-copy=false bulk-stages=2" %s | FileCheck %s --check-prefix=PLAN
 
 // On sm_90 (bulk copies), layouts whose blocks are dense byte ranges get
 // bulk_copy: one warp per block (threads = 32, one item per CTA, no small
-// shape); cp.async.bulk moves the block through shared memory.
+// shape); cp.async.bulk moves the block through shared memory, a pipeline
+// of kBulkCopyStages = 4 stages.
 // BULK-LABEL: kv.copy_blocks @cow
 // BULK-SAME: vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven
-// BULK-SAME: dependent_launch = true, bulk_copy = true>
+// BULK-SAME: dependent_launch = true, bulk_copy = true, bulk_stages = 4>
 // Dynamic strides: not provably dense, the register path.
 // BULK-LABEL: kv.copy_blocks @cow_dyn
 // BULK-NOT: bulk_copy
 // BULK-LABEL: kv.copy_blocks @cow_mla
-// BULK-SAME: threads = 32, {{.*}} bulk_copy = true>
+// BULK-SAME: threads = 32, {{.*}} bulk_copy = true, bulk_stages = 4>
 // BULK-LABEL: kv.swap_blocks @offload
-// BULK-SAME: threads = 32, {{.*}} bulk_copy = true>
+// BULK-SAME: threads = 32, {{.*}} bulk_copy = true, bulk_stages = 4>
 // BULK-LABEL: kv.copy_blocks @padded
 // BULK-NOT: bulk_copy
 // BULK: }
+// The option forces the stages of bulk plans (A/B) and leaves other plans
+// alone (above: bulk-copy=false with bulk-stages=2 gives the PLAN lines).
+// STAGES-LABEL: kv.copy_blocks @cow
+// STAGES-SAME: bulk_copy = true, bulk_stages = 2>
+// STAGES-LABEL: kv.copy_blocks @padded
+// STAGES-NOT: bulk_stages
 // Targets without bulk copies (sm_80, AMD): never.
 // SM80: kv.copy_blocks @cow
 // SM80-NOT: bulk_copy
@@ -53,6 +62,7 @@ kv.copy_blocks @cow_dyn : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 // EMITC: static constexpr int copy_batch = 20;
 // EMITC: struct cow_dyn_options {\0A  static constexpr bool unchecked = true;\0A};
 // EMITC: static constexpr bool bulk_copy = true;
+// EMITC-SAME: static constexpr int bulk_stages = 4;
 // EMITC: static constexpr int64_t bulk_bytes = 40960, block_elements0 = 36864, block_elements1 = 0;
 
 // An MLA latent cache (one packed 576-wide row): the same one-block CTA,

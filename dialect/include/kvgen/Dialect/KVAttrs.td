@@ -158,6 +158,12 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
       registers. Only on targets with bulk copies (sm_90), for layouts
       whose every tensor's blocks are dense, with `vector_bytes` 16 and
       `cache_alignment = proven`.
+    - `bulk_stages` (omitted when 0; 1, 2, 4 or 8 with `bulk_copy`, else
+      0): the bulk copy's shared buffer is split into this many stages
+      that form a pipeline: each stage's loads are in flight while the
+      stores of the stages before it go out, and a stage is refilled once
+      its stores have read it. 1: load, store and drain one buffer at a
+      time.
 
     - `mfma` (omitted when false): the matrix products of a row-tiled
       kernel (paged attention's m16n8k16 MMAs) run on the target's MFMA
@@ -199,7 +205,8 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
     DefaultValuedParameter<"bool", "false", "programmatic dependent launch (griddepcontrol)">:$dependent_launch,
     DefaultValuedParameter<"int64_t", "0", "resident CTAs per multiprocessor the compiler must allow (0: its choice)">:$min_ctas_per_sm,
     DefaultValuedParameter<"bool", "false", "block copies by bulk copies through shared memory">:$bulk_copy,
-    DefaultValuedParameter<"bool", "false", "row-tiled MMAs on MFMA">:$mfma
+    DefaultValuedParameter<"bool", "false", "row-tiled MMAs on MFMA">:$mfma,
+    DefaultValuedParameter<"int64_t", "0", "bulk copy pipeline stages (0 without bulk_copy)">:$bulk_stages
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;

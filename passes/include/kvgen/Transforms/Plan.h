@@ -35,8 +35,10 @@ struct PlanChoice {
   bool dependentLaunch = false;
   /// __launch_bounds__' minimum resident CTAs per multiprocessor (0: none).
   int64_t minCtasPerSm = 0;
-  /// Block copies by bulk copies through shared memory (sm_90).
+  /// Block copies by bulk copies through shared memory (sm_90), in a
+  /// pipeline of bulkStages stages of the shared buffer (0 without).
   bool bulkCopy = false;
+  int64_t bulkStages = 0;
   /// Row-tiled kernels: the MMAs on the target's MFMA instructions (the
   /// two warps of a wavefront in step); else their lane-permute emulation.
   bool mfma = false;
@@ -67,6 +69,11 @@ choosePlan(const LayoutDesc &layout, DType io, const Target &target,
 /// MiMo bf16 block of 16 tokens (4 x (192 + 128) x 16 x 2 bytes) in one
 /// round, and five such CTAs fit in an H200 SM's 228 KiB.
 constexpr int kBulkCopyBytes = 40 << 10;
+
+/// Stages of that buffer a bulk block copy pipelines (the plan's
+/// bulk_stages): a stage's loads are in flight while earlier stages'
+/// stores go out (docs/performance.md, "Bulk block copies").
+constexpr int kBulkCopyStages = 4;
 
 /// The plan of a row-tiled kernel (paged attention) over `layout` with
 /// query element type `io`: rows of `rowGroup` per query token (the GQA

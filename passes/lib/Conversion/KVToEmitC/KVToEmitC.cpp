@@ -133,11 +133,13 @@ std::string planStruct(StringRef name, PlanAttr plan,
   os << "  /// Loads a block-copy thread issues before its first store.\n";
   os << "  static constexpr int copy_batch = " << kBlockCopyBatch << ";\n";
   os << "  /// Block copies by cp.async.bulk through a shared buffer of\n"
-        "  /// bulk_bytes (kBulkCopyBytes), block_elements{0,1}: elements of\n"
-        "  /// one dense block of cache tensor 0 / 1 "
-        "(LayoutDesc::denseBlockElements).\n";
+        "  /// bulk_bytes (kBulkCopyBytes) in bulk_stages pipelined stages,\n"
+        "  /// block_elements{0,1}: elements of one dense block of cache\n"
+        "  /// tensor 0 / 1 (LayoutDesc::denseBlockElements).\n";
   os << "  static constexpr bool bulk_copy = "
-     << (plan.getBulkCopy() ? "true" : "false") << ";\n";
+     << (plan.getBulkCopy() ? "true" : "false")
+     << ";\n  static constexpr int bulk_stages = " << plan.getBulkStages()
+     << ";\n";
   os << "  static constexpr int64_t bulk_bytes = " << kBulkCopyBytes
      << ", block_elements0 = "
      << (plan.getBulkCopy() ? layout.denseBlockElements(0) : 0)
