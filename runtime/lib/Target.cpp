@@ -5,17 +5,25 @@
 namespace kvgen {
 
 namespace {
-TargetInfo::Caps caps(bool hwFp8Convert, bool streamingStores, bool mmaSync,
-                      bool mfma, bool gridDependencyControl = false,
-                      bool minCtasLaunchBound = false, bool bulkCopy = false) {
+/// The capabilities of TargetInfo::Caps, one bit each (caps() below).
+enum CapBit : unsigned {
+  kHwFp8 = 1u << 0,
+  kStreaming = 1u << 1,
+  kMmaSync = 1u << 2,
+  kMfma = 1u << 3,
+  kGridDependency = 1u << 4,
+  kMinCtas = 1u << 5,
+  kBulkCopy = 1u << 6,
+};
+TargetInfo::Caps caps(unsigned bits) {
   TargetInfo::Caps c;
-  c.hwFp8Convert = hwFp8Convert;
-  c.streamingStores = streamingStores;
-  c.mmaSync = mmaSync;
-  c.mfma = mfma;
-  c.gridDependencyControl = gridDependencyControl;
-  c.minCtasLaunchBound = minCtasLaunchBound;
-  c.bulkCopy = bulkCopy;
+  c.hwFp8Convert = bits & kHwFp8;
+  c.streamingStores = bits & kStreaming;
+  c.mmaSync = bits & kMmaSync;
+  c.mfma = bits & kMfma;
+  c.gridDependencyControl = bits & kGridDependency;
+  c.minCtasLaunchBound = bits & kMinCtas;
+  c.bulkCopy = bits & kBulkCopy;
   return c;
 }
 } // namespace
@@ -28,20 +36,24 @@ const std::vector<TargetInfo> &knownTargets() {
   // guides (MFMA on gfx90a, gfx942, gfx950). Streaming stores are measured
   // on the H200 only (docs/performance.md), so they are enabled on NVIDIA.
   static const std::vector<TargetInfo> all = {
-      {"gfx90a", Vendor::Amd, 64, caps(false, false, false, true),
-       "target_amdgpu.h", ".hip", 110},
-      {"gfx942", Vendor::Amd, 64, caps(false, false, false, true),
-       "target_amdgpu.h", ".hip", 304},
-      {"gfx950", Vendor::Amd, 64, caps(false, false, false, true),
-       "target_amdgpu.h", ".hip", 256},
-      {"sm_80", Vendor::Nvidia, 32, caps(false, true, true, false, false, true),
+      {"gfx90a", Vendor::Amd, 64, caps(kMfma), "target_amdgpu.h", ".hip",
+       110},
+      {"gfx942", Vendor::Amd, 64, caps(kMfma), "target_amdgpu.h", ".hip",
+       304},
+      {"gfx950", Vendor::Amd, 64, caps(kMfma), "target_amdgpu.h", ".hip",
+       256},
+      {"sm_80", Vendor::Nvidia, 32,
+       caps(kStreaming | kMmaSync | kMinCtas),
        "target_nvidia.h", ".cu", 108},
-      {"sm_89", Vendor::Nvidia, 32, caps(true, true, true, false, false, true),
+      {"sm_89", Vendor::Nvidia, 32,
+       caps(kHwFp8 | kStreaming | kMmaSync | kMinCtas),
        "target_nvidia.h", ".cu", 128},
-      {"sm_90", Vendor::Nvidia, 32, caps(true, true, true, false, true, true, true),
+      {"sm_90", Vendor::Nvidia, 32,
+       caps(kHwFp8 | kStreaming | kMmaSync | kGridDependency | kMinCtas |
+            kBulkCopy),
        "target_nvidia.h", ".cu", 132},
-      {"host", Vendor::Host, 32, caps(false, false, false, false),
-       "target_host.h", ".cpp", 4, /*mfmaSimulation=*/true},
+      {"host", Vendor::Host, 32, caps(0), "target_host.h", ".cpp",
+       4, /*mfmaSimulation=*/true},
   };
   return all;
 }
