@@ -19,8 +19,11 @@
 
 namespace kvgen {
 
-/// The first statement of every emitted kernel (convert-kv-to-emitc), for
-/// plan struct P: with P::dependent_launch, waits until the grids this one
+/// The first statement of the entry for programmatic dependent launches
+/// (NAME_pdl, Launch.h kDependentLaunchEntrySuffix) that
+/// convert-kv-to-emitc emits beside the kernel NAME when the plan has
+/// dependent_launch (NAME itself has no prologue), for plan struct P: with
+/// P::dependent_launch, waits until the grids this one
 /// depends on programmatically have completed and flushed their writes
 /// (griddepcontrol.wait), so nothing below reads a row, slot or block id
 /// the previous kernel may still write (or writes memory it may still

@@ -40,6 +40,16 @@ namespace kvgen {
   X(partial_bytes, partialBytes)                                               \
   X(dependent_launch, dependentLaunch)
 
+#ifndef KVGEN_DEVICE_EMBED
+/// A kernel whose plan has dependent_launch has a second entry, its name
+/// plus this suffix, which starts with the wait of a programmatic dependent
+/// launch (kernels.h dependentLaunchBegin); the entry of the plain name
+/// has no such prologue, so plain launches pay nothing for it (measured:
+/// docs/performance.md, "Programmatic dependent launch"). The runtime
+/// launches the suffixed entry for KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT.
+constexpr const char *kDependentLaunchEntrySuffix = "_pdl";
+#endif
+
 /// How a compiled kernel is launched.
 struct LaunchGeometry {
   int threads = 0;      ///< block.x, 1..1024
@@ -67,10 +77,12 @@ struct LaunchGeometry {
   /// Workspace bytes per (unit, split) of a split launch (its partial
   /// result).
   int partialBytes = 0;
-  /// 1 when the kernel executes griddepcontrol.wait before its first
-  /// global memory access (the plan's dependent_launch, sm_90+): only then
-  /// may it be launched with programmatic stream serialization
-  /// (KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT, kvgen.h). 0 or 1.
+  /// 1 when the kernel has an entry (kDependentLaunchEntrySuffix) that
+  /// executes griddepcontrol.wait before its first global memory access
+  /// (the plan's dependent_launch, sm_90+): only then may it be launched
+  /// with programmatic stream serialization
+  /// (KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT, kvgen.h), which launches that
+  /// entry. 0 or 1.
   int dependentLaunch = 0;
 };
 

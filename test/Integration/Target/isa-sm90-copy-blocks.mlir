@@ -14,6 +14,7 @@
 // BULK: .shared .align 128 .b8 {{.*}}buf[40960];
 // BULK: .shared .align 8 .b8 {{.*}}bar[32];
 // BULK: .entry cow(
+// BULK-NOT: ld.global.v4
 // BULK-COUNT-4: mbarrier.init.shared::cta.b64
 // BULK: mbarrier.arrive.expect_tx.shared::cta.b64 _, [[[B0:%r[0-9]+]]], [[S:%r[0-9]+]];
 // BULK: cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{{%r[0-9]+}}], [{{%rd[0-9]+}}], [[S]], [[[B0]]];
@@ -39,6 +40,10 @@
 // BULK: cp.async.bulk.commit_group;
 // BULK: cp.async.bulk.wait_group.read 0;
 // BULK-NOT: cp.async.bulk
+// The entry for programmatic dependent launches (cow_pdl): the same body
+// after griddepcontrol.wait.
+// BULK: .entry cow_pdl(
+// BULK: griddepcontrol.wait;
 // BULK-NOT: ld.global.v4
 
 // Without it (the register path): a block copy with proven alignment moves

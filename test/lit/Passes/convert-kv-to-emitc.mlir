@@ -36,8 +36,16 @@
 // CHECK-NEXT: emitc.func @mimo_write(%[[ARGS:.*]]: !emitc.opaque<"kvgen_reshape_and_cache_args">)
 // CHECK-SAME: kv.plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = [[T]],
 // CHECK-SAME: specifiers = ["extern \22C\22", "__global__", "KVGEN_LAUNCH_BOUNDS([[T]])"]
-// CHECK-NEXT: call_opaque "kvgen::dependentLaunchBegin"() {template_args = [#emitc.opaque<"mimo_write_plan">]} : () -> ()
+// The kernel plain launches run: no prologue.
 // CHECK-NEXT: call_opaque "kvgen::reshape_and_cache"(%[[ARGS]]) {template_args = [#emitc.opaque<"mimo_write_layout">, #emitc.opaque<"mimo_write_plan">, #emitc.opaque<"mimo_write_options">]}
+// CHECK-NEXT: return
+// With dependent_launch (sm_90), a second entry for programmatic dependent
+// launches (Launch.h kDependentLaunchEntrySuffix): the wait first, the
+// same body, no plan attribute (printers list the kernel once).
+// CHECK-NEXT: }
+// CHECK-NEXT: emitc.func @mimo_write_pdl(%[[PARGS:.*]]: !emitc.opaque<"kvgen_reshape_and_cache_args">) attributes {specifiers = ["extern \22C\22", "__global__", "KVGEN_LAUNCH_BOUNDS([[T]])"]}
+// CHECK-NEXT: call_opaque "kvgen::dependentLaunchBegin"() {template_args = [#emitc.opaque<"mimo_write_plan">]} : () -> ()
+// CHECK-NEXT: call_opaque "kvgen::reshape_and_cache"(%[[PARGS]]) {template_args = [#emitc.opaque<"mimo_write_layout">, #emitc.opaque<"mimo_write_plan">, #emitc.opaque<"mimo_write_options">]}
 // CHECK-NEXT: return
 // CHECK-NOT: kv.reshape_and_cache
 // The host target adds the entry the CPU runs the kernel through.
@@ -45,7 +53,8 @@
 // HOST-SAME: static constexpr bool dependent_launch = false;
 // HOST-LABEL: emitc.func @mimo_write(
 // HOST-SAME: streaming_stores = false>
-// HOST-NEXT: call_opaque "kvgen::dependentLaunchBegin"() {template_args = [#emitc.opaque<"mimo_write_plan">]}
+// HOST-NEXT: call_opaque "kvgen::reshape_and_cache"
+// HOST-NOT: _pdl
 // HOST: verbatim "extern \22C\22 void mimo_write_host_launch(const void *args, unsigned grid_x, unsigned block_x) {\0A  kvgen::hostLaunch(mimo_write, args, grid_x, block_x);\0A}"
 kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,
@@ -70,7 +79,6 @@ kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
 // CHECK-SAME: cache_proven = false, hw_fp8 = true, streaming_stores = true;
 // CHECK-NEXT: emitc.verbatim "struct fp8_read_options {\0A  typedef kvgen::dt_f32 io;\0A  typedef int32_t slots;\0A  static constexpr bool dequantize = true;\0A  static constexpr bool unchecked = true;\0A};"
 // CHECK-NEXT: emitc.func @fp8_read(%[[ARGS:.*]]: !emitc.opaque<"kvgen_gather_args">)
-// CHECK-NEXT: call_opaque "kvgen::dependentLaunchBegin"()
 // CHECK-NEXT: call_opaque "kvgen::gather"(%[[ARGS]]) {template_args = [#emitc.opaque<"fp8_read_layout">, #emitc.opaque<"fp8_read_plan">, #emitc.opaque<"fp8_read_options">]}
 kv.gather @fp8_read : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 64, dtype = f8E4M3FN, scale = per_head,

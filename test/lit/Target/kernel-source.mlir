@@ -81,11 +81,13 @@
 // CHECK-NEXT: typedef kvgen::dt_bf16 io;
 // CHECK-NEXT: typedef int64_t slots;
 // CHECK-NEXT: static constexpr bool unchecked = false;
-// The programmatic-dependent-launch wait of sm_90 plans (a no-op call
-// elsewhere) comes first.
+// The kernel calls the op's entry template; sm_90 plans (dependent_launch)
+// add the entry for programmatic dependent launches, which waits first.
 // CHECK:      void mimo_write(kvgen_reshape_and_cache_args [[A:v[0-9]+]]) {
-// CHECK-NEXT: kvgen::dependentLaunchBegin<mimo_write_plan>();
 // CHECK-NEXT: kvgen::reshape_and_cache<mimo_write_layout, mimo_write_plan, mimo_write_options>([[A]]);
+// SM90:       void mimo_write_pdl(kvgen_reshape_and_cache_args [[P:v[0-9]+]]) {
+// SM90-NEXT:  kvgen::dependentLaunchBegin<mimo_write_plan>();
+// SM90-NEXT:  kvgen::reshape_and_cache<mimo_write_layout, mimo_write_plan, mimo_write_options>([[P]]);
 // HOST: extern "C" void mimo_write_host_launch(
 kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,

@@ -12,7 +12,7 @@
 // count, K's head size and strides, V's strides), and the thread counts
 // kv-plan derives from the work per token (8 * 256 / 8 = 256 vs 4 * 320 / 8
 // = 160 accesses, times 2 tokens) in the header line, the plan struct and
-// the launch bounds (on NVIDIA the 512-thread CTAs of the symmetric cache
+// the launch bounds of each entry (on NVIDIA the 512-thread CTAs of the symmetric cache
 // also ask for 3 resident CTAs per SM: Plan.cpp). The prelude, the kernel body call, the tokens per CTA,
 // the vector width, V's head size and V's head stride (128 in both) are the
 // same text. Every changed line is matched below; --implicit-check-not
@@ -43,6 +43,10 @@
 // AMD: < extern "C" __global__ KVGEN_LAUNCH_BOUNDS(512) void write(
 // NV: < extern "C" __global__ KVGEN_LAUNCH_BOUNDS_MIN_CTAS(512, 3) void write(
 // CHECK: > extern "C" __global__ KVGEN_LAUNCH_BOUNDS(320) void write(
+// The entry for programmatic dependent launches (sm_90: write_pdl) has the
+// same launch bounds.
+// NV: < extern "C" __global__ KVGEN_LAUNCH_BOUNDS_MIN_CTAS(512, 3) void write_pdl(
+// NV: > extern "C" __global__ KVGEN_LAUNCH_BOUNDS(320) void write_pdl(
 
 //--- sym.mlir
 kv.reshape_and_cache @write : #kv.layout<num_kv_heads = 8, head_size_k = 128,

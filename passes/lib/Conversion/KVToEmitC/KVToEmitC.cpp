@@ -19,6 +19,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kvgen/Conversion/Passes.h"
+#include "kvgen/Launch.h"
 #include "kvgen/Transforms/Plan.h"
 #include "kvgen/Target.h"
 
@@ -245,11 +246,6 @@ struct KernelSpecLowering
     emitc::VerbatimOp::create(rewriter, loc, *options);
 
     Type argsType = emitc::OpaqueType::get(ctx, desc.argsType);
-    auto fn = emitc::FuncOp::create(rewriter, loc, name,
-                                    rewriter.getFunctionType({argsType}, {}));
-    // The plan stays on the kernel: printers and runtimes read the launch
-    // geometry from it.
-    fn->setAttr(KVDialect::kPlanAttrName, plan);
     const int64_t maxThreads =
         std::max(plan.getThreads(), plan.getSmallThreads());
     std::string bounds =
@@ -258,26 +254,38 @@ struct KernelSpecLowering
                             maxThreads, plan.getMinCtasPerSm())
                   .str()
             : llvm::formatv("KVGEN_LAUNCH_BOUNDS({0})", maxThreads).str();
-    fn.setSpecifiersAttr(
-        rewriter.getStrArrayAttr({"extern \"C\"", "__global__", bounds}));
-    Block *entry = fn.addEntryBlock();
-    {
+    auto opaque = [&](StringRef s) { return emitc::OpaqueAttr::get(ctx, s); };
+    // One entry: `fnName`, calling the op's entry template; `dependent`:
+    // first the wait of a programmatic dependent launch.
+    auto makeEntry = [&](StringRef fnName, bool dependent) {
+      auto fn = emitc::FuncOp::create(
+          rewriter, loc, fnName, rewriter.getFunctionType({argsType}, {}));
+      fn.setSpecifiersAttr(
+          rewriter.getStrArrayAttr({"extern \"C\"", "__global__", bounds}));
+      Block *entry = fn.addEntryBlock();
       OpBuilder::InsertionGuard guard(rewriter);
       rewriter.setInsertionPointToStart(entry);
-      auto opaque = [&](StringRef s) { return emitc::OpaqueAttr::get(ctx, s); };
-      // Before anything else: the wait of a programmatic dependent launch
-      // (nothing when the plan has none).
-      emitc::CallOpaqueOp::create(
-          rewriter, loc, TypeRange{}, "kvgen::dependentLaunchBegin",
-          ValueRange{}, ArrayAttr{},
-          rewriter.getArrayAttr({opaque(planName)}));
+      if (dependent)
+        emitc::CallOpaqueOp::create(
+            rewriter, loc, TypeRange{}, "kvgen::dependentLaunchBegin",
+            ValueRange{}, ArrayAttr{},
+            rewriter.getArrayAttr({opaque(planName)}));
       emitc::CallOpaqueOp::create(
           rewriter, loc, TypeRange{}, spec.getEntryTemplate(),
           ValueRange{entry->getArgument(0)}, ArrayAttr{},
           rewriter.getArrayAttr({opaque(layoutName), opaque(planName),
                                  opaque(optionsName)}));
       emitc::ReturnOp::create(rewriter, loc, Value{});
-    }
+      return fn;
+    };
+    // The kernel: the plan stays on it (printers and runtimes read the
+    // launch geometry from it). No prologue: a plain launch pays nothing.
+    emitc::FuncOp fn = makeEntry(name, false);
+    fn->setAttr(KVDialect::kPlanAttrName, plan);
+    // With dependent_launch, the entry for programmatic dependent launches
+    // (Launch.h kDependentLaunchEntrySuffix), which waits first.
+    if (plan.getDependentLaunch())
+      makeEntry((name + kDependentLaunchEntrySuffix).str(), true);
     if (target->vendor() == Vendor::Host) {
       // The CPU runs the kernel through this entry (target_host.h).
       emitc::VerbatimOp::create(
