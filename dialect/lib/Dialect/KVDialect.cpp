@@ -252,10 +252,10 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                           "'cache_alignment' = proven";
   // Stages split the shared buffer (kBulkCopyBytes, a multiple of 128)
   // into equal parts of whole 16-byte units.
-  if (bulkCopy ? (bulkStages < 1 || bulkStages > 8 ||
+  if (bulkCopy ? (bulkStages < 1 || bulkStages > 16 ||
                   !llvm::isPowerOf2_64(uint64_t(bulkStages)))
                : bulkStages != 0)
-    return emitError() << "'bulk_stages' must be 1, 2, 4 or 8 with "
+    return emitError() << "'bulk_stages' must be 1, 2, 4, 8 or 16 with "
                           "'bulk_copy' and 0 without it, got "
                        << bulkStages;
   for (auto [name, v] :

@@ -1,11 +1,12 @@
 // REQUIRES: clang, nvptx-registered-target
-// RUN: kvgen-opt --kv-plan=target=sm_90 --convert-kv-to-emitc %s | kvgen-translate --mlir-to-kernel-source | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx80 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=BULK
+// RUN: kvgen-opt --kv-plan="target=sm_90 bulk-stages=4" --convert-kv-to-emitc %s | kvgen-translate --mlir-to-kernel-source | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx80 -O3 -S -Werror -o - - | FileCheck %s --check-prefix=BULK
 // RUN: kvgen-opt --kv-plan="target=sm_90 bulk-copy=false" --convert-kv-to-emitc %s | kvgen-translate --mlir-to-kernel-source | %clang -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_90 -Wno-unknown-cuda-version --cuda-feature=+ptx78 -O3 -S -Werror -o - - | FileCheck %s
 
 // sm_90 plans bulk_copy for this dense layout: thread 0 of a one-warp CTA
 // moves the block's K range (24576 bytes) then V range (16384 bytes)
 // through one 40 KiB shared buffer in 4 pipelined stages of 10240 bytes
-// (bulk_stages = 4; the third round holds K's last 4096 bytes and V's
+// (bulk_stages = 4, forced here to keep the check short; the plan takes 8;
+// the third round holds K's last 4096 bytes and V's
 // first 6144, two bulk copies). All four rounds' loads are
 // issued first, each signalling its own stage's mbarrier; each round's
 // stores go out once that mbarrier's phase completed, one bulk group per

@@ -135,27 +135,27 @@ emitc.func @k(%arg0: !emitc.opaque<"kvgen_gather_args">) attributes {kv.planned 
 
 // -----
 
-// expected-error @+1 {{'bulk_stages' must be 1, 2, 4 or 8 with 'bulk_copy' and 0 without it, got 0}}
+// expected-error @+1 {{'bulk_stages' must be 1, 2, 4, 8 or 16 with 'bulk_copy' and 0 without it, got 0}}
 #bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, bulk_copy = true>
 
 // -----
 
-// expected-error @+1 {{'bulk_stages' must be 1, 2, 4 or 8 with 'bulk_copy' and 0 without it, got 3}}
+// expected-error @+1 {{'bulk_stages' must be 1, 2, 4, 8 or 16 with 'bulk_copy' and 0 without it, got 3}}
 #bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, bulk_copy = true, bulk_stages = 3>
 
 // -----
 
-// expected-error @+1 {{'bulk_stages' must be 1, 2, 4 or 8 with 'bulk_copy' and 0 without it, got 16}}
-#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, bulk_copy = true, bulk_stages = 16>
+// expected-error @+1 {{'bulk_stages' must be 1, 2, 4, 8 or 16 with 'bulk_copy' and 0 without it, got 32}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, bulk_copy = true, bulk_stages = 32>
 
 // -----
 
-// expected-error @+1 {{'bulk_stages' must be 1, 2, 4 or 8 with 'bulk_copy' and 0 without it, got -2}}
+// expected-error @+1 {{'bulk_stages' must be 1, 2, 4, 8 or 16 with 'bulk_copy' and 0 without it, got -2}}
 #bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, bulk_copy = true, bulk_stages = -2>
 
 // -----
 
-// expected-error @+1 {{'bulk_stages' must be 1, 2, 4 or 8 with 'bulk_copy' and 0 without it, got 2}}
+// expected-error @+1 {{'bulk_stages' must be 1, 2, 4, 8 or 16 with 'bulk_copy' and 0 without it, got 2}}
 #bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, bulk_stages = 2>
 
 // -----

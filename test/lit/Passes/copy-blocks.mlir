@@ -9,17 +9,17 @@
 // On sm_90 (bulk copies), layouts whose blocks are dense byte ranges get
 // bulk_copy: one warp per block (threads = 32, one item per CTA, no small
 // shape); cp.async.bulk moves the block through shared memory, a pipeline
-// of kBulkCopyStages = 4 stages.
+// of kBulkCopyStages = 8 stages.
 // BULK-LABEL: kv.copy_blocks @cow
 // BULK-SAME: vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven
-// BULK-SAME: dependent_launch = true, bulk_copy = true, bulk_stages = 4>
+// BULK-SAME: dependent_launch = true, bulk_copy = true, bulk_stages = 8>
 // Dynamic strides: not provably dense, the register path.
 // BULK-LABEL: kv.copy_blocks @cow_dyn
 // BULK-NOT: bulk_copy
 // BULK-LABEL: kv.copy_blocks @cow_mla
-// BULK-SAME: threads = 32, {{.*}} bulk_copy = true, bulk_stages = 4>
+// BULK-SAME: threads = 32, {{.*}} bulk_copy = true, bulk_stages = 8>
 // BULK-LABEL: kv.swap_blocks @offload
-// BULK-SAME: threads = 32, {{.*}} bulk_copy = true, bulk_stages = 4>
+// BULK-SAME: threads = 32, {{.*}} bulk_copy = true, bulk_stages = 8>
 // BULK-LABEL: kv.copy_blocks @padded
 // BULK-NOT: bulk_copy
 // BULK: }
@@ -62,7 +62,7 @@ kv.copy_blocks @cow_dyn : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 // EMITC: static constexpr int copy_batch = 20;
 // EMITC: struct cow_dyn_options {\0A  static constexpr bool unchecked = true;\0A};
 // EMITC: static constexpr bool bulk_copy = true;
-// EMITC-SAME: static constexpr int bulk_stages = 4;
+// EMITC-SAME: static constexpr int bulk_stages = 8;
 // EMITC: static constexpr int64_t bulk_bytes = 40960, block_elements0 = 36864, block_elements1 = 0;
 
 // An MLA latent cache (one packed 576-wide row): the same one-block CTA,

@@ -158,7 +158,7 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
       registers. Only on targets with bulk copies (sm_90), for layouts
       whose every tensor's blocks are dense, with `vector_bytes` 16 and
       `cache_alignment = proven`.
-    - `bulk_stages` (omitted when 0; 1, 2, 4 or 8 with `bulk_copy`, else
+    - `bulk_stages` (omitted when 0; 1, 2, 4, 8 or 16 with `bulk_copy`, else
       0): the bulk copy's shared buffer is split into this many stages
       that form a pipeline: each stage's loads are in flight while the
       stores of the stages before it go out, and a stage is refilled once

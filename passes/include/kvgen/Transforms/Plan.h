@@ -73,7 +73,7 @@ constexpr int kBulkCopyBytes = 40 << 10;
 /// Stages of that buffer a bulk block copy pipelines (the plan's
 /// bulk_stages): a stage's loads are in flight while earlier stages'
 /// stores go out (docs/performance.md, "Bulk block copies").
-constexpr int kBulkCopyStages = 4;
+constexpr int kBulkCopyStages = 8;
 
 /// The plan of a row-tiled kernel (paged attention) over `layout` with
 /// query element type `io`: rows of `rowGroup` per query token (the GQA
