@@ -359,24 +359,55 @@ def run(args):
 
 
 def variants(args):
-    """copy_blocks of the first block layout (large case) from several
-    bundles that hold variants of the same kernel (same name), each in its
-    own context: same-call A/B."""
+    """copy_blocks of the block layouts (large case; --layouts picks labels,
+    default the first) from several bundles that hold variants of the same
+    kernels (same names), each bundle in its own context, the bundles
+    interleaved in --rounds rounds: same-call A/B. Prints one line per run
+    and a table of ratios (layout x bundle, each round) at the end."""
     import torch
     from bench import Timer
     if args.lib:
         os.environ["KVGEN_LIB"] = args.lib
     timer = Timer(torch, args.reps)
-    label, lay = block_layouts()[0]
+    layouts = block_layouts()
+    if args.layouts == "all":
+        pass
+    elif args.layouts:
+        want = args.layouts.split(",")
+        layouts = [(l, y) for l, y in layouts if l in want]
+    else:
+        layouts = layouts[:1]
+    bundles = args.bundles.split(",")
     res = []
-    for b in args.bundles.split(","):
-        ctx = kvgen.Context("cuda", cache_dir=tempfile.mkdtemp())
-        ctx.load_bundle(b)
-        for _ in range(2):
-            run_copy(torch, ctx, timer, f"{label}@{Path(b).name}", lay,
-                     args.large_bytes // block_bytes(lay), res,
-                     lambda m: print(m, flush=True))
-        ctx.close()
+    ctxs = {}
+    for b in bundles:
+        ctxs[b] = kvgen.Context("cuda", cache_dir=tempfile.mkdtemp())
+        ctxs[b].load_bundle(b)
+    table = {}
+    for rnd in range(args.rounds):
+        for label, lay in layouts:
+            for b in bundles:
+                before = len(res)
+                run_copy(torch, ctxs[b], timer, f"{label}@{Path(b).name}",
+                         lay, args.large_bytes // block_bytes(lay), res,
+                         lambda m: print(m, flush=True))
+                for r in res[before:]:
+                    table.setdefault((label, Path(b).name), []).append(
+                        r["ratio"])
+    for c in ctxs.values():
+        c.close()
+    names = [Path(b).name for b in bundles]
+    print("| layout | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for label, _ in layouts:
+        print(f"| {label} | " + " | ".join(
+            " / ".join(f"{x:.3f}" for x in table.get((label, n), []))
+            for n in names) + " |")
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "variants.json").write_text(json.dumps(
+            [{"layout": l, "bundle": n, "ratios": v}
+             for (l, n), v in table.items()], indent=1))
     return 0 if all(r["ok"] for r in res) else 1
 
 
@@ -401,6 +432,11 @@ def main():
     v.add_argument("--lib", default=None)
     v.add_argument("--reps", type=int, default=50)
     v.add_argument("--large-bytes", type=int, default=256 << 20)
+    v.add_argument("--layouts", default="",
+                   help="comma-separated labels of block_layouts(), 'all', "
+                        "or empty: the first")
+    v.add_argument("--rounds", type=int, default=2)
+    v.add_argument("--out", default=None, help="writes variants.json here")
     a = p.parse_args()
     sys.exit({"emit": emit, "run": run, "variants": variants}[a.cmd](a))
 
