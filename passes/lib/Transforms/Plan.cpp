@@ -18,10 +18,11 @@
 //               and small_threads = its accesses rounded up to whole warps
 //               (at most 512) threads, about one access each: the most
 //               CTAs and the shortest chain of dependent loads per thread.
-//               small_max_tokens: T * accesses per token <= 2^20 (a few
-//               waves of 1-access threads on a 132-SM H200; past it the
-//               4-access shape was faster there, docs/performance.md); on
-//               the host target 8, so small tests run both shapes;
+//               small_max_tokens: T * accesses per token <= 2^18 for
+//               writes, 2^20 for gathers (kSmallMaxAccessesWrite / Read:
+//               a few waves of 1-access threads on a 132-SM H200; past it
+//               the 4-access shape was faster there, docs/performance.md);
+//               on the host target 8, so small tests run both shapes;
 //   hw_fp8      sm_89+ with an e4m3fn or e5m2 cache: cvt.rn.satfinite.
 //   streaming   NVIDIA targets: the rows a kernel writes use st.global.cs
 //               (they are not read again soon; on the H200 that was never
@@ -55,6 +56,7 @@
 //===----------------------------------------------------------------------===//
 #include "kvgen/Transforms/Plan.h"
 #include "kvgen/Launch.h"
+#include "kvgen/Ops.h"
 #include "kvgen/Transforms/Passes.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -74,7 +76,7 @@ llvm::FailureOr<PlanChoice>
 kvgen::choosePlan(const LayoutDesc &layout, DType io, const Target &target,
                   int64_t itemTokens, int64_t threads, int64_t tokensPerCta,
                   int64_t smallMaxTokens, std::string *error,
-                  bool allowBulkCopy) {
+                  bool allowBulkCopy, bool readsRows) {
   auto fail = [&](const std::string &m) -> llvm::FailureOr<PlanChoice> {
     if (error)
       *error = m;
@@ -163,7 +165,9 @@ kvgen::choosePlan(const LayoutDesc &layout, DType io, const Target &target,
   else if (target.vendor() == Vendor::Host)
     c.smallMaxTokens = 8;
   else
-    c.smallMaxTokens = (int64_t(1) << 20) / perToken;
+    c.smallMaxTokens =
+        (readsRows ? kSmallMaxAccessesWrite : kSmallMaxAccessesRead) /
+        perToken;
   if (c.smallMaxTokens == 0)
     c.smallThreads = 0;
   // Positive by construction; stated here so a change to the rules above
@@ -253,6 +257,13 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
 }
 
 namespace {
+/// Whether an op reads token rows (its ROWS arguments are inputs, Ops.def):
+/// the writes.
+bool readsRows(KernelOp k) {
+  const ArgDesc *rows = opDesc(k).argWithRole(ArgRole::Rows);
+  return rows && rows->type == ArgType::Ptr;
+}
+
 struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
   using KVPlanBase::KVPlanBase;
 
@@ -276,7 +287,8 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
               : choosePlan(op.getLayout().getDesc(),
                            *fromMlirType(op.getRowType()), *parsed,
                            op.getWorkItemTokens(), threads, tokensPerCta,
-                           smallMaxTokens, &error, bulkCopy);
+                           smallMaxTokens, &error, bulkCopy,
+                           readsRows(op.getKernelOp()));
       if (failed(c)) {
         op->emitOpError("kv-plan: ") << error;
         return {};

@@ -18,7 +18,8 @@
 //             [64, 512] (about four accesses per thread);
 //   small_threads = per_token rounded up to a multiple of 32, at most 512
 //                   (one token per CTA, about one access per thread);
-//   small_max_tokens = floor(2^20 / per_token) (8 on the host target; 0
+//   small_max_tokens = floor(2^18 / per_token) for writes, floor(2^20 /
+//                   per_token) for gathers (8 on the host target; 0
 //                   when forced off, and then small_threads = 0);
 //   hw_fp8 = sm_89+ and an f8E4M3FN or f8E5M2 cache;
 //   streaming_stores = NVIDIA (sm_*) targets;
@@ -31,9 +32,9 @@
 // MiMo 4 x 192/128 bf16: 8 bf16 = 16 bytes divides 192, 128 and all dense
 // strides -> 16 bytes, proven. per_token = 4 * 320 / 8 = 160;
 // 8 * 160 = 1280 <= 2048 -> 8 tokens (the cap); 1280 / 4 = 320 threads.
-// Small launches: 2^20 / 160 = 6553 tokens, 160 threads.
+// Small launches: 2^18 / 160 = 1638 tokens, 160 threads.
 // CHECK-LABEL: kv.reshape_and_cache @mimo_bf16
-// CHECK-SAME: plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, dependent_launch = true>
+// CHECK-SAME: plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 1638, small_threads = 160, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, dependent_launch = true>
 // NOSMALL-LABEL: kv.reshape_and_cache @mimo_bf16
 // NOSMALL-SAME: threads = 320, tokens_per_cta = 8, small_max_tokens = 0, small_threads = 0,
 // HOST-LABEL: kv.reshape_and_cache @mimo_bf16
@@ -43,12 +44,13 @@
 // GFX-SAME: plan = #kv.plan<target = "gfx942", vector_bytes = 16,
 // GFX-SAME: streaming_stores = false>
 // FORCED-LABEL: kv.reshape_and_cache @mimo_bf16
-// FORCED-SAME: plan = #kv.plan<target = "gfx950", vector_bytes = 16, threads = 64, tokens_per_cta = 3, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven,
+// FORCED-SAME: plan = #kv.plan<target = "gfx950", vector_bytes = 16, threads = 64, tokens_per_cta = 3, small_max_tokens = 1638, small_threads = 160, cache_alignment = proven,
 kv.reshape_and_cache @mimo_bf16 : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,
     input bf16, slots i64
 
-// The gather of the same layout gets the same plan.
+// The gather of the same layout gets the same plan but a later switch to
+// the bulk shape (kSmallMaxAccessesRead: 2^20 / 160 = 6553 tokens).
 // CHECK-LABEL: kv.gather @mimo_bf16_read
 // CHECK-SAME: vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven
 kv.gather @mimo_bf16_read : #kv.layout<num_kv_heads = 4,
@@ -59,9 +61,9 @@ kv.gather @mimo_bf16_read : #kv.layout<num_kv_heads = 4,
 
 // fp8 cache, bf16 input: 16 one-byte cache elements (16 cache bytes) read
 // as 32 input bytes. per_token = 4 * 320 / 16 = 80 -> 8 tokens, 640 / 4 =
-// 160 threads. Small: 2^20 / 80 = 13107 tokens, 80 -> 96 threads.
+// 160 threads. Small: 2^18 / 80 = 3276 tokens, 80 -> 96 threads.
 // CHECK-LABEL: kv.reshape_and_cache @fp8_bf16_input
-// CHECK-SAME: vector_bytes = 16, threads = 160, tokens_per_cta = 8, small_max_tokens = 13107, small_threads = 96, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 16, threads = 160, tokens_per_cta = 8, small_max_tokens = 3276, small_threads = 96, cache_alignment = proven
 kv.reshape_and_cache @fp8_bf16_input : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
     scale = per_tensor>, input bf16, slots i64
@@ -69,7 +71,7 @@ kv.reshape_and_cache @fp8_bf16_input : #kv.layout<num_kv_heads = 4,
 // f32 input into fp8: 8 elements of 4 bytes (32 input bytes); 8 cache
 // bytes. per_token = 4 * 320 / 8 = 160 -> 8 tokens, 320 threads.
 // CHECK-LABEL: kv.reshape_and_cache @fp8_f32_input
-// CHECK-SAME: vector_bytes = 8, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 8, threads = 320, tokens_per_cta = 8, small_max_tokens = 1638, small_threads = 160, cache_alignment = proven
 kv.reshape_and_cache @fp8_f32_input : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 64, dtype = f8E4M3FN,
     scale = per_tensor>, input f32, slots i64
@@ -94,9 +96,9 @@ kv.gather @fp8_raw : #kv.layout<num_kv_heads = 4,
 // Head size 46 = 2 * 23: only pairs of bf16 (4 bytes) divide a row.
 // per_token = 8 * 92 / 2 = 368; 4 * 368 = 1472 <= 2048 < 8 * 368 -> 4
 // tokens; 1472 / 4 = 368 rounds up to 12 * 32 = 384 threads. Small:
-// 2^20 / 368 = 2849 tokens, 368 -> 384 threads.
+// 2^18 / 368 = 712 tokens, 368 -> 384 threads.
 // CHECK-LABEL: kv.reshape_and_cache @head46
-// CHECK-SAME: vector_bytes = 4, threads = 384, tokens_per_cta = 4, small_max_tokens = 2849, small_threads = 384, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 4, threads = 384, tokens_per_cta = 4, small_max_tokens = 712, small_threads = 384, cache_alignment = proven
 kv.reshape_and_cache @head46 : #kv.layout<num_kv_heads = 8,
     head_size_k = 46, head_size_v = 46, block_size = 16, dtype = bf16>,
     input bf16, slots i64
@@ -104,7 +106,7 @@ kv.reshape_and_cache @head46 : #kv.layout<num_kv_heads = 8,
 // Head size 80 = 16 * 5: 8 bf16 divide it.
 // per_token = 8 * 160 / 8 = 160 -> 8 tokens, 320 threads.
 // CHECK-LABEL: kv.reshape_and_cache @head80
-// CHECK-SAME: vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 1638, small_threads = 160, cache_alignment = proven
 kv.reshape_and_cache @head80 : #kv.layout<num_kv_heads = 8,
     head_size_k = 80, head_size_v = 80, block_size = 16, dtype = bf16>,
     input bf16, slots i64
@@ -114,7 +116,7 @@ kv.reshape_and_cache @head80 : #kv.layout<num_kv_heads = 8,
 // Any dynamic stride: alignment is checked at run time, vec_elems from the
 // head sizes only.
 // CHECK-LABEL: kv.reshape_and_cache @dynamic_strides
-// CHECK-SAME: vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160, cache_alignment = checked
+// CHECK-SAME: vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 1638, small_threads = 160, cache_alignment = checked
 kv.reshape_and_cache @dynamic_strides : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16,
     k_strides = [?, ?, ?], v_strides = [?, ?, ?]>, input bf16, slots i64
@@ -138,9 +140,9 @@ kv.reshape_and_cache @static_odd_stride : #kv.layout<num_kv_heads = 4,
 
 // Packed 576-wide rows (512 + 64): V starts at column 512; 8 bf16 divide it.
 // per_token = 1 * 576 / 8 = 72 -> 8 tokens (the cap); 576 / 4 = 144 rounds
-// up to 160 threads. Small: 2^20 / 72 = 14563 tokens, 72 -> 96 threads.
+// up to 160 threads. Small: 2^18 / 72 = 3640 tokens, 72 -> 96 threads.
 // CHECK-LABEL: kv.reshape_and_cache @row_576
-// CHECK-SAME: vector_bytes = 16, threads = 160, tokens_per_cta = 8, small_max_tokens = 14563, small_threads = 96, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 16, threads = 160, tokens_per_cta = 8, small_max_tokens = 3640, small_threads = 96, cache_alignment = proven
 kv.reshape_and_cache @row_576 : #kv.layout<num_kv_heads = 1,
     head_size_k = 512, head_size_v = 64, block_size = 64, packing = packed,
     dtype = bf16>, input bf16, slots i64
@@ -148,7 +150,7 @@ kv.reshape_and_cache @row_576 : #kv.layout<num_kv_heads = 1,
 // Packed 92 + 4 row: the V base 92 = 4 * 23 limits to 4 elements.
 // per_token = 2 * 96 / 4 = 48 -> 8 tokens; 384 / 4 = 96 threads.
 // CHECK-LABEL: kv.reshape_and_cache @packed_base_limits
-// CHECK-SAME: vector_bytes = 8, threads = 96, tokens_per_cta = 8, small_max_tokens = 21845, small_threads = 64, cache_alignment = proven
+// CHECK-SAME: vector_bytes = 8, threads = 96, tokens_per_cta = 8, small_max_tokens = 5461, small_threads = 64, cache_alignment = proven
 kv.reshape_and_cache @packed_base_limits : #kv.layout<num_kv_heads = 2,
     head_size_k = 92, head_size_v = 4, block_size = 16, packing = packed,
     dtype = bf16>, input bf16, slots i64
@@ -156,8 +158,8 @@ kv.reshape_and_cache @packed_base_limits : #kv.layout<num_kv_heads = 2,
 // Small work per token: 1 head x 64/64 bf16: per_token = 128 / 8 = 16
 // -> 8 tokens (the cap); 128 / 4 = 32 -> the minimum of 64 threads.
 // CHECK-LABEL: kv.reshape_and_cache @small_token
-// Small: 2^20 / 16 = 65536 tokens, 16 -> 32 threads.
-// CHECK-SAME: vector_bytes = 16, threads = 64, tokens_per_cta = 8, small_max_tokens = 65536, small_threads = 32,
+// Small: 2^18 / 16 = 16384 tokens, 16 -> 32 threads.
+// CHECK-SAME: vector_bytes = 16, threads = 64, tokens_per_cta = 8, small_max_tokens = 16384, small_threads = 32,
 // With one token forced: 16 accesses, rounded up to 32 and raised to the
 // minimum of 64 threads.
 // ONETOKEN-LABEL: kv.reshape_and_cache @small_token
@@ -171,17 +173,17 @@ kv.reshape_and_cache @small_token : #kv.layout<num_kv_heads = 1,
 // Tiny rows: 1 head x 8/8 bf16: per_token = 16 / 8 = 2 -> 8 tokens;
 // 16 / 4 = 4 -> the minimum of 64 threads.
 // CHECK-LABEL: kv.reshape_and_cache @tiny_rows
-// CHECK-SAME: vector_bytes = 16, threads = 64, tokens_per_cta = 8, small_max_tokens = 524288, small_threads = 32,
+// CHECK-SAME: vector_bytes = 16, threads = 64, tokens_per_cta = 8, small_max_tokens = 131072, small_threads = 32,
 kv.reshape_and_cache @tiny_rows : #kv.layout<num_kv_heads = 1,
     head_size_k = 8, head_size_v = 8, block_size = 16, dtype = bf16>,
     input bf16, slots i64
 
 // Huge rows: 16 heads x 1024/1024 bf16: per_token = 16 * 2048 / 8 = 4096 >
 // 2048 -> 1 token; 4096 / 4 = 1024 is capped at 512 threads. Small:
-// 2^20 / 4096 = 256 tokens; 4096 accesses capped at 512 threads.
+// 2^18 / 4096 = 64 tokens; 4096 accesses capped at 512 threads.
 // 512 threads on sm_90: 1536 / 512 = 3 resident CTAs asked for.
 // CHECK-LABEL: kv.reshape_and_cache @huge_rows
-// CHECK-SAME: vector_bytes = 16, threads = 512, tokens_per_cta = 1, small_max_tokens = 256, small_threads = 512,
+// CHECK-SAME: vector_bytes = 16, threads = 512, tokens_per_cta = 1, small_max_tokens = 64, small_threads = 512,
 // CHECK-SAME: dependent_launch = true, min_ctas_per_sm = 3>
 // GFX-LABEL: kv.reshape_and_cache @huge_rows
 // GFX-NOT: min_ctas_per_sm
@@ -197,7 +199,7 @@ kv.reshape_and_cache @huge_rows : #kv.layout<num_kv_heads = 16,
 // A plan already present is replaced.
 // CHECK-LABEL: kv.reshape_and_cache @replan
 // 8 x 128: per_token = 8 * 256 / 8 = 256 -> 8 tokens, 512 threads.
-// CHECK-SAME: {plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 512, tokens_per_cta = 8, small_max_tokens = 4096, small_threads = 256,
+// CHECK-SAME: {plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 512, tokens_per_cta = 8, small_max_tokens = 1024, small_threads = 256,
 // CHECK-SAME: min_ctas_per_sm = 3>
 // CHECK-NOT: gfx90a
 kv.reshape_and_cache @replan : #kv.layout<num_kv_heads = 8,

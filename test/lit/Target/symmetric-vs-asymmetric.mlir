@@ -18,8 +18,8 @@
 // same text. Every changed line is matched below; --implicit-check-not
 // rejects any other.
 
-// CHECK: < // kvgen-kernel: name=write threads=512 tokens_per_cta=8 vector_bytes=16 small_max_tokens=4096 small_threads=256
-// CHECK: > // kvgen-kernel: name=write threads=320 tokens_per_cta=8 vector_bytes=16 small_max_tokens=6553 small_threads=160
+// CHECK: < // kvgen-kernel: name=write threads=512 tokens_per_cta=8 vector_bytes=16 small_max_tokens=1024 small_threads=256
+// CHECK: > // kvgen-kernel: name=write threads=320 tokens_per_cta=8 vector_bytes=16 small_max_tokens=1638 small_threads=160
 // CHECK: < /// #kv.layout<num_kv_heads = 8, head_size_k = 128, head_size_v = 128,
 // CHECK: > /// #kv.layout<num_kv_heads = 4, head_size_k = 192, head_size_v = 128,
 // CHECK: <   static constexpr int num_kv_heads = 8;
@@ -34,12 +34,12 @@
 // CHECK: >   /// v: 4 x 128, strides [block 8192, token 512, head 128], row base 0 (elements).
 // CHECK: <     static constexpr int64_t block = 16384, token = 1024, head = 128, base = 0;
 // CHECK: >     static constexpr int64_t block = 8192, token = 512, head = 128, base = 0;
-// CHECK: < /// #kv.plan<target = "{{gfx942|sm_90}}", vector_bytes = 16, threads = 512, tokens_per_cta = 8, small_max_tokens = 4096, small_threads = 256,
-// CHECK: > /// #kv.plan<target = "{{gfx942|sm_90}}", vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160,
+// CHECK: < /// #kv.plan<target = "{{gfx942|sm_90}}", vector_bytes = 16, threads = 512, tokens_per_cta = 8, small_max_tokens = 1024, small_threads = 256,
+// CHECK: > /// #kv.plan<target = "{{gfx942|sm_90}}", vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 1638, small_threads = 160,
 // CHECK: <   static constexpr int threads = 512, tokens_per_cta = 8;
-// CHECK: <   static constexpr int small_max_tokens = 4096, small_threads = 256;
+// CHECK: <   static constexpr int small_max_tokens = 1024, small_threads = 256;
 // CHECK: >   static constexpr int threads = 320, tokens_per_cta = 8;
-// CHECK: >   static constexpr int small_max_tokens = 6553, small_threads = 160;
+// CHECK: >   static constexpr int small_max_tokens = 1638, small_threads = 160;
 // AMD: < extern "C" __global__ KVGEN_LAUNCH_BOUNDS(512) void write(
 // NV: < extern "C" __global__ KVGEN_LAUNCH_BOUNDS_MIN_CTAS(512, 3) void write(
 // CHECK: > extern "C" __global__ KVGEN_LAUNCH_BOUNDS(320) void write(

@@ -57,11 +57,26 @@ struct PlanChoice {
 /// when a CTA would move more than kMaxCtaElements (kvgen/Launch.h) or a
 /// forced value is out of range; a plan it returns has positive launch
 /// dimensions. allowBulkCopy = false never plans bulk copies (A/B).
+/// readsRows: the op reads token rows and writes the cache (a write:
+/// reshape_and_cache, concat_and_cache_mla), which sets the small-launch
+/// bound (kSmallMaxAccessesWrite / kSmallMaxAccessesRead).
 llvm::FailureOr<PlanChoice>
 choosePlan(const LayoutDesc &layout, DType io, const Target &target,
            int64_t itemTokens = 1, int64_t threads = 0,
            int64_t tokensPerCta = 0, int64_t smallMaxTokens = -1,
-           std::string *error = nullptr, bool allowBulkCopy = true);
+           std::string *error = nullptr, bool allowBulkCopy = true,
+           bool readsRows = false);
+
+/// Launches of at most this many vector accesses (tokens x accesses per
+/// token) take the small shape (one token per CTA) on GPU targets; larger
+/// ones the bulk shape. Writes switch earlier than gathers: same-call A/B
+/// of both shapes at every T on the H200 (docs/performance.md, "Launch
+/// shapes"): the bulk shape wrote faster from 2^18 accesses on (MiMo fp8
+/// T = 4096 / 8192: 0.78 / 0.75 of copy vs 0.74 / 0.69), while the 8 x 128
+/// fp8 gather kept the small shape ahead up to 2^20 (T = 4096: 0.76 vs
+/// 0.65).
+constexpr int64_t kSmallMaxAccessesWrite = int64_t(1) << 18;
+constexpr int64_t kSmallMaxAccessesRead = int64_t(1) << 20;
 
 /// Bytes of shared memory a bulk block copy stages per round (the kernel's
 /// static buffer; under the 48 KiB of static shared memory a CTA may
