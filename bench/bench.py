@@ -512,8 +512,11 @@ def bench_jit(torch, shim, bundle, args, log):
     s2 = c2.stats()
     # Memory hits: C loop over get_by_spec / get_kernel on c2.
     lay = specs[0]
-    spec = _capi.KernelSpecC(_capi.OPS["reshape_and_cache"],
-                             lay.text.encode(), b"bf16", b"i64", 0, 0)
+    # The spec the binding builds for this kernel (op id, layout text,
+    # canonical options text).
+    op = _capi.op("reshape_and_cache")
+    spec = _capi.KernelSpecC(op.id, lay.text.encode(),
+                             kvgen._options_text(op, {"io": "bf16"}).encode())
     lib = _capi.lib()
     st = ctypes.c_int()
     n = 200_000

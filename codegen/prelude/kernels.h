@@ -1059,7 +1059,7 @@ KVGEN_DEVICE inline void bulkRound(int64_t lo, int64_t hi,
 /// memory, not by the loads a thread can keep (the register path's limit).
 /// Raw bits, as copyBlocksCta. Every size and offset is a multiple of 16
 /// bytes (kv-plan: vector_bytes 16, proven alignment; the verifier: 1, 2, 4,
-/// 8 or 16 stages of the 40 KiB buffer).
+/// 8 or 16 stages of the 20 KiB buffer).
 template <> struct BulkBlockCopy<true> {
   template <class L, class P, bool CHECKED, class CS>
   KVGEN_DEVICE static bool run(const BlockCopy<CS> &a, const SideMap *maps) {

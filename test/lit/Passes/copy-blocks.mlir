@@ -63,7 +63,7 @@ kv.copy_blocks @cow_dyn : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 // EMITC: struct cow_dyn_options {\0A  static constexpr bool unchecked = true;\0A};
 // EMITC: static constexpr bool bulk_copy = true;
 // EMITC-SAME: static constexpr int bulk_stages = 8;
-// EMITC: static constexpr int64_t bulk_bytes = 40960, block_elements0 = 36864, block_elements1 = 0;
+// EMITC: static constexpr int64_t bulk_bytes = 20480, block_elements0 = 36864, block_elements1 = 0;
 
 // An MLA latent cache (one packed 576-wide row): the same one-block CTA,
 // 16-byte accesses dividing both components.

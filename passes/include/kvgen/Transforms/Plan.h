@@ -78,12 +78,14 @@ choosePlan(const LayoutDesc &layout, DType io, const Target &target,
 constexpr int64_t kSmallMaxAccessesWrite = int64_t(1) << 18;
 constexpr int64_t kSmallMaxAccessesRead = int64_t(1) << 20;
 
-/// Bytes of shared memory a bulk block copy stages per round (the kernel's
-/// static buffer; under the 48 KiB of static shared memory a CTA may
-/// declare, CUDA C++ Programming Guide, "Shared Memory"): 40 KiB holds a
-/// MiMo bf16 block of 16 tokens (4 x (192 + 128) x 16 x 2 bytes) in one
-/// round, and five such CTAs fit in an H200 SM's 228 KiB.
-constexpr int kBulkCopyBytes = 40 << 10;
+/// Bytes of shared memory a bulk block copy pipelines its rounds through
+/// (the kernel's static buffer, under the 48 KiB of static shared memory a
+/// CTA may declare, CUDA C++ Programming Guide, "Shared Memory"), split
+/// into bulk_stages stages. 20 KiB: eleven such CTAs fit in an H200 SM's
+/// 228 KiB, and a same-call A/B on the H200 (256 MiB copy_blocks, 8
+/// stages) gave 0.907-0.925 of a same-run copy for six layouts against
+/// 0.893-0.914 with 40 KiB (docs/performance.md, "Bulk block copies").
+constexpr int kBulkCopyBytes = 20 << 10;
 
 /// Stages of that buffer a bulk block copy pipelines (the plan's
 /// bulk_stages): a stage's loads are in flight while earlier stages'
