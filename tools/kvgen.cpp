@@ -144,7 +144,10 @@ std::string usage() {
       std::string flag = o.kind == OptionKind::Flag
                              ? fmt::format("--{}", o.name)
                              : fmt::format("--{} VALUE", o.name);
-      u += fmt::format("    {:<16} (default {})\n", flag, o.defaultValue);
+      u += o.kind == OptionKind::Flag
+               ? fmt::format("    {:<16} (switch, off unless given)\n", flag)
+               : fmt::format("    {:<16} (default {})\n", flag,
+                             o.defaultValue);
       u += wrap(o.doc, 8);
     }
   }
@@ -216,8 +219,17 @@ int parseFlags(const std::string &cmd, int argc, char **argv, int first,
       if (a == s.name)
         spec = &s;
     if (!spec) {
-      if (a.empty() || a[0] != '-')
+      if (a.empty() || a[0] != '-') {
+        // A value after a switch: say that the switch takes none.
+        if (i > first)
+          for (const FlagSpec &s : specs)
+            if (!s.takesValue && std::string(argv[i - 1]) == s.name)
+              return usageError("unexpected argument '{}' for kvgen {}: {} "
+                                "is a switch and takes no value (a value "
+                                "it names is a launch argument)",
+                                a, cmd, s.name);
         return usageError("unexpected argument '{}' for kvgen {}", a, cmd);
+      }
       if (a == "--checked")
         return usageError("--checked is gone: kernels are checked by "
                           "default (--unchecked opts out)");

@@ -124,6 +124,14 @@ def version():
     return _capi.lib().kvgen_version().decode()
 
 
+def __getattr__(name):
+    """kvgen.__version__: the runtime's version() (read from the library
+    when first asked, so importing kvgen loads nothing)."""
+    if name == "__version__":
+        return version()
+    raise AttributeError(f"module 'kvgen' has no attribute {name!r}")
+
+
 #---------------------------------------------------------------------------
 # Layout (kvgen::LayoutDesc read through the C API: one grammar, one model)
 #---------------------------------------------------------------------------

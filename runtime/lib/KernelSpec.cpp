@@ -46,8 +46,12 @@ std::optional<std::string> canonical(OptionKind kind, std::string_view value) {
 const char *expected(OptionKind kind) {
   switch (kind) {
   case OptionKind::IoType:
-    return "an element type (bf16, f16, f32, f8E4M3FN, f8E4M3FNUZ, f8E5M2, "
-           "f8E5M2FNUZ)";
+    // The element types the parser knows; which of them an op takes is
+    // its own check (e.g. a write's io is bf16, f16, f32 or the cache
+    // dtype), which names them.
+    return "an element type (bf16, f16 or f32; the fp8 types f8E4M3FN, "
+           "f8E4M3FNUZ, f8E5M2, f8E5M2FNUZ only where the op takes the "
+           "cache dtype)";
   case OptionKind::SlotType:
     return "i32 or i64";
   case OptionKind::Flag:

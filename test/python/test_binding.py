@@ -12,6 +12,7 @@ Run:  python3 -m pytest -q test/python/test_binding.py
 
 import ctypes
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -136,6 +137,8 @@ def test_context_properties(ctx):
     assert ctx.target == "host"
     assert ctx.cache_dir.endswith("cache")
     assert kvgen.version()
+    assert kvgen.__version__ == kvgen.version()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", kvgen.__version__)
 
 
 def test_roundtrip_bf16(ctx):

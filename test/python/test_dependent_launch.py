@@ -157,7 +157,12 @@ def test_nvrtc_ptx_waits_before_the_first_global_access(tmp_path, nvrtc, op,
     assert re.search(r"kvgen-kernel: name=\w+ .*dependent_launch=1", src)
     rc, log, ptx = nvrtc.ptx(src, "sm_90")
     assert rc == 0 and log == "", log
-    body = _entry_body(ptx, name)
+    # The kernel plain launches run has no prologue (it cost plain launches
+    # time, docs/performance.md); its twin NAME_pdl (Launch.h
+    # kDependentLaunchEntrySuffix), which programmatic dependent launches
+    # run, waits first.
+    assert "griddepcontrol" not in _entry_body(ptx, name)
+    body = _entry_body(ptx, name + "_pdl")
     wait = body.index("griddepcontrol.wait;")
     go = body.index("griddepcontrol.launch_dependents;")
     # Nothing reads or writes global memory before the wait (parameters
@@ -175,6 +180,7 @@ def test_nvrtc_ptx_waits_before_the_first_global_access(tmp_path, nvrtc, op,
     rc, log, ptx80 = nvrtc.ptx(src80, "sm_80")
     assert rc == 0 and log == "", log
     assert f".entry {name80}(" in ptx80
+    assert "_pdl(" not in ptx80
     assert "griddepcontrol" not in ptx80
 
 
