@@ -1,6 +1,7 @@
 //===- CompileTest.cpp - Backends' compilers, compile-only contexts -------===//
 #include "TestKernels.h"
 #include "Util.h"
+#include "kvgen/Target.h"
 #include "kvgen/kvgen.hpp"
 
 #include <gtest/gtest.h>
@@ -186,7 +187,10 @@ TEST(DeviceContext, CreatesWhenAGpuIsPresent) {
     EXPECT_EQ(s.code, KVGEN_ERROR_BACKEND_UNAVAILABLE) << s.message;
     GTEST_SKIP() << "no CUDA device: " << s.message;
   }
-  EXPECT_EQ(ctx.target().rfind("sm_", 0), 0u) << ctx.target();
+  // An NVIDIA target of the target table.
+  std::optional<kvgen::Target> t = kvgen::parseTarget(ctx.target());
+  ASSERT_TRUE(t.has_value()) << ctx.target();
+  EXPECT_EQ(t->vendor(), kvgen::Vendor::Nvidia) << ctx.target();
 }
 
 TEST(AutoContext, FallsBackToSomething) {

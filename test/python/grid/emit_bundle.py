@@ -200,12 +200,24 @@ def emit(specs, target, out, kvgen_exe, jobs=None, shards=None, log=print):
     return out
 
 
-def check_compile(bundle, target, specs):
+def backend_of(kvgen_bin, target):
+    """The runtime backend that compiles for `target`, from the vendor
+    column of `kvgen targets` (the target table, runtime/lib/Target.cpp)."""
+    out = subprocess.run([str(kvgen_bin), "targets"], capture_output=True,
+                         text=True, check=True).stdout
+    name = target.split(":")[0]
+    for line in out.splitlines():
+        cols = line.split()
+        if cols and not line.startswith("#") and cols[0] == name:
+            return {"nvidia": "cuda", "amd": "hip", "host": "host"}[cols[1]]
+    sys.exit(f"emit_bundle: unknown target {target!r}")
+
+
+def check_compile(bundle, target, specs, kvgen_bin):
     """Compiles every spec through the runtime (compile-only context, a
     throw-away disk cache); exits non-zero on the first failure."""
     import kvgen
-    backend = ("cuda" if target.startswith("sm_") else
-               "hip" if target.startswith("gfx") else "host")
+    backend = backend_of(kvgen_bin, target)
     with tempfile.TemporaryDirectory() as cache:
         ctx = kvgen.Context.compile_only(backend, target, cache_dir=cache)
         ctx.load_bundle(str(bundle))
@@ -249,7 +261,7 @@ def main():
     except RuntimeError as e:
         sys.exit(f"emit_bundle: {e}")
     if args.check_compile:
-        check_compile(out, args.target, specs)
+        check_compile(out, args.target, specs, args.kvgen)
     size = sum(f.stat().st_size for f in out.iterdir())
     print(f"emit_bundle: {out}: {size / 2**20:.1f} MiB")
     if args.archive:
