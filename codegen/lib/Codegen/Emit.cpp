@@ -196,28 +196,46 @@ LogicalResult kvgen::verifySpec(MLIRContext *ctx, const KernelSpec &spec,
 /// when set (kv-plan's own option syntax, e.g. "threads=128
 /// split-ctas=512"): a developer's knob for same-call A/B benchmarks of
 /// plan choices (kernel names do not change; the emitted plan struct
-/// shows what was chosen). Unknown options fail the emit.
-static FailureOr<std::unique_ptr<Pass>> planPass(StringRef target) {
+/// shows what was chosen). Options that do not parse fail the emit
+/// (`*error` names the variable; llvm::cl's parser prints its own line for
+/// a value of the wrong type to stderr); values out of range fail it when
+/// the pass runs.
+static FailureOr<std::unique_ptr<Pass>> planPass(StringRef target,
+                                                 std::string *error) {
   KVPlanOptions options;
   options.target = target.str();
   std::unique_ptr<Pass> pass = createKVPlan(options);
   if (const char *extra = std::getenv("KVGEN_PLAN_OPTIONS")) {
+    std::string messages;
     if (failed(pass->initializeOptions(
             (Twine("target=") + target + " " + extra).str(),
-            [](const Twine &msg) {
-              llvm::errs() << "KVGEN_PLAN_OPTIONS: " << msg << "\n";
+            [&](const Twine &msg) {
+              // The option parser's lines ("<Pass-Options-Parser>: for
+              // the --x option: ...") joined into one.
+              std::string owned = msg.str();
+              StringRef text = StringRef(owned).trim();
+              text.consume_front("<Pass-Options-Parser>: ");
+              messages += (messages.empty() ? "" : "; ") + text.str();
               return failure();
-            })))
+            }))) {
+      if (error)
+        *error = "KVGEN_PLAN_OPTIONS='" + std::string(extra) +
+                 "': " +
+                 (messages.empty() ? "invalid kv-plan options (the option "
+                                     "parser's message is on stderr)"
+                                   : messages);
       return failure();
+    }
   }
   return pass;
 }
 
 LogicalResult kvgen::lowerForTarget(ModuleOp module, StringRef target) {
   PassManager pm(module.getContext());
-  FailureOr<std::unique_ptr<Pass>> plan = planPass(target);
+  std::string error;
+  FailureOr<std::unique_ptr<Pass>> plan = planPass(target, &error);
   if (failed(plan))
-    return failure();
+    return module.emitError() << error;
   pm.addPass(std::move(*plan));
   pm.addPass(createConvertKVToEmitC());
   return pm.run(module);
@@ -329,9 +347,10 @@ FailureOr<EmittedKernel> kvgen::emitKernel(MLIRContext *ctx,
   if (failed(verify(*module)))
     return fail("invalid kernel specification: " + diag);
   PassManager plan(ctx);
-  FailureOr<std::unique_ptr<Pass>> planP = planPass(target);
+  std::string optionsError;
+  FailureOr<std::unique_ptr<Pass>> planP = planPass(target, &optionsError);
   if (failed(planP))
-    return fail("KVGEN_PLAN_OPTIONS: invalid kv-plan options");
+    return fail(optionsError);
   plan.addPass(std::move(*planP));
   if (failed(plan.run(*module)))
     return fail("planning failed: " + diag);

@@ -267,7 +267,38 @@ bool readsRows(KernelOp k) {
 struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
   using KVPlanBase::KVPlanBase;
 
+  /// The integer options' ranges (Passes.td): -1 asks the pass to choose
+  /// where the option has that meaning, anything else out of range is an
+  /// error rather than a silent "planned".
+  LogicalResult checkOptions() {
+    struct Range {
+      const char *name;
+      int64_t value, min, max;
+    };
+    const Range ranges[] = {
+        {"threads", threads, 0, 1024},
+        {"tokens-per-cta", tokensPerCta, 0, INT32_MAX},
+        {"small-max-tokens", smallMaxTokens, -1, INT32_MAX},
+        {"split-ctas", splitCtas, -1, INT32_MAX},
+        {"min-ctas-per-sm", minCtasPerSm, -1, INT32_MAX},
+        {"mfma", mfma, -1, 1},
+    };
+    for (const Range &r : ranges)
+      if (r.value < r.min || r.value > r.max)
+        return emitError(getOperation().getLoc())
+               << "kv-plan: option " << r.name << " = " << r.value
+               << " is outside [" << r.min << ", " << r.max << "]";
+    // 0 would read as "planned" elsewhere; here it is no stage at all.
+    if (bulkStages != -1 && bulkStages < 1)
+      return emitError(getOperation().getLoc())
+             << "kv-plan: option bulk-stages = " << int64_t(bulkStages)
+             << " must be -1 (planned) or a stage count (1, 2, 4, 8, 16)";
+    return success();
+  }
+
   void runOnOperation() override {
+    if (failed(checkOptions()))
+      return signalPassFailure();
     std::string targetError;
     std::optional<Target> parsed = parseTarget(target, &targetError);
     if (!parsed) {

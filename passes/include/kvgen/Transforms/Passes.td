@@ -59,7 +59,9 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
            "allow it; false: never (for A/B benchmarks)">,
     Option<"bulkStages", "bulk-stages", "int64_t", /*default=*/"-1",
            "bulk_stages of plans with bulk_copy: -1 lets the pass choose, "
-           "n > 0 forces n (1, 2, 4, 8 or 16; for A/B benchmarks)">,
+           "n > 0 forces n (1, 2, 4, 8 or 16; for A/B benchmarks); other "
+           "values, and any integer option outside its range, fail the "
+           "pass">,
     Option<"mfma", "mfma", "int64_t", /*default=*/"-1",
            "row-tiled ops (paged attention): -1 MMAs on MFMA where the "
            "target has it (and CTAs are whole wavefronts), 0 never (the "
