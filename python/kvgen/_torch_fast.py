@@ -13,12 +13,13 @@ and sends every other call to that implementation.
 The library is compiled from _torch_fast.cpp with the system C++ compiler
 ($CXX, else c++; the one kvgen's host backend uses) and torch's headers and
 libraries (torch/include, torch/lib: no Python.h, no kvgen header), into
-$KVGEN_CACHE_DIR/torch-fast (else ~/.cache/kvgen/torch-fast), named by a
-digest of the source, torch's version and location, the compiler command
+$KVGEN_CACHE_DIR/torch-fast (else ~/.cache/kvgen/torch-fast), as C++20,
+named by a digest of the source, torch's version and location, the compiler command
 and torch's C++ ABI flag. Compiling takes about 6 s on the H200 host, 11 s
 on the 2-core CI machine, once per cache directory and torch; a failure
 (no compiler, no torch headers) is remembered there too, and kvgen.torch
-then registers its Python kernels (the same results, more host time).
+then registers its Python kernels (the same results, more host time) and
+warns once (RuntimeWarning) with the reason.
 KVGEN_TORCH_FAST=0 in the environment at import skips all of this.
 """
 
@@ -32,7 +33,7 @@ import tempfile
 from pathlib import Path
 
 _SOURCE = Path(__file__).resolve().with_name("_torch_fast.cpp")
-_TAG = "1"  # bump when the build command changes meaning
+_TAG = "2"  # bump when the build command changes meaning
 
 
 def _cache_root():
@@ -121,7 +122,10 @@ def _build_command(torch, out):
                            "has no torch/library.h)")
     cxx = shlex.split(os.environ.get("CXX") or "c++")
     abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
-    return cxx + ["-O2", "-std=c++17", "-shared", "-fPIC",
+    # C++20: torch's headers need it from about torch 2.13 on (a fresh
+    # `pip install .[torch]` got 2.15, whose headers fail under C++17), and
+    # the older ones compile under it too; GCC >= 10 and Clang >= 10 take it.
+    return cxx + ["-O2", "-std=c++20", "-shared", "-fPIC",
                   "-fvisibility=hidden", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
                   f"-I{inc}", str(_SOURCE), "-o", str(out), f"-L{lib}",
                   f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu"]

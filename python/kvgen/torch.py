@@ -79,6 +79,7 @@ every slot < num_blocks * block_size". See docs/torch.md.
 import ctypes
 import os
 import threading
+import warnings
 import weakref
 
 import torch
@@ -1219,6 +1220,13 @@ def _register():
 
 
 _library, _cpp, _cpp_why = _register()
+if _cpp is None and _cpp_why != "KVGEN_TORCH_FAST=0":
+    # Asked for (the default) but not available: say so once, since the
+    # Python kernels cost several microseconds more per call.
+    warnings.warn("kvgen.torch: the C++ kernel is not available, using the "
+                  "Python kernels (same results, more host time per call; "
+                  "KVGEN_TORCH_FAST=0 silences this): " + _cpp_why,
+                  RuntimeWarning, stacklevel=2)
 _write_op = torch.ops.kvgen.reshape_and_cache_flash.default
 
 

@@ -1005,14 +1005,17 @@ def _subprocess_write(env, check):
                        text=True, env=dict(os.environ, **env,
                                            PYTHONPATH=str(REPO / "python")))
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    return r.stderr
 
 
 def test_python_kernels_without_the_cpp_kernel(tmp_path):
     """KVGEN_TORCH_FAST=0, or a compiler that fails (the failure is
     remembered in the cache directory): the Python kernels, same results."""
-    _subprocess_write({"KVGEN_TORCH_FAST": "0"},
-                      "assert info['kernel'] == 'python', info\n"
-                      "assert info['reason'] == 'KVGEN_TORCH_FAST=0', info")
+    err = _subprocess_write({"KVGEN_TORCH_FAST": "0"},
+                            "assert info['kernel'] == 'python', info\n"
+                            "assert info['reason'] == 'KVGEN_TORCH_FAST=0', "
+                            "info")
+    assert "C++ kernel is not available" not in err, err  # asked for
     # A compiler that refuses _torch_fast.cpp only (the host backend
     # compiles its kernels with it too).
     cxx = tmp_path / "cxx"
@@ -1025,9 +1028,12 @@ def test_python_kernels_without_the_cpp_kernel(tmp_path):
     check = ("assert info['kernel'] == 'python', info\n"
              "assert 'failed (exit 3)' in info['reason'], info\n"
              "assert 'no, not this one' in info['reason'], info")
-    _subprocess_write(env, check)
-    assert len(list((tmp_path / "torch-fast").glob("*.failed"))) == 1
-    _subprocess_write(env, check)  # read from the marker, not compiled again
+    for attempt in range(2):  # compiled, then read from the marker
+        err = _subprocess_write(env, check)
+        # Not asked to be off: the fallback is announced, with the reason.
+        assert "RuntimeWarning: kvgen.torch: the C++ kernel is not " \
+            "available" in err and "no, not this one" in err, err
+        assert len(list((tmp_path / "torch-fast").glob("*.failed"))) == 1
 
 
 # -- CUDA (skipped without a GPU) -------------------------------------------
