@@ -85,7 +85,7 @@ step "ctest"
 ctest_log="$BUILD_DIR/ctest-output.log"
 (cd "$BUILD_DIR" && ctest --output-on-failure) 2>&1 | tee "$ctest_log"
 ctest_rc=${PIPESTATUS[0]}
-# "100% tests passed, 0 tests failed out of 65"
+# e.g. "100% tests passed, 0 tests failed out of 119"
 ctest_line=$(grep -E 'tests passed, [0-9]+ tests? failed out of' "$ctest_log" |
              tail -1)
 if [[ $ctest_rc -ne 0 ]]; then
