@@ -392,9 +392,13 @@ public:
       int action;
       comgr_data_set in, out;
       std::vector<std::string> options;
-    } steps[] = {
+    };
+    std::vector<std::string> sourceOptions = compileOptions();
+    for (std::string &d : oneEntryDefines(entry))
+      sourceOptions.push_back(std::move(d));
+    Step steps[] = {
         {"COMPILE_SOURCE_TO_BC", kActionCompileSourceToBc, in, bc,
-         compileOptions()},
+         sourceOptions},
         {"CODEGEN_BC_TO_RELOCATABLE", kActionCodegenBcToRelocatable, bc, reloc,
          codegenOptions()},
         {"LINK_RELOCATABLE_TO_EXECUTABLE", kActionLinkRelocatableToExecutable,
