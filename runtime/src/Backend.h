@@ -2,12 +2,10 @@
 #ifndef KVGEN_RUNTIME_BACKEND_H
 #define KVGEN_RUNTIME_BACKEND_H
 
-#include "kvgen/Launch.h"
 #include "kvgen/kvgen.h"
 
 #include <memory>
 #include <string>
-#include <vector>
 
 namespace kvgen {
 namespace rt {
@@ -50,9 +48,8 @@ public:
   virtual const std::string &compilerIdentity() const = 0;
   /// The compile options as one string, part of the cache key.
   virtual std::string optionsString() const = 0;
-  /// Compiles the entry `entry` of `source` (and nothing of its other
-  /// entries: oneEntryDefines) to a loadable binary. Any warning is an
-  /// error; the message then holds the full log.
+  /// Compiles `source` to a loadable binary. Any warning is an error; the
+  /// message then holds the full log.
   virtual Status compile(const std::string &source, const std::string &entry,
                          std::string *binary) = 0;
   /// Device memory (see kvgen_context_alloc and friends). Only called on
@@ -66,13 +63,6 @@ public:
   virtual Status load(const std::string &binary, const std::string &entry,
                       std::unique_ptr<LoadedModule> *out) = 0;
 };
-
-/// The compiler options (-D) that keep only the entry `entry` of an emitted
-/// source (Launch.h kOneEntryMacro); every backend's compile() passes them.
-inline std::vector<std::string> oneEntryDefines(const std::string &entry) {
-  return {std::string("-D") + kOneEntryMacro,
-          std::string("-D") + kEntryMacroPrefix + entry};
-}
 
 /// Factories. `device` < 0 with a non-empty `target` makes a compile-only
 /// backend. On failure return null and set *status.

@@ -243,8 +243,11 @@ private:
 
 class CudaModule : public LoadedModule {
 public:
-  CudaModule(CUcontext ctx, CUmodule m, CUfunction f)
-      : ctx_(ctx), module_(m), fn_(f) {}
+  /// `pdl`: the kernel's programmatic-dependent-launch entry (Launch.h
+  /// kDependentLaunchEntrySuffix), or null when the module has none.
+  CudaModule(CUcontext ctx, CUmodule m, CUfunction f, CUfunction pdl,
+             std::string entry)
+      : ctx_(ctx), module_(m), fn_(f), pdl_(pdl), entry_(std::move(entry)) {}
   ~CudaModule() override {
     const CudaDriver &d = cudaDriver();
     CtxScope scope(d, ctx_);
@@ -257,9 +260,15 @@ public:
     // The kernel's one parameter is the args struct by value: kernelParams
     // holds one pointer to it.
     void *params[] = {const_cast<void *>(args)};
-    // With KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT the caller passes the
-    // module of the kernel's `_pdl` entry (Launch.h).
     if (flags & KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT) {
+      if (!pdl_)
+        return Status::error(
+            KVGEN_ERROR_LOAD,
+            fmt::format("the module of '{0}' has no entry '{0}{1}' for "
+                        "programmatic dependent launches (a source emitted "
+                        "before kvgen split that entry off: emit it again); "
+                        "nothing was launched",
+                        entry_, kDependentLaunchEntrySuffix));
       if (!d.cuLaunchKernelEx)
         return Status::error(
             KVGEN_ERROR_BACKEND_UNAVAILABLE,
@@ -279,7 +288,7 @@ public:
       config.hStream = static_cast<CUstream>(stream);
       config.attrs = &attr;
       config.numAttrs = 1;
-      CUresult r = d.cuLaunchKernelEx(&config, fn_, params, nullptr);
+      CUresult r = d.cuLaunchKernelEx(&config, pdl_, params, nullptr);
       if (r != kCudaSuccess)
         return Status::error(KVGEN_ERROR_LAUNCH,
                              "cuLaunchKernelEx (programmatic stream "
@@ -300,6 +309,8 @@ private:
   CUcontext ctx_;
   CUmodule module_;
   CUfunction fn_;
+  CUfunction pdl_;
+  std::string entry_;
 };
 
 class CudaBackend : public Backend {
@@ -348,8 +359,6 @@ public:
       return Status::error(KVGEN_ERROR_COMPILE,
                            "nvrtcCreateProgram failed: " + n.describe(r));
     std::vector<std::string> opts = options();
-    for (std::string &d : oneEntryDefines(entry))
-      opts.push_back(std::move(d));
     std::vector<const char *> argv;
     for (const std::string &o : opts)
       argv.push_back(o.c_str());
@@ -455,7 +464,13 @@ public:
                            fmt::format("cuModuleGetFunction('{}') failed: {}",
                                        entry, d.describe(r)));
     }
-    *out = std::make_unique<CudaModule>(ctx_, m, f);
+    // The programmatic-dependent-launch entry, where the plan has one.
+    CUfunction pdl = nullptr;
+    if (d.cuModuleGetFunction(
+            &pdl, m, (entry + kDependentLaunchEntrySuffix).c_str()) !=
+        kCudaSuccess)
+      pdl = nullptr;
+    *out = std::make_unique<CudaModule>(ctx_, m, f, pdl, entry);
     return Status::ok();
   }
 

@@ -392,13 +392,9 @@ public:
       int action;
       comgr_data_set in, out;
       std::vector<std::string> options;
-    };
-    std::vector<std::string> sourceOptions = compileOptions();
-    for (std::string &d : oneEntryDefines(entry))
-      sourceOptions.push_back(std::move(d));
-    Step steps[] = {
+    } steps[] = {
         {"COMPILE_SOURCE_TO_BC", kActionCompileSourceToBc, in, bc,
-         sourceOptions},
+         compileOptions()},
         {"CODEGEN_BC_TO_RELOCATABLE", kActionCodegenBcToRelocatable, bc, reloc,
          codegenOptions()},
         {"LINK_RELOCATABLE_TO_EXECUTABLE", kActionLinkRelocatableToExecutable,

@@ -67,11 +67,8 @@ public:
     } else {
       // $CXX may hold a command with arguments ("ccache g++"): unquoted.
       // libm after the source (as-needed linking): exp2f, tanhf.
-      std::string defines;
-      for (const std::string &d : oneEntryDefines(entry))
-        defines += " " + shellQuote(d);
-      std::string cmd = fmt::format("{} {}{} -o {} {} -lm", compiler_,
-                                    kHostFlags, defines, shellQuote(so),
+      std::string cmd = fmt::format("{} {} -o {} {} -lm", compiler_,
+                                    kHostFlags, shellQuote(so),
                                     shellQuote(src));
       std::string log;
       int rc = runCommand(cmd, &log);

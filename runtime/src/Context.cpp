@@ -117,14 +117,6 @@ struct kvgen_kernel_s {
   std::string layoutText;
   std::string optionsText;
   std::unique_ptr<LoadedModule> module; // null on compile-only contexts
-  /// The module of the `_pdl` entry (Launch.h kDependentLaunchEntrySuffix),
-  /// compiled from `pdlSource` when a programmatic dependent launch first
-  /// asks for it (kvgen_context_s::dependentModule); `pdlReady` is its
-  /// pointer once loaded. `pdlSource` is kept only for kernels whose plan
-  /// has dependent_launch on backends that launch that way.
-  std::string pdlSource;
-  std::unique_ptr<LoadedModule> pdlModule;
-  std::atomic<LoadedModule *> pdlReady{nullptr};
   StrideMemo memo;
   kvgen_context_s *ctx = nullptr;
   /// The op's ERROR_FLAG field, when the kernel tests indices (not
@@ -268,9 +260,6 @@ struct kvgen_context_s {
   Status getBinary(const KernelEntry &e, const std::string &source,
                    const Digest &key, bool forceCompile, std::string *binary,
                    bool *fromDisk);
-  /// The loaded `_pdl` entry of `k` (compiled on first use; see
-  /// kvgen_kernel_s::pdlModule).
-  Status dependentModule(kvgen_kernel_s *k, LoadedModule **out);
   Status obtain(const KernelEntry &e, const std::string &source,
                 kvgen_kernel_s **out);
 };
@@ -456,63 +445,11 @@ Status kvgen_context_s::obtain(const KernelEntry &e, const std::string &source,
     if (!st.isOk())
       return st;
   }
-  if (e.geometry.dependentLaunch &&
-      (backend->launchFlags() & KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT))
-    k->pdlSource = source;
   std::lock_guard<std::mutex> g(mutex);
   kvgen_kernel_s *raw = k.get();
   kernels.push_back(std::move(k));
   byContent.emplace(key, raw);
   *out = raw;
-  return Status::ok();
-}
-
-Status kvgen_context_s::dependentModule(kvgen_kernel_s *k,
-                                        LoadedModule **out) {
-  if ((*out = k->pdlReady.load(std::memory_order_acquire)))
-    return Status::ok();
-  std::lock_guard<std::mutex> compileGuard(compileMutex);
-  if ((*out = k->pdlReady.load(std::memory_order_acquire)))
-    return Status::ok();
-  if (k->pdlSource.empty())
-    return Status::error(KVGEN_ERROR_INTERNAL,
-                         fmt::format("kernel '{}' kept no source for its "
-                                     "programmatic dependent launch entry",
-                                     k->entry.name));
-  KernelEntry e = k->entry;
-  e.name += kDependentLaunchEntrySuffix;
-  Digest key = contentKey(e, k->pdlSource);
-  std::string binary;
-  bool fromDisk = false;
-  Status st = getBinary(e, k->pdlSource, key, false, &binary, &fromDisk);
-  if (!st.isOk())
-    return st;
-  auto start = std::chrono::steady_clock::now();
-  st = backend->load(binary, e.name, &k->pdlModule);
-  if (!st.isOk() && fromDisk) {
-    // As obtain(): a cached binary that does not load is replaced once.
-    std::shared_ptr<DiskCache> cache;
-    {
-      std::lock_guard<std::mutex> g(mutex);
-      cache = disk;
-    }
-    if (cache->evict(key))
-      ++evictions;
-    st = getBinary(e, k->pdlSource, key, true, &binary, &fromDisk);
-    if (st.isOk())
-      st = backend->load(binary, e.name, &k->pdlModule);
-  }
-  lastLoadMs = msSince(start);
-  if (!st.isOk())
-    return Status::error(
-        st.code, fmt::format("kernel '{}': its entry '{}' for programmatic "
-                             "dependent launches did not load (a source "
-                             "emitted before kvgen split that entry off "
-                             "has none: emit it again); nothing was "
-                             "launched: {}",
-                             k->entry.name, e.name, st.message));
-  k->pdlReady.store(k->pdlModule.get(), std::memory_order_release);
-  *out = k->pdlModule.get();
   return Status::ok();
 }
 
@@ -1283,12 +1220,6 @@ kvgen_status kvgen_launch_ex(kvgen_kernel k, const void *args,
                 fmt::format("{} work units need {} CTAs, more than grid.x "
                             "allows",
                             shape.units, shape.grid));
-  LoadedModule *module = k->module.get();
-  if (flags & KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT) {
-    Status ms = k->ctx->dependentModule(k, &module);
-    if (!ms.isOk())
-      return report(ms);
-  }
   // A checked kernel without an error_flag reports to the context's error
   // word: launch a copy of the arguments with the field filled in (the
   // backends copy the arguments at launch).
@@ -1310,13 +1241,13 @@ kvgen_status kvgen_launch_ex(kvgen_kernel k, const void *args,
       std::memcpy(copy, args, size_t(argsSize));
       std::memcpy(copy + k->errorFlag->offset, &word, sizeof word);
       k->usedErrorWord.store(true, std::memory_order_relaxed);
-      return report(module->launch(copy, size_t(argsSize),
-                                   uint32_t(shape.grid), uint32_t(shape.block),
-                                   stream, flags));
+      return report(k->module->launch(copy, size_t(argsSize),
+                                      uint32_t(shape.grid),
+                                      uint32_t(shape.block), stream, flags));
     }
   }
-  return report(module->launch(args, size_t(argsSize), uint32_t(shape.grid),
-                               uint32_t(shape.block), stream, flags));
+  return report(k->module->launch(args, size_t(argsSize), uint32_t(shape.grid),
+                                  uint32_t(shape.block), stream, flags));
 }
 
 kvgen_status kvgen_launch(kvgen_kernel k, const void *args, uint64_t argsSize,

@@ -109,15 +109,15 @@ class Nvrtc:
             getattr(L, f).argtypes = [vp, ctypes.c_char_p]
         L.nvrtcDestroyProgram.argtypes = [ctypes.POINTER(vp)]
 
-    def ptx(self, source, arch, extra=()):
+    def ptx(self, source, arch):
         """(return code, log, PTX) with the runtime's options
-        (BackendCuda.cpp) and `extra`."""
+        (BackendCuda.cpp)."""
         L = self.lib
         prog = ctypes.c_void_p()
         assert L.nvrtcCreateProgram(ctypes.byref(prog), source.encode(),
                                     b"k.cu", 0, None, None) == 0
         opts = [f"--gpu-architecture=compute_{arch[3:]}".encode(),
-                b"-std=c++17"] + [o.encode() for o in extra]
+                b"-std=c++17"]
         argv = (ctypes.c_char_p * len(opts))(*opts)
         rc = L.nvrtcCompileProgram(prog, len(opts), argv)
         n = ctypes.c_size_t()
@@ -171,14 +171,6 @@ def test_nvrtc_ptx_waits_before_the_first_global_access(tmp_path, nvrtc, op,
     for access in ("ld.global", "st.global", "atom.global"):
         first = body.find(access)
         assert first < 0 or first > wait, (access, body[:wait])
-    # The runtime compiles one entry at a time (Launch.h kOneEntryMacro,
-    # Backend.h oneEntryDefines): each define set keeps exactly its entry.
-    for entry, other in ((name, name + "_pdl"), (name + "_pdl", name)):
-        rc, log, one = nvrtc.ptx(src, "sm_90", ["-DKVGEN_ONE_ENTRY",
-                                                f"-DKVGEN_ENTRY_{entry}"])
-        assert rc == 0 and log == "", log
-        assert f".entry {entry}(" in one and f".entry {other}(" not in one
-        assert ("griddepcontrol.wait" in one) == entry.endswith("_pdl")
     # sm_80: the same op without either instruction, and no dependent_launch
     # in its plan.
     src80 = _emit(tmp_path, op, layout, flags, "sm_80")

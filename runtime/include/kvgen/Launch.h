@@ -48,16 +48,6 @@ namespace kvgen {
 /// docs/performance.md, "Programmatic dependent launch"). The runtime
 /// launches the suffixed entry for KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT.
 constexpr const char *kDependentLaunchEntrySuffix = "_pdl";
-
-/// Every entry NAME of an emitted source is guarded by
-///   #if !defined(KVGEN_ONE_ENTRY) || defined(KVGEN_ENTRY_NAME)
-/// so a backend compiles one entry of a source (and its host wrapper) by
-/// defining kOneEntryMacro and kEntryMacroPrefix + NAME: the runtime
-/// compiles a kernel's `_pdl` twin only when a launch first asks for it
-/// (NVRTC's cost grows with each entry; docs/performance.md, "JIT").
-/// A source compiled without the macros keeps all its entries.
-constexpr const char *kOneEntryMacro = "KVGEN_ONE_ENTRY";
-constexpr const char *kEntryMacroPrefix = "KVGEN_ENTRY_";
 #endif
 
 /// How a compiled kernel is launched.

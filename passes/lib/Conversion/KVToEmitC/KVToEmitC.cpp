@@ -278,23 +278,14 @@ struct KernelSpecLowering
       emitc::ReturnOp::create(rewriter, loc, Value{});
       return fn;
     };
-    // Each entry in its own preprocessor guard (Launch.h kOneEntryMacro):
-    // a backend may compile just the one a launch needs.
-    auto guard = [&](StringRef fnName) {
-      emitc::VerbatimOp::create(
-          rewriter, loc,
-          llvm::formatv("#if !defined({0}) || defined({1}{2})", kOneEntryMacro,
-                        kEntryMacroPrefix, fnName)
-              .str());
-    };
-    auto endGuard = [&] {
-      emitc::VerbatimOp::create(rewriter, loc, "#endif");
-    };
     // The kernel: the plan stays on it (printers and runtimes read the
     // launch geometry from it). No prologue: a plain launch pays nothing.
-    guard(name);
     emitc::FuncOp fn = makeEntry(name, false);
     fn->setAttr(KVDialect::kPlanAttrName, plan);
+    // With dependent_launch, the entry for programmatic dependent launches
+    // (Launch.h kDependentLaunchEntrySuffix), which waits first.
+    if (plan.getDependentLaunch())
+      makeEntry((name + kDependentLaunchEntrySuffix).str(), true);
     if (target->vendor() == Vendor::Host) {
       // The CPU runs the kernel through this entry (target_host.h).
       emitc::VerbatimOp::create(
@@ -305,15 +296,6 @@ struct KernelSpecLowering
                         "}",
                         name)
               .str());
-    }
-    endGuard();
-    // With dependent_launch, the entry for programmatic dependent launches
-    // (Launch.h kDependentLaunchEntrySuffix), which waits first.
-    if (plan.getDependentLaunch()) {
-      std::string pdlName = (name + kDependentLaunchEntrySuffix).str();
-      guard(pdlName);
-      makeEntry(pdlName, true);
-      endGuard();
     }
     rewriter.eraseOp(op);
     return success();
