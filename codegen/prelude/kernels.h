@@ -508,9 +508,13 @@ template <class SP, int VEC> struct AccessMap {
     /// writeCta): at most 4 and at most 64 bytes of io rows (an fp8 cache
     /// fed bf16 moves 32 per access: 2): the batch sizes that measured
     /// fastest on the H200 (docs/performance.md, "What was changed").
+    /// The one-element path (VEC = 1: rows not aligned to the plan's
+    /// vector) takes one access at a time: it exists for correctness, and
+    /// unrolling its batches cost about a third of NVRTC's time for every
+    /// kernel (docs/performance.md, "JIT").
     ioBytes = VEC * sizeof(typename SP::io::storage),
     byBytes = ioBytes >= 64 ? 1 : 64 / ioBytes,
-    cap = byBytes < 4 ? byBytes : 4,
+    cap = VEC == 1 ? 1 : byBytes < 4 ? byBytes : 4,
     batch = rounds < cap ? rounds : cap
   };
   /// Access of round r of the calling thread in the CTA starting at token
