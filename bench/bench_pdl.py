@@ -27,7 +27,11 @@ the graph the chains alternate between two source row sets, and the
 consumer compares every cache row it reads with the rows its own chain's
 producer wrote, counting mismatches on the device (a write or a consumer
 that ran ahead of its predecessor would see the other set). A kernel
-without dependent_launch must refuse pdl=True.
+without dependent_launch must refuse pdl=True. A fresh context whose
+first PDL launch is inside a graph capture must give the same bits and
+compile nothing during the capture (loading a module there invalidates
+a capture in torch's default global mode: seen on the H200 with a lazily
+compiled PDL entry).
 
   python3 bench/bench_pdl.py --bundle .dev/pdl/bundle \\
       --lib build-dev/lib/libkvgen-runtime.so --out $OUT/pdl
@@ -234,7 +238,7 @@ def graph_of(torch, fn, n=CHAINS):
     return g
 
 
-def check(torch, kvgen, ctx, drv, fns, kern, lay, dev, log):
+def check(torch, kvgen, ctx, drv, fns, kern, lay, dev, bundle, log):
     """Bit-exact writes, plain and PDL, eager and in graphs; the in-graph
     mismatch count; refusal of pdl for a kernel without dependent_launch."""
     results = []
@@ -311,6 +315,9 @@ def check(torch, kvgen, ctx, drv, fns, kern, lay, dev, log):
             f"{50 * CHAINS} chains")
         del g
     ctx.check()  # no slot was out of range
+    first = first_pdl_launch_in_capture(torch, kvgen, ctx, drv, fns, lay,
+                                        dev, bundle, log)
+    ok &= first["ok"]
     # A kernel without dependent_launch refuses the flag.
     refusal = None
     try:
@@ -328,7 +335,48 @@ def check(torch, kvgen, ctx, drv, fns, kern, lay, dev, log):
     except kvgen.KvgenError as e:
         log(f"  (no attention kernel in the bundle: {e.status_name})")
     return ok, {"cases": results, "attention_pdl": refusal,
-                "control_nowait": control}
+                "control_nowait": control, "first_pdl_in_capture": first}
+
+
+def first_pdl_launch_in_capture(torch, kvgen, ctx, drv, fns, lay, dev, bundle,
+                                log):
+    """An engine's first PDL launch of a kernel may come inside a CUDA
+    graph capture (torch's default: global capture mode, in which loading a
+    module invalidates the capture). A context with an empty disk cache, no
+    warm-up, the first PDL launch captured, then replayed and compared with
+    torch; the kernel's module (both entries) was loaded before, so nothing
+    is compiled during the capture."""
+    import tempfile
+    res = {"ok": False}
+    with tempfile.TemporaryDirectory() as d:
+        fresh = kvgen.Context("cuda", device=dev.index or 0, cache_dir=d)
+        try:
+            fresh.load_bundle(bundle)
+            k = fresh.kernel("reshape_and_cache", lay, "bf16")
+            c = Chain(torch, drv, fns, k, lay, 64, dev)
+            torch.cuda.synchronize()
+            before = fresh.stats()["compiles"]
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                h = torch.cuda.current_stream().cuda_stream
+                r = c.producer(h, 1)()
+                if r:
+                    raise RuntimeError(f"producer launch: CUresult {r}")
+                k.launch_raw(c.args, h, pdl=True)
+            compiled = fresh.stats()["compiles"] - before
+            g.replay()
+            torch.cuda.synchronize()
+            kw, vw = c.reference(1)
+            exact = same_bits(torch, c.kc, kw) and same_bits(torch, c.vc, vw)
+            res = {"ok": exact and compiled == 0, "exact": exact,
+                   "compiles_in_capture": compiled}
+            del g
+        except Exception as e:  # noqa: BLE001 - reported, fails the check
+            res["error"] = f"{type(e).__name__}: {e}"
+        finally:
+            fresh.close()
+    log(f"  first PDL launch inside a graph capture (fresh cache): {res}")
+    return res
 
 
 def bench_timer(torch, reps):
@@ -474,7 +522,7 @@ def main():
         log("check:")
         try:
             check_ok, check_res = check(torch, kvgen, ctx, drv, fns, kern,
-                                        lay, dev, log)
+                                        lay, dev, args.bundle, log)
         except Exception:  # noqa: BLE001
             check_ok = False
             log(traceback.format_exc())

@@ -444,6 +444,17 @@ Status kvgen_context_s::obtain(const KernelEntry &e, const std::string &source,
     lastLoadMs = msSince(start);
     if (!st.isOk())
       return st;
+    // The context's error word, which launches without an error_flag get,
+    // is allocated now rather than on the first such launch: that launch
+    // may be inside a CUDA graph capture, where the allocation and the
+    // synchronous copy that zeroes it invalidate the capture (seen on the
+    // H200: torch's default global capture mode).
+    if (k->errorFlag) {
+      int32_t *word = nullptr;
+      st = getErrorWord(&word);
+      if (!st.isOk())
+        return st;
+    }
   }
   std::lock_guard<std::mutex> g(mutex);
   kvgen_kernel_s *raw = k.get();
