@@ -271,6 +271,22 @@ def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log,
                     except Exception as e:  # noqa: BLE001
                         log(f"  {label} T={T}: copy graph failed: {e}")
                     row["graph_us_per_launch"] = gk["median"]
+                    # The same launches with programmatic dependent launch
+                    # (each write's prologue overlaps the previous one's
+                    # tail, as in an engine's PDL chain); the copy stays a
+                    # plain torch launch.
+                    if k.dependent_launch:
+                        try:
+                            gp = graph_per_launch(
+                                torch, timer,
+                                lambda h: k.launch_raw(prepared[id(k)],
+                                                       stream=h, pdl=True))
+                            row["graph_pdl_us_per_launch"] = gp["median"]
+                            if "copy_graph_us" in row:
+                                row["graph_pdl_ratio_to_copy"] = \
+                                    gp["median"] / row["copy_graph_us"]
+                        except Exception as e:  # noqa: BLE001
+                            log(f"  {label} T={T}: PDL graph failed: {e}")
                     if empty_graph:
                         row["empty_graph_us"] = empty_graph["median"]
                         row["graph_ratio_to_empty"] = \
@@ -288,6 +304,10 @@ def bench_bandwidth(torch, ctx, timer, drv, empty_fn, args, log,
                     + (f" (copy {row['copy_graph_us']:.2f} us, "
                        f"{row['graph_ratio_to_copy']:.2f}x)"
                        if "copy_graph_us" in row else "")
+                    + (f" pdl {row['graph_pdl_us_per_launch']:.2f} us"
+                       + (f" ({row['graph_pdl_ratio_to_copy']:.2f}x)"
+                          if "graph_pdl_ratio_to_copy" in row else "")
+                       if "graph_pdl_us_per_launch" in row else "")
                     + (f"  cold {row['cold_kernel_us']:.2f} us ratio "
                        f"{row['cold_ratio_to_copy']:.3f}"
                        if "cold_kernel_us" in row else ""))
@@ -609,6 +629,7 @@ COLS = ["op", "geometry", "dtype", "T", "bytes_read", "bytes_written",
         "bytes_total", "kernel_us", "kernel_GBps", "copy_us", "copy_GBps",
         "ratio_to_copy", "graph_us_per_launch", "empty_graph_us",
         "graph_ratio_to_empty", "copy_graph_us", "graph_ratio_to_copy",
+        "graph_pdl_us_per_launch", "graph_pdl_ratio_to_copy",
         "torch_add_graph_us", "unchecked_us",
         "check_cost", "cold_kernel_us", "cold_kernel_GBps", "cold_copy_us",
         "cold_copy_GBps", "cold_ratio_to_copy", "error"]
