@@ -362,4 +362,89 @@ bool readBundle(const std::string &dir, std::vector<KernelEntry> *entries,
 }
 
 
+std::optional<std::string> checkSourceMatches(const KernelEntry &e,
+                                              const std::string &source) {
+  // Sources written by hand (tests, experiments) state no geometry or
+  // layout to compare with; their manifests are their authors' word.
+  if (source.compare(0, kEmittedSourceMark.size(), kEmittedSourceMark) != 0)
+    return std::nullopt;
+  // The geometry line: "// kvgen-kernel: name=NAME key=value ... grid=...".
+  const std::string head = "// kvgen-kernel: name=" + e.name + " ";
+  size_t at = source.find(head);
+  if (at == std::string::npos)
+    return fmt::format("its source has no line '{}...'", head);
+  size_t end = source.find('\n', at);
+  std::string line = source.substr(at + head.size(), end - at - head.size());
+  LaunchGeometry g;
+  int required = 0;
+  size_t pos = 0;
+  while (pos < line.size()) {
+    size_t sp = line.find(' ', pos);
+    std::string tok =
+        line.substr(pos, sp == std::string::npos ? std::string::npos
+                                                 : sp - pos);
+    pos = sp == std::string::npos ? line.size() : sp + 1;
+    size_t eq = tok.find('=');
+    if (eq == std::string::npos)
+      continue;
+    std::string key = tok.substr(0, eq), value = tok.substr(eq + 1);
+    if (key == "grid")
+      break; // a description, last on the line
+    int *dst = key == "threads"            ? &g.threads
+               : key == "tokens_per_cta"   ? &g.tokensPerCta
+               : key == "vector_bytes"     ? &g.vectorBytes
+               : key == "small_max_tokens" ? &g.smallMaxTokens
+               : key == "small_threads"    ? &g.smallThreads
+                                           : nullptr;
+    required += dst != nullptr;
+    if (!dst)
+      dst = splitMember(g, key);
+    if (!dst || !parseNonNegative(value, dst))
+      return fmt::format("its source's kvgen-kernel line has '{}'", tok);
+  }
+  if (required != 5)
+    return std::string("its source's kvgen-kernel line lacks a launch field");
+#define KVGEN_SAME_FIELD(KEY, MEMBER)                                          \
+  if (g.MEMBER != e.geometry.MEMBER)                                           \
+    return fmt::format("the manifest says " KEY " = {} but its source's "      \
+                       "kernel has {}",                                        \
+                       e.geometry.MEMBER, g.MEMBER);
+#define KVGEN_SAME_OPTIONAL(KEY, MEMBER) KVGEN_SAME_FIELD(#KEY, MEMBER)
+  KVGEN_SAME_FIELD("threads", threads)
+  KVGEN_SAME_FIELD("tokens_per_cta", tokensPerCta)
+  KVGEN_SAME_FIELD("vector_bytes", vectorBytes)
+  KVGEN_SAME_FIELD("small_max_tokens", smallMaxTokens)
+  KVGEN_SAME_FIELD("small_threads", smallThreads)
+  KVGEN_OPTIONAL_GEOMETRY(KVGEN_SAME_OPTIONAL)
+#undef KVGEN_SAME_OPTIONAL
+#undef KVGEN_SAME_FIELD
+  // The layout the kernel was generated for: the comment above its layout
+  // struct (convert-kv-to-emitc).
+  const std::string structLine = "\nstruct " + e.name + "_layout {";
+  size_t st = source.find(structLine);
+  const std::string open = "/// #kv.layout<";
+  size_t lineStart =
+      st == std::string::npos || st == 0 ? std::string::npos
+                                         : source.rfind('\n', st - 1);
+  lineStart = lineStart == std::string::npos ? 0 : lineStart + 1;
+  if (st == std::string::npos ||
+      source.compare(lineStart, open.size(), open) != 0 ||
+      source[st - 1] != '>')
+    return fmt::format("its source has no '{}...>' line above 'struct "
+                       "{}_layout'",
+                       open, e.name);
+  std::string text = source.substr(lineStart + open.size(),
+                                   st - 1 - lineStart - open.size());
+  std::string err;
+  std::optional<LayoutDesc> l = parseLayout(text, &err);
+  if (!l)
+    return fmt::format("its source's layout '{}' does not parse: {}", text,
+                       err);
+  if (!(*l == e.spec.layout))
+    return fmt::format("the manifest's layout '{}' is not its source's "
+                       "layout '{}'",
+                       toString(e.spec.layout), toString(*l));
+  return std::nullopt;
+}
+
 } // namespace kvgen

@@ -945,6 +945,11 @@ static kvgen_status obtainFromBundle(kvgen_context ctx, const BundleItem &item,
   if (!source)
     return fail(KVGEN_ERROR_BUNDLE,
                 fmt::format("kernel '{}': {}", item.entry.name, err));
+  if (std::optional<std::string> bad = checkSourceMatches(item.entry, *source))
+    return fail(KVGEN_ERROR_BUNDLE,
+                fmt::format("kernel '{}' of bundle '{}': {}; nothing was "
+                            "compiled (emit the bundle again)",
+                            item.entry.name, item.dir, *bad));
   kvgen_kernel_s *k = nullptr;
   Status st = ctx->obtain(item.entry, *source, &k);
   if (!st.isOk())

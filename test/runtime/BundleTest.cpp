@@ -404,6 +404,51 @@ TEST(Bundle, WriterRejectsConflictsAndReaderNeedsManifest) {
   EXPECT_NE(rerr.find("kvgen-manifest.txt"), std::string::npos) << rerr;
 }
 
+// A source in the emitted format (codegen's printSource) for entry `e`.
+std::string emittedLike(const KernelEntry &e) {
+  const LaunchGeometry &g = e.geometry;
+  return std::string(kEmittedSourceMark) + e.target +
+         ". Self-contained: no includes.\n// kvgen-kernel: name=" + e.name +
+         " threads=" + std::to_string(g.threads) +
+         " tokens_per_cta=" + std::to_string(g.tokensPerCta) +
+         " vector_bytes=" + std::to_string(g.vectorBytes) +
+         " small_max_tokens=" + std::to_string(g.smallMaxTokens) +
+         " small_threads=" + std::to_string(g.smallThreads) +
+         " grid=(ceil(num_tokens/tokens_per_cta) x threads)\n...\n"
+         "/// #kv.layout<" +
+         toString(e.spec.layout) + ">\nstruct " + e.name +
+         "_layout {\n};\n";
+}
+
+TEST(Bundle, EmittedSourceMustMatchItsManifestEntry) {
+  KernelEntry e = sampleEntries()[0];
+  const std::string src = emittedLike(e);
+  EXPECT_FALSE(checkSourceMatches(e, src).has_value());
+  // The MiMo manifest edited to a V head of 64: the kernel still writes
+  // 128-wide V rows, past a cache sized for 64.
+  KernelEntry narrow = e;
+  narrow.spec.layout.components[kValue].headSize = 64;
+  std::optional<std::string> err = checkSourceMatches(narrow, src);
+  ASSERT_TRUE(err.has_value());
+  EXPECT_NE(err->find("head_size_v = 64"), std::string::npos) << *err;
+  EXPECT_NE(err->find("is not its source's layout"), std::string::npos)
+      << *err;
+  // A launch field that disagrees (CTAs would skip tokens).
+  KernelEntry wide = e;
+  wide.geometry.tokensPerCta = 2 * e.geometry.tokensPerCta;
+  err = checkSourceMatches(wide, src);
+  ASSERT_TRUE(err.has_value());
+  EXPECT_NE(err->find("tokens_per_cta"), std::string::npos) << *err;
+  // Another kernel's source.
+  KernelEntry other = e;
+  other.name = "kvgen_other";
+  err = checkSourceMatches(other, src);
+  ASSERT_TRUE(err.has_value());
+  EXPECT_NE(err->find("name=kvgen_other"), std::string::npos) << *err;
+  // Hand-written sources are their authors' word.
+  EXPECT_FALSE(checkSourceMatches(narrow, "// a hand-written kernel\n"));
+}
+
 TEST(Bundle, TargetMatching) {
   EXPECT_TRUE(targetMatches("sm_90", "sm_90"));
   EXPECT_FALSE(targetMatches("sm_90", "sm_80"));

@@ -110,6 +110,44 @@ TEST(HostCompile, CompileOnlyProducesASharedObject) {
   EXPECT_NE(elfMachine(payload), 0);
 }
 
+TEST(HostCompile, ManifestThatDisagreesWithItsEmittedSourceIsRefused) {
+  // A source that says kvgen emitted it, for a layout other than the
+  // manifest's: the context refuses it before compiling anything.
+  test::TempDir tmp;
+  KernelEntry e = test::testEntry(
+      "kv_mismatch", "host",
+      KernelSpec::make(KernelOp::ReshapeAndCache, test::mimoLayout()),
+      "kv_mismatch.cpp");
+  LayoutDesc other = test::mimoLayout();
+  other.components[kValue].headSize = 192;
+  const LaunchGeometry &g = e.geometry;
+  std::string source =
+      std::string(kEmittedSourceMark) +
+      "host. Self-contained: no includes.\n// kvgen-kernel: name=kv_mismatch"
+      " threads=" + std::to_string(g.threads) +
+      " tokens_per_cta=" + std::to_string(g.tokensPerCta) +
+      " vector_bytes=" + std::to_string(g.vectorBytes) +
+      " small_max_tokens=" + std::to_string(g.smallMaxTokens) +
+      " small_threads=" + std::to_string(g.smallThreads) +
+      "\n/// #kv.layout<" + toString(other) +
+      ">\nstruct kv_mismatch_layout {};\n"
+      "extern \"C\" void kv_mismatch_host_launch(const void *, unsigned, "
+      "unsigned) {}\n";
+  ASSERT_FALSE(writeBundle(tmp.path() + "/b", {{e, source}}).has_value());
+  Context ctx;
+  ASSERT_TRUE(Context::createCompileOnly(KVGEN_BACKEND_HOST, "host", &ctx));
+  EXPECT_TRUE(ctx.setCacheDir(tmp.path() + "/cache").ok());
+  EXPECT_TRUE(ctx.loadBundle(tmp.path() + "/b").ok());
+  Kernel k;
+  Status s = ctx.getKernel("kv_mismatch", &k);
+  EXPECT_EQ(s.code, KVGEN_ERROR_BUNDLE);
+  EXPECT_NE(s.message.find("head_size_v = 192"), std::string::npos)
+      << s.message;
+  kvgen_cache_stats st{};
+  EXPECT_TRUE(ctx.stats(&st).ok());
+  EXPECT_EQ(st.compiles, 0u);
+}
+
 TEST(NvrtcCompile, TinyKernelToSm90Cubin) {
   if (!haveNvrtc())
     GTEST_SKIP() << "libnvrtc cannot be dlopen'ed here (no CUDA toolkit)";
