@@ -252,6 +252,10 @@ struct kvgen_context_s {
     h.field(backend->target());
     h.field(identity);
     h.field(spec.key());
+    // The generator's plan knob (codegen Emit.cpp planPass) changes the
+    // source: a source generated with it is not one generated without.
+    const char *planOptions = std::getenv("KVGEN_PLAN_OPTIONS");
+    h.field(planOptions ? planOptions : "");
     return h.finish();
   }
   bool readGenerated(const Digest &key, GeneratedKernel *out);

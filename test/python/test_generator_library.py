@@ -193,6 +193,40 @@ def test_two_processes_share_the_generated_kernel(tmp_path):
     assert second["stats"]["disk_hits"] == 1
 
 
+def test_plan_options_are_part_of_the_generated_source_key(tmp_path):
+    """KVGEN_PLAN_OPTIONS (the A/B knob) changes the generated source, so a
+    source cached without it must not serve a run with it, nor the reverse
+    (an A/B through the JIT would otherwise compare one kernel with
+    itself)."""
+    import json
+    if not Path("/proc/self/maps").exists():
+        pytest.skip("no /proc/self/maps to see what a process mapped")
+    base = dict(os.environ, KVGEN_CACHE_DIR=str(tmp_path / "cache"),
+                KVGEN_GENERATOR=str(GEN))
+    base.pop("KVGEN_PLAN_OPTIONS", None)
+
+    def run(**extra):
+        r = subprocess.run([sys.executable, "-c", CHILD, str(REPO / "python")],
+                           capture_output=True, text=True,
+                           env=dict(base, **extra))
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    plain = run()
+    varied = run(KVGEN_PLAN_OPTIONS="threads=64")
+    again = run(KVGEN_PLAN_OPTIONS="threads=64")
+    assert plain["ok"] and varied["ok"] and again["ok"]
+    # Generated and compiled anew with the option, then found on disk.
+    assert varied["generator_mapped"] and varied["stats"]["compiles"] == 1
+    assert not again["generator_mapped"]
+    assert again["stats"]["compiles"] == 0
+    # An option the pass rejects fails even where a plain source is cached.
+    r = subprocess.run([sys.executable, "-c", CHILD, str(REPO / "python")],
+                       capture_output=True, text=True,
+                       env=dict(base, KVGEN_PLAN_OPTIONS="bogus=1"))
+    assert r.returncode != 0 and "no such option bogus" in r.stderr, r.stderr
+
+
 def test_binding_reports_the_library():
     kvgen.set_generator_path(str(GEN))
     try:

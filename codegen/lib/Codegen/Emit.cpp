@@ -207,6 +207,18 @@ static FailureOr<std::unique_ptr<Pass>> planPass(StringRef target,
   options.target = target.str();
   std::unique_ptr<Pass> pass = createKVPlan(options);
   if (const char *extra = std::getenv("KVGEN_PLAN_OPTIONS")) {
+    // The target is the caller's (--target, the context's device): an
+    // option here would emit for another target than asked.
+    for (StringRef rest = extra; !rest.trim().empty();) {
+      auto [word, tail] = rest.trim().split(' ');
+      rest = tail;
+      if (word.split('=').first.trim() == "target") {
+        if (error)
+          *error = "KVGEN_PLAN_OPTIONS='" + std::string(extra) +
+                   "': the target comes from the caller, not from here";
+        return failure();
+      }
+    }
     std::string messages;
     if (failed(pass->initializeOptions(
             (Twine("target=") + target + " " + extra).str(),
