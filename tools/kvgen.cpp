@@ -526,19 +526,32 @@ int cmdEmit(const Flags &flags) {
     bk.entry.geometry = k->geometry;
     bk.entry.source = k->name + parsedTarget->info->sourceSuffix;
     bk.sourceText = k->source;
-    // Append to an existing bundle.
+    // Append to an existing bundle: one whose manifest or sources cannot
+    // be read is an error, not a bundle to start over (that dropped its
+    // kernels without a word).
     std::vector<KernelEntry> existing;
     std::vector<BundleKernel> all;
     std::string readError;
-    if (readBundle(bundle->second, &existing, &readError)) {
-      for (KernelEntry &e : existing) {
-        if (e.name == bk.entry.name && e.target == target)
-          continue;
-        std::ifstream in(bundle->second + "/" + e.source, std::ios::binary);
-        std::string text((std::istreambuf_iterator<char>(in)),
-                         std::istreambuf_iterator<char>());
-        all.push_back({e, text});
+    const bool hasManifest =
+        std::ifstream(bundle->second + "/kvgen-manifest.txt").good();
+    if (hasManifest && !readBundle(bundle->second, &existing, &readError)) {
+      cli::error("cannot add to the bundle '{}': {}; nothing was written",
+                 bundle->second, readError);
+      return 1;
+    }
+    for (KernelEntry &e : existing) {
+      if (e.name == bk.entry.name && e.target == target)
+        continue;
+      std::ifstream in(bundle->second + "/" + e.source, std::ios::binary);
+      if (!in) {
+        cli::error("cannot add to the bundle '{}': its kernel '{}' has no "
+                   "source '{}'; nothing was written",
+                   bundle->second, e.name, e.source);
+        return 1;
       }
+      std::string text((std::istreambuf_iterator<char>(in)),
+                       std::istreambuf_iterator<char>());
+      all.push_back({e, text});
     }
     all.push_back(bk);
     if (std::optional<std::string> err = writeBundle(bundle->second, all)) {
