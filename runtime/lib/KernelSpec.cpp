@@ -228,10 +228,18 @@ std::optional<std::string> KernelSpec::validate() const {
     if (o.kind == OptionKind::IoType) {
       DType t = *parseDType(options[i]);
       bool wide = t == DType::BF16 || t == DType::F16 || t == DType::F32;
-      if (!wide && t != layout.dtype)
+      // Only the options whose default is the cache dtype (the gathers'
+      // output) may be it; the rows a write reads or attention's query are
+      // model activations (the ops' verifiers: 'input' must be bf16, f16
+      // or f32).
+      const std::string_view dv = o.defaultValue;
+      const bool mayBeCache = dv == "cache" || dv == "cache_or_bf16";
+      if (!wide && !(mayBeCache && t == layout.dtype))
         return "option '" + std::string(o.name) + "' = " + options[i] +
-               " must be bf16, f16, f32 or the cache dtype " +
-               toString(layout.dtype);
+               " must be bf16, f16" +
+               (mayBeCache ? std::string(", f32 or the cache dtype ") +
+                                 toString(layout.dtype)
+                           : std::string(" or f32"));
       // The gathers' output ("cache_or_bf16"): the cache dtype as stored,
       // or a conversion that only `dequantize` performs (the ops' verifier
       // has the same rule; here it is said in terms of the options).

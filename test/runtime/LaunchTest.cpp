@@ -15,7 +15,8 @@ using namespace kvgen;
 namespace {
 
 // A context with host reshape_and_cache + gather kernels for `layout`, with
-// io = the cache dtype (the test kernels copy bytes), `unchecked` on both
+// io = the cache dtype (the test kernels copy bytes; a write into an fp8
+// cache reads bf16 rows), `unchecked` on both
 // unless `checked` (the default of kernels, not of this helper), and
 // `gatherOptions` (KernelSpec::parse text) added to gather's.
 class HostKernels {
@@ -26,8 +27,15 @@ public:
     std::string err;
     std::string common = "io = " + std::string(toString(layout.dtype)) +
                          (checked ? "" : ", unchecked");
-    std::optional<KernelSpec> rc =
-        KernelSpec::parse(KernelOp::ReshapeAndCache, layout, common, &err);
+    // A write's rows are bf16, f16 or f32 (fp8 caches: bf16 rows).
+    const bool narrow = layout.dtype != DType::BF16 &&
+                        layout.dtype != DType::F16 &&
+                        layout.dtype != DType::F32;
+    std::string writeOptions =
+        narrow ? "io = bf16" + std::string(checked ? "" : ", unchecked")
+               : common;
+    std::optional<KernelSpec> rc = KernelSpec::parse(
+        KernelOp::ReshapeAndCache, layout, writeOptions, &err);
     EXPECT_TRUE(rc.has_value()) << err;
     std::optional<KernelSpec> g = KernelSpec::parse(
         KernelOp::Gather, layout,

@@ -493,13 +493,28 @@ TEST(KernelSpecOptions, ErrorsAreClear) {
   err = s.set("dequantize", "1");
   ASSERT_TRUE(err.has_value());
   EXPECT_NE(err->find("no option 'dequantize'"), std::string::npos) << *err;
-  // validate(): a narrow io must be the cache dtype.
+  // validate(): a write's rows are bf16, f16 or f32, even where the cache
+  // is fp8 (the op's verifier says the same; this used to pass here and
+  // fail in the generator, as KVGEN_ERROR_COMPILE).
   ASSERT_FALSE(s.set("io", "f8E5M2").has_value());
   std::optional<std::string> verr = s.validate();
   ASSERT_TRUE(verr.has_value());
-  EXPECT_NE(verr->find("must be bf16, f16, f32 or the cache dtype bf16"),
+  EXPECT_NE(verr->find("'io' = f8E5M2 must be bf16, f16 or f32"),
             std::string::npos)
       << *verr;
+  LayoutDesc fp8 = test::mimoLayout();
+  fp8.dtype = DType::F8E4M3FN;
+  fp8.scale = ScaleKind::PerTensor;
+  KernelSpec w = KernelSpec::make(KernelOp::ReshapeAndCache, fp8);
+  ASSERT_FALSE(w.set("io", "f8E4M3FN").has_value());
+  verr = w.validate();
+  ASSERT_TRUE(verr.has_value());
+  EXPECT_NE(verr->find("must be bf16, f16 or f32"), std::string::npos)
+      << *verr;
+  // A gather's output may be the cache dtype (no conversion).
+  KernelSpec g = KernelSpec::make(KernelOp::Gather, fp8);
+  ASSERT_FALSE(g.set("io", "f8E4M3FN").has_value());
+  EXPECT_FALSE(g.validate().has_value()) << *g.validate();
 }
 
 TEST(KernelSpecOptions, GatherConversionNamesDequantize) {
