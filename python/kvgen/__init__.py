@@ -28,7 +28,12 @@ Shapes (T = num_tokens, H = num_kv_heads, Dk/Dv = head_size_k/v):
       not given. K and V views of one allocation must not overlap. The size
       in bytes is the span of the view (numel * element_size for a
       contiguous one). A packed layout uses key_cache only (value_cache may
-      be None).
+      be None). A contiguous 4-D cache whose middle dims are block_size
+      and H (either order) is taken as such a view for a layout with
+      default strides: its shape must then be the layout's (ValueError for
+      another head size, K and V swapped, or the other order).
+  block_mapping     [N, 2] int64 (src, dst) rows, C-contiguous (copy_blocks,
+                    swap_blocks); another shape ValueError, dtype TypeError
   k_scale / v_scale float32 [1] (scale = per_tensor) or [H] (per_head)
   error_flag        int32 [>= 1], optional: kernels (all but `unchecked`
                     ones) skip a slot >= num_blocks * block_size and set it
@@ -48,7 +53,11 @@ raise KvgenError (KVGEN_ERROR_INVALID_ARGUMENT) and launch nothing.
 Every launch is validated by the runtime; failures raise KvgenError with the
 runtime's message (kvgen_last_error()). Argument mistakes the binding can see
 itself (shapes, dtypes, cache views whose strides are not the layout's) raise
-ValueError / TypeError before any C call.
+ValueError / TypeError before any C call; so does a read-only numpy array
+(flags.writeable False) passed where the kernel writes (caches of writes,
+copies and swaps, gather outputs, error_flag, workspace: the op table's
+non-const pointer fields), and a flag option (unchecked, dequantize, ...)
+given anything but a bool (TypeError).
 """
 
 import ctypes
@@ -355,11 +364,14 @@ _RAW_INTS = ("u8", "i8", "i16", "u16", "i32", "u32", "i64", "u64")
 
 
 class _Buf:
-    """What the binding needs of one tensor/array argument."""
+    """What the binding needs of one tensor/array argument. writes: the
+    kernel writes through it (a non-const pointer field, see _WRITTEN_TYPES);
+    a read-only numpy array (flags.writeable False: np.frombuffer of bytes,
+    a read-only mmap, a broadcast view) then raises ValueError."""
     __slots__ = ("what", "ptr", "shape", "strides", "itemsize", "dtype",
                  "kind", "device", "pinned")
 
-    def __init__(self, x, what):
+    def __init__(self, x, what, writes=False):
         self.what = what
         mod = type(x).__module__
         if mod.startswith("torch") and hasattr(x, "data_ptr"):
@@ -375,6 +387,10 @@ class _Buf:
             self.pinned = x.device.type == "cpu" and x.is_pinned()
         elif hasattr(x, "__array_interface__") and hasattr(x, "ctypes"):
             self.kind = "numpy"
+            if writes and not x.flags.writeable:
+                raise ValueError(f"{what}: a read-only array (flags."
+                                 "writeable is False), but the kernel writes "
+                                 "it: pass a writeable array (e.g. a copy)")
             self.ptr = x.ctypes.data
             self.shape = tuple(x.shape)
             self.itemsize = x.dtype.itemsize
@@ -416,6 +432,23 @@ class _Buf:
         raise TypeError(f"{self.what}: dtype {self.dtype} does not match the "
                         f"kernel's {want} (pass {want}, or an integer dtype "
                         f"of {DTYPE_SIZES[want]} bytes as raw bits)")
+
+    def check_pairs(self):
+        """An INDEX_I64 argument (block_mapping): [N, 2] int64 (src, dst)
+        rows, C-contiguous, as the kernels read it (N = its leading dim,
+        the work count). Anything else (a 1-D view, [N, 3], a transposed
+        or strided view) raises ValueError, an int32 mapping TypeError,
+        before any launch."""
+        if len(self.shape) != 2 or self.shape[1] != 2:
+            raise ValueError(f"{self.what} has shape {list(self.shape)} and "
+                             f"dtype {self.dtype}, need [N, 2] int64")
+        if self.dtype not in ("i64", "u64"):
+            raise TypeError(f"{self.what} has shape {list(self.shape)} and "
+                            f"dtype {self.dtype}, need [N, 2] int64")
+        if not _is_contiguous(self.shape, self.strides):
+            raise ValueError(f"{self.what} must be contiguous (C order; "
+                             f"strides {list(self.strides)} elements, need "
+                             "[2, 1])")
 
     def check_rows(self, t, h, d):
         """[T, H, D] (or [T, D] when H = 1) with a contiguous last dim;
@@ -459,14 +492,38 @@ def _cache_view(lay, buf, tensor):
     strides are then the tensor's real strides. Returns None for a raw
     buffer, else the view's (block, token, head) strides; raises ValueError
     for a view that is neither (non-contiguous of another shape, or a last
-    dimension that is not contiguous)."""
+    dimension that is not contiguous).
+
+    A contiguous 4-D array of the cache element size whose middle dims are
+    block_size and H (in either order) has the logical form, so for a
+    component with the layout's default (dense) strides its shape must be
+    the logical one: another last dim (e.g. the V cache given K's head
+    size, or K and V swapped) or the other order (an hnd-shaped array for
+    an nhd layout) raises ValueError naming the shape the layout needs.
+    Components with explicit or '?' strides are exempt (a padded
+    allocation passed whole is a raw buffer the strides describe)."""
     comps = list(range(len(lay.components))) if lay.packed else [tensor]
     w = sum(lay.head_size(c) for c in comps)
     h, bs = lay.num_kv_heads, lay.block_size
     nhd = lay.order == "nhd"
     shape = buf.shape
-    logical = len(shape) == 4 and buf.itemsize == lay.element_size and \
-        shape[1:] == ((bs, h, w) if nhd else (h, bs, w))
+    want = (bs, h, w) if nhd else (h, bs, w)
+    same_size = len(shape) == 4 and buf.itemsize == lay.element_size
+    logical = same_size and shape[1:] == want
+    dense = all(lay._explicit[lay.components[c]] is None for c in comps)
+    if same_size and not logical and dense and \
+            sorted(shape[1:3]) == sorted((bs, h)) and \
+            _is_contiguous(shape, buf.strides):
+        raise ValueError(
+            f"{buf.what}: shape {list(shape)} has the form of a cache view "
+            f"([num_blocks, {'block_size, H' if nhd else 'H, block_size'}, "
+            f"{'row width' if lay.packed else 'head size'}]) but not the "
+            f"layout's: need [N, {', '.join(map(str, want))}] for "
+            + ("the packed row of "
+               + " + ".join(lay.components) if lay.packed else
+               f"component {lay.components[tensor]}")
+            + f" (layout {lay.text}); pass the cache of that component, "
+            "or a 1-D raw buffer")
     if not logical:
         if len(shape) <= 1 or _is_contiguous(shape, buf.strides) or \
                 buf.itemsize != lay.element_size:
@@ -477,7 +534,6 @@ def _cache_view(lay, buf, tensor):
                     f"elements are {lay.element_size} bytes: pass a view "
                     "of the cache dtype, or a contiguous buffer")
             return None
-        want = [bs, h, w] if nhd else [h, bs, w]
         raise ValueError(
             f"{buf.what}: a non-contiguous view of shape {list(shape)} "
             f"(strides {list(buf.strides)} elements) is neither a raw "
@@ -623,8 +679,14 @@ _TENSOR_ROLES = ("rows", "qrows", "cache", "slots", "index_i64", "scale",
 _SCALAR_ROLES = ("param", "work_rows", "work_span", "work_window")
 
 
-def _opt(x, what):
-    return None if x is None else _Buf(x, what)
+# Pointer field types (Ops.def TYPE) the kernel writes through: MUT_PTR
+# (void *) and I32_PTR (int32_t *, the error flag); PTR and F32_PTR are
+# const.
+_WRITTEN_TYPES = ("mut_ptr", "i32_ptr")
+
+
+def _opt(x, what, writes=False):
+    return None if x is None else _Buf(x, what, writes)
 
 
 #---------------------------------------------------------------------------
@@ -654,9 +716,30 @@ def read_manifest(path):
     return entries
 
 
+def _flag(name, value):
+    """A flag option's value as a bool: True / False, a numpy bool, or the
+    ints 0 / 1; anything else (a string such as "no", None, 2) raises
+    TypeError naming the option, so no truthy value turns a flag on."""
+    if isinstance(value, bool):
+        return value
+    t = type(value)
+    if t.__module__ == "numpy" and t.__name__ in ("bool_", "bool"):
+        return bool(value)
+    if not isinstance(value, (str, bytes)) and hasattr(value, "__index__"):
+        try:
+            i = value.__index__()  # int, numpy integers; not floats
+        except TypeError:
+            i = None
+        if i in (0, 1):
+            return bool(i)
+    raise TypeError(f"option {name}: {value!r} ({type(value).__name__}) is "
+                    "not a flag: pass True or False")
+
+
 def _options_text(op, options):
     """kvgen_kernel_spec.options text for keyword options of Op `op`:
-    flags as 0/1, names checked against the op's options."""
+    flags as 0/1 (see _flag: TypeError for a non-bool value), names checked
+    against the op's options."""
     parts = []
     for name, value in options.items():
         o = op.option(name)
@@ -665,7 +748,7 @@ def _options_text(op, options):
                              f"options: "
                              f"{', '.join(x.name for x in op.options)})")
         if o.kind == "flag":
-            value = "1" if value else "0"
+            value = "1" if _flag(name, value) else "0"
         parts.append(f"{name} = {value}")
     return ", ".join(parts)
 
@@ -851,12 +934,16 @@ class Context:
         num_blocks * block_size"); omitted ones take the op's defaults.
         io_dtype / slot_dtype are the older names of io / slots; checked
         (deprecated: kernels are checked by default) is the inverse of
-        unchecked."""
+        unchecked. Flag options (unchecked, dequantize, checked, sinks,
+        ...) take True / False (or a numpy bool, or 0 / 1): any other value,
+        e.g. the string "no", raises TypeError naming the option."""
         o = _capi.op(op)
         if checked is not None:
             if "unchecked" in options:
                 raise TypeError("give unchecked or checked, not both")
-            options["unchecked"] = not checked
+            options["unchecked"] = not _flag("checked", checked)
+        if dequantize is not None:
+            dequantize = _flag("dequantize", dequantize)
         # The older positional names; a false flag the op lacks is no
         # option at all.
         for name, value in (("io", io_dtype), ("slots", slot_dtype),
@@ -981,8 +1068,10 @@ class Kernel:
         contiguous last dim (their token/head strides are taken from the
         tensor); caches as any tensor whose span holds the layout's extent
         (cache_bytes=(key, value) overrides the sizes; a packed layout needs
-        no value cache); index arrays contiguous; scales float32 [1] or [H];
-        error_flag int32. num_blocks: default the most whole blocks that fit
+        no value cache); block_mapping [N, 2] int64, C-contiguous; scales
+        float32 [1] or [H]; error_flag int32. Arrays the kernel writes
+        (non-const pointer fields) must be writeable (ValueError for a
+        read-only numpy array). num_blocks: default the most whole blocks that fit
         in the caches. cache_strides: ((kb, kt, kh), (vb, vt, vh)) element
         strides for '?' layout strides. stream: a CUstream handle (int) or
         an object with .cuda_stream; default torch's current stream for
@@ -1020,7 +1109,9 @@ class Kernel:
                     f"{op.name} has no argument {name!r} (its tensors: "
                     f"{', '.join(sorted(known))}; scalars: "
                     f"{', '.join(sorted(scalar_args)) or 'none'})")
-        bufs = {name: _opt(x, name) for name, x in tensors.items()}
+        written = {a.name for a in op.args if a.type in _WRITTEN_TYPES}
+        bufs = {name: _opt(x, name, name in written)
+                for name, x in tensors.items()}
         fields = {}
         # The work count: the leading dim of the op's WORK_FROM argument.
         wf = bufs.get(op.work_from)
@@ -1182,17 +1273,7 @@ class Kernel:
             elif a.role == "index_i64":
                 if b is None:
                     raise ValueError(f"{a.name} is required")
-                if b.dtype not in ("i64", "u64"):
-                    raise TypeError(f"{a.name}: dtype {b.dtype}, need int64")
-                n = 1
-                for x in b.shape:
-                    n *= x
-                want = 1
-                for st, sz in sorted(zip(b.strides, b.shape),
-                                     key=lambda p: p[0]):
-                    if sz > 1 and st != want:
-                        raise ValueError(f"{a.name} must be contiguous")
-                    want *= sz
+                b.check_pairs()
                 fields[a.name] = b.ptr
             elif a.role == "scale":
                 if b is None:

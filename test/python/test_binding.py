@@ -523,3 +523,170 @@ def test_prepare_then_launch_raw_matches_launch(tmp_path):
     with pytest.raises(ValueError, match="shape"):
         k.prepare(key[:, :, :128], val, caches[0], caches[1], slots)
     ctx.close()
+
+
+# -- argument safety (fresh-user review) --------------------------------------
+
+def _write_setup(ctx, nb=2):
+    rng = np.random.default_rng(21)
+    key, value = make_inputs(rng, 4)
+    kc = np.zeros(extent(BF16, "k", nb), np.uint16)
+    vc = np.zeros(extent(BF16, "v", nb), np.uint16)
+    return key, value, kc, vc, np.arange(4, dtype=np.int64)
+
+
+def test_block_mapping_must_be_n_by_2_int64(ctx):
+    """copy_blocks / swap_blocks read block_mapping as [N, 2] int64 rows: a
+    1-D view (whose leading dim counted pairs, so the kernel read past the
+    view), [N, 3] or a column-major array raise before any launch."""
+    lay = kvgen.Layout(H, DK, DV, BS, dtype="bf16")
+    nb = 4
+    rng = np.random.default_rng(22)
+    kc = rng.integers(0, 1 << 16, extent(lay, "k", nb), dtype=np.uint16)
+    vc = rng.integers(0, 1 << 16, extent(lay, "v", nb), dtype=np.uint16)
+    k0, v0 = kc.copy(), vc.copy()
+    cp = ctx.kernel("copy_blocks", lay)
+    backing = np.array([0, 1, 2, 3], dtype=np.int64)
+    bad = [(backing[:2], r"block_mapping has shape \[2\] and dtype i64, "
+                         r"need \[N, 2\] int64"),
+           (np.array([[0, 1, 2]], np.int64), r"shape \[1, 3\]"),
+           (np.array([[[0, 1]]], np.int64), r"shape \[1, 1, 2\]"),
+           (np.asfortranarray(np.array([[0, 1], [2, 3], [1, 2]], np.int64)),
+            "must be contiguous"),
+           (np.array([[0, 1], [9, 9], [2, 3]], np.int64)[::2],
+            "must be contiguous")]
+    for m, msg in bad:
+        with pytest.raises(ValueError, match=msg):
+            cp.copy_blocks(kc, vc, m, num_blocks=nb)
+    with pytest.raises(TypeError, match=r"need \[N, 2\] int64"):
+        cp.copy_blocks(kc, vc, np.array([[0, 1]], np.int32), num_blocks=nb)
+    assert np.array_equal(kc, k0) and np.array_equal(vc, v0)  # no launch
+    sw = ctx.kernel("swap_blocks", lay)
+    dk, dv = kc.copy(), vc.copy()
+    with pytest.raises(ValueError, match=r"block_mapping has shape \[2\]"):
+        sw.swap_blocks(kc, vc, dk, dv, backing[:2], num_blocks=(nb, nb))
+    assert np.array_equal(dk, k0) and np.array_equal(dv, v0)
+    # An [N, 2] row-major mapping still copies.
+    cp.copy_blocks(kc, vc, np.array([[0, 1]], np.int64), num_blocks=nb)
+    per_block = BS * H * DK
+    assert np.array_equal(kc[per_block:2 * per_block], k0[:per_block])
+    assert np.array_equal(kc[2 * per_block:], k0[2 * per_block:])
+
+
+def test_read_only_outputs_are_refused(ctx):
+    """Arrays the kernel writes (non-const pointer fields of the op table:
+    caches of writes / copies, gather outputs, error_flag) must be
+    writeable; a read-only one (np.frombuffer of bytes, a read-only mmap)
+    raises ValueError and nothing is written. Read-only inputs are fine."""
+    key, value, kc, vc, slots = _write_setup(ctx)
+    w = spec_kernel(ctx, 0)
+    raw = bytes(kc.nbytes)
+    ro = np.frombuffer(raw, dtype=np.uint16)
+    assert not ro.flags.writeable
+    with pytest.raises(ValueError, match="key_cache: a read-only array"):
+        w.reshape_and_cache(key, value, ro, vc, slots, num_blocks=2)
+    assert raw == bytes(kc.nbytes) and not vc.any()  # immutable bytes kept
+    ro_v = vc.copy()
+    ro_v.flags.writeable = False
+    with pytest.raises(ValueError, match="value_cache: a read-only array"):
+        w.reshape_and_cache(key, value, kc, ro_v, slots, num_blocks=2)
+    assert not kc.any()
+    flag = np.zeros(1, np.int32)
+    flag.flags.writeable = False
+    with pytest.raises(ValueError, match="error_flag: a read-only array"):
+        spec_kernel(ctx, 2).reshape_and_cache(
+            key, value, kc, vc, slots.astype(np.int32), num_blocks=2,
+            error_flag=flag)
+    # Read-only inputs (rows, slots) are only read.
+    for x in (key, value, slots):
+        x.flags.writeable = False
+    w.reshape_and_cache(key, value, kc, vc, slots, num_blocks=2)
+    assert kc.any()
+    # Gather: the outputs are written, the caches only read.
+    kc.flags.writeable = vc.flags.writeable = False
+    ko = np.zeros((4, H, DK), np.uint16)
+    vo = np.zeros((4, H, DV), np.uint16)
+    vo.flags.writeable = False
+    g = spec_kernel(ctx, 1)
+    with pytest.raises(ValueError, match="value_out: a read-only array"):
+        g.gather(kc, vc, slots, ko, vo, num_blocks=2)
+    assert not ko.any()
+    vo = np.zeros_like(vo)
+    g.gather(kc, vc, slots, ko, vo, num_blocks=2)
+    assert np.array_equal(ko, key.view(np.uint16))
+    # swap_blocks: the dst caches are written, the src caches read.
+    sw = ctx.kernel("swap_blocks", BF16)
+    m = np.array([[0, 1]], np.int64)
+    dk, dv = np.zeros_like(kc), np.zeros_like(vc)
+    dk.flags.writeable = False
+    with pytest.raises(ValueError, match="dst_key_cache: a read-only"):
+        sw.swap_blocks(kc, vc, dk, dv, m, num_blocks=(2, 2))
+    dk = np.zeros_like(kc)
+    sw.swap_blocks(kc, vc, dk, dv, m, num_blocks=(2, 2))
+    assert dk.any()
+
+
+def test_flag_options_take_bools_only(ctx):
+    """A truthy string no longer turns a flag on (unchecked="no" gave an
+    unchecked kernel): flags take bool, numpy bool or 0 / 1; anything else
+    raises TypeError naming the option."""
+    for bad in ("no", "yes", "0", None, 2, 1.0):
+        with pytest.raises(TypeError, match="option unchecked"):
+            ctx.kernel("reshape_and_cache", BF16, unchecked=bad)
+    with pytest.raises(TypeError, match="option checked"):
+        ctx.kernel("reshape_and_cache", BF16, checked="no")
+    with pytest.raises(TypeError, match="option dequantize"):
+        ctx.kernel("gather", FP8, "bf16", dequantize="no")
+    for on in (True, 1, np.True_):
+        k = ctx.kernel("reshape_and_cache", BF16, "bf16", unchecked=on)
+        assert k.unchecked
+    for off in (False, 0, np.False_):
+        k = ctx.kernel("reshape_and_cache", BF16, "bf16", unchecked=off)
+        assert k.checked
+    assert ctx.kernel("gather", FP8, "bf16", dequantize=np.True_).dequantize
+
+
+def test_cache_of_the_layout_form_must_match_the_layout(ctx):
+    """A contiguous 4-D cache of the layout's form ([N, block_size, H, D]
+    for nhd) must have the component's head size (it was taken as a raw
+    buffer: a V cache of K's width, or K and V swapped, was accepted) and
+    the layout's order; 1-D raw buffers and the right shapes still pass."""
+    rng = np.random.default_rng(23)
+    T, nb = 4, 3
+    key, value = make_inputs(rng, T)
+    slots = np.arange(T, dtype=np.int64)
+    w = spec_kernel(ctx, 0)  # BF16: nhd, K 64, V 32
+    kc = np.zeros((nb, BS, H, DK), ml_dtypes.bfloat16)
+    vc = np.zeros((nb, BS, H, DV), ml_dtypes.bfloat16)
+    with pytest.raises(ValueError, match=r"value_cache: shape \[3, 16, 2, "
+                                         r"64\] .*need \[N, 16, 2, 32\]"):
+        w.reshape_and_cache(key, value, kc,
+                            np.zeros((nb, BS, H, DK), ml_dtypes.bfloat16),
+                            slots)
+    with pytest.raises(ValueError, match=r"key_cache: shape \[3, 16, 2, 32\]"
+                                         r" .*component k"):
+        w.reshape_and_cache(key, value, vc, kc, slots)  # swapped
+    with pytest.raises(ValueError, match=r"need \[N, 16, 2, 64\]"):
+        w.reshape_and_cache(key, value,
+                            np.zeros((nb, H, BS, DK), ml_dtypes.bfloat16),
+                            vc, slots)  # hnd-shaped for an nhd layout
+    assert not kc.view(np.uint16).any() and not vc.view(np.uint16).any()
+    w.reshape_and_cache(key, value, kc, vc, slots)
+    assert np.array_equal(kc.view(np.uint16)[0, :T], key.view(np.uint16))
+    assert np.array_equal(vc.view(np.uint16)[0, :T], value.view(np.uint16))
+    # hnd (FP8 layout: uint8 bits) and packed: their own forms pass.
+    ks = np.ones(H, np.float32)
+    f = spec_kernel(ctx, 3)
+    f.reshape_and_cache(key, value, np.zeros((nb, H, BS, DK), np.uint8),
+                        np.zeros((nb, H, BS, DV), np.uint8), slots,
+                        k_scale=ks, v_scale=ks)
+    with pytest.raises(ValueError, match=r"need \[N, 2, 16, 32\]"):
+        f.reshape_and_cache(key, value, np.zeros((nb, H, BS, DK), np.uint8),
+                            np.zeros((nb, H, BS, DK), np.uint8), slots,
+                            k_scale=ks, v_scale=ks)
+    p = spec_kernel(ctx, 5)
+    pc = np.zeros((nb, BS, H, DK + DV), ml_dtypes.bfloat16)
+    p.reshape_and_cache(key, value, pc, None, slots)
+    assert pc.view(np.uint16).any()
+    with pytest.raises(ValueError, match=r"packed row of k \+ v"):
+        p.reshape_and_cache(key, value, kc, None, slots)
