@@ -19,6 +19,16 @@ is K's plus head_size_k elements) -> packing = packed.
 The layout rules (no overlap, positive block stride, ...) are the runtime's
 (kvgen_layout_parse); a view they reject raises ValueError with that
 message. Source of the formulas: docs/layout.md ("Dense strides").
+
+K and V must not share an element (CacheGeometry.check_disjoint, run when
+the geometry is derived and by kvgen.torch on every call that is not
+launched from a remembered plan of the same cache pointers): the byte
+ranges [ptr, ptr + span) of the two views may intersect only where the
+views have the same (block, token, head) strides and no K row meets a V
+row (decided exactly: e.g. column ranges of one tensor that do not
+intersect, the halves of a [num_blocks, 2, ...] allocation); otherwise
+ValueError "key_cache and value_cache overlap: ...", the wording of the
+numpy binding (kvgen._check_cache_aliasing).
 """
 
 from . import Layout
@@ -58,6 +68,38 @@ def side_strides(what, shape, strides, dense):
                  for n, s, d in zip(shape[:3], strides[:3], dense))
 
 
+def rows_meet(delta, strides, sizes, wk, wv, budget=1 << 17):
+    """Whether rows r1 + [0, wk) and delta + r2 + [0, wv) meet for some r1,
+    r2 in R = {sum(x_i * s_i) : 0 <= x_i < n_i} (one unit throughout, e.g.
+    bytes; strides > 0): True / False, exactly, or None when deciding it
+    would take more than `budget` steps (or a stride is not positive).
+    They meet iff some difference r1 - r2 = sum(k_i * s_i), |k_i| < n_i,
+    lies in (delta - wk, delta + wv): the k of the dimension with the most
+    values is solved for, the others enumerated."""
+    dims = sorted((n, s) for n, s in zip(sizes, strides) if n > 1)
+    lo, hi = delta - wk, delta + wv  # exclusive bounds of r1 - r2
+    if not dims:
+        return lo < 0 < hi
+    if any(s <= 0 for _, s in dims):
+        return None
+    *rest, (n, s) = dims
+    count = 1
+    for m, _ in rest:
+        count *= 2 * m - 1
+    if count > budget:
+        return None
+    offsets = [0]
+    for m, st in rest:
+        offsets = [o + k * st for o in offsets for k in range(1 - m, m)]
+    for o in offsets:
+        # Some k in [1 - n, n - 1] with lo - o < k * s < hi - o?
+        kmin = max((lo - o) // s + 1, 1 - n)
+        kmax = min(-((o - hi) // s) - 1, n - 1)
+        if kmin <= kmax:
+            return True
+    return False
+
+
 def dense_strides(order, bs, heads, width):
     if order == "nhd":
         return (bs * heads * width, heads * width, width)
@@ -71,6 +113,11 @@ class CacheGeometry:
     (kvgen.Layout), packed, num_blocks, block_size, num_kv_heads,
     key_bytes / value_bytes (buffer sizes for the runtime's extent check,
     measured from each side's pointer; value 0 when packed).
+
+    Raises ValueError when the two views share memory (check_disjoint, with
+    the views' own pointers); a caller that reuses the geometry for other
+    tensors of the same shapes, strides and dtypes calls check_disjoint
+    with their pointers.
     """
 
     def __init__(self, key_cache, value_cache, dtype, scale,
@@ -136,3 +183,49 @@ class CacheGeometry:
             self.value_bytes = 0
         else:
             self.key_bytes, self.value_bytes = kspan, vspan
+        # What check_disjoint needs (bytes): each view's span from its
+        # pointer, and, where K and V rows sit at the same offsets (equal
+        # (b, t, h) strides), the rows' offsets and widths.
+        self._spans = (kspan, vspan)
+        # (A dimension of size 1 addresses nothing: its stride may differ.)
+        same = all(a == b for n, a, b in zip((nb, bs, heads), kb, vb)
+                   if n > 1)
+        self._rows = ((tuple(x * isz for x in kb), (nb, bs, heads),
+                       dk * isz, dv * isz) if same else None)
+        self._disjoint = set()  # pointer differences proven disjoint
+        self.check_disjoint(key_cache.data_ptr(), value_cache.data_ptr())
+
+    def check_disjoint(self, key_ptr, value_ptr):
+        """Raises ValueError when views of this geometry at key_ptr and
+        value_ptr may share an element: their byte ranges [ptr, ptr + span)
+        intersect and either their (block, token, head) strides differ (not
+        decided: refused) or some K row meets a V row (decided exactly by
+        rows_meet; a difference found disjoint is remembered)."""
+        d = value_ptr - key_ptr  # bytes from K's first element to V's
+        kspan, vspan = self._spans
+        if d >= kspan or -d >= vspan or d in self._disjoint:
+            return
+        meet = None
+        if self._rows is not None:
+            strides, sizes, wk, wv = self._rows
+            meet = rows_meet(d, strides, sizes, wk, wv)
+        if meet is False:
+            if len(self._disjoint) >= 64:
+                self._disjoint.clear()
+            self._disjoint.add(d)
+            return
+        if d >= 0:
+            where = (f"value_cache starts {d} bytes after key_cache, inside "
+                     f"its {kspan}-byte span")
+        else:
+            where = (f"key_cache starts {-d} bytes after value_cache, "
+                     f"inside its {vspan}-byte span")
+        why = ("the same element is in both (e.g. one tensor passed as "
+               "both, or column ranges of one tensor that intersect)"
+               if meet else
+               "their (block, token, head) strides differ, so their "
+               "elements are not proven disjoint")
+        raise ValueError(
+            f"kvgen: key_cache and value_cache overlap: {where} of "
+            f"{self.num_blocks} blocks; {why}; K and V of layout "
+            f"{self.text} need disjoint memory")

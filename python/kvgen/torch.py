@@ -236,7 +236,7 @@ class _Plan:
     already set; launch() copies it, sets the per-call fields and calls
     kvgen_launch."""
     __slots__ = ("handle", "template", "args_type", "size", "host",
-                 "device_index", "out_offset", "kernel")
+                 "device_index", "out_offset", "kernel", "geo")
 
     def __init__(self, kernel, device, **fields):
         self.kernel = kernel
@@ -254,6 +254,9 @@ class _Plan:
         self.host = device.type == "cpu"
         self.device_index = device.index
         self.out_offset = 0  # gather_mla: bytes from kv_c_out to k_pe_out
+        # The CacheGeometry of a K/V cache pair (its check_disjoint runs
+        # on every call: the key of the plan has no pointers), else None.
+        self.geo = None
 
     def args(self):
         return self.args_type.from_buffer_copy(self.template)
@@ -454,6 +457,7 @@ def _write_plan(key, value, key_cache, value_cache, slot_mapping,
               value_stride_head=value.stride(1),
               key_cache_bytes=geo.key_bytes,
               value_cache_bytes=geo.value_bytes)
+    p.geo = geo
     return p
 
 
@@ -554,6 +558,10 @@ def _write_impl(key, value, key_cache, value_cache, slot_mapping,
                                            value_cache, slot_mapping,
                                            kv_cache_dtype, k_scale,
                                            v_scale))
+    # K and V sharing memory (the plan was built for other pointers): this
+    # call's, before anything is written; the C++ kernel and the identity
+    # table launch only plans that got here for the same cache pointers.
+    p.geo.check_disjoint(key_cache.data_ptr(), value_cache.data_ptr())
     t = key.shape[0]
     if value.shape[0] != t or slot_mapping.shape != (t,) or \
             (t > 1 and slot_mapping.stride(0) != 1):
@@ -671,6 +679,7 @@ def _gather_plan(key_cache, value_cache, slot_mapping, key_out, value_out,
               value_out_stride_head=value_out.stride(1),
               key_cache_bytes=geo.key_bytes,
               value_cache_bytes=geo.value_bytes)
+    p.geo = geo
     return p
 
 
@@ -707,6 +716,7 @@ def _gather_impl(key_cache, value_cache, slot_mapping, key_out, value_out,
                                             slot_mapping, key_out, value_out,
                                             kv_cache_dtype, k_scale,
                                             v_scale))
+    p.geo.check_disjoint(key_cache.data_ptr(), value_cache.data_ptr())
     t = key_out.shape[0]
     if value_out.shape[0] != t or slot_mapping.shape != (t,) or \
             (t > 1 and slot_mapping.stride(0) != 1):
@@ -1010,10 +1020,13 @@ def _copy_plan(key_cache, value_cache, block_mapping):
     p = _Plan(k, key_cache.device, num_blocks=geo.num_blocks,
               key_cache_bytes=geo.key_bytes,
               value_cache_bytes=geo.value_bytes)
+    p.geo = geo
     return p
 
 
-def _copy_one(key_cache, value_cache, block_mapping):
+def _copy_checked(key_cache, value_cache, block_mapping):
+    """The plan of one layer's copy, its caches checked (ValueError when
+    they share memory)."""
     delta = value_cache.data_ptr() - key_cache.data_ptr()
     sig = ("c", key_cache.dtype, key_cache.device, key_cache.shape,
            key_cache.stride(), value_cache.dtype, value_cache.device,
@@ -1024,6 +1037,15 @@ def _copy_one(key_cache, value_cache, block_mapping):
     if p is None:
         p = _plan(sig, lambda: _copy_plan(key_cache, value_cache,
                                           block_mapping))
+    p.geo.check_disjoint(key_cache.data_ptr(), value_cache.data_ptr())
+    return p
+
+
+def _copy_one(key_cache, value_cache, block_mapping, p=None):
+    """One layer's copy; p: its plan from _copy_checked (else found
+    here)."""
+    if p is None:
+        p = _copy_checked(key_cache, value_cache, block_mapping)
     a = p.args()
     a.key_cache = key_cache.data_ptr()
     a.value_cache = value_cache.data_ptr()
@@ -1040,8 +1062,11 @@ def copy_blocks(key_caches, value_caches, block_mapping):
         raise ValueError(f"kvgen: {len(key_caches)} key caches, "
                          f"{len(value_caches)} value caches")
     _copy_blocks_fake(key_caches, value_caches, block_mapping)
-    for kc, vc in zip(key_caches, value_caches):
-        _copy_one(kc, vc, block_mapping)
+    # Every layer checked before the first is copied.
+    plans = [_copy_checked(kc, vc, block_mapping)
+             for kc, vc in zip(key_caches, value_caches)]
+    for kc, vc, p in zip(key_caches, value_caches, plans):
+        _copy_one(kc, vc, block_mapping, p)
 
 
 def _copy_blocks_fake(key_caches, value_caches, block_mapping):

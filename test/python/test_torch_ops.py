@@ -414,6 +414,174 @@ def test_remembered_plan_still_checks_the_value_dtype(entry):
     assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
 
 
+# -- K and V caches that share memory ---------------------------------------
+#
+# The rule (kvgen/_views.py, CacheGeometry.check_disjoint): the byte ranges
+# [data_ptr, data_ptr + span) of key_cache and value_cache may intersect only
+# where no element is in both, decided exactly for views with the same
+# (block, token, head) strides (column ranges of one tensor, the halves of a
+# [num_blocks, 2, ...] allocation); else ValueError before anything is
+# written, the numpy binding's wording.
+
+_OVERLAP = "key_cache and value_cache overlap"
+_KV_H, _KV_BS, _KV_NB = 4, 16, 2
+
+
+def _kv_rows(gen, dk=192, dv=192, T=5):
+    key = make_rows(T, _KV_H, dk, gen, torch.float32)
+    value = make_rows(T, _KV_H, dv, gen, torch.float32) + 100
+    slots = torch.tensor([0, 5, 17, -1, 31][:T])
+    return key, value, slots
+
+
+def _kv_views(case):
+    """(allocations, key_cache, value_cache) of one arrangement over a
+    [2, 16, 4, 320] float32 tensor (or a [.., 192] one)."""
+    if case == "same tensor":
+        kc = torch.zeros(_KV_NB, _KV_BS, _KV_H, 192)
+        return kc, kc, kc
+    kv = torch.zeros(_KV_NB, _KV_BS, _KV_H, 320)
+    return kv, {"overlapping columns": kv[..., :192],
+                "disjoint columns": kv[..., :192],
+                "packed columns": kv[..., :192]}[case], \
+        {"overlapping columns": kv[..., 128:256],
+         "disjoint columns": kv[..., 200:320],
+         "packed columns": kv[..., 192:320]}[case]
+
+
+_KV_BAD = ["same tensor", "overlapping columns"]
+_KV_GOOD = ["disjoint columns", "packed columns"]
+_KV_ENTRIES = {"torch.ops": lambda: torch.ops.kvgen.reshape_and_cache_flash,
+               "kvgen.torch": lambda: kt.reshape_and_cache_flash}
+
+
+@pytest.mark.parametrize("remembered", [False, True],
+                         ids=["first", "after-a-good-call"])
+@pytest.mark.parametrize("entry", list(_KV_ENTRIES))
+@pytest.mark.parametrize("case", _KV_BAD)
+def test_overlapping_kv_caches_are_refused(case, entry, remembered):
+    """The same tensor as both caches, or column ranges of one tensor that
+    intersect: ValueError naming the overlap, nothing written -- also after
+    a good call with disjoint caches of the same shapes and strides (whose
+    plan the Python table, the identity table and the C++ kernel hold)."""
+    write = _KV_ENTRIES[entry]()
+    gen = torch.Generator().manual_seed(61)
+    base, kc, vc = _kv_views(case)
+    key, value, slots = _kv_rows(gen, kc.shape[3], vc.shape[3])
+    one = torch.ones(1)
+    if remembered:
+        # Separate tensors with exactly the caches' shapes and strides.
+        gk = torch.zeros(base.shape).as_strided(kc.shape, kc.stride())
+        gv = torch.zeros(base.shape).as_strided(vc.shape, vc.stride())
+        for _ in range(2):
+            write(key, value, gk, gv, slots, "auto", one, one)
+        assert torch.equal(gk[0, 5], key[1]) and torch.equal(gv[0, 5],
+                                                             value[1])
+    before = base.clone()
+    with pytest.raises(ValueError, match=_OVERLAP):
+        write(key, value, kc, vc, slots, "auto", one, one)
+    assert torch.equal(base, before)
+    with pytest.raises(ValueError, match=_OVERLAP):  # and again
+        write(key, value, kc, vc, slots, "auto", one, one)
+    assert torch.equal(base, before)
+
+
+@pytest.mark.parametrize("entry", list(_KV_ENTRIES))
+@pytest.mark.parametrize("case", _KV_GOOD)
+def test_disjoint_column_views_of_one_tensor(case, entry):
+    """Column ranges of one tensor whose elements interleave but do not
+    intersect (with a gap, or packed K|V): accepted, bit-exact against the
+    reference, also when launched from a remembered plan."""
+    write = _KV_ENTRIES[entry]()
+    gen = torch.Generator().manual_seed(62)
+    base, kc, vc = _kv_views(case)
+    want = base.clone()
+    wk, wv = (want.as_strided(t.shape, t.stride(),
+                              t.storage_offset()) for t in (kc, vc))
+    one = torch.ones(1)
+    for _ in range(3):
+        key, value, slots = _kv_rows(gen, kc.shape[3], vc.shape[3])
+        write(key, value, kc, vc, slots, "auto", one, one)
+        torch_ref.write(key, value, wk, wv, slots, "auto", one, one)
+        assert torch.equal(base, want)
+    ko, vo = torch.zeros_like(key), torch.zeros_like(value)
+    torch.ops.kvgen.gather_cache(kc, vc, slots, ko, vo, "auto", one, one)
+    ok = slots >= 0
+    assert torch.equal(ko[ok], key[ok]) and torch.equal(vo[ok], value[ok])
+
+
+@pytest.mark.parametrize("case", _KV_BAD)
+def test_overlapping_kv_caches_refused_by_gather_and_copy(case):
+    """gather_cache and copy_blocks (the other ops with a key_cache and a
+    value_cache) refuse them too, first call or after a good one."""
+    gen = torch.Generator().manual_seed(63)
+    base, kc, vc = _kv_views(case)
+    key, value, slots = _kv_rows(gen, kc.shape[3], vc.shape[3])
+    one = torch.ones(1)
+    mapping = torch.tensor([[0, 1]])
+    gk = torch.zeros(base.shape).as_strided(kc.shape, kc.stride())
+    gv = torch.zeros(base.shape).as_strided(vc.shape, vc.stride())
+    ko, vo = torch.zeros_like(key), torch.zeros_like(value)
+    before = base.clone()
+    for good in (False, True):
+        if good:
+            torch.ops.kvgen.gather_cache(gk, gv, slots, ko, vo, "auto", one,
+                                         one)
+            torch.ops.kvgen.copy_blocks([gk], [gv], mapping)
+        ko0, vo0 = ko.clone(), vo.clone()
+        with pytest.raises(ValueError, match=_OVERLAP):
+            torch.ops.kvgen.gather_cache(kc, vc, slots, ko, vo, "auto", one,
+                                         one)
+        assert torch.equal(ko, ko0) and torch.equal(vo, vo0)
+        base[0] = 1.0  # block 0 differs from block 1: a copy would show
+        before = base.clone()
+        with pytest.raises(ValueError, match=_OVERLAP):
+            torch.ops.kvgen.copy_blocks([kc], [vc], mapping)
+        assert torch.equal(base, before)
+        # A good layer before the bad one: not copied either.
+        gk[0], gv[0] = 2.0, 3.0
+        g_before = (gk.clone(), gv.clone())
+        with pytest.raises(ValueError, match=_OVERLAP):
+            torch.ops.kvgen.copy_blocks([gk, kc], [gv, vc], mapping)
+        assert torch.equal(base, before)
+        assert torch.equal(gk, g_before[0]) and torch.equal(gv, g_before[1])
+    with pytest.raises(ValueError, match=_OVERLAP):
+        kt.CacheGeometry(kc, vc, "f32", "none")
+
+
+def test_overlapping_kv_caches_with_the_python_kernels():
+    """KVGEN_TORCH_FAST=0 (the Python kernels and their identity table):
+    the same refusals, and disjoint column views still write."""
+    code = (
+        "import torch, kvgen.torch as kt\n"
+        "assert kt.fast_path_info()['kernel'] == 'python'\n"
+        "one = torch.ones(1)\n"
+        "key = torch.randn(3, 4, 192); val = torch.randn(3, 4, 192) + 9\n"
+        "slots = torch.tensor([0, 5, 17])\n"
+        "kv = torch.zeros(2, 16, 4, 400)\n"
+        "kc = torch.zeros(2, 16, 4, 192)\n"
+        "for w in (torch.ops.kvgen.reshape_and_cache_flash,\n"
+        "          kt.reshape_and_cache_flash):\n"
+        "    w(key, val, kv[..., :192], kv[..., 200:392], slots, 'auto',\n"
+        "      one, one)\n"
+        "    assert torch.equal(kv[0, 5, :, :192], key[1])\n"
+        "    assert torch.equal(kv[0, 5, :, 200:392], val[1])\n"
+        "    for k, v in ((kc, kc), (kv[..., :192], kv[..., 100:292])):\n"
+        "        b0, b1 = kv.clone(), kc.clone()\n"
+        "        try:\n"
+        "            w(key, val, k, v, slots, 'auto', one, one)\n"
+        "        except ValueError as e:\n"
+        "            assert 'key_cache and value_cache overlap' in str(e)\n"
+        "        else:\n"
+        "            raise AssertionError('overlap accepted')\n"
+        "        assert torch.equal(kv, b0) and torch.equal(kc, b1)\n"
+        "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, env=dict(os.environ, KVGEN_TORCH_FAST="0",
+                                           PYTHONPATH=str(REPO / "python")))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
 # -- torch.compile ---------------------------------------------------------
 
 @pytest.mark.parametrize("entry", ["torch.ops", "kvgen.torch"])
