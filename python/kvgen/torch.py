@@ -125,14 +125,26 @@ def context(device):
 
 
 #: The opt-out of issue 12's range checks (see set_unchecked).
-_unchecked = os.environ.get("KVGEN_TORCH_UNCHECKED", "0") not in ("", "0")
+def _env_unchecked():
+    """KVGEN_TORCH_UNCHECKED: "1" opts out of the checked kernels, "" / "0"
+    (or unset) keeps them; any other value raises ValueError at import
+    rather than reading "false" or "no" as an opt-out."""
+    v = os.environ.get("KVGEN_TORCH_UNCHECKED", "0").strip()
+    if v not in ("", "0", "1"):
+        raise ValueError(f"KVGEN_TORCH_UNCHECKED={v!r}: use 1 (unchecked "
+                         "kernels) or 0 (checked, the default)")
+    return v == "1"
+
+
+_unchecked = _env_unchecked()
 
 
 def set_unchecked(flag):
     """Opt out of (True) or back into (False) kvgen's range-checked kernels
     for every op of this module; the default is checked, or unchecked when
-    the environment variable KVGEN_TORCH_UNCHECKED is set to anything but
-    "" / "0" at import.
+    the environment variable KVGEN_TORCH_UNCHECKED is 1 at import. `flag`
+    must be a bool (TypeError otherwise: a string such as "no" would read
+    as True).
 
     Checked kernels (the default) skip every slot >= num_blocks *
     block_size and every block id outside [0, num_blocks), write and read
@@ -144,7 +156,8 @@ def set_unchecked(flag):
     table (later calls look their kernels up again); call it before
     capturing CUDA graphs."""
     global _unchecked
-    flag = bool(flag)
+    if not isinstance(flag, bool):
+        raise TypeError(f"set_unchecked({flag!r}): pass True or False")
     with _lock:
         if flag != _unchecked:
             _unchecked = flag

@@ -1025,6 +1025,21 @@ def test_unchecked_from_the_environment():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True,
                        text=True, env=env)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    # "false" / "no" are not an opt-out (they used to be: anything but ""
+    # and "0" was): the import fails and says what to use.
+    for bad in ("false", "no", "yes"):
+        r = subprocess.run([sys.executable, "-c", "import kvgen.torch"],
+                           capture_output=True, text=True,
+                           env=dict(env, KVGEN_TORCH_UNCHECKED=bad))
+        assert r.returncode != 0 and "use 1 (unchecked kernels) or 0" in \
+            r.stderr, r.stderr
+
+
+def test_set_unchecked_takes_a_bool():
+    for bad in ("no", "0", 0, 1, None):
+        with pytest.raises(TypeError, match="pass True or False"):
+            kt.set_unchecked(bad)
+    assert not kt.unchecked()
 
 
 # -- the C++ kernel (kvgen/_torch_fast.cpp) ---------------------------------
