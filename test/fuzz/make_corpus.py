@@ -24,6 +24,25 @@ EXTRA = [
     " dtype = bf16, k_strides = [?, ?, ?], v_strides = [8192, ?, 128]",
 ]
 
+# Inputs the fuzzer once failed on, kept as seeds (hex): a launch of
+# INT64_MAX work items overflowed launchShape's (work + n - 1) / n
+# (UBSan, 2026-12-03; Launch.h ceilDiv since).
+REGRESSIONS = [
+    "".join([
+        "6e756d5f6b765f6865616473203d20382c20686561645f73697a655f6b203d20",
+        "3132382c20686561645f73697a655f76203d203132382c20626c6f636b5f7369",
+        "7a65203d2031362c206474797065203d20626631362c206b5f73747269646573",
+        "203d205b33323438352c20313032342c203132385d2c20765f73747269646573",
+        "203d205b33323736382c20313032342c203132385d006f636b5f73697a65203d",
+        "2031362c20000000ff65203d20626631362c206b5f73747269646573203d205b",
+        "33323438352c20313032342c203132385d2c20000000000000000b765f737472",
+        "69646573382c20313032342c203132385d00000000010203ffffffffffffff7f",
+        "6f6d706f6e656e747315161718191a1b1c1d1e1f202122232425262728292a2b",
+        "2c2d2e2f30313233343592939495969798999a9be5e6e7e8e9eaebecedeeeff0",
+        "f1f2f3f4f5f6f7f8f9fafbfcfdfeff",
+    ]),
+]
+
 
 def main():
     out = pathlib.Path(sys.argv[1])
@@ -39,6 +58,7 @@ def main():
     # A layout, NUL, an op index, option bits and argument bytes.
     seeds.append(EXTRA[1].encode() + b"\0\x00\x00" + bytes(range(256)))
     seeds.append(EXTRA[3].encode() + b"\0\x02\x00" + b"\x01" * 200)
+    seeds += [bytes.fromhex(r) for r in REGRESSIONS]
     for s in seeds:
         (out / hashlib.sha1(s).hexdigest()).write_bytes(s)
     print(f"make_corpus.py: {len(seeds)} seeds in {out}")

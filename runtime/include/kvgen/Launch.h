@@ -145,6 +145,12 @@ KVGEN_HD inline int64_t attendedSpan(const LaunchInputs &in) {
 /// every split but the last has splitTokens = a multiple of splitAlign.
 /// The last split takes the rest of each unit's span, so spans longer than
 /// in.span are still covered (in.span is a hint).
+/// ceil(a / b) for a >= 0, b > 0, without the overflow of (a + b - 1) / b
+/// near INT64_MAX (the layout fuzzer's work counts).
+KVGEN_HD inline int64_t ceilDiv(int64_t a, int64_t b) {
+  return a / b + (a % b != 0);
+}
+
 KVGEN_HD inline LaunchShape launchShape(const LaunchGeometry &g,
                                         const LaunchInputs &in) {
   LaunchShape s;
@@ -154,13 +160,13 @@ KVGEN_HD inline LaunchShape launchShape(const LaunchGeometry &g,
       s.grid = in.work;
       s.block = g.smallThreads;
     } else {
-      s.grid = (in.work + g.tokensPerCta - 1) / g.tokensPerCta;
+      s.grid = ceilDiv(in.work, g.tokensPerCta);
       s.block = g.threads;
     }
     return s;
   }
   const int64_t rows = (in.rows > 0 ? in.rows : 1) * g.rowGroup;
-  s.rowTiles = (rows + g.rowsPerCta - 1) / g.rowsPerCta;
+  s.rowTiles = ceilDiv(rows, g.rowsPerCta);
   s.units = in.work * (g.itemCtas > 0 ? g.itemCtas : 1) * s.rowTiles;
   s.block = g.threads;
   const int64_t span = attendedSpan(in);
@@ -172,7 +178,7 @@ KVGEN_HD inline LaunchShape launchShape(const LaunchGeometry &g,
       want = bySpan;
     if (want >= 2) {
       const int64_t align = g.splitAlign > 0 ? g.splitAlign : 1;
-      int64_t chunk = (span + want - 1) / want;
+      int64_t chunk = ceilDiv(span, want);
       chunk = (chunk + align - 1) / align * align;
       const int64_t n = (span + chunk - 1) / chunk;
       if (n >= 2) {
