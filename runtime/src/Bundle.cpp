@@ -362,6 +362,19 @@ bool readBundle(const std::string &dir, std::vector<KernelEntry> *entries,
 }
 
 
+int *geometryMember(LaunchGeometry &g, std::string_view key,
+                    bool *required) {
+  int *dst = key == "threads"            ? &g.threads
+             : key == "tokens_per_cta"   ? &g.tokensPerCta
+             : key == "vector_bytes"     ? &g.vectorBytes
+             : key == "small_max_tokens" ? &g.smallMaxTokens
+             : key == "small_threads"    ? &g.smallThreads
+                                         : nullptr;
+  if (required)
+    *required = dst != nullptr;
+  return dst ? dst : splitMember(g, std::string(key));
+}
+
 std::optional<std::string> checkSourceMatches(const KernelEntry &e,
                                               const std::string &source) {
   // Sources written by hand (tests, experiments) state no geometry or
@@ -390,15 +403,9 @@ std::optional<std::string> checkSourceMatches(const KernelEntry &e,
     std::string key = tok.substr(0, eq), value = tok.substr(eq + 1);
     if (key == "grid")
       break; // a description, last on the line
-    int *dst = key == "threads"            ? &g.threads
-               : key == "tokens_per_cta"   ? &g.tokensPerCta
-               : key == "vector_bytes"     ? &g.vectorBytes
-               : key == "small_max_tokens" ? &g.smallMaxTokens
-               : key == "small_threads"    ? &g.smallThreads
-                                           : nullptr;
-    required += dst != nullptr;
-    if (!dst)
-      dst = splitMember(g, key);
+    bool isRequired = false;
+    int *dst = geometryMember(g, key, &isRequired);
+    required += isRequired;
     if (!dst || !parseNonNegative(value, dst))
       return fmt::format("its source's kvgen-kernel line has '{}'", tok);
   }

@@ -349,19 +349,8 @@ bool kvgen_context_s::readGenerated(const Digest &key, GeneratedKernel *out) {
       ++fields;
       continue;
     }
-    int *dst = k == "threads"            ? &g.geometry.threads
-               : k == "tokens_per_cta"   ? &g.geometry.tokensPerCta
-               : k == "vector_bytes"     ? &g.geometry.vectorBytes
-               : k == "small_max_tokens" ? &g.geometry.smallMaxTokens
-               : k == "small_threads"    ? &g.geometry.smallThreads
-                                         : nullptr;
-    const bool required = dst != nullptr;
-    // Row tiles and split-KV: optional keys (a plain kernel has none).
-#define KVGEN_SPLIT_KEY(KEY, MEMBER)                                           \
-  if (k == #KEY)                                                               \
-    dst = &g.geometry.MEMBER;
-    KVGEN_OPTIONAL_GEOMETRY(KVGEN_SPLIT_KEY)
-#undef KVGEN_SPLIT_KEY
+    bool required = false;
+    int *dst = geometryMember(g.geometry, k, &required);
     if (!dst || v.empty() || v.size() > 9 ||
         v.find_first_not_of("0123456789") != std::string::npos)
       return false;
