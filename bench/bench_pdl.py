@@ -9,7 +9,7 @@ them into the paged cache at slot_mapping, and a consumer kernel reads the
 cache rows back (standing in for attention; it executes griddepcontrol.wait
 first). Producer and consumer are NVRTC-compiled here (bench/cudrv.py).
 Twenty chains are captured in one CUDA graph and replayed; per-chain device
-time = median replay time / 20, in four configurations:
+time = median replay time / 20, in six configurations:
 
   plain         producer, write, consumer: plain launches
   pdl           the write and the consumer launched with programmatic
@@ -17,8 +17,12 @@ time = median replay time / 20, in four configurations:
                 KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT; cuLaunchKernelEx)
   plain_nowrite producer, consumer (plain)
   pdl_nowrite   producer, consumer (PDL)
+  floor_plain   producer, floor writer, consumer (plain)
+  floor_pdl     the same, the floor writer and the consumer with PDL
 
-write_adds = pdl - pdl_nowrite (goal <= 1.0 us) and plain - plain_nowrite.
+write_adds = pdl - pdl_nowrite (goal <= 1.0 us) and plain - plain_nowrite;
+floor_adds the same for the floor writer (KERNELS: the least a
+slot-indirect write of these rows does), the floor of write_adds.
 
 Correctness first (--check, on by default): reshape_and_cache bit-exact
 against torch (index_put of the rows into the cache views) for several T,
@@ -112,6 +116,31 @@ __device__ void consume(
     consume<WAIT>(kc, vc, slots, src, out, T, rowk16, rowv16, variant, check,  \
                   bad);                                                        \
   }
+// The floor writer: the least a slot-indirect write of the same rows can
+// do (dense NHD rows, no range or alignment test): CTA t copies token t's
+// K and V rows, one 16-byte word per thread, to slot_mapping[t]'s rows,
+// after griddepcontrol.wait (as kvgen's _pdl entry; no-ops when launched
+// plainly). What it adds to the chain is the floor for kvgen's write.
+extern "C" __global__ void kvgen_pdl_floor(const W16 *key, const W16 *value,
+                                           W16 *kc, W16 *vc,
+                                           const long long *slots,
+                                           int rowk16, int rowv16) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const int t = blockIdx.x, i = threadIdx.x;
+  if (i >= rowk16 + rowv16)
+    return;
+  const long long s = slots[t];
+  const bool k = i < rowk16;
+  const W16 w = k ? key[(long long)t * rowk16 + i]
+                  : value[(long long)t * rowv16 + (i - rowk16)];
+  if (s < 0)
+    return;
+  if (k)
+    kc[s * rowk16 + i] = w;
+  else
+    vc[s * rowv16 + (i - rowk16)] = w;
+}
 KVGEN_CONSUMER(kvgen_pdl_consumer, true)
 // The control: the same consumer without griddepcontrol.wait, which a
 // programmatic launch lets run before the write has finished.
@@ -148,7 +177,7 @@ class Chain:
         self.bad = torch.zeros(1, dtype=torch.int32, device=dev)
         self.args = kern.prepare(self.key, self.value, self.kc, self.vc,
                                  self.slots, num_blocks=nb)[0]
-        self.fp, self.fc, self.fc_nowait = fns
+        self.fp, self.fc, self.fc_nowait, self.ffloor = fns
         self._keep = []
 
     def _params(self, *vals):
@@ -180,13 +209,29 @@ class Chain:
         return mk(self.fc if wait else self.fc_nowait, self.T, 128, stream,
                   p)
 
-    def step(self, stream, variant, pdl, write=True, check=True, wait=True):
+    def floor(self, stream, pdl):
+        """The floor writer (KERNELS) over this chain's rows and slots."""
+        p = self._params(self.key.data_ptr(), self.value.data_ptr(),
+                         self.kc.data_ptr(), self.vc.data_ptr(),
+                         self.slots.data_ptr(), ctypes.c_int(self.rowk16),
+                         ctypes.c_int(self.rowv16))
+        mk = self.drv.launcher_pdl if pdl else self.drv.launcher
+        threads = -(-(self.rowk16 + self.rowv16) // 32) * 32
+        return mk(self.ffloor, self.T, threads, stream, p)
+
+    def step(self, stream, variant, pdl, write=True, check=True, wait=True,
+             floor=False):
         """Enqueues one chain on `stream` (wait=False: the control consumer
-        without griddepcontrol.wait)."""
+        without griddepcontrol.wait; floor: the floor writer instead of
+        kvgen's write)."""
         r = self.producer(stream, variant)()
         if r:
             raise RuntimeError(f"producer launch: CUresult {r}")
-        if write:
+        if write and floor:
+            r = self.floor(stream, pdl)()
+            if r:
+                raise RuntimeError(f"floor launch: CUresult {r}")
+        elif write:
             self.kern.launch_raw(self.args, stream, pdl=pdl)
         r = self.consumer(stream, variant, pdl, check and write, wait)()
         if r:
@@ -396,10 +441,14 @@ def bench(torch, drv, fns, kern, lay, dev, reps, log, tokens):
     for T in tokens:
         c = Chain(torch, drv, fns, kern, lay, T, dev)
         row = {"T": T}
-        for name, pdl, write in (("plain", False, True), ("pdl", True, True),
-                                 ("plain_nowrite", False, False),
-                                 ("pdl_nowrite", True, False)):
-            g = graph_of(torch, lambda h, i: c.step(h, i & 1, pdl, write))
+        for name, pdl, write, fl in (
+                ("plain", False, True, False), ("pdl", True, True, False),
+                ("plain_nowrite", False, False, False),
+                ("pdl_nowrite", True, False, False),
+                ("floor_plain", False, True, True),
+                ("floor_pdl", True, True, True)):
+            g = graph_of(torch, lambda h, i: c.step(h, i & 1, pdl, write,
+                                                     floor=fl))
             st = timer(g.replay)
             row[name + "_us"] = st["median"] / CHAINS
             row[name + "_us_min"] = st["min"] / CHAINS
@@ -413,13 +462,18 @@ def bench(torch, drv, fns, kern, lay, dev, reps, log, tokens):
         row["write_adds_pdl_us"] = row["pdl_us"] - row["pdl_nowrite_us"]
         row["write_adds_plain_us"] = row["plain_us"] - row["plain_nowrite_us"]
         row["pdl_saves_us"] = row["plain_us"] - row["pdl_us"]
+        row["floor_adds_pdl_us"] = row["floor_pdl_us"] - row["pdl_nowrite_us"]
+        row["floor_adds_plain_us"] = (row["floor_plain_us"]
+                                      - row["plain_nowrite_us"])
         row["bad"] = int(c.bad.item())
         rows.append(row)
         log(f"  T={T:3d} chain plain {row['plain_us']:.2f} pdl "
             f"{row['pdl_us']:.2f} | no write plain "
             f"{row['plain_nowrite_us']:.2f} pdl {row['pdl_nowrite_us']:.2f}"
             f" | write adds {row['write_adds_plain_us']:.2f} plain, "
-            f"{row['write_adds_pdl_us']:.2f} pdl | write alone "
+            f"{row['write_adds_pdl_us']:.2f} pdl | floor adds "
+            f"{row['floor_adds_plain_us']:.2f} plain, "
+            f"{row['floor_adds_pdl_us']:.2f} pdl | write alone "
             f"{row['write_only_us']:.2f} / {row['write_only_pdl_us']:.2f} us"
             f" | mismatches {row['bad']}")
     return rows
@@ -453,8 +507,9 @@ def write_md(path, env, check_ok, check_res, rows):
               f"Goal: the write adds <= {GOAL_US} us with PDL.", "",
               "| T | plain | pdl | plain, no write | pdl, no write | "
               "write adds (plain) | write adds (pdl) | pdl saves | "
-              "write alone | write alone (pdl) |",
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "write alone | write alone (pdl) | floor adds (plain) | "
+              "floor adds (pdl) |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
             L.append(f"| {r['T']} | {r['plain_us']:.2f} | {r['pdl_us']:.2f} "
                      f"| {r['plain_nowrite_us']:.2f} | "
@@ -462,7 +517,9 @@ def write_md(path, env, check_ok, check_res, rows):
                      f"{r['write_adds_plain_us']:.2f} | "
                      f"{r['write_adds_pdl_us']:.2f} | "
                      f"{r['pdl_saves_us']:.2f} | {r['write_only_us']:.2f} | "
-                     f"{r['write_only_pdl_us']:.2f} |")
+                     f"{r['write_only_pdl_us']:.2f} | "
+                     f"{r['floor_adds_plain_us']:.2f} | "
+                     f"{r['floor_adds_pdl_us']:.2f} |")
         worst = max(rows, key=lambda r: r["write_adds_pdl_us"])
         L += ["", f"Goal (write adds <= {GOAL_US} us with PDL, T <= 64): "
               f"worst {worst['write_adds_pdl_us']:.2f} us at T = "
@@ -512,7 +569,7 @@ def main():
     cubin = drv.compile(KERNELS, "kvgen_pdl_chain", arch=ctx.target)
     fns = tuple(drv.function(cubin, n) for n in (
         "kvgen_pdl_producer", "kvgen_pdl_consumer",
-        "kvgen_pdl_consumer_nowait"))
+        "kvgen_pdl_consumer_nowait", "kvgen_pdl_floor"))
     lay = dict(G.bench_geometries())["mimo_b16_bf16"]
     kern = ctx.kernel("reshape_and_cache", lay, "bf16")
     env["kernel"] = kern.name
