@@ -515,7 +515,16 @@ template <class SP, int VEC> struct AccessMap {
     ioBytes = VEC * sizeof(typename SP::io::storage),
     byBytes = ioBytes >= 64 ? 1 : 64 / ioBytes,
     cap = VEC == 1 ? 1 : byBytes < 4 ? byBytes : 4,
-    batch = rounds < cap ? rounds : cap
+    batch = rounds < cap ? rounds : cap,
+    /// Every access of a thread has the same side, kv head and element
+    /// (one column of the rows): it has one round, or each round covers a
+    /// whole number of tokens (tokensPerRound), so that its round r is its
+    /// round 0 moved r * tokensPerRound tokens on. kv-plan's threads are a
+    /// multiple of a token's accesses for most layouts (Plan.cpp); writeCta
+    /// then decomposes an access once per thread instead of once per
+    /// round.
+    fixedColumn = rounds == 1 || SP::threads % perToken == 0,
+    tokensPerRound = SP::threads / perToken
   };
   /// Access of round r of the calling thread in the CTA starting at token
   /// `first`; false when it lies past the CTA's accesses or past numTokens.
@@ -585,109 +594,256 @@ template <class T, int VEC, int N> struct Batch {
 /// before its first store. Interleaving them instead makes each round wait
 /// for the previous round's loads, since the compiler may not move a load
 /// above a store that might alias it.
+template <class SP, int VEC, bool FIXED_COLUMN> struct WriteCta {
+  static KVGEN_DEVICE inline void run(const kvgen_reshape_and_cache_args &a,
+                                      const SideMap &kMap, const SideMap &vMap,
+                                      int64_t first) {
+    typedef typename SP::io::storage IS;
+    typedef typename SP::cache::storage CS;
+    const bool quant = SP::cache::is_fp8;
+    typedef AccessMap<SP, VEC> Map;
+    // A per-tensor scale and its reciprocal once per thread; per-head scales
+    // per access.
+    const bool perTensor = quant && int(SP::scale) == int(SCALE_PER_TENSOR);
+    const float kScale = perTensor ? a.k_scale[0] : 1.0f;
+    const float vScale = perTensor ? a.v_scale[0] : 1.0f;
+    const float kRecip = 1.0f / kScale, vRecip = 1.0f / vScale;
+    for (int r0 = 0; r0 < int(Map::rounds); r0 += Map::batch) {
+      Batch<IS, VEC, Map::batch> b;
+      KVGEN_UNROLL
+      for (int j = 0; j < int(Map::batch); ++j) {
+        Access x;
+        if (!b.template start<Map>(j, first, r0 + j, a.num_tokens, x))
+          continue;
+        const IS *src =
+            static_cast<const IS *>(x.isK ? a.key : a.value) +
+            x.token * (x.isK ? a.key_stride_token : a.value_stride_token) +
+            x.head * (x.isK ? a.key_stride_head : a.value_stride_head) + x.elem;
+        loadFrag<IS, VEC>(b.in[j], src);
+        b.template loadSlotAndScale<SP>(j, a, x, quant && !perTensor);
+      }
+      KVGEN_UNROLL
+      for (int j = 0; j < int(Map::batch); ++j) {
+        Access x;
+        const SlotPos pos =
+            b.template position<SP, Map>(j, first, r0 + j, a, x);
+        if (pos.block < 0)
+          continue;
+        CS *dst = static_cast<CS *>((x.isK || SP::packed) ? a.key_cache
+                                                          : a.value_cache) +
+                  elementOffset(x.isK ? kMap : vMap, pos.block, pos.offset,
+                                x.head, x.elem);
+        const float sc = perTensor ? (x.isK ? kScale : vScale) : b.scale[j];
+        const float rc =
+            perTensor ? (x.isK ? kRecip : vRecip) : (quant ? 1.0f / sc : 1.0f);
+        storeFrag<CS, VEC, SP::streaming>(
+            dst,
+            convertFrag<typename SP::io, typename SP::cache, VEC, quant, false>(
+                b.in[j], sc, rc));
+      }
+    }
+  }
+};
+
+/// writeCta when each thread keeps one column (AccessMap::fixedColumn): the
+/// thread's side, kv head and element, its input row pointer, its cache
+/// column (rowOffset) and its scale and reciprocal are worked out once; a
+/// round then costs a token comparison, the loads, the slot's block and
+/// offset (slotOffset) and the store. Same batches, loads and stores as
+/// the general path (the host and device grids compare both with the
+/// reference).
+template <class SP, int VEC> struct WriteCta<SP, VEC, true> {
+  static KVGEN_DEVICE inline void run(const kvgen_reshape_and_cache_args &a,
+                                      const SideMap &kMap, const SideMap &vMap,
+                                      int64_t first) {
+    typedef typename SP::io::storage IS;
+    typedef typename SP::cache::storage CS;
+    const bool quant = SP::cache::is_fp8;
+    typedef AccessMap<SP, VEC> Map;
+    const int tid = KVGEN_THREAD_ID_X;
+    if (tid >= int(Map::total))
+      return; // threads past the CTA's accesses (the small shape's last warp)
+    const Access x = Map::at(first, tid);
+    const SideMap m = x.isK ? kMap : vMap;
+    const int64_t strideToken =
+        x.isK ? a.key_stride_token : a.value_stride_token;
+    const IS *src = static_cast<const IS *>(x.isK ? a.key : a.value) +
+                    x.token * strideToken +
+                    x.head * (x.isK ? a.key_stride_head : a.value_stride_head) +
+                    x.elem;
+    CS *column =
+        static_cast<CS *>((x.isK || SP::packed) ? a.key_cache : a.value_cache) +
+        rowOffset(m, x.head, x.elem);
+    float sc = 1.0f, rc = 1.0f;
+    if (quant) {
+      sc = loadScale(x.isK ? a.k_scale : a.v_scale, SP::scale, x.head);
+      rc = 1.0f / sc;
+    }
+    for (int r0 = 0; r0 < int(Map::rounds); r0 += Map::batch) {
+      Frag<IS, VEC> in[Map::batch];
+      int64_t slot[Map::batch];
+      KVGEN_UNROLL
+      for (int j = 0; j < int(Map::batch); ++j) {
+        const int r = r0 + j;
+        const int64_t token = x.token + int64_t(r) * Map::tokensPerRound;
+        slot[j] = -1;
+        if (r >= int(Map::rounds) || tid + r * SP::threads >= int(Map::total) ||
+            token >= a.num_tokens)
+          continue;
+        loadFrag<IS, VEC>(in[j],
+                          src + int64_t(r) * Map::tokensPerRound * strideToken);
+        slot[j] = loadSlot<typename SP::slot>(a.slot_mapping, token);
+      }
+      KVGEN_UNROLL
+      for (int j = 0; j < int(Map::batch); ++j) {
+        const SlotPos pos = place<SP>(slot[j], a.num_blocks, a.error_flag);
+        if (pos.block < 0)
+          continue;
+        storeFrag<CS, VEC, SP::streaming>(
+            column + slotOffset(m, pos.block, pos.offset),
+            convertFrag<typename SP::io, typename SP::cache, VEC, quant, false>(
+                in[j], sc, rc));
+      }
+    }
+  }
+};
+
+/// One CTA of kv.reshape_and_cache (see WriteCta): the column path where
+/// AccessMap::fixedColumn holds, else the general one.
 template <class SP, int VEC>
 KVGEN_DEVICE inline void writeCta(const kvgen_reshape_and_cache_args &a,
                                   const SideMap &kMap, const SideMap &vMap,
                                   int64_t first) {
-  typedef typename SP::io::storage IS;
-  typedef typename SP::cache::storage CS;
-  const bool quant = SP::cache::is_fp8;
-  typedef AccessMap<SP, VEC> Map;
-  // A per-tensor scale and its reciprocal once per thread; per-head scales
-  // per access.
-  const bool perTensor = quant && int(SP::scale) == int(SCALE_PER_TENSOR);
-  const float kScale = perTensor ? a.k_scale[0] : 1.0f;
-  const float vScale = perTensor ? a.v_scale[0] : 1.0f;
-  const float kRecip = 1.0f / kScale, vRecip = 1.0f / vScale;
-  for (int r0 = 0; r0 < int(Map::rounds); r0 += Map::batch) {
-    Batch<IS, VEC, Map::batch> b;
-    KVGEN_UNROLL
-    for (int j = 0; j < int(Map::batch); ++j) {
-      Access x;
-      if (!b.template start<Map>(j, first, r0 + j, a.num_tokens, x))
-        continue;
-      const IS *src = static_cast<const IS *>(x.isK ? a.key : a.value) +
-                      x.token * (x.isK ? a.key_stride_token
-                                       : a.value_stride_token) +
-                      x.head * (x.isK ? a.key_stride_head
-                                      : a.value_stride_head) +
-                      x.elem;
-      loadFrag<IS, VEC>(b.in[j], src);
-      b.template loadSlotAndScale<SP>(j, a, x, quant && !perTensor);
-    }
-    KVGEN_UNROLL
-    for (int j = 0; j < int(Map::batch); ++j) {
-      Access x;
-      const SlotPos pos =
-          b.template position<SP, Map>(j, first, r0 + j, a, x);
-      if (pos.block < 0)
-        continue;
-      CS *dst = static_cast<CS *>((x.isK || SP::packed) ? a.key_cache
-                                                        : a.value_cache) +
-                elementOffset(x.isK ? kMap : vMap, pos.block, pos.offset,
-                              x.head, x.elem);
-      const float sc = perTensor ? (x.isK ? kScale : vScale) : b.scale[j];
-      const float rc = perTensor ? (x.isK ? kRecip : vRecip)
-                                 : (quant ? 1.0f / sc : 1.0f);
-      storeFrag<CS, VEC, SP::streaming>(
-          dst, convertFrag<typename SP::io, typename SP::cache, VEC, quant,
-                           false>(b.in[j], sc, rc));
-    }
-  }
+  WriteCta<SP, VEC, AccessMap<SP, VEC>::fixedColumn>::run(a, kMap, vMap, first);
 }
 
 /// One CTA of kv.gather: the reverse of writeCta. With DEQUANT each element
 /// is converted to the output type (times the side's scale for fp8). Per
 /// batch: slots and scales, then every cache load, then every store.
+template <class SP, int VEC, bool DEQUANT, bool FIXED_COLUMN> struct GatherCta {
+  static KVGEN_DEVICE inline void run(const kvgen_gather_args &a,
+                                      const SideMap &kMap, const SideMap &vMap,
+                                      int64_t first) {
+    typedef typename SP::io::storage OS;
+    typedef typename SP::cache::storage CS;
+    const bool scaled = DEQUANT && SP::cache::is_fp8;
+    typedef AccessMap<SP, VEC> Map;
+    for (int r0 = 0; r0 < int(Map::rounds); r0 += Map::batch) {
+      Batch<CS, VEC, Map::batch> b;
+      KVGEN_UNROLL
+      for (int j = 0; j < int(Map::batch); ++j) {
+        Access x;
+        if (!b.template start<Map>(j, first, r0 + j, a.num_tokens, x))
+          continue;
+        b.template loadSlotAndScale<SP>(j, a, x, scaled);
+      }
+      KVGEN_UNROLL
+      for (int j = 0; j < int(Map::batch); ++j) {
+        Access x;
+        const SlotPos pos =
+            b.template position<SP, Map>(j, first, r0 + j, a, x);
+        b.slot[j] = pos.block; // < 0: skipped below
+        if (pos.block < 0)
+          continue;
+        loadFrag<CS, VEC>(
+            b.in[j], static_cast<const CS *>(
+                         (x.isK || SP::packed) ? a.key_cache : a.value_cache) +
+                         elementOffset(x.isK ? kMap : vMap, pos.block,
+                                       pos.offset, x.head, x.elem));
+      }
+      KVGEN_UNROLL
+      for (int j = 0; j < int(Map::batch); ++j) {
+        if (b.slot[j] < 0)
+          continue;
+        Access x;
+        Map::round(first, r0 + j, a.num_tokens, x); // b.slot[j] < 0 if outside
+        OS *dst =
+            static_cast<OS *>(x.isK ? a.key_out : a.value_out) +
+            x.token *
+                (x.isK ? a.key_out_stride_token : a.value_out_stride_token) +
+            x.head * (x.isK ? a.key_out_stride_head : a.value_out_stride_head) +
+            x.elem;
+        storeFrag<OS, VEC, SP::streaming>(
+            dst, convertFrag<typename SP::cache, typename SP::io, VEC, false,
+                             scaled>(b.in[j], b.scale[j], 1.0f));
+      }
+    }
+  }
+};
+
+/// gatherCta when each thread keeps one column (AccessMap::fixedColumn; see
+/// WriteCta): the cache column (rowOffset), output row pointer and scale
+/// are worked out once per thread. Same batches as the general path.
+template <class SP, int VEC, bool DEQUANT>
+struct GatherCta<SP, VEC, DEQUANT, true> {
+  static KVGEN_DEVICE inline void run(const kvgen_gather_args &a,
+                                      const SideMap &kMap, const SideMap &vMap,
+                                      int64_t first) {
+    typedef typename SP::io::storage OS;
+    typedef typename SP::cache::storage CS;
+    const bool scaled = DEQUANT && SP::cache::is_fp8;
+    typedef AccessMap<SP, VEC> Map;
+    const int tid = KVGEN_THREAD_ID_X;
+    if (tid >= int(Map::total))
+      return;
+    const Access x = Map::at(first, tid);
+    const SideMap m = x.isK ? kMap : vMap;
+    const CS *column =
+        static_cast<const CS *>((x.isK || SP::packed) ? a.key_cache
+                                                      : a.value_cache) +
+        rowOffset(m, x.head, x.elem);
+    const int64_t strideToken =
+        x.isK ? a.key_out_stride_token : a.value_out_stride_token;
+    OS *out =
+        static_cast<OS *>(x.isK ? a.key_out : a.value_out) +
+        x.token * strideToken +
+        x.head * (x.isK ? a.key_out_stride_head : a.value_out_stride_head) +
+        x.elem;
+    const float sc =
+        scaled ? loadScale(x.isK ? a.k_scale : a.v_scale, SP::scale, x.head)
+               : 1.0f;
+    for (int r0 = 0; r0 < int(Map::rounds); r0 += Map::batch) {
+      Frag<CS, VEC> in[Map::batch];
+      int64_t slot[Map::batch];
+      KVGEN_UNROLL
+      for (int j = 0; j < int(Map::batch); ++j) {
+        const int r = r0 + j;
+        const int64_t token = x.token + int64_t(r) * Map::tokensPerRound;
+        slot[j] = -1;
+        if (r >= int(Map::rounds) || tid + r * SP::threads >= int(Map::total) ||
+            token >= a.num_tokens)
+          continue;
+        slot[j] = loadSlot<typename SP::slot>(a.slot_mapping, token);
+      }
+      KVGEN_UNROLL
+      for (int j = 0; j < int(Map::batch); ++j) {
+        const SlotPos pos = place<SP>(slot[j], a.num_blocks, a.error_flag);
+        slot[j] = pos.block; // < 0: skipped below
+        if (pos.block < 0)
+          continue;
+        loadFrag<CS, VEC>(in[j], column + slotOffset(m, pos.block, pos.offset));
+      }
+      KVGEN_UNROLL
+      for (int j = 0; j < int(Map::batch); ++j) {
+        if (slot[j] < 0)
+          continue;
+        storeFrag<OS, VEC, SP::streaming>(
+            out + int64_t(r0 + j) * Map::tokensPerRound * strideToken,
+            convertFrag<typename SP::cache, typename SP::io, VEC, false,
+                        scaled>(in[j], sc, 1.0f));
+      }
+    }
+  }
+};
+
+/// One CTA of kv.gather (see GatherCta): the column path where
+/// AccessMap::fixedColumn holds, else the general one.
 template <class SP, int VEC, bool DEQUANT>
 KVGEN_DEVICE inline void gatherCta(const kvgen_gather_args &a,
                                    const SideMap &kMap, const SideMap &vMap,
                                    int64_t first) {
-  typedef typename SP::io::storage OS;
-  typedef typename SP::cache::storage CS;
-  const bool scaled = DEQUANT && SP::cache::is_fp8;
-  typedef AccessMap<SP, VEC> Map;
-  for (int r0 = 0; r0 < int(Map::rounds); r0 += Map::batch) {
-    Batch<CS, VEC, Map::batch> b;
-    KVGEN_UNROLL
-    for (int j = 0; j < int(Map::batch); ++j) {
-      Access x;
-      if (!b.template start<Map>(j, first, r0 + j, a.num_tokens, x))
-        continue;
-      b.template loadSlotAndScale<SP>(j, a, x, scaled);
-    }
-    KVGEN_UNROLL
-    for (int j = 0; j < int(Map::batch); ++j) {
-      Access x;
-      const SlotPos pos =
-          b.template position<SP, Map>(j, first, r0 + j, a, x);
-      b.slot[j] = pos.block; // < 0: skipped below
-      if (pos.block < 0)
-        continue;
-      loadFrag<CS, VEC>(b.in[j],
-                        static_cast<const CS *>((x.isK || SP::packed)
-                                                    ? a.key_cache
-                                                    : a.value_cache) +
-                            elementOffset(x.isK ? kMap : vMap, pos.block,
-                                          pos.offset, x.head, x.elem));
-    }
-    KVGEN_UNROLL
-    for (int j = 0; j < int(Map::batch); ++j) {
-      if (b.slot[j] < 0)
-        continue;
-      Access x;
-      Map::round(first, r0 + j, a.num_tokens, x); // b.slot[j] < 0 if outside
-      OS *dst = static_cast<OS *>(x.isK ? a.key_out : a.value_out) +
-                x.token * (x.isK ? a.key_out_stride_token
-                                 : a.value_out_stride_token) +
-                x.head * (x.isK ? a.key_out_stride_head
-                                : a.value_out_stride_head) +
-                x.elem;
-      storeFrag<OS, VEC, SP::streaming>(
-          dst, convertFrag<typename SP::cache, typename SP::io, VEC, false,
-                           scaled>(b.in[j], b.scale[j], 1.0f));
-    }
-  }
+  GatherCta<SP, VEC, DEQUANT, AccessMap<SP, VEC>::fixedColumn>::run(
+      a, kMap, vMap, first);
 }
 
 /// True when every cache row start of both sides is VEC-aligned: the

@@ -44,16 +44,28 @@ struct SideMap {
   int64_t base;  ///< first element of this side inside a (token, head) row
 };
 
+/// The two parts of the address formula, in integer type I: rowOffsetAs is
+/// the part a token's slot does not decide (kv head, element), slotOffsetAs
+/// the part it does (block, token in block). Kernels that place one (kv
+/// head, element) column at several slots compute the first once.
+template <class I>
+KVGEN_HD inline I rowOffsetAs(const SideMap &m, I head, I elem) {
+  return head * I(m.head) + I(m.base) + elem;
+}
+template <class I>
+KVGEN_HD inline I slotOffsetAs(const SideMap &m, I block, I token) {
+  return block * I(m.block) + token * I(m.token);
+}
+
 /// The element offset of element `elem` of kv head `head` of token `token`
 /// (0 <= token < block_size) of cache block `block`, computed in integer
-/// type I. This is the only definition of the address formula in kvgen.
-/// Kernels use I = int64_t; the runtime's bounds check uses a 128-bit type
-/// to detect offsets that do not fit in 64 bits.
+/// type I: slotOffsetAs + rowOffsetAs, the only definition of the address
+/// formula in kvgen. Kernels use I = int64_t; the runtime's bounds check
+/// uses a 128-bit type to detect offsets that do not fit in 64 bits.
 template <class I>
 KVGEN_HD inline I elementOffsetAs(const SideMap &m, I block, I token, I head,
                                   I elem) {
-  return block * I(m.block) + token * I(m.token) + head * I(m.head) +
-         I(m.base) + elem;
+  return slotOffsetAs<I>(m, block, token) + rowOffsetAs<I>(m, head, elem);
 }
 
 /// elementOffsetAs in 64-bit arithmetic: what every kernel computes.
@@ -61,6 +73,17 @@ KVGEN_HD inline int64_t elementOffset(const SideMap &m, int64_t block,
                                       int64_t token, int64_t head,
                                       int64_t elem) {
   return elementOffsetAs<int64_t>(m, block, token, head, elem);
+}
+
+/// rowOffsetAs and slotOffsetAs in 64-bit arithmetic (elementOffset ==
+/// slotOffset + rowOffset).
+KVGEN_HD inline int64_t rowOffset(const SideMap &m, int64_t head,
+                                  int64_t elem) {
+  return rowOffsetAs<int64_t>(m, head, elem);
+}
+KVGEN_HD inline int64_t slotOffset(const SideMap &m, int64_t block,
+                                   int64_t token) {
+  return slotOffsetAs<int64_t>(m, block, token);
 }
 
 } // namespace kvgen
