@@ -534,6 +534,16 @@ template <class SP, int VEC> struct AccessMap {
     x = at(first, i);
     return i < int(total) && x.token < numTokens;
   }
+  /// Round r of column thread `tid` (fixedColumn; x = at(first, tid)):
+  /// its token, and whether it has an access (inside the CTA's accesses
+  /// and before numTokens).
+  static KVGEN_DEVICE inline bool columnRound(int tid, int r, const Access &x,
+                                              int64_t numTokens,
+                                              int64_t &token) {
+    token = x.token + int64_t(r) * tokensPerRound;
+    return r < int(rounds) && tid + r * SP::threads < int(total) &&
+           token < numTokens;
+  }
   static KVGEN_DEVICE inline Access at(int64_t first, int i) {
     Access x;
     // Unsigned (i >= 0): divisions by constants without sign fix-ups.
@@ -684,10 +694,9 @@ template <class SP, int VEC> struct WriteCta<SP, VEC, true> {
       KVGEN_UNROLL
       for (int j = 0; j < int(Map::batch); ++j) {
         const int r = r0 + j;
-        const int64_t token = x.token + int64_t(r) * Map::tokensPerRound;
+        int64_t token;
         slot[j] = -1;
-        if (r >= int(Map::rounds) || tid + r * SP::threads >= int(Map::total) ||
-            token >= a.num_tokens)
+        if (!Map::columnRound(tid, r, x, a.num_tokens, token))
           continue;
         loadFrag<IS, VEC>(in[j],
                           src + int64_t(r) * Map::tokensPerRound * strideToken);
@@ -813,10 +822,9 @@ struct GatherCta<SP, VEC, DEQUANT, true> {
       KVGEN_UNROLL
       for (int j = 0; j < int(Map::batch); ++j) {
         const int r = r0 + j;
-        const int64_t token = x.token + int64_t(r) * Map::tokensPerRound;
+        int64_t token;
         slot[j] = -1;
-        if (r >= int(Map::rounds) || tid + r * SP::threads >= int(Map::total) ||
-            token >= a.num_tokens)
+        if (!Map::columnRound(tid, r, x, a.num_tokens, token))
           continue;
         slot[j] = loadSlot<typename SP::slot>(a.slot_mapping, token);
       }
