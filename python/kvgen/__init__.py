@@ -1030,6 +1030,22 @@ class Kernel:
     def __repr__(self):
         return f"<kvgen.Kernel {self.name} op={self.op} {self.options}>"
 
+    @property
+    def max_workspace_bytes(self):
+        """Bytes of workspace that serve every launch of this kernel,
+        whatever its shapes (kvgen_kernel_max_workspace_bytes; 0 for a
+        kernel that never splits): allocate it zeroed once, pass it as
+        `workspace` to every launch and CUDA graph capture."""
+        f = getattr(self._lib, "kvgen_kernel_max_workspace_bytes", None)
+        if f is None:
+            raise KvgenError("kvgen_kernel_max_workspace_bytes", 1,
+                             f"{_capi.lib_path()} lacks it: an older "
+                             "runtime library")
+        n = ctypes.c_uint64()
+        _check("kvgen_kernel_max_workspace_bytes",
+               f(self._handle, ctypes.byref(n)))
+        return int(n.value)
+
     def args_struct(self):
         """A zeroed ctypes struct of this kernel's op (for launch_raw)."""
         return self._op.args_struct()
@@ -1324,7 +1340,8 @@ class Kernel:
             else:
                 fields[a.name] = max(0, int(x[:t].max()))
         # workspace: the caller's, else one kept by this kernel (zeroed when
-        # allocated; kernels leave its counters zero).
+        # allocated, max_workspace_bytes, so it serves every later shape
+        # and is never replaced; kernels leave its counters zero).
         ws = next((a for a in op.args if a.role == "workspace"), None)
         if ws is not None:
             probe = op.args_struct(**fields)
@@ -1391,10 +1408,15 @@ class Kernel:
 
     def _workspace_for(self, nbytes, bufs):
         """A zeroed workspace of >= nbytes on the device of `bufs`, kept
-        and reused by this kernel (grown when a launch needs more)."""
+        and reused by this kernel: max_workspace_bytes (every shape's
+        need), allocated on the first split launch, so a CUDA graph that
+        captured it stays valid."""
         have = getattr(self, "_workspace", None)
         if have is not None and have[1] >= nbytes:
             return have[0]
+        if getattr(self._lib, "kvgen_kernel_max_workspace_bytes",
+                   None) is not None:
+            nbytes = max(nbytes, self.max_workspace_bytes)
         dev = next((b for b in bufs.values()
                     if b is not None and b.kind == "torch"), None)
         n = (nbytes + 255) // 256 * 256

@@ -208,6 +208,8 @@ _OPTIONAL = {
     "kvgen_kernel_workspace_bytes": (ctypes.c_int, [
         _c, ctypes.c_void_p, ctypes.c_uint64,
         ctypes.POINTER(ctypes.c_uint64)]),
+    "kvgen_kernel_max_workspace_bytes": (ctypes.c_int, [
+        _c, ctypes.POINTER(ctypes.c_uint64)]),
     "kvgen_launch_ex": (ctypes.c_int, [_c, ctypes.c_void_p, ctypes.c_uint64,
                                        ctypes.c_void_p,
                                        ctypes.POINTER(LaunchOptions)]),

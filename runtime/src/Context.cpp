@@ -1277,6 +1277,17 @@ kvgen_status kvgen_kernel_workspace_bytes(kvgen_kernel k, const void *args,
   return succeed();
 }
 
+kvgen_status kvgen_kernel_max_workspace_bytes(kvgen_kernel k,
+                                              uint64_t *bytes) {
+  if (!k || !bytes)
+    return fail(KVGEN_ERROR_INVALID_ARGUMENT, "kernel or bytes is NULL");
+  const OpDesc &op = opDesc(k->entry.spec.op);
+  *bytes = op.argWithRole(ArgRole::Workspace)
+               ? maxWorkspaceBytes(k->entry.geometry)
+               : 0;
+  return succeed();
+}
+
 // The typed entries: the op check, then kvgen_launch_ex.
 #define KVGEN_OP(NAME, UPPER, CAMEL, ID, WORK_FROM, DOC)                       \
   kvgen_status kvgen_launch_##NAME##_ex(                                       \

@@ -88,10 +88,35 @@ Status launchInputs(const KernelEntry &e, const void *args,
           fmt::format("{}: {} = {} must be >= 0", op.name, a->name, *to));
   }
   if (in->work > 0)
-    if (const ArgDesc *a = op.argWithRole(ArgRole::WorkRows))
+    if (const ArgDesc *a = op.argWithRole(ArgRole::WorkRows)) {
       if (in->rows < 1)
         return invalid(fmt::format("{}: {} = {} must be >= 1", op.name,
                                    a->name, in->rows));
+      // A work item's rows are rows of the ROW_COUNT views: no item has
+      // more than all of them (a query of 1 row over 0 tokens aside).
+      if (const ArgDesc *rc = op.argWithRole(ArgRole::RowCount)) {
+        const int64_t total = field<int64_t>(args, *rc);
+        if (in->rows > (total > 1 ? total : 1))
+          return invalid(fmt::format(
+              "{}: {} = {} exceeds {} = {} (no work item has more rows "
+              "than there are)",
+              op.name, a->name, in->rows, rc->name, total));
+      }
+    }
+  if (in->work > 0) {
+    const LaunchShape sh = launchShape(e.geometry, *in);
+    if (!sh.fits) {
+      const ArgDesc *w = op.argWithRole(ArgRole::Work);
+      const ArgDesc *r = op.argWithRole(ArgRole::WorkRows);
+      return invalid(fmt::format(
+          "{}: {} = {}{} needs more than {} CTAs (grid.x's limit): a work "
+          "item takes {} x ceil(rows x {} / {}) CTAs",
+          op.name, w ? w->name : "work", in->work,
+          r ? fmt::format(" with {} = {}", r->name, in->rows) : "",
+          kMaxLaunchCtas, e.geometry.itemCtas, e.geometry.rowGroup,
+          e.geometry.rowsPerCta));
+    }
+  }
   return Status::ok();
 }
 

@@ -122,9 +122,9 @@ GEOS = {
 }
 
 
-def host_context(tmp_path_factory, plan_options=None):
-    """A host context with every GEOS kernel, emitted by `kvgen emit` (with
-    KVGEN_PLAN_OPTIONS = plan_options when given)."""
+def host_context(tmp_path_factory, plan_options=None, names=None):
+    """A host context with every GEOS kernel (or those in `names`), emitted
+    by `kvgen emit` (with KVGEN_PLAN_OPTIONS = plan_options when given)."""
     if not (KVGEN.is_file() and os.access(KVGEN, os.X_OK)):
         pytest.skip(f"{KVGEN} not found: build it (ninja -C build kvgen) "
                     "or set KVGEN_BUILD_DIR")
@@ -138,6 +138,8 @@ def host_context(tmp_path_factory, plan_options=None):
         env["KVGEN_PLAN_OPTIONS"] = plan_options
     d = tmp_path_factory.mktemp("attention")
     for name, g in GEOS.items():
+        if names is not None and name not in names:
+            continue
         lf = d / f"{name}.mlir"
         lf.write_text(f"#kv.layout<{g.layout().text}>\n")
         cmd = [str(KVGEN), "emit", "--layout", str(lf), "--target", "host",
@@ -175,6 +177,18 @@ def ctx_mfma(tmp_path_factory):
     assert len(sources) == len(GEOS)
     for f in sources:
         assert "static constexpr bool mfma = true;" in f.read_text(), f
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def ctx_wide_split(tmp_path_factory):
+    """mimo_nhd and a checked kernel planned with split_ctas = 264 (an
+    H200's 2 x 132 SMs; the host plan's default is 8): a launch splits
+    while it has fewer than 264 units, so launches of 2 to 200 units all
+    use the split workspace, as on the GPU."""
+    c, _ = host_context(tmp_path_factory, "split-ctas=264",
+                        names=("mimo_nhd", "block1_mha_checked"))
     yield c
     c.close()
 
@@ -436,6 +450,69 @@ def test_split_is_used_and_counters_reset(ctx):
     np.testing.assert_array_equal(c.output, first)
 
 
+def _random_shape(rng, g):
+    """A batch as an engine's step has it: 1..40 sequences, decode, a
+    verification of 2-3 tokens or a mix, contexts up to 600, sometimes a
+    window."""
+    batch = int(rng.choice([1, 1, 2, 3, 8, 17, 40]))
+    kind = rng.choice(["decode", "verify", "mixed"])
+    if kind == "decode":
+        q = [1] * batch
+    elif kind == "verify":
+        q = [int(rng.integers(2, 4))] * batch
+    else:
+        q = [int(rng.integers(1, 4)) for _ in range(batch)]
+    lens = [int(rng.integers(n, 601)) for n in q]
+    window = int(rng.choice([0, 0, 0, 37]))
+    return lens, q, window
+
+
+def test_one_workspace_serves_a_random_sequence_of_shapes(ctx_wide_split):
+    """Issue 26, row 0: one kernel and one workspace (zeroed once, as an
+    engine keeps it) through a random sequence of launch shapes, every
+    launch against the reference. Before the fix the counters' end, and so
+    the partials' start, moved with the launch's unit count: a launch of
+    few units left partials where a later launch of more units expected
+    zeroed counters (wrong rows). The sequence starts with the issue's
+    order (query length 3 at batch 1, decode at batch 8, query length 3 at
+    batch 8) and goes on at random."""
+    g = GEOS["mimo_nhd"]
+    k = kernel_for(ctx_wide_split, g)
+    most = k.max_workspace_bytes
+    assert most > 0
+    ws = np.zeros(most, np.uint8)
+    counters = (264 * 4 + 255) // 256 * 256
+    rng = np.random.default_rng(26)
+    shapes = [([600], [3], 0), ([600] * 8, [1] * 8, 0),
+              ([600] * 8, [3] * 8, 0), ([500] * 40, [1] * 40, 0),
+              ([300], [1], 0), ([590] * 40, [2] * 40, 0)]
+    shapes += [_random_shape(rng, g) for _ in range(14)]
+    split_launches = 0
+    for lens, q, window in shapes:
+        c = Case(g, lens, q, rng, window=window)
+        need = ctypes_workspace_bytes(k, c)
+        assert need <= most, (lens, q, need, most)
+        split_launches += need > 0
+        c.run(k, workspace=ws)
+        c.check()
+        assert not ws[:counters].any(), "counters left non-zero"
+    assert split_launches >= 10, split_launches
+
+
+def ctypes_workspace_bytes(k, c):
+    """kvgen_kernel_workspace_bytes for Case c's launch."""
+    import ctypes
+    S = k._op.args_struct
+    a = S(num_seqs=len(c.seq_lens), num_tokens=c.num_tokens,
+          max_query_len=max(1, int(c.q_lens.max())),
+          max_seq_len=int(c.seq_lens.max()), sliding_window=c.window)
+    n = ctypes.c_uint64()
+    r = k._lib.kvgen_kernel_workspace_bytes(k._handle, ctypes.byref(a),
+                                            ctypes.sizeof(a), ctypes.byref(n))
+    assert r == 0
+    return int(n.value)
+
+
 def test_workspace_too_small_is_refused(ctx):
     g = GEOS["mimo_nhd"]
     rng = np.random.default_rng(2)
@@ -528,3 +605,69 @@ def test_runtime_checks_by_role(ctx):
             k.launch_raw(S(**{**good, **bad}))
         assert e.value.status_name == status
         assert words in e.value.message, e.value.message
+
+
+def test_launch_rule_inputs_are_bounded(ctx):
+    """Issue 26, row 1: max_query_len had no upper bound, and the launch
+    rule's products wrapped near 2^63 (SIGFPE in the kernel, or success
+    with no output row written); query_start_loc = [0, 1, 2^31 - 1] made
+    the binding derive ~1e9 CTAs and the host backend ran on and on. Each
+    is refused before anything runs, the output canaries untouched, and
+    the workspace query refuses the same inputs."""
+    import ctypes
+    g = GEOS["mimo_hnd_sinks_window"]
+    rng = np.random.default_rng(7)
+    c = Case(g, [20, 5], [1, 1], rng)
+    k = kernel_for(ctx, g)
+    good = dict(query=c.query.ctypes.data, output=c.output.ctypes.data,
+                key_cache=c.kc.ctypes.data, value_cache=c.vc.ctypes.data,
+                block_tables=c.table.ctypes.data,
+                seq_lens=c.seq_lens.ctypes.data,
+                query_start_loc=c.qsl.ctypes.data,
+                sinks=c.sinks.ctypes.data, num_seqs=2, num_tokens=2,
+                max_query_len=1, max_seq_len=20, num_blocks=c.num_blocks,
+                max_blocks_per_seq=c.max_blocks,
+                block_tables_stride=c.table.shape[1],
+                query_stride_token=g.q_heads * g.dk, query_stride_head=g.dk,
+                output_stride_token=c.output.strides[0] // 2,
+                output_stride_head=c.output.strides[1] // 2,
+                softmax_scale=float(c.scale), key_cache_bytes=c.kc.nbytes,
+                value_cache_bytes=c.vc.nbytes)
+    S = k._op.args_struct
+    before = c.out_buf.copy()
+    for bad, words in (
+            (dict(max_query_len=3), "max_query_len = 3 exceeds num_tokens = 2"),
+            (dict(max_query_len=(1 << 63) - 1), "exceeds num_tokens"),
+            (dict(max_query_len=1 << 62, num_tokens=1 << 62),
+             "needs more than 2147483647 CTAs"),
+            (dict(max_query_len=(1 << 62) + 5, num_tokens=(1 << 63) - 1),
+             "needs more than 2147483647 CTAs"),
+            (dict(num_seqs=(1 << 63) - 1), "num_seqs = 9223372036854775807"),
+            (dict(num_seqs=1 << 31), "needs more than 2147483647 CTAs"),
+            (dict(sliding_window=(1 << 63) - 1, max_seq_len=(1 << 63) - 1,
+                  max_query_len=2), None)):
+        args = S(**{**good, **bad})
+        if words is None:  # in range: the window cap must not overflow
+            n = ctypes.c_uint64()
+            assert k._lib.kvgen_kernel_workspace_bytes(
+                k._handle, ctypes.byref(args), ctypes.sizeof(args),
+                ctypes.byref(n)) == 0
+            continue
+        with pytest.raises(kvgen.KvgenError) as e:
+            k.launch_raw(args)
+        assert e.value.status_name == "KVGEN_ERROR_INVALID_ARGUMENT"
+        assert words in e.value.message, e.value.message
+        n = ctypes.c_uint64()
+        assert k._lib.kvgen_kernel_workspace_bytes(
+            k._handle, ctypes.byref(args), ctypes.sizeof(args),
+            ctypes.byref(n)) != 0, bad
+    np.testing.assert_array_equal(c.out_buf.view(np.uint16),
+                                  before.view(np.uint16))
+    # The binding derives max_query_len from query_start_loc: a last entry
+    # of 2^31 - 1 over 2 query rows is refused, not launched.
+    c.qsl = np.array([0, 1, (1 << 31) - 1], np.int32)
+    with pytest.raises(kvgen.KvgenError) as e:
+        c.run(k)
+    assert "exceeds num_tokens = 2" in e.value.message, e.value.message
+    np.testing.assert_array_equal(c.out_buf.view(np.uint16),
+                                  before.view(np.uint16))

@@ -136,8 +136,10 @@ TEST(Manifest, LaunchShapeSplitsRowTiledWork) {
   EXPECT_EQ(s.splits, 64);
   EXPECT_EQ(s.grid, 4 * 64);
   EXPECT_EQ(s.block, 128);
-  EXPECT_EQ(s.partialsOffset, 256u);
-  EXPECT_EQ(s.workspaceBytes, 256u + 4u * 64u * uint64_t(g.partialBytes));
+  // The counter area: 264 counters of 4 bytes, rounded up to 256 bytes.
+  EXPECT_EQ(splitCounterBytes(g), 1280u);
+  EXPECT_EQ(s.partialsOffset, 1280u);
+  EXPECT_EQ(s.workspaceBytes, 1280u + 4u * 64u * uint64_t(g.partialBytes));
   // Three query tokens of a group of 16: three row tiles per kv head.
   in.rows = 3;
   s = launchShape(g, in);
@@ -146,6 +148,8 @@ TEST(Manifest, LaunchShapeSplitsRowTiledWork) {
   // 264 / 12 = 22 splits of ceil(131072 / 22) = 5958 -> 6016 tokens.
   EXPECT_EQ(s.splitTokens, 6016);
   EXPECT_EQ(s.splits, 22);
+  // The partials start after the same counter area for every shape.
+  EXPECT_EQ(s.partialsOffset, 1280u);
   // A short span: no split below 2 x split_min_tokens.
   in.rows = 1;
   in.span = 511;
@@ -171,6 +175,111 @@ TEST(Manifest, LaunchShapeSplitsRowTiledWork) {
   in.work = 9;
   EXPECT_EQ(launchShape(plain, in).grid, 3);
   EXPECT_EQ(launchShape(plain, in).splits, 1);
+}
+
+// The workspace contract (issue 26, row 0): one buffer serves any sequence
+// of launch shapes. For every shape of a sweep, the counters used (one per
+// unit) lie inside the fixed counter area, the partials after it, and the
+// launch needs at most maxWorkspaceBytes. Before the fix the partials
+// started right after the launch's own units' counters, so a launch of few
+// units wrote partials where a later launch of more units kept counters.
+TEST(LaunchShape, SplitWorkspaceLayoutIsShapeIndependent) {
+  LaunchGeometry g;
+  g.threads = 128;
+  g.rowsPerCta = 16;
+  g.rowGroup = 16;
+  g.itemCtas = 4;
+  g.splitCtas = 264;
+  g.splitMinTokens = 256;
+  g.splitAlign = 64;
+  g.partialBytes = 16 * 130 * 4;
+  const uint64_t counters = splitCounterBytes(g);
+  const uint64_t most = maxWorkspaceBytes(g);
+  EXPECT_EQ(most, counters + 264u * uint64_t(g.partialBytes));
+  int splitShapes = 0;
+  for (int64_t work : {1, 2, 3, 5, 8, 17, 33, 65, 66, 100})
+    for (int64_t rows : {1, 2, 3, 7, 16, 64, 300})
+      for (int64_t span : {0, 255, 512, 4097, 32768, 131072, 1 << 20})
+        for (int64_t window : {0, 128}) {
+          LaunchInputs in;
+          in.work = work;
+          in.rows = rows;
+          in.span = span;
+          in.window = window;
+          const LaunchShape s = launchShape(g, in);
+          ASSERT_TRUE(s.fits);
+          if (s.splits == 1) {
+            EXPECT_EQ(s.workspaceBytes, 0u);
+            continue;
+          }
+          ++splitShapes;
+          EXPECT_LT(s.units, g.splitCtas);
+          EXPECT_LE(uint64_t(s.units) * 4, counters);
+          EXPECT_EQ(s.partialsOffset, counters);
+          EXPECT_LE(s.units * s.splits, g.splitCtas);
+          EXPECT_LE(s.workspaceBytes, most);
+        }
+  EXPECT_GT(splitShapes, 20);
+  // A kernel that never splits needs no workspace.
+  LaunchGeometry plain = g;
+  plain.splitCtas = 0;
+  EXPECT_EQ(maxWorkspaceBytes(plain), 0u);
+}
+
+// Issue 26, row 1: the rule's products are checked before they are formed.
+// Near INT64_MAX rows x row_group and work x item_ctas x row tiles wrapped
+// (SIGFPE in the kernel, or a launch of no row that returned success).
+TEST(LaunchShape, ProductsBeyondTheGridLimitDoNotFit) {
+  LaunchGeometry g;
+  g.threads = 128;
+  g.rowsPerCta = 16;
+  g.rowGroup = 16;
+  g.itemCtas = 4;
+  g.splitCtas = 264;
+  g.splitMinTokens = 256;
+  g.splitAlign = 64;
+  g.partialBytes = 16 * 130 * 4;
+  LaunchInputs in;
+  in.work = 1;
+  in.span = 1000;
+  for (int64_t rows : {kInt64Max, kInt64Max / 16 + 1, int64_t(1) << 62,
+                       int64_t(1) << 40}) {
+    in.rows = rows;
+    const LaunchShape s = launchShape(g, in);
+    EXPECT_FALSE(s.fits) << rows;
+    EXPECT_EQ(s.grid, 0) << rows;
+  }
+  // The largest that fits: units = 4 x tiles <= 2^31 - 1.
+  in.rows = (kMaxLaunchCtas / 4) * 16 / 16;
+  EXPECT_TRUE(launchShape(g, in).fits);
+  in.rows = (kMaxLaunchCtas / 4 + 1) * 16 / 16;
+  EXPECT_FALSE(launchShape(g, in).fits);
+  // work x item_ctas
+  in.rows = 1;
+  for (int64_t work : {kInt64Max, kInt64Max / 4 + 1, int64_t(1) << 31}) {
+    in.work = work;
+    EXPECT_FALSE(launchShape(g, in).fits) << work;
+  }
+  in.work = kMaxLaunchCtas / 4;
+  EXPECT_TRUE(launchShape(g, in).fits);
+  // The window cap near INT64_MAX: no overflow, the span itself.
+  in.work = 1;
+  in.rows = 3;
+  in.span = 1000;
+  in.window = kInt64Max;
+  EXPECT_EQ(attendedSpan(in), 1000);
+  in.span = kInt64Max;
+  in.window = kInt64Max - 1;
+  EXPECT_EQ(attendedSpan(in), kInt64Max);
+  in.window = 100;
+  EXPECT_EQ(attendedSpan(in), 102);
+  // A span near INT64_MAX still splits into whole chunks.
+  in.window = 0;
+  in.rows = 1;
+  const LaunchShape s = launchShape(g, in);
+  EXPECT_TRUE(s.fits);
+  EXPECT_GE(s.splits, 2);
+  EXPECT_GE(__int128(s.splits) * s.splitTokens, __int128(kInt64Max));
 }
 
 TEST(Manifest, RoundTripsSplitGeometry) {

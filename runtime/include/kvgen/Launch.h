@@ -117,19 +117,34 @@ struct LaunchShape {
   int64_t units = 0;       ///< work x itemCtas x rowTiles
   int64_t splits = 1;      ///< CTAs per unit (>= 1)
   int64_t splitTokens = 0; ///< tokens per split but the last (> 0 if split)
-  /// Bytes of workspace the launch needs (0 unless split): the units'
-  /// counters (int32, zero between launches; the merging CTA resets its
-  /// own), rounded up to 256 bytes, then units x splits partials.
+  /// Bytes of workspace the launch needs (0 unless split): the counter
+  /// area (splitCounterBytes(g), at offset 0 whatever the launch's shape),
+  /// then units x splits partials.
   uint64_t workspaceBytes = 0;
-  /// Offset in bytes of the partials in the workspace.
+  /// Offset in bytes of the partials in the workspace: splitCounterBytes(g)
+  /// for every split launch of a kernel, so no launch's partials ever sit
+  /// where another launch of the same kernel keeps its counters.
   uint64_t partialsOffset = 0;
+  /// False when a product of the rule (rows x row_group, work x item_ctas x
+  /// row tiles, units x splits) exceeds kMaxLaunchCtas: the launch cannot
+  /// be made (grid and units are then 0; the runtime refuses it).
+  bool fits = true;
 };
+
+/// The most CTAs (and units) a launch may have: CUDA's and HIP's grid.x
+/// limit, 2^31 - 1 (CUDA C++ Programming Guide, "Technical Specifications
+/// per Compute Capability": maximum x-dimension of a grid of thread blocks).
+constexpr int64_t kMaxLaunchCtas = 2147483647;
+/// INT64_MAX (emitted sources embed this header without <cstdint>'s macros).
+constexpr int64_t kInt64Max = 0x7fffffffffffffff;
 
 /// The span tokens of a launch after the window cap.
 KVGEN_HD inline int64_t attendedSpan(const LaunchInputs &in) {
   int64_t span = in.span > 0 ? in.span : 0;
-  if (in.window > 0 && in.window + in.rows - 1 < span)
-    span = in.window + in.rows - 1;
+  const int64_t rows = in.rows > 0 ? in.rows : 1;
+  // window + rows - 1 < span, without overflow near INT64_MAX.
+  if (in.window > 0 && in.window < span - (rows - 1))
+    span = in.window + rows - 1;
   return span;
 }
 
@@ -151,6 +166,27 @@ KVGEN_HD inline int64_t ceilDiv(int64_t a, int64_t b) {
   return a / b + (a % b != 0);
 }
 
+/// Bytes at the start of a split kernel's workspace that hold its units'
+/// counters (int32 each, zero between launches; the merging CTA resets its
+/// own), rounded up to 256: one per unit a split launch can have. A launch
+/// splits only when units < splitCtas, so unit indices stay below
+/// splitCtas, and the area depends on the kernel alone, never on a
+/// launch's shape (a shape-dependent offset let one launch's partials land
+/// on the next launch's counters when an engine reused one workspace).
+KVGEN_HD inline uint64_t splitCounterBytes(const LaunchGeometry &g) {
+  const uint64_t n = g.splitCtas > 0 ? uint64_t(g.splitCtas) : 0;
+  return (n * 4 + 255) / 256 * 256;
+}
+
+/// a * b when it is <= limit (a, b >= 0), else -1.
+KVGEN_HD inline int64_t mulAtMost(int64_t a, int64_t b, int64_t limit) {
+  if (a < 0 || b < 0)
+    return -1;
+  if (a != 0 && b > limit / a)
+    return -1;
+  return a * b;
+}
+
 KVGEN_HD inline LaunchShape launchShape(const LaunchGeometry &g,
                                         const LaunchInputs &in) {
   LaunchShape s;
@@ -165,9 +201,25 @@ KVGEN_HD inline LaunchShape launchShape(const LaunchGeometry &g,
     }
     return s;
   }
-  const int64_t rows = (in.rows > 0 ? in.rows : 1) * g.rowGroup;
+  // Every product is bounded by kMaxLaunchCtas (rows: by INT64_MAX) and
+  // checked before it is formed: near INT64_MAX they wrapped (a SIGFPE in
+  // the kernel, or a grid of no row).
+  const int64_t rows = mulAtMost(in.rows > 0 ? in.rows : 1,
+                                 g.rowGroup > 0 ? g.rowGroup : 1, kInt64Max);
+  const int64_t wi =
+      mulAtMost(in.work, g.itemCtas > 0 ? g.itemCtas : 1, kMaxLaunchCtas);
+  if (rows < 0 || wi < 0) {
+    s.fits = false;
+    s.units = 0;
+    return s;
+  }
   s.rowTiles = ceilDiv(rows, g.rowsPerCta);
-  s.units = in.work * (g.itemCtas > 0 ? g.itemCtas : 1) * s.rowTiles;
+  s.units = mulAtMost(wi, s.rowTiles, kMaxLaunchCtas);
+  if (s.units < 0) {
+    s.fits = false;
+    s.units = 0;
+    return s;
+  }
   s.block = g.threads;
   const int64_t span = attendedSpan(in);
   if (g.splitCtas > 0 && s.units > 0 && s.units < g.splitCtas &&
@@ -180,21 +232,36 @@ KVGEN_HD inline LaunchShape launchShape(const LaunchGeometry &g,
       const int64_t align = g.splitAlign > 0 ? g.splitAlign : 1;
       int64_t chunk = ceilDiv(span, want);
       chunk = (chunk + align - 1) / align * align;
-      const int64_t n = (span + chunk - 1) / chunk;
+      const int64_t n = ceilDiv(span, chunk);
       if (n >= 2) {
         s.splits = n;
         s.splitTokens = chunk;
       }
     }
   }
+  // units < splitCtas when split, so units x splits <= splitCtas (splits
+  // <= want <= splitCtas / units): no overflow.
   s.grid = s.units * s.splits;
   if (s.splits > 1) {
-    s.partialsOffset = (uint64_t(s.units) * 4 + 255) / 256 * 256;
+    s.partialsOffset = splitCounterBytes(g);
     s.workspaceBytes = s.partialsOffset + uint64_t(s.units) *
                                               uint64_t(s.splits) *
                                               uint64_t(g.partialBytes);
   }
   return s;
+}
+
+/// The workspace bytes that serve every launch of a kernel of geometry g,
+/// whatever its shape (0: it never splits): the counter area plus
+/// splitCtas partials, since a split launch has units x splits <=
+/// splitCtas. A workspace of this size, zeroed once, can be captured in a
+/// CUDA graph and shared by launches of any batch.
+KVGEN_HD inline uint64_t maxWorkspaceBytes(const LaunchGeometry &g) {
+  if (g.rowsPerCta <= 0 || g.splitCtas <= 0 || g.splitMinTokens <= 0)
+    return 0;
+  return splitCounterBytes(g) +
+         uint64_t(g.splitCtas) * uint64_t(g.partialBytes > 0 ? g.partialBytes
+                                                              : 0);
 }
 
 /// grid.x and block.x of a launch of `work` items (work >= 1) of a kernel

@@ -428,14 +428,25 @@ KVGEN_API kvgen_status kvgen_launch_ex(kvgen_kernel k, const void *args,
 /** The workspace in bytes (*bytes; 0 when none) that a launch of `k` with
  * `args` needs: the launch rule's (kvgen/Launch.h) for a split launch of an
  * op with a WORKSPACE field, from the fields of roles WORK, WORK_ROWS,
- * WORK_SPAN, WORK_WINDOW only (nothing else of args is read or checked).
- * Allocate it zero-filled once; kernels leave its counters zero, so one
- * workspace serves every later launch that needs at most its size (and CUDA
- * graph replays). */
+ * WORK_SPAN, WORK_WINDOW and ROW_COUNT only (nothing else of args is read
+ * or checked). KVGEN_ERROR_INVALID_ARGUMENT when those fields describe no
+ * launch (a negative count, WORK_ROWS above ROW_COUNT, more CTAs than
+ * grid.x allows). Allocate it zero-filled once; kernels leave its counters
+ * zero and keep them at the same place for every launch shape, so one
+ * workspace serves every later launch that needs at most its size,
+ * whatever shapes ran before (and CUDA graph replays). */
 KVGEN_API kvgen_status kvgen_kernel_workspace_bytes(kvgen_kernel k,
                                                     const void *args,
                                                     uint64_t args_size,
                                                     uint64_t *bytes);
+
+/** The workspace in bytes (*bytes; 0 for a kernel that never splits) that
+ * serves every launch of `k`, whatever its arguments: the counter area
+ * plus split_ctas partials (kvgen/Launch.h maxWorkspaceBytes; a split
+ * launch has units x splits <= split_ctas). An engine allocates it once,
+ * zero-filled, and passes it to every launch and CUDA graph capture. */
+KVGEN_API kvgen_status kvgen_kernel_max_workspace_bytes(kvgen_kernel k,
+                                                        uint64_t *bytes);
 
 /** kvgen_launch for one op, typed: kvgen_launch_reshape_and_cache(k, args,
  * stream), kvgen_launch_gather(k, args, stream), ..., and kvgen_launch_ex
