@@ -240,7 +240,7 @@ class GpuCase:
                                   dtype=torch.bfloat16, device=dev)
         self.out = self.out_buf[1:1 + self.T]
 
-    def run(self, k, ctx):
+    def run(self, k, ctx, **extra):
         kw = dict(softmax_scale=self.softmax_scale,
                   sliding_window=self.window)
         if self.sinks_on:
@@ -251,6 +251,7 @@ class GpuCase:
             kw["k_scale"], kw["v_scale"] = self.ks, self.vs
         if self.dyn:
             kw["cache_strides"] = self.dyn
+        kw.update(extra)
         k.paged_attention(query=self.q, output=self.out, key_cache=self.kc,
                           value_cache=self.vc, block_tables=self.table_view,
                           seq_lens=self.seq_lens, query_start_loc=self.qsl,
@@ -369,6 +370,93 @@ def check_graph_replay(env):
         c.check()
 
 
+def _shape_sequence(seed, n):
+    """The issue's order (MiMo packed: query length 3 at batch 1, decode at
+    batch 8, query length 3 at batch 8, all at 32k), then n random engine
+    steps: batch 1..64, query length 1..3, context up to 32k, sometimes a
+    window."""
+    import random
+    r = random.Random(seed)
+    seq = [(1, 32768, 3, 0), (8, 32768, 1, 0), (8, 32768, 3, 0)]
+    for _ in range(n):
+        seq.append((r.choice([1, 2, 3, 5, 8, 16, 33, 64]),
+                    r.choice([300, 2000, 9000, 32768]), r.choice([1, 2, 3]),
+                    r.choice([0, 0, 0, 128])))
+    return seq
+
+
+def check_workspace_sequence(env):
+    """Issue 26, row 0: one kernel, one workspace of max_workspace_bytes
+    (zeroed once, as an engine keeps it) through a sequence of launch
+    shapes; every launch matches the reference and leaves the counter area
+    zero. Before the fix the issue's first three shapes gave 9 of 24 rows
+    NaN on the third launch."""
+    torch, ctx = env
+    k = kernel_of(ctx, "mimo_packed")
+    most = k.max_workspace_bytes
+    counters = _counter_bytes(k)
+    assert 0 < counters < most
+    ws = torch.zeros(most, dtype=torch.uint8, device="cuda")
+    splits = 0
+    for i, (batch, ctxlen, qlen, window) in enumerate(_shape_sequence(26,
+                                                                       17)):
+        c = GpuCase(torch, "mimo_packed", batch, ctxlen, qlen, window,
+                    seed=1000 + i)
+        c.run(k, ctx, workspace=ws)
+        torch.cuda.synchronize()
+        c.check()
+        assert int(ws[:counters].count_nonzero()) == 0, \
+            f"counters left non-zero after shape {i}"
+        splits += int(ws[counters:].count_nonzero()) > 0
+    assert splits > 0, "no launch of the sequence split"
+
+
+def _counter_bytes(k):
+    """The counter area of the kernel's workspace: split_ctas int32s
+    rounded up to 256 bytes (Launch.h splitCounterBytes), from the
+    kernel's geometry in its bundle manifest."""
+    m = (Path(os.environ.get("KVGEN_ATTN_BUNDLE", REPO / ".dev" / "attn" /
+                             "bundle")) / "kvgen-manifest.txt").read_text()
+    block = m.split(f"name = {k.name}\n", 1)[1].split("[", 1)[0]
+    for line in block.splitlines():
+        key, _, val = line.partition("=")
+        if key.strip() == "split_ctas":
+            return (int(val) * 4 + 255) // 256 * 256
+    raise AssertionError(f"no split_ctas for {k.name} in the manifest")
+
+
+def check_graph_after_other_shapes(env):
+    """A CUDA graph captured at one shape (batch 8, query length 3, 9000
+    tokens: a split launch), then other shapes launched eagerly on the
+    same kernel and workspace, then the graph replayed: the replay matches
+    the reference, and so does a second replay after more shapes."""
+    torch, ctx = env
+    k = kernel_of(ctx, "mimo_packed")
+    ws = torch.zeros(k.max_workspace_bytes, dtype=torch.uint8,
+                     device="cuda")
+    c = GpuCase(torch, "mimo_packed", 8, 9000, 3, 0, seed=77)
+    c.run(k, ctx, workspace=ws)  # compiles
+    torch.cuda.synchronize()
+    c.check()
+    s = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(graph, stream=s):
+            c.run(k, ctx, workspace=ws)
+    for round_, shapes in enumerate(([(1, 32768, 3, 0), (64, 2000, 1, 0)],
+                                     [(3, 20000, 2, 128), (16, 9000, 1, 0)])):
+        for j, (batch, ctxlen, qlen, window) in enumerate(shapes):
+            o = GpuCase(torch, "mimo_packed", batch, ctxlen, qlen, window,
+                        seed=200 + 10 * round_ + j)
+            o.run(k, ctx, workspace=ws)
+            torch.cuda.synchronize()
+            o.check()
+        c.out.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        c.check()
+
+
 if pytest is not None:
     @pytest.fixture(scope="module")
     def env():
@@ -382,6 +470,12 @@ if pytest is not None:
     def test_graph_replay_resets_split_counters(env):
         check_graph_replay(env)
 
+    def test_one_workspace_serves_a_sequence_of_shapes(env):
+        check_workspace_sequence(env)
+
+    def test_graph_replays_after_other_shapes(env):
+        check_graph_after_other_shapes(env)
+
 
 def run(select=""):
     """Without pytest: every case (or those whose id contains one of the
@@ -394,13 +488,16 @@ def run(select=""):
     words = [w for w in select.split(",") if w]
     cases = QUICK if os.environ.get("KVGEN_ATTN_QUICK") else CASES
     failed = 0
-    for c in cases + ["graph_replay"]:
+    named = {"graph_replay": check_graph_replay,
+             "workspace_sequence": check_workspace_sequence,
+             "graph_after_other_shapes": check_graph_after_other_shapes}
+    for c in cases + list(named):
         cid = c if isinstance(c, str) else _ids(c)
         if words and not any(w in cid for w in words):
             continue
         t = time.time()
         try:
-            check_graph_replay(e) if isinstance(c, str) else check_case(e, c)
+            named[c](e) if isinstance(c, str) else check_case(e, c)
             print(f"PASS {cid} ({time.time() - t:.1f} s)", flush=True)
         except Exception as ex:  # noqa: BLE001
             failed += 1
