@@ -15,6 +15,10 @@
 //   4. the runtime's launch checks (validateLaunch) on the argument bytes,
 //      for one op chosen by the first of them. Pointers are never
 //      dereferenced by the checks, so any bytes are a fair argument.
+//      Row-tiled ops (paged attention) run with a row-tiled geometry: an
+//      accepted launch must stay within the grid limit and the split
+//      workspace contract, and launchShape must not overflow on any
+//      inputs >= 0.
 // A property that fails aborts (a crash for libFuzzer); so do sanitizer
 // reports. Built by CMake with clang-22 -fsanitize=fuzzer,address,undefined
 // when clang-22 has the fuzzer runtime (test/fuzz/CMakeLists.txt).
@@ -123,6 +127,22 @@ void checkLaunch(const LayoutDesc &l, const uint8_t *bytes, size_t n,
   entry.target = "host";
   entry.spec = spec;
   entry.geometry = {64, 1, 16, 0, 0};
+  // Row-tiled ops (paged attention) get the row-tiled launch rule: the
+  // plan's geometry for an H200-sized machine, its GQA group and split
+  // count from the argument bytes' last two bytes.
+  const bool rowTiled = op.argWithRole(ArgRole::WorkRows) != nullptr;
+  if (rowTiled) {
+    LaunchGeometry &g = entry.geometry;
+    g.threads = 128;
+    g.tokensPerCta = 1;
+    g.rowsPerCta = 16;
+    g.rowGroup = n > 3 ? 1 + bytes[n - 1] % 64 : 8;
+    g.itemCtas = l.numKvHeads;
+    g.splitCtas = n > 4 ? bytes[n - 2] % 2 ? 264 : 512 : 264;
+    g.splitMinTokens = 256;
+    g.splitAlign = 64;
+    g.partialBytes = 16 * 130 * 4;
+  }
   std::vector<uint8_t> args(op.argsSize, 0);
   std::memcpy(args.data(), bytes + (n > 1 ? 2 : 1),
               std::min(args.size(), n > 2 ? n - 2 : 0));
@@ -135,6 +155,39 @@ void checkLaunch(const LayoutDesc &l, const uint8_t *bytes, size_t n,
     broken("validateLaunch accepted a launch of negative or empty "
            "dimensions",
            text);
+  if (st.isOk() && rowTiled && shape.grid > 0) {
+    // The workspace contract and the grid limit (issue 26, rows 0 and 1).
+    const LaunchGeometry &g = entry.geometry;
+    if (!shape.fits || shape.grid > kMaxLaunchCtas ||
+        shape.grid != shape.units * shape.splits)
+      broken("validateLaunch accepted a launch beyond the grid limit", text);
+    if (shape.splits > 1 &&
+        (shape.units >= g.splitCtas ||
+         shape.partialsOffset != splitCounterBytes(g) ||
+         shape.workspaceBytes > maxWorkspaceBytes(g)))
+      broken("a split launch outside the workspace contract", text);
+  }
+  // The launch rule itself on the raw inputs (>= 0), validated or not:
+  // no overflow (UBSan), and a shape that fits stays within the grid.
+  if (rowTiled && n >= 2 + 4 * 8) {
+    LaunchInputs in;
+    std::memcpy(&in.work, bytes + 2, 8);
+    std::memcpy(&in.rows, bytes + 10, 8);
+    std::memcpy(&in.span, bytes + 18, 8);
+    std::memcpy(&in.window, bytes + 26, 8);
+    for (int64_t *v : {&in.work, &in.rows, &in.span, &in.window})
+      if (*v < 0)
+        *v = -(*v + 1);
+    if (in.work > 0) {
+      const LaunchShape s = launchShape(entry.geometry, in);
+      if (s.fits && (s.grid < 1 || s.grid > kMaxLaunchCtas ||
+                     s.units * s.splits != s.grid))
+        broken("launchShape gave a grid beyond its limit", text);
+      if (s.fits && s.splits > 1 &&
+          s.workspaceBytes > maxWorkspaceBytes(entry.geometry))
+        broken("launchShape needs more than maxWorkspaceBytes", text);
+    }
+  }
   // The same arguments again: the memo must give the same answer.
   LaunchShape again;
   rt::Status st2 =

@@ -59,6 +59,22 @@ def main():
     seeds.append(EXTRA[1].encode() + b"\0\x00\x00" + bytes(range(256)))
     seeds.append(EXTRA[3].encode() + b"\0\x02\x00" + b"\x01" * 200)
     seeds += [bytes.fromhex(r) for r in REGRESSIONS]
+    # paged_attention (op 6 of allOps()) with its launch-rule fields set:
+    # kvgen_paged_attention_args (kernel_abi.h) has 12 pointers (96 bytes),
+    # then num_seqs, num_tokens, max_query_len, max_seq_len, sliding_window,
+    # num_blocks, ... as int64. Large, near-limit values to start from
+    # (issue 26, row 1: the row-tiled launch rule was never reached).
+    for work, tokens, rows, span, window in (
+            (1, 4, 4, 1 << 40, 0), (8, 1 << 62, 1 << 62, 32768, 128),
+            (1 << 31, 1 << 31, 1, 1 << 17, 0),
+            ((1 << 63) - 1, (1 << 63) - 1, (1 << 63) - 1, (1 << 63) - 1,
+             (1 << 63) - 2)):
+        args = bytearray((0x100).to_bytes(8, "little") * 12)
+        for v in (work, tokens, rows, span, window, 100, 10, 10):
+            args += v.to_bytes(8, "little")
+        args += bytes(272 - len(args))
+        seeds.append(EXTRA[2].encode() + b"\0\x06\x00" + bytes(args) +
+                     b"\x0f\x01")
     for s in seeds:
         (out / hashlib.sha1(s).hexdigest()).write_bytes(s)
     print(f"make_corpus.py: {len(seeds)} seeds in {out}")
