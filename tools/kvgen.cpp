@@ -24,6 +24,7 @@
 
 #include "kvgen/Bundle.h"
 #include "kvgen/Presets.h"
+#include "kvgen/ReadFile.h"
 #include "kvgen/Target.h"
 #include "kvgen/kvgen.h"
 
@@ -54,6 +55,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 using namespace kvgen;
 
@@ -298,14 +301,18 @@ bool mayStartModule(llvm::StringRef text) {
 /// read FILE:LINE:COL.
 std::optional<LayoutDesc> readLayoutFile(mlir::MLIRContext &ctx,
                                          const std::string &path) {
-  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
-  if (!buf) {
-    cli::error("cannot read the layout file '{}': {}", path,
-               buf.getError().message());
+  // A regular file of at most kMaxLayoutFileBytes: /dev/zero, a FIFO or a
+  // 3 GB file is refused before it is read.
+  std::string readError;
+  std::optional<std::string> content =
+      readRegularFile(path, kMaxLayoutFileBytes, "the layout file", &readError);
+  if (!content) {
+    cli::error("{}", readError);
     return std::nullopt;
   }
   llvm::SourceMgr sm;
-  unsigned bufferId = sm.AddNewSourceBuffer(std::move(*buf), llvm::SMLoc());
+  unsigned bufferId = sm.AddNewSourceBuffer(
+      llvm::MemoryBuffer::getMemBufferCopy(*content, path), llvm::SMLoc());
   llvm::StringRef text = sm.getMemoryBuffer(bufferId)->getBuffer();
   mlir::SourceMgrDiagnosticHandler handler(sm, &ctx);
   const size_t start = firstTokenOffset(text);
@@ -532,8 +539,10 @@ int cmdEmit(const Flags &flags) {
     std::vector<KernelEntry> existing;
     std::vector<BundleKernel> all;
     std::string readError;
+    // Whether a manifest is there at all (readBundle then refuses one that
+    // is no regular file or too large); not opened here.
     const bool hasManifest =
-        std::ifstream(bundle->second + "/kvgen-manifest.txt").good();
+        ::access((bundle->second + "/" + kManifestFileName).c_str(), F_OK) == 0;
     if (hasManifest && !readBundle(bundle->second, &existing, &readError)) {
       cli::error("cannot add to the bundle '{}': {}; nothing was written",
                  bundle->second, readError);
@@ -542,16 +551,16 @@ int cmdEmit(const Flags &flags) {
     for (KernelEntry &e : existing) {
       if (e.name == bk.entry.name && e.target == target)
         continue;
-      std::ifstream in(bundle->second + "/" + e.source, std::ios::binary);
-      if (!in) {
-        cli::error("cannot add to the bundle '{}': its kernel '{}' has no "
-                   "source '{}'; nothing was written",
-                   bundle->second, e.name, e.source);
+      std::optional<std::string> text = readRegularFile(
+          bundle->second + "/" + e.source, kMaxKernelSourceBytes,
+          "the kernel source", &readError);
+      if (!text) {
+        cli::error("cannot add to the bundle '{}': its kernel '{}': {}; "
+                   "nothing was written",
+                   bundle->second, e.name, readError);
         return 1;
       }
-      std::string text((std::istreambuf_iterator<char>(in)),
-                       std::istreambuf_iterator<char>());
-      all.push_back({e, text});
+      all.push_back({e, std::move(*text)});
     }
     all.push_back(bk);
     if (std::optional<std::string> err = writeBundle(bundle->second, all)) {

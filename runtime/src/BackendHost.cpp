@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "Backend.h"
 #include "Util.h"
+#include "kvgen/ReadFile.h"
 
 #include <fmt/format.h>
 
@@ -82,7 +83,8 @@ public:
                            fmt::format("host compile of '{}' warned; "
                                        "warnings are errors: {}\n{}",
                                        entry, cmd, log));
-      else if (std::optional<std::string> bin = readFile(so, &err))
+      else if (std::optional<std::string> bin = readRegularFile(
+                   so, kMaxCacheEntryBytes, "the compiled library", &err))
         *binary = std::move(*bin);
       else
         st = Status::error(KVGEN_ERROR_COMPILE, err);

@@ -1,6 +1,7 @@
 //===- Bundle.cpp - Kernel specs and the bundle manifest ------------------===//
 #include "kvgen/Bundle.h"
 #include "Util.h"
+#include "kvgen/ReadFile.h"
 
 #include <fmt/format.h>
 
@@ -347,7 +348,8 @@ bool readBundle(const std::string &dir, std::vector<KernelEntry> *entries,
                 std::string *error) {
   std::string path = dir + "/" + kManifestFileName;
   std::string err;
-  std::optional<std::string> text = rt::readFile(path, &err);
+  std::optional<std::string> text =
+      readRegularFile(path, kMaxManifestBytes, "the bundle manifest", &err);
   if (!text) {
     if (error)
       *error = err;

@@ -8,6 +8,7 @@
 #include "kvgen/Bundle.h"
 #include "kvgen/Generator.h"
 #include "kvgen/Layout.h"
+#include "kvgen/ReadFile.h"
 #include "kvgen/Target.h"
 #include "kvgen/kvgen.h"
 
@@ -934,7 +935,8 @@ static kvgen_status obtainFromBundle(kvgen_context ctx, const BundleItem &item,
                                      kvgen_kernel *out) {
   std::string err;
   std::string path = item.dir + "/" + item.entry.source;
-  std::optional<std::string> source = readFile(path, &err);
+  std::optional<std::string> source =
+      readRegularFile(path, kMaxKernelSourceBytes, "the kernel source", &err);
   if (!source)
     return fail(KVGEN_ERROR_BUNDLE,
                 fmt::format("kernel '{}': {}", item.entry.name, err));

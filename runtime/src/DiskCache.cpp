@@ -1,6 +1,7 @@
 //===- DiskCache.cpp - On-disk binary cache -------------------------------===//
 #include "DiskCache.h"
 #include "Util.h"
+#include "kvgen/ReadFile.h"
 
 #include <fmt/format.h>
 
@@ -112,16 +113,20 @@ DiskCache::Read DiskCache::read(const Digest &key, std::string *payload,
                                 std::string *why) const {
   if (!enabled())
     return Read::Miss;
-  std::string path = entryPath(key);
-  if (::access(path.c_str(), F_OK) != 0)
-    return Read::Miss;
   std::string err;
-  std::optional<std::string> file = readFile(path, &err);
+  ReadFileError kind;
+  std::optional<std::string> file =
+      readRegularFile(entryPath(key), kHeaderSize + kMaxPayloadBytes,
+                      "the cache entry", &err, &kind);
   if (!file) {
     if (why)
       *why = err;
-    // Removed between access() and open() by another process: a miss.
-    return ::access(path.c_str(), F_OK) != 0 ? Read::Miss : Read::Invalid;
+    // No entry, or one that no entry of ours can be (a FIFO, a device, a
+    // directory, more bytes than a payload may have): a miss, nothing
+    // read; the compile's write replaces it.
+    return kind == ReadFileError::Read || kind == ReadFileError::Open
+               ? Read::Invalid
+               : Read::Miss;
   }
   return decode(*file, key, payload, why) ? Read::Hit : Read::Invalid;
 }
@@ -132,6 +137,9 @@ bool DiskCache::evict(const Digest &key) {
 
 bool DiskCache::write(const Digest &key, const std::string &payload) {
   if (!enabled())
+    return false;
+  // An entry read() would refuse is not written (the cache stays on).
+  if (payload.size() > kMaxPayloadBytes)
     return false;
   std::string file = encode(key, payload);
   if (std::optional<std::string> err =

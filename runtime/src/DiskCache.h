@@ -8,9 +8,14 @@
 //       16    32  key (SHA-256 of everything the binary depends on)
 //       48     8  payload size in bytes
 //       56    32  SHA-256 of the payload
-//       88     n  payload (cubin / code object / host .so)
+//       88     n  payload (cubin / code object / host .so, or a generated
+//                 source), n <= kMaxPayloadBytes
 // Entries are published atomically (temporary file, fsync, rename, fsync of
-// the directory) and verified on every read; a bad entry is removed.
+// the directory) and verified on every read; a bad entry is removed. Only a
+// regular file of at most kHeaderSize + kMaxPayloadBytes is read: anything
+// else at an entry's path (a FIFO, a device, a directory, a larger file) is
+// a miss, found from the open descriptor without reading or blocking
+// (kvgen/ReadFile.h).
 // `<hex key>.lock` files serialize compiles of one key across processes
 // (flock). The holder removes its file before releasing it, and a process
 // that then obtains the lock of a removed file retries on the one now at
@@ -22,6 +27,7 @@
 #define KVGEN_RUNTIME_DISKCACHE_H
 
 #include "Sha256.h"
+#include "kvgen/ReadFile.h"
 
 #include <atomic>
 #include <chrono>
@@ -36,6 +42,9 @@ class DiskCache {
 public:
   static constexpr uint32_t kFormatVersion = 1;
   static constexpr size_t kHeaderSize = 88;
+  /// The largest payload written or read (kvgen/ReadFile.h
+  /// kMaxCacheEntryBytes: 64 MiB, sized from the largest kernels).
+  static constexpr uint64_t kMaxPayloadBytes = kMaxCacheEntryBytes;
   using WarnFn = std::function<void(const std::string &)>;
 
   /// `dir` empty: memory-only. Otherwise the directory is created; when that
@@ -46,12 +55,17 @@ public:
   const std::string &dir() const { return dir_; }
 
   enum class Read { Miss, Hit, Invalid };
-  /// Looks `key` up. Invalid: present but truncated/corrupt (*why says
-  /// how); the entry is left alone, see evict().
+  /// Looks `key` up. Miss: no entry, or something no entry can be (not a
+  /// regular file, or larger than kHeaderSize + kMaxPayloadBytes; *why
+  /// says which; nothing is read). Invalid: present but unreadable,
+  /// truncated or corrupt (*why says how); the entry is left alone, see
+  /// evict().
   Read read(const Digest &key, std::string *payload, std::string *why) const;
   /// Removes the entry of `key`; true when a file was removed.
   bool evict(const Digest &key);
   /// Publishes an entry. On failure turns the cache off with one warning.
+  /// A payload over kMaxPayloadBytes is not written (false; the cache
+  /// stays on).
   bool write(const Digest &key, const std::string &payload);
 
   /// An exclusive per-key lock across processes; released on destruction.

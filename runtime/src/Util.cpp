@@ -1,5 +1,6 @@
 //===- Util.cpp - Files, processes and dlopen helpers ---------------------===//
 #include "Util.h"
+#include "kvgen/ReadFile.h"
 
 #include <fmt/format.h>
 
@@ -29,33 +30,90 @@ std::string errnoText(int err) {
     return std::string(buf);
 }
 
-std::optional<std::string> readFile(const std::string &path,
-                                    std::string *error) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+} // namespace rt
+
+namespace {
+/// What a non-regular file is, for messages.
+const char *fileTypeName(mode_t mode) {
+  if (S_ISFIFO(mode))
+    return "a FIFO";
+  if (S_ISCHR(mode))
+    return "a character device";
+  if (S_ISBLK(mode))
+    return "a block device";
+  if (S_ISDIR(mode))
+    return "a directory";
+  if (S_ISSOCK(mode))
+    return "a socket";
+  return "not a plain file";
+}
+} // namespace
+
+std::optional<std::string> readRegularFile(const std::string &path,
+                                           uint64_t maxBytes,
+                                           const std::string &what,
+                                           std::string *error,
+                                           ReadFileError *kind) {
+  auto fail = [&](ReadFileError k, const std::string &why) {
     if (error)
-      *error = fmt::format("cannot open '{}': {}", path, errnoText(errno));
+      *error = fmt::format("cannot read {} '{}': {}", what, path, why);
+    if (kind)
+      *kind = k;
     return std::nullopt;
+  };
+  if (kind)
+    *kind = ReadFileError::None;
+  // O_NONBLOCK: opening a FIFO that has no writer returns at once (it is
+  // then refused below); on a regular file the flag changes nothing.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    int err = errno;
+    return fail(err == ENOENT ? ReadFileError::Missing : ReadFileError::Open,
+                rt::errnoText(err));
   }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  // The type and size of what was opened, not of what the path names now.
+  struct stat st;
+  if (::fstat(fd, &st) != 0)
+    return fail(ReadFileError::Read, rt::errnoText(errno));
+  if (!S_ISREG(st.st_mode))
+    return fail(
+        ReadFileError::NotRegular,
+        fmt::format("it is {}, not a regular file", fileTypeName(st.st_mode)));
+  if (uint64_t(st.st_size) > maxBytes)
+    return fail(ReadFileError::TooLarge,
+                fmt::format("it holds {} bytes, more than the limit of {} "
+                            "bytes",
+                            uint64_t(st.st_size), maxBytes));
+  // At most maxBytes + 1 bytes: one more than the cap tells a file that
+  // grew since fstat (or whose size fstat does not know) from one that fits.
   std::string data;
+  data.reserve(size_t(st.st_size));
   char buf[1 << 16];
   for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
+    size_t want =
+        size_t(std::min<uint64_t>(sizeof(buf), maxBytes + 1 - data.size()));
+    ssize_t n = ::read(fd, buf, want);
     if (n < 0) {
       if (errno == EINTR)
         continue;
-      if (error)
-        *error = fmt::format("cannot read '{}': {}", path, errnoText(errno));
-      ::close(fd);
-      return std::nullopt;
+      return fail(ReadFileError::Read, rt::errnoText(errno));
     }
     if (n == 0)
       break;
     data.append(buf, size_t(n));
+    if (data.size() > maxBytes)
+      return fail(
+          ReadFileError::TooLarge,
+          fmt::format("it holds more than the limit of {} bytes", maxBytes));
   }
-  ::close(fd);
   return data;
 }
+
+namespace rt {
 
 namespace {
 std::string dirOf(const std::string &path) {

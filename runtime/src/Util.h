@@ -11,9 +11,7 @@
 namespace kvgen {
 namespace rt {
 
-/// Reads a whole file; std::nullopt (and *error) on failure.
-std::optional<std::string> readFile(const std::string &path,
-                                    std::string *error);
+// Files are read whole with kvgen::readRegularFile (kvgen/ReadFile.h).
 /// Writes `data` to `path` atomically: a temporary file in the same
 /// directory, fsync, rename, fsync of the directory. Returns an error
 /// message or std::nullopt.

@@ -2,6 +2,7 @@
 #include "kvgen/Bundle.h"
 #include "TestKernels.h"
 #include "Util.h"
+#include "kvgen/ReadFile.h"
 #include "kvgen/Target.h"
 
 #include <gtest/gtest.h>
@@ -490,7 +491,8 @@ TEST(Bundle, WriteThenRead) {
   ASSERT_TRUE(readBundle(dir, &read, &err)) << err;
   ASSERT_EQ(read.size(), 2u);
   expectSameEntry(read[1], kernels[1].entry);
-  std::optional<std::string> src = rt::readFile(dir + "/g.hip", &err);
+  std::optional<std::string> src = readRegularFile(
+      dir + "/g.hip", kMaxKernelSourceBytes, "the source", &err);
   ASSERT_TRUE(src) << err;
   EXPECT_EQ(*src, "// source of kvgen_gather_mimo\n");
   // No temporary files are left behind.

@@ -3,13 +3,18 @@
 #include "Sha256.h"
 #include "TestKernels.h"
 #include "Util.h"
+#include "kvgen/ReadFile.h"
 #include "kvgen/kvgen.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
+#include <chrono>
+
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,6 +58,103 @@ TEST(DiskCacheFormat, EncodeDecodeAndCorruption) {
     EXPECT_FALSE(rt::DiskCache::decode(flipped, key, &out, &why))
         << "flip at " << at;
   }
+}
+
+// Runs `fn` in a child process with at most `seconds` of wall time (alarm)
+// and 1 GiB of address space, and returns its exit status (3 for an
+// exception), or 128 + the signal that ended it: a read that blocks or
+// allocates what it was told comes back as a failure instead of hanging or
+// exhausting the test.
+int runBounded(int seconds, int (*fn)(const std::string &),
+               const std::string &arg) {
+  std::fflush(nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    struct rlimit as = {rlim_t(1) << 30, rlim_t(1) << 30};
+    ::setrlimit(RLIMIT_AS, &as);
+    ::alarm(unsigned(seconds));
+    int rc = 3;
+#if defined(__cpp_exceptions)
+    // The child never returns into the test (std::bad_alloc included).
+    try {
+      rc = fn(arg);
+    } catch (...) {
+      rc = 3;
+    }
+#else
+    rc = fn(arg);
+#endif
+    ::_exit(rc);
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid)
+    return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// In a child: reads the entry of key "k" of the cache in `dir`; exits 0
+// when that is a miss, 1 for a hit, 2 for an invalid entry.
+int readEntryOfK(const std::string &dir) {
+  rt::DiskCache cache(dir, nullptr);
+  std::string payload, why;
+  rt::DiskCache::Read r = cache.read(rt::sha256("k", 1), &payload, &why);
+  return r == rt::DiskCache::Read::Miss  ? 0
+         : r == rt::DiskCache::Read::Hit ? 1
+                                         : 2;
+}
+
+TEST(DiskCacheEntries, AFifoIsAMissWithoutBlocking) {
+  // open() of a FIFO without a writer used to wait forever.
+  test::TempDir tmp;
+  rt::DiskCache cache(tmp.path(), nullptr);
+  ASSERT_TRUE(cache.enabled());
+  const std::string path = cache.entryPath(rt::sha256("k", 1));
+  ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(runBounded(20, readEntryOfK, tmp.path()), 0);
+  EXPECT_LT(rt::msSince(start), 5000.0);
+  std::string payload, why;
+  EXPECT_EQ(cache.read(rt::sha256("k", 1), &payload, &why),
+            rt::DiskCache::Read::Miss);
+  EXPECT_NE(why.find("it is a FIFO, not a regular file"), std::string::npos)
+      << why;
+  // The compile's write replaces it with a real entry.
+  ASSERT_TRUE(cache.write(rt::sha256("k", 1), "payload"));
+  EXPECT_EQ(cache.read(rt::sha256("k", 1), &payload, &why),
+            rt::DiskCache::Read::Hit);
+  EXPECT_EQ(payload, "payload");
+}
+
+TEST(DiskCacheEntries, AHugeSparseEntryIsAMissWithoutReadingIt) {
+  // 6 GiB (sparse): read whole, it ended in std::bad_alloc. The child has
+  // 1 GiB of address space, so reading it is a failure here.
+  test::TempDir tmp;
+  rt::DiskCache cache(tmp.path(), nullptr);
+  ASSERT_TRUE(cache.enabled());
+  const std::string path = cache.entryPath(rt::sha256("k", 1));
+  ASSERT_EQ(::truncate(path.c_str(), off_t(6) << 30), -1); // no file yet
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, off_t(6) << 30), 0);
+  ::close(fd);
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(runBounded(20, readEntryOfK, tmp.path()), 0);
+  EXPECT_LT(rt::msSince(start), 5000.0);
+  std::string payload, why;
+  EXPECT_EQ(cache.read(rt::sha256("k", 1), &payload, &why),
+            rt::DiskCache::Read::Miss);
+  EXPECT_NE(why.find("it holds 6442450944 bytes, more than the limit of " +
+                     std::to_string(rt::DiskCache::kHeaderSize +
+                                    rt::DiskCache::kMaxPayloadBytes)),
+            std::string::npos)
+      << why;
+  // A directory where the entry would be: a miss as well.
+  test::TempDir tmp2;
+  rt::DiskCache cache2(tmp2.path(), nullptr);
+  ASSERT_EQ(::mkdir(cache2.entryPath(rt::sha256("k", 1)).c_str(), 0755), 0);
+  EXPECT_EQ(cache2.read(rt::sha256("k", 1), &payload, &why),
+            rt::DiskCache::Read::Miss);
+  EXPECT_NE(why.find("it is a directory"), std::string::npos) << why;
 }
 
 // A bundle with one host reshape_and_cache kernel for the MiMo layout.
@@ -170,7 +272,8 @@ void corruptAndExpectRebuild(HostCacheTest &t, const char *what,
 TEST_F(HostCacheTest, TruncatedEntryIsEvictedAndRebuilt) {
   corruptAndExpectRebuild(*this, "truncate", [](const std::string &path) {
     std::string err;
-    std::optional<std::string> data = rt::readFile(path, &err);
+    std::optional<std::string> data =
+        readRegularFile(path, kMaxCacheEntryBytes, "the entry", &err);
     ASSERT_TRUE(data) << err;
     ASSERT_EQ(::truncate(path.c_str(), off_t(data->size() / 2)), 0);
   });
@@ -179,7 +282,8 @@ TEST_F(HostCacheTest, TruncatedEntryIsEvictedAndRebuilt) {
 TEST_F(HostCacheTest, BitFlippedEntryIsEvictedAndRebuilt) {
   corruptAndExpectRebuild(*this, "bit flip", [](const std::string &path) {
     std::string err;
-    std::optional<std::string> data = rt::readFile(path, &err);
+    std::optional<std::string> data =
+        readRegularFile(path, kMaxCacheEntryBytes, "the entry", &err);
     ASSERT_TRUE(data) << err;
     (*data)[data->size() - 100] ^= 0x01; // inside the .so payload
     ASSERT_FALSE(rt::writeFileAtomic(path, data->data(), data->size()));
@@ -309,7 +413,8 @@ TEST_F(HostCacheTest, EightProcessesOnAColdKeyCompileOnce) {
   EXPECT_EQ(test::countFiles(cacheDir, ".lock"), 0);
   // The one entry is valid.
   std::string err;
-  std::optional<std::string> file = rt::readFile(entryFile(), &err);
+  std::optional<std::string> file =
+      readRegularFile(entryFile(), kMaxCacheEntryBytes, "the entry", &err);
   ASSERT_TRUE(file) << err;
   std::string hex = entryFile().substr(entryFile().rfind('/') + 1, 64);
   rt::Digest key{};
