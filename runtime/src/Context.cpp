@@ -789,7 +789,9 @@ const char *kvgen_context_cache_dir(kvgen_context ctx) {
   if (!ctx)
     return "";
   std::lock_guard<std::mutex> g(ctx->mutex);
-  return ctx->cacheDirText.c_str();
+  // A write failure (ENOSPC, the directory removed) turns the cache
+  // memory-only after setCacheDir named it: "" from then on.
+  return ctx->disk && ctx->disk->enabled() ? ctx->cacheDirText.c_str() : "";
 }
 
 void kvgen_context_set_warning_callback(kvgen_context ctx, kvgen_warning_fn fn,

@@ -13,6 +13,7 @@
 #include <chrono>
 
 #include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -323,6 +324,59 @@ TEST_F(HostCacheTest, UncreatableDirDegradesToMemoryWithOneWarning) {
   kvgen_cache_stats st = statsOf(ctx);
   EXPECT_EQ(st.compiles, 2u);
   EXPECT_EQ(st.disk_writes, 0u);
+}
+
+// A context whose disk cache turns memory-only at its first write (as
+// `spoil` makes it fail) reports "" as its cache directory from then on,
+// as kvgen.h says; it used to keep naming the directory.
+void expectMemoryOnlyAfterAFailedWrite(HostCacheTest &t,
+                                       void (*spoil)(const std::string &dir),
+                                       const std::string &expectedWhy) {
+  Context ctx = t.freshContext();
+  spoil(t.cacheDir);
+  std::vector<std::string> warnings;
+  ctx.setWarningCallback(
+      [](const char *m, void *u) {
+        static_cast<std::vector<std::string> *>(u)->push_back(m);
+      },
+      &warnings);
+  EXPECT_EQ(ctx.cacheDir(), t.cacheDir);
+  Kernel k;
+  Status s = ctx.getKernel("kv_rc", &k);
+  ASSERT_TRUE(s.ok()) << s.message;
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("caching in memory only"), std::string::npos)
+      << warnings[0];
+  EXPECT_NE(warnings[0].find(expectedWhy), std::string::npos) << warnings[0];
+  EXPECT_EQ(statsOf(ctx).disk_writes, 0u);
+  EXPECT_EQ(ctx.cacheDir(), "");
+  EXPECT_EQ(std::string(kvgen_context_cache_dir(ctx.get())), "");
+}
+
+TEST_F(HostCacheTest, CacheDirIsEmptyOnceAWriteFailureTurnsItOff) {
+  // The directory is replaced by a regular file after setCacheDir: the
+  // entry's temporary file cannot be made (ENOTDIR), even as root.
+  expectMemoryOnlyAfterAFailedWrite(
+      *this,
+      [](const std::string &dir) {
+        ASSERT_EQ(::rmdir(dir.c_str()), 0);
+        ASSERT_FALSE(rt::writeFileAtomic(dir, "x", 1));
+      },
+      "Not a directory");
+}
+
+TEST_F(HostCacheTest, CacheDirIsEmptyAfterENOSPC) {
+  // A full file system: a tmpfs of one page, smaller than the entry (the
+  // host .so). Needs the right to mount (root with CAP_SYS_ADMIN).
+  ASSERT_EQ(::mkdir(cacheDir.c_str(), 0755), 0);
+  if (::mount("tmpfs", cacheDir.c_str(), "tmpfs", 0, "size=4k") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << rt::errnoText(errno);
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{cacheDir};
+  expectMemoryOnlyAfterAFailedWrite(
+      *this, [](const std::string &) {}, "No space left on device");
 }
 
 TEST_F(HostCacheTest, CreationWarningReachesACallbackSetAfterwards) {

@@ -233,7 +233,8 @@ KVGEN_API const char *kvgen_context_target(kvgen_context ctx);
  * the disk cache off. Affects later compiles only. */
 KVGEN_API kvgen_status kvgen_context_set_cache_dir(kvgen_context ctx,
                                                    const char *dir);
-/** The disk cache directory in use, "" when memory-only. */
+/** The disk cache directory in use, "" when memory-only (also once a
+ * failed write, e.g. ENOSPC, turned the cache memory-only). */
 KVGEN_API const char *kvgen_context_cache_dir(kvgen_context ctx);
 /** Replaces the default warning sink (stderr); fn NULL restores it.
  * Warnings of context creation (an unusable default cache directory) are

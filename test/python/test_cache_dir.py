@@ -1,0 +1,88 @@
+"""Context.cache_dir after the disk cache turned memory-only (issue 26, row
+10): a write that fails (ENOSPC, the directory gone) switches the cache to
+memory-only with one warning, and from then on Context.cache_dir is '' as
+its docstring says; it used to keep naming the directory.
+
+On the HOST backend, no GPU: a kernel emitted with build/bin/kvgen into a
+bundle. The ENOSPC case mounts a one-page tmpfs and is skipped where
+mounting is not allowed (not root).
+
+Run:  python3 -m pytest -q test/python/test_cache_dir.py
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python"))
+
+import kvgen  # noqa: E402
+
+BUILD = Path(os.environ.get("KVGEN_BUILD_DIR", REPO / "build"))
+KVGEN = BUILD / "bin" / "kvgen"
+LAYOUT = kvgen.Layout(2, 64, 32, 16, dtype="bf16")
+
+
+@pytest.fixture
+def bundle(tmp_path):
+    if not (KVGEN.is_file() and os.access(KVGEN, os.X_OK)):
+        pytest.skip(f"{KVGEN} not found: build it (ninja -C build kvgen) "
+                    "or set KVGEN_BUILD_DIR")
+    try:
+        kvgen.library_path()
+    except OSError as e:
+        pytest.skip(f"runtime library not loadable: {e}")
+    lf = tmp_path / "layout.mlir"
+    lf.write_text(f"#kv.layout<{LAYOUT.text}>\n")
+    r = subprocess.run([str(KVGEN), "emit", "--layout", str(lf), "--target",
+                        "host", "--op", "reshape_and_cache", "--bundle",
+                        str(tmp_path / "b")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return tmp_path / "b"
+
+
+def first_kernel_turns_cache_off(bundle, cache, spoil, why):
+    ctx = kvgen.Context("host", cache_dir=str(cache))
+    try:
+        warnings = []
+        ctx.set_warning_callback(warnings.append)
+        ctx.load_bundle(str(bundle))
+        assert ctx.cache_dir == str(cache)
+        spoil()
+        ctx.kernel("reshape_and_cache", LAYOUT)  # compiled; its write fails
+        assert len(warnings) == 1, warnings
+        assert "caching in memory only" in warnings[0]
+        assert why in warnings[0], warnings[0]
+        assert ctx.stats()["disk_writes"] == 0
+        assert ctx.cache_dir == ""
+    finally:
+        ctx.close()
+
+
+def test_cache_dir_is_empty_after_a_failed_write(bundle, tmp_path):
+    cache = tmp_path / "cache"
+
+    def spoil():
+        # The directory replaced by a regular file (ENOTDIR, even as root).
+        cache.rmdir()
+        cache.write_text("x")
+
+    first_kernel_turns_cache_off(bundle, cache, spoil, "Not a directory")
+
+
+def test_cache_dir_is_empty_after_enospc(bundle, tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs",
+                        str(cache)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        first_kernel_turns_cache_off(bundle, cache, lambda: None,
+                                     "No space left on device")
+    finally:
+        subprocess.run(["umount", "-l", str(cache)], check=False)
