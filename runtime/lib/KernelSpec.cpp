@@ -1,6 +1,8 @@
 //===- KernelSpec.cpp - What a kernel computes ----------------------------===//
 #include "kvgen/KernelSpec.h"
 
+#include <cctype>
+
 namespace kvgen {
 
 namespace {
@@ -195,6 +197,51 @@ std::string KernelSpec::optionsText() const {
   for (size_t i = 0; i < d.numOptions && i < options.size(); ++i)
     out += std::string(i ? ", " : "") + d.options[i].name + " = " + options[i];
   return out;
+}
+
+std::string KernelSpec::optionDeclaration(size_t i) const {
+  const OpDesc &d = opDesc(op);
+  if (i >= d.numOptions || i >= options.size())
+    return std::string();
+  const OptionDesc &o = d.options[i];
+  const std::string &v = options[i];
+  switch (o.kind) {
+  case OptionKind::IoType: {
+    std::optional<DType> t = parseDType(v);
+    if (!t)
+      return std::string();
+    // The prelude's tag type (codegen/prelude/kernels.h): kvgen::dt_<name
+    // in lower case>.
+    std::string tag = toString(*t);
+    for (char &c : tag)
+      c = char(std::tolower(static_cast<unsigned char>(c)));
+    return "typedef kvgen::dt_" + tag + " " + o.name + ";";
+  }
+  case OptionKind::SlotType:
+    if (v != "i32" && v != "i64")
+      return std::string();
+    return std::string("typedef ") + (v == "i32" ? "int32_t" : "int64_t") +
+           " " + o.name + ";";
+  case OptionKind::Flag:
+    if (v != "0" && v != "1")
+      return std::string();
+    return std::string("static constexpr bool ") + o.name + " = " +
+           (v == "1" ? "true" : "false") + ";";
+  case OptionKind::Count: {
+    std::optional<std::string> n = canonical(OptionKind::Count, v);
+    if (!n)
+      return std::string();
+    return std::string("static constexpr int ") + o.name + " = " + *n + ";";
+  }
+  }
+  return std::string();
+}
+
+std::string KernelSpec::optionsStruct(const std::string &name) const {
+  std::string out = "struct " + name + " {\n";
+  for (size_t i = 0; i < opDesc(op).numOptions; ++i)
+    out += "  " + optionDeclaration(i) + "\n";
+  return out + "};";
 }
 
 std::string KernelSpec::key() const {

@@ -383,6 +383,18 @@ std::optional<std::string> checkSourceMatches(const KernelEntry &e,
   // layout to compare with; their manifests are their authors' word.
   if (source.compare(0, kEmittedSourceMark.size(), kEmittedSourceMark) != 0)
     return std::nullopt;
+  // The target the source was emitted for (its prelude and plan): the
+  // manifest's, up to AMD feature flags (matched against the device at
+  // load time, targetMatches).
+  const size_t ts = kEmittedSourceMark.size();
+  const std::string srcTarget =
+      source.substr(ts, source.find_first_of(". \n", ts) - ts);
+  std::optional<Target> srcT = parseTarget(srcTarget),
+                        entryT = parseTarget(e.target);
+  if (!srcT || !entryT || srcT->info != entryT->info)
+    return fmt::format("the manifest says target = {} but its source was "
+                       "emitted for target '{}'",
+                       e.target, srcTarget);
   // The geometry line: "// kvgen-kernel: name=NAME key=value ... grid=...".
   const std::string head = "// kvgen-kernel: name=" + e.name + " ";
   size_t at = source.find(head);
@@ -453,7 +465,49 @@ std::optional<std::string> checkSourceMatches(const KernelEntry &e,
     return fmt::format("the manifest's layout '{}' is not its source's "
                        "layout '{}'",
                        toString(e.spec.layout), toString(*l));
-  return std::nullopt;
+  // The op: the kernel takes the op's argument struct (the runtime fills
+  // that struct from the manifest's op).
+  const OpDesc &op = opDesc(e.spec.op);
+  if (source.find(" " + e.name + "(" + op.argsType + " ") == std::string::npos)
+    return fmt::format("the manifest says op = {} but its source's kernel "
+                       "'{}' does not take {}",
+                       op.name, e.name, op.argsType);
+  // The options (io, slots, unchecked, ...): the struct the kernel is
+  // compiled with (convert-kv-to-emitc prints KernelSpec::optionsStruct).
+  // The runtime checks array dtypes and passes or omits the error flag by
+  // the manifest's options, so an `unchecked` kernel listed as checked, or
+  // an i64-slot kernel listed as i32, would index past a buffer.
+  const std::string optionsName = e.name + "_options";
+  const std::string optionsOpen = "\nstruct " + optionsName + " {\n";
+  size_t ob = source.find(optionsOpen);
+  size_t oe = ob == std::string::npos ? ob : source.find("\n};", ob + 1);
+  if (oe == std::string::npos)
+    return fmt::format("its source has no 'struct {}'", optionsName);
+  const std::string have = source.substr(ob + 1, oe + 3 - (ob + 1));
+  if (have == e.spec.optionsStruct(optionsName))
+    return std::nullopt;
+  for (size_t i = 0; i < op.numOptions; ++i) {
+    const std::string want = "\n  " + e.spec.optionDeclaration(i) + "\n";
+    if (have.find(want) != std::string::npos)
+      continue;
+    // The source's declaration of this option, for the message.
+    const std::string name = op.options[i].name;
+    std::string theirs = "no declaration of it";
+    for (const std::string &end : {" " + name + ";", " " + name + " = "}) {
+      size_t at = have.find(end);
+      if (at == std::string::npos)
+        continue;
+      size_t ls = have.rfind('\n', at) + 1, le = have.find('\n', at);
+      theirs = "'" + have.substr(ls + 2, le - ls - 2) + "'";
+      break;
+    }
+    return fmt::format("the manifest says {} = {} but its source's kernel "
+                       "has {}",
+                       name, e.spec.options[i], theirs);
+  }
+  return fmt::format("its source's 'struct {}' is not the manifest's "
+                     "options ({})",
+                     optionsName, e.spec.optionsText());
 }
 
 } // namespace kvgen

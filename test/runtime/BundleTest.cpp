@@ -515,9 +515,13 @@ TEST(Bundle, WriterRejectsConflictsAndReaderNeedsManifest) {
   EXPECT_NE(rerr.find("kvgen-manifest.txt"), std::string::npos) << rerr;
 }
 
-// A source in the emitted format (codegen's printSource) for entry `e`.
-std::string emittedLike(const KernelEntry &e) {
+// A source in the emitted format (codegen's printSource) for entry `e`:
+// its options struct is `options` (as convert-kv-to-emitc prints it), or
+// when empty e.spec's.
+std::string emittedLike(const KernelEntry &e, std::string options = "") {
   const LaunchGeometry &g = e.geometry;
+  if (options.empty())
+    options = e.spec.optionsStruct(e.name + "_options");
   return std::string(kEmittedSourceMark) + e.target +
          ". Self-contained: no includes.\n// kvgen-kernel: name=" + e.name +
          " threads=" + std::to_string(g.threads) +
@@ -527,8 +531,9 @@ std::string emittedLike(const KernelEntry &e) {
          " small_threads=" + std::to_string(g.smallThreads) +
          " grid=(ceil(num_tokens/tokens_per_cta) x threads)\n...\n"
          "/// #kv.layout<" +
-         toString(e.spec.layout) + ">\nstruct " + e.name +
-         "_layout {\n};\n";
+         toString(e.spec.layout) + ">\nstruct " + e.name + "_layout {\n};\n" +
+         options + "\nextern \"C\" __global__ KVGEN_LAUNCH_BOUNDS(128) void " +
+         e.name + "(" + opDesc(e.spec.op).argsType + " v1) {\n}\n";
 }
 
 TEST(Bundle, EmittedSourceMustMatchItsManifestEntry) {
@@ -558,6 +563,97 @@ TEST(Bundle, EmittedSourceMustMatchItsManifestEntry) {
   EXPECT_NE(err->find("name=kvgen_other"), std::string::npos) << *err;
   // Hand-written sources are their authors' word.
   EXPECT_FALSE(checkSourceMatches(narrow, "// a hand-written kernel\n"));
+}
+
+// Issue 26, row 2: the manifest's options, op and target are checked
+// against the source as well. The sources' options structs are written
+// here as convert-kv-to-emitc prints them (not through optionsStruct).
+TEST(Bundle, EmittedSourceMustMatchItsManifestOptions) {
+  // An --unchecked, i64-slot, bf16 reshape_and_cache kernel for sm_90.
+  const KernelEntry e = sampleEntries()[0];
+  const std::string src =
+      emittedLike(e, "struct kvgen_rc_mimo_options {\n"
+                     "  typedef kvgen::dt_bf16 io;\n"
+                     "  typedef int64_t slots;\n"
+                     "  static constexpr bool unchecked = true;\n"
+                     "};");
+  ASSERT_FALSE(checkSourceMatches(e, src).has_value())
+      << *checkSourceMatches(e, src);
+  auto expectRefused = [&](const KernelEntry &m, const std::string &what) {
+    std::optional<std::string> err = checkSourceMatches(m, src);
+    ASSERT_TRUE(err.has_value()) << what;
+    EXPECT_NE(err->find(what), std::string::npos) << *err;
+  };
+  // Listed as checked: it would be served for a checked spec and write
+  // wherever slot 2^40 points.
+  KernelEntry m = e;
+  setOption(m.spec, "unchecked", "0");
+  expectRefused(m, "the manifest says unchecked = 0 but its source's kernel "
+                   "has 'static constexpr bool unchecked = true;'");
+  // Listed as i32: the kernel reads int64 slots from an int32 array.
+  m = e;
+  setOption(m.spec, "slots", "i32");
+  expectRefused(m, "the manifest says slots = i32 but its source's kernel "
+                   "has 'typedef int64_t slots;'");
+  // Another io: rows of another width.
+  m = e;
+  setOption(m.spec, "io", "f16");
+  expectRefused(m, "the manifest says io = f16 but its source's kernel has "
+                   "'typedef kvgen::dt_bf16 io;'");
+  // Another op over the same layout: another argument struct.
+  m = e;
+  m.spec = KernelSpec::make(KernelOp::Gather, e.spec.layout);
+  expectRefused(m, "the manifest says op = gather but its source's kernel "
+                   "'kvgen_rc_mimo' does not take kvgen_gather_args");
+  // Another target (another prelude and plan); AMD feature flags aside.
+  m = e;
+  m.target = "sm_80";
+  expectRefused(m, "the manifest says target = sm_80 but its source was "
+                   "emitted for target 'sm_90'");
+  // The source's struct lacks an option the manifest has.
+  const std::string noUnchecked =
+      emittedLike(e, "struct kvgen_rc_mimo_options {\n"
+                     "  typedef kvgen::dt_bf16 io;\n"
+                     "  typedef int64_t slots;\n"
+                     "};");
+  std::optional<std::string> err = checkSourceMatches(e, noUnchecked);
+  ASSERT_TRUE(err.has_value());
+  EXPECT_NE(err->find("unchecked = 1 but its source's kernel has no "
+                      "declaration of it"),
+            std::string::npos)
+      << *err;
+
+  // A COUNT option and flags: MiMo attention with 64 q heads.
+  KernelSpec attn =
+      KernelSpec::make(KernelOp::PagedAttention, test::mimoLayout());
+  setOption(attn, "num_q_heads", "64");
+  const KernelEntry a = test::testEntry("kv_attn", "sm_90", attn, "a.cu");
+  const std::string asrc =
+      emittedLike(a, "struct kv_attn_options {\n"
+                     "  typedef kvgen::dt_bf16 io;\n"
+                     "  static constexpr int num_q_heads = 64;\n"
+                     "  static constexpr bool sinks = false;\n"
+                     "  static constexpr bool logits_soft_cap = false;\n"
+                     "  static constexpr bool unchecked = false;\n"
+                     "};");
+  ASSERT_FALSE(checkSourceMatches(a, asrc).has_value())
+      << *checkSourceMatches(a, asrc);
+  KernelEntry am = a;
+  setOption(am.spec, "num_q_heads", "32");
+  err = checkSourceMatches(am, asrc);
+  ASSERT_TRUE(err.has_value());
+  EXPECT_NE(err->find("the manifest says num_q_heads = 32 but its source's "
+                      "kernel has 'static constexpr int num_q_heads = 64;'"),
+            std::string::npos)
+      << *err;
+  am = a;
+  setOption(am.spec, "sinks", "1");
+  err = checkSourceMatches(am, asrc);
+  ASSERT_TRUE(err.has_value());
+  EXPECT_NE(err->find("sinks = 1 but its source's kernel has 'static "
+                      "constexpr bool sinks = false;'"),
+            std::string::npos)
+      << *err;
 }
 
 TEST(Bundle, TargetMatching) {

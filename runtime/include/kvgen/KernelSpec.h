@@ -61,6 +61,18 @@ struct KernelSpec {
   /// "io = bf16, slots = i64, checked = 0": every option, canonical, in
   /// declaration order.
   std::string optionsText() const;
+  /// The C++ declaration through which an emitted kernel sees option `i`
+  /// (of opDesc(op).options) inside its options struct, e.g. `typedef
+  /// kvgen::dt_bf16 io;` (IO_TYPE), `typedef int64_t slots;` (SLOT_TYPE),
+  /// `static constexpr bool unchecked = false;` (FLAG), `static constexpr
+  /// int num_q_heads = 64;` (COUNT). "" for an index or value out of range.
+  std::string optionDeclaration(size_t i) const;
+  /// `struct NAME {` + each option's declaration, one per line (indented
+  /// two spaces) + `};`: what convert-kv-to-emitc prints as a kernel's
+  /// NAME = `<kernel>_options`, and what the runtime checks a bundle's
+  /// emitted source against (checkSourceMatches), so that both come from
+  /// this one function.
+  std::string optionsStruct(const std::string &name) const;
   /// A canonical one-line text of the spec, equal for equal specs.
   std::string key() const;
   /// std::nullopt when the layout is valid and every option's value suits

@@ -19,6 +19,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kvgen/Conversion/Passes.h"
+#include "kvgen/KernelSpec.h"
 #include "kvgen/Launch.h"
 #include "kvgen/Transforms/Plan.h"
 #include "kvgen/Target.h"
@@ -165,12 +166,12 @@ std::string planStruct(StringRef name, PlanAttr plan,
 }
 
 /// `struct NAME_options`: the op's options (Ops.def) from its attributes of
-/// the same names.
+/// the same names, as KernelSpec::optionsStruct prints them (the runtime
+/// checks a bundle's manifest against that same text).
 FailureOr<std::string> optionsStruct(StringRef name, Operation *op,
-                                     const OpDesc &desc) {
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  os << "struct " << name << " {\n";
+                                     const OpDesc &desc,
+                                     const LayoutDesc &layout) {
+  KernelSpec spec = KernelSpec::make(desc.op, layout);
   for (size_t i = 0; i < desc.numOptions; ++i) {
     const OptionDesc &o = desc.options[i];
     Attribute a = op->getAttr(o.name);
@@ -181,7 +182,7 @@ FailureOr<std::string> optionsStruct(StringRef name, Operation *op,
       if (!d)
         return op->emitOpError("option '") << o.name << "' is not an element "
                                            << "type attribute";
-      os << "  typedef " << dtypeTag(*d) << " " << o.name << ";\n";
+      spec.options[i] = toString(*d);
       break;
     }
     case OptionKind::SlotType: {
@@ -189,28 +190,23 @@ FailureOr<std::string> optionsStruct(StringRef name, Operation *op,
       if (!t || !(t.getValue().isSignlessInteger(32) ||
                   t.getValue().isSignlessInteger(64)))
         return op->emitOpError("option '") << o.name << "' is not i32 or i64";
-      os << "  typedef "
-         << (t.getValue().isSignlessInteger(32) ? "int32_t" : "int64_t")
-         << " " << o.name << ";\n";
+      spec.options[i] = t.getValue().isSignlessInteger(32) ? "i32" : "i64";
       break;
     }
     case OptionKind::Flag:
-      os << "  static constexpr bool " << o.name << " = "
-         << (a ? "true" : "false") << ";\n";
+      spec.options[i] = a ? "1" : "0";
       break;
     case OptionKind::Count: {
       auto n = dyn_cast_or_null<IntegerAttr>(a);
       if (!n || n.getInt() < 1 || n.getInt() > INT32_MAX)
         return op->emitOpError("option '")
                << o.name << "' is not a positive integer attribute";
-      os << "  static constexpr int " << o.name << " = " << n.getInt()
-         << ";\n";
+      spec.options[i] = std::to_string(n.getInt());
       break;
     }
     }
   }
-  os << "};";
-  return out;
+  return spec.optionsStruct(name.str());
 }
 
 /// One planned kernel op -> its structs, its emitc.func and (host target)
@@ -236,7 +232,8 @@ struct KernelSpecLowering
     std::string layoutName = (name + "_layout").str();
     std::string planName = (name + "_plan").str();
     std::string optionsName = (name + "_options").str();
-    FailureOr<std::string> options = optionsStruct(optionsName, op, desc);
+    FailureOr<std::string> options =
+        optionsStruct(optionsName, op, desc, layout);
     if (failed(options))
       return failure();
     emitc::VerbatimOp::create(rewriter, loc,
