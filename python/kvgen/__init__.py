@@ -16,8 +16,10 @@ Shapes (T = num_tokens, H = num_kv_heads, Dk/Dv = head_size_k/v):
   key / key_out     [T, H, Dk], last dim contiguous, any token/head strides
   value / value_out [T, H, Dv], as key
   slot_mapping      [T] int32 or int64 (the kernel's slot dtype); < 0 = pad
-  key_cache, value_cache: a raw buffer (1-D or contiguous, any dtype, e.g.
-      uint8 for fp8) whose memory holds the layout's extent, or a view of
+  key_cache, value_cache: a raw buffer (C-contiguous, any shape and dtype,
+      e.g. uint8 for fp8; a strided 1-D view such as parent[::2] raises
+      ValueError: the kernel would write the parent's elements between the
+      view's) whose memory holds the layout's extent, or a view of
       the layout's shape ([num_blocks, block_size, H, D] for nhd,
       [num_blocks, H, block_size, D] for hnd; D = Dk + Dv when packed) in
       the cache dtype, whose strides must then be the layout's: a mismatch
@@ -34,8 +36,10 @@ Shapes (T = num_tokens, H = num_kv_heads, Dk/Dv = head_size_k/v):
       another head size, K and V swapped, or the other order).
   block_mapping     [N, 2] int64 (src, dst) rows, C-contiguous (copy_blocks,
                     swap_blocks); another shape ValueError, dtype TypeError
-  k_scale / v_scale float32 [1] (scale = per_tensor) or [H] (per_head)
-  error_flag        int32 [>= 1], optional: kernels (all but `unchecked`
+  k_scale / v_scale float32 [1] (scale = per_tensor) or [H] (per_head),
+                    C-contiguous
+  error_flag        int32 [>= 1] (0 elements: ValueError), optional:
+                    kernels (all but `unchecked`
                     ones) skip a slot >= num_blocks * block_size and set it
                     to 1; without one they set the context's error word,
                     which Context.check() / Context.synchronize() report as
@@ -53,7 +57,15 @@ raise KvgenError (KVGEN_ERROR_INVALID_ARGUMENT) and launch nothing.
 Every launch is validated by the runtime; failures raise KvgenError with the
 runtime's message (kvgen_last_error()). Argument mistakes the binding can see
 itself (shapes, dtypes, cache views whose strides are not the layout's) raise
-ValueError / TypeError before any C call; so does a read-only numpy array
+ValueError / TypeError before any C call. Every array becomes a pointer in
+one place (Kernel._fill_pointers), which checks by the field's role that the
+array holds what the kernel addresses from that pointer: error_flag 1 int32,
+scales 1 or H float32, sinks num_q_heads float32, slot_mapping T slots,
+seq_lens T and query_start_loc T + 1 int32, block_mapping 2N int64, each
+C-contiguous when more than one; raw buffers (caches, workspace)
+C-contiguous, and cache_bytes no larger than the array; else ValueError
+naming the argument, its size and what the kernel needs. So does a
+read-only numpy array
 (flags.writeable False) passed where the kernel writes (caches of writes,
 copies and swaps, gather outputs, error_flag, workspace: the op table's
 non-const pointer fields), and a flag option (unchecked, dequantize, ...)
@@ -412,6 +424,38 @@ class _Buf:
     def is_device(self):
         return self.kind == "torch" and self.device.type != "cpu"
 
+    def numel(self):
+        n = 1
+        for x in self.shape:
+            n *= x
+        return n
+
+    def is_contiguous(self):
+        """C-order contiguous (size-1 dimensions' strides ignored)."""
+        return _is_contiguous(self.shape, self.strides)
+
+    def check_holds(self, count, elem_bytes, ctype, why, writes):
+        """ValueError unless the kernel can address `count` elements of
+        `elem_bytes` bytes (C type `ctype`) consecutively from this array's
+        pointer inside the array: it holds that many bytes and, for more
+        than one element, is C-contiguous (else the kernel would read the
+        gaps of a strided view, or past its end). `why` says where the
+        count comes from, for the message."""
+        n = self.numel()
+        verb = "writes" if writes else "reads"
+        if n * self.itemsize < count * elem_bytes:
+            raise ValueError(
+                f"{self.what}: shape {list(self.shape)} holds {n} elements "
+                f"({n * self.itemsize} bytes), but the kernel {verb} "
+                f"{count} {ctype} ({why}): pass an array of at least "
+                f"{count} elements")
+        if count > 1 and not self.is_contiguous():
+            raise ValueError(
+                f"{self.what}: the kernel {verb} {count} consecutive {ctype} "
+                f"from its first element ({why}), but it is not contiguous "
+                f"(shape {list(self.shape)}, strides {list(self.strides)} "
+                "elements): pass a C-contiguous array")
+
     def span_bytes(self):
         """Bytes from the first element to the end of the last one."""
         if any(s == 0 for s in self.shape):
@@ -484,15 +528,17 @@ def _is_contiguous(shape, strides):
 def _cache_view(lay, buf, tensor):
     """How cache argument `buf` describes tensor `tensor` of layout `lay`.
 
-    A cache is either a raw buffer (1-D, or contiguous of any shape, or of
-    another element size): the layout alone says where its elements are;
+    A cache is either a raw buffer (C-contiguous, of any shape and element
+    size): the layout alone says where its elements are;
     or a view of the tensor's logical shape, [num_blocks, block_size, H, W]
     (nhd) or [num_blocks, H, block_size, W] (hnd) in elements of the cache
     dtype (W: the component's head size, the row width when packed): its
     strides are then the tensor's real strides. Returns None for a raw
     buffer, else the view's (block, token, head) strides; raises ValueError
-    for a view that is neither (non-contiguous of another shape, or a last
-    dimension that is not contiguous).
+    for a view that is neither (non-contiguous of another shape, e.g. a
+    strided 1-D parent[::2], whose parent's elements between the view's the
+    kernel would address as a raw buffer; or a last dimension that is not
+    contiguous).
 
     A contiguous 4-D array of the cache element size whose middle dims are
     block_size and H (in either order) has the logical form, so for a
@@ -525,15 +571,26 @@ def _cache_view(lay, buf, tensor):
             + f" (layout {lay.text}); pass the cache of that component, "
             "or a 1-D raw buffer")
     if not logical:
-        if len(shape) <= 1 or _is_contiguous(shape, buf.strides) or \
-                buf.itemsize != lay.element_size:
-            if len(shape) > 1 and not _is_contiguous(shape, buf.strides):
-                raise ValueError(
-                    f"{buf.what}: a non-contiguous view of {buf.dtype} "
-                    f"elements ({buf.itemsize} bytes), but the layout's "
-                    f"elements are {lay.element_size} bytes: pass a view "
-                    "of the cache dtype, or a contiguous buffer")
+        if _is_contiguous(shape, buf.strides):
             return None
+        if len(shape) <= 1:
+            # Taken as a raw buffer, the kernel would address its bytes
+            # densely: the elements of the parent between the view's.
+            raise ValueError(
+                f"{buf.what}: a non-contiguous 1-D array ({shape[0]} "
+                f"elements, stride {buf.strides[0]} elements) cannot be a "
+                "raw buffer: a raw cache buffer must be contiguous (the "
+                "kernel addresses the layout's extent densely from its "
+                "first element); pass a contiguous array, or a view of the "
+                f"layout's [num_blocks, "
+                f"{'block_size, H' if nhd else 'H, block_size'}, "
+                f"{'row width' if lay.packed else 'head size'}] shape")
+        if buf.itemsize != lay.element_size:
+            raise ValueError(
+                f"{buf.what}: a non-contiguous view of {buf.dtype} "
+                f"elements ({buf.itemsize} bytes), but the layout's "
+                f"elements are {lay.element_size} bytes: pass a view "
+                "of the cache dtype, or a contiguous buffer")
         raise ValueError(
             f"{buf.what}: a non-contiguous view of shape {list(shape)} "
             f"(strides {list(buf.strides)} elements) is neither a raw "
@@ -683,6 +740,49 @@ _SCALAR_ROLES = ("param", "work_rows", "work_span", "work_window")
 # (void *) and I32_PTR (int32_t *, the error flag); PTR and F32_PTR are
 # const.
 _WRITTEN_TYPES = ("mut_ptr", "i32_ptr")
+_POINTER_TYPES = ("ptr", "mut_ptr", "f32_ptr", "i32_ptr")
+# Roles whose array is a strided view that the role's own check made the
+# kernel's shape (its strides are passed in stride fields): the kernel
+# addresses its elements only.
+_VIEW_ROLES = ("rows", "qrows", "block_tables")
+# Roles whose array is a raw buffer: C-contiguous (a cache may instead be a
+# view of the layout's shape, see _cache_view), its size in bytes given to
+# the runtime's extent check (a *_bytes field).
+_RAW_ROLES = ("cache", "workspace")
+
+
+def _dense_extent(a, t, lay, q_heads, slot_bytes):
+    """What a kernel addresses through pointer field `a` (role per
+    kvgen/Ops.def) as a plain array from its first element: (count,
+    element bytes, C type, where the count comes from). t: the work count
+    (tokens, pairs or sequences); None for view and raw roles. A pointer
+    role missing here raises, so a new role cannot go unchecked."""
+    r = a.role
+    if r == "error_flag":
+        return 1, 4, "int32", "it sets error_flag[0] when it skips an index"
+    if r == "scale":
+        if lay.scale == "per_head":
+            return (lay.num_kv_heads, 4, "float32",
+                    f"scale = per_head: one per kv head, num_kv_heads = "
+                    f"{lay.num_kv_heads}")
+        return 1, 4, "float32", f"scale = {lay.scale}: one per tensor"
+    if r == "head_f32":
+        return q_heads, 4, "float32", f"one per query head, num_q_heads = " \
+            f"{q_heads}"
+    if r == "slots":
+        return t, slot_bytes, f"{slot_bytes}-byte slots", \
+            f"one per token, {t} tokens"
+    if r == "seq_lens":
+        return t, 4, "int32", f"one per sequence, {t} sequences"
+    if r == "query_start_loc":
+        return t + 1, 4, "int32", f"num_seqs + 1, {t} sequences"
+    if r == "index_i64":
+        return 2 * t, 8, "int64", f"a (src, dst) pair per row, {t} rows"
+    if r in _VIEW_ROLES or r in _RAW_ROLES:
+        return None
+    raise NotImplementedError(f"kvgen binding: pointer field {a.name} has "
+                              f"role {r!r}, which it does not know how to "
+                              "check")
 
 
 def _opt(x, what, writes=False):
@@ -1082,10 +1182,12 @@ class Kernel:
 
         Per field role (kvgen/Ops.def): rows [T, H, D] views with a
         contiguous last dim (their token/head strides are taken from the
-        tensor); caches as any tensor whose span holds the layout's extent
-        (cache_bytes=(key, value) overrides the sizes; a packed layout needs
-        no value cache); block_mapping [N, 2] int64, C-contiguous; scales
-        float32 [1] or [H]; error_flag int32. Arrays the kernel writes
+        tensor); caches as contiguous buffers or layout views whose span
+        holds the layout's extent (cache_bytes=(key, value) overrides the
+        sizes, at most the arrays' own; a packed layout needs no value
+        cache); block_mapping [N, 2] int64, C-contiguous; scales float32
+        [1] or [H], contiguous; error_flag int32, >= 1 element (see the
+        module doc: ValueError otherwise). Arrays the kernel writes
         (non-const pointer fields) must be writeable (ValueError for a
         read-only numpy array). num_blocks: default the most whole blocks that fit
         in the caches. cache_strides: ((kb, kt, kh), (vb, vt, vh)) element
@@ -1198,7 +1300,6 @@ class Kernel:
                 st, sh = b.check_rows(nrows, q_heads, lay.head_size(a.which))
                 if self.io_dtype is not None:
                     b.check_dtype(self.io_dtype)
-                fields[a.name] = b.ptr
                 fields[a.name + "_stride_token"] = st
                 fields[a.name + "_stride_head"] = sh
             elif a.role == "row_count":
@@ -1218,7 +1319,6 @@ class Kernel:
                 if b.shape[-1] > 1 and b.strides[-1] != 1:
                     raise ValueError(f"{a.name}: the last dimension must be "
                                      "contiguous")
-                fields[a.name] = b.ptr
                 if a.role == "block_tables":
                     for r in op.args:
                         if r.role == "table_stride":
@@ -1235,12 +1335,6 @@ class Kernel:
                     continue
                 if b.dtype != "f32":
                     raise TypeError(f"{a.name}: dtype {b.dtype}, need float32")
-                if b.span_bytes() < 4 * q_heads or \
-                        (len(b.shape) == 1 and b.shape[0] > 1 and
-                         b.strides[0] != 1):
-                    raise ValueError(f"{a.name}: need {q_heads} contiguous "
-                                     "float32 values")
-                fields[a.name] = b.ptr
             elif a.role in _SCALAR_ROLES:
                 if a.name in scalars:
                     v = scalars[a.name]
@@ -1256,7 +1350,6 @@ class Kernel:
                 st, sh = b.check_rows(t, lay.num_kv_heads, d)
                 if self.io_dtype is not None:
                     b.check_dtype(self.io_dtype)
-                fields[a.name] = b.ptr
                 fields[a.name + "_stride_token"] = st
                 fields[a.name + "_stride_head"] = sh
             elif a.role == "cache":
@@ -1267,7 +1360,6 @@ class Kernel:
                     raise ValueError(
                         f"{a.name} is required"
                         + (" for a separate layout" if tensor == 1 else ""))
-                fields[a.name] = b.ptr
                 if cache_bytes is not None:
                     n = cb[a.which] if a.which < len(cb) else 0
                 else:
@@ -1285,12 +1377,10 @@ class Kernel:
                 if self.slot_dtype is not None and b.dtype != self.slot_dtype:
                     raise TypeError(f"{a.name}: dtype {b.dtype}, the kernel "
                                     f"takes {self.slot_dtype}")
-                fields[a.name] = b.ptr
             elif a.role == "index_i64":
                 if b is None:
                     raise ValueError(f"{a.name} is required")
                 b.check_pairs()
-                fields[a.name] = b.ptr
             elif a.role == "scale":
                 if b is None:
                     need = lay.scale != "none" and (
@@ -1302,20 +1392,11 @@ class Kernel:
                     continue
                 if b.dtype != "f32":
                     raise TypeError(f"{a.name}: dtype {b.dtype}, need float32")
-                n = 1
-                for x in b.shape:
-                    n *= x
-                need = lay.num_kv_heads if lay.scale == "per_head" else 1
-                if n < need:
-                    raise ValueError(f"{a.name}: {n} elements, scale = "
-                                     f"{lay.scale} needs {need}")
-                fields[a.name] = b.ptr
             elif a.role == "error_flag":
                 if b is None:
                     continue  # the context's error word (Context.check)
                 if b.dtype != "i32":
                     raise TypeError(f"{a.name}: dtype {b.dtype}, need int32")
-                fields[a.name] = b.ptr
             elif a.role == "work":
                 fields[a.name] = t
             elif a.role == "cache_strides":
@@ -1352,9 +1433,9 @@ class Kernel:
                        ctypes.sizeof(probe), ctypes.byref(need)))
             b = bufs.get(ws.name)
             if b is None and need.value > 0:
-                b = _Buf(self._workspace_for(need.value, bufs), ws.name)
+                b = bufs[ws.name] = _Buf(
+                    self._workspace_for(need.value, bufs), ws.name)
             if b is not None:
-                fields[ws.name] = b.ptr
                 for r in op.args:
                     if r.role == "workspace_bytes":
                         fields[r.name] = b.span_bytes()
@@ -1386,6 +1467,7 @@ class Kernel:
                         + ") hold no whole block of the layout; pass "
                         "num_blocks explicitly to get the runtime's check")
             fields[a.name] = int(nb)
+        self._fill_pointers(bufs, fields, t, q_heads)
         _check_cache_aliasing(op, lay, bufs, fields, dyn)
         # stream
         if stream is None:
@@ -1405,6 +1487,43 @@ class Kernel:
         self.launch_raw(args, stream=int(stream), pdl=pdl)
         if check or (check is None and backend == "host"):
             self._ctx.check()
+
+    def _fill_pointers(self, bufs, fields, t, q_heads):
+        """Where arrays become pointers, the one place: every pointer field
+        of the op given an array gets its address here, after checking
+        that the array holds what the kernel addresses through the field
+        (by role: _dense_extent; views: their shapes were checked as the
+        role's; raw buffers: contiguous, see _cache_view, and the bytes the
+        runtime is told of are within the array). ValueError naming the
+        argument otherwise."""
+        op = self._op
+        slot_bytes = SLOT_DTYPES.get(self.slot_dtype, 0)
+        for a in op.args:
+            if a.type not in _POINTER_TYPES:
+                continue
+            b = bufs.get(a.name)
+            if b is None:
+                continue
+            if a.role == "slots" and not slot_bytes:
+                slot_bytes = b.itemsize
+            ext = _dense_extent(a, t, self.layout, q_heads, slot_bytes)
+            if ext is not None:
+                b.check_holds(*ext, writes=a.type in _WRITTEN_TYPES)
+            elif a.role in _RAW_ROLES:
+                size = next((fields.get(r.name, 0) for r in op.args
+                             if r.name == a.name + "_bytes" or
+                             (a.role == "workspace" and
+                              r.role == "workspace_bytes")), 0)
+                if a.role == "workspace" and not b.is_contiguous():
+                    raise ValueError(
+                        f"{a.name}: a raw buffer must be contiguous (shape "
+                        f"{list(b.shape)}, strides {list(b.strides)} "
+                        "elements): the kernel addresses its bytes densely")
+                if size > b.span_bytes():
+                    raise ValueError(
+                        f"{a.name}: cache_bytes {size} exceeds the array's "
+                        f"{b.span_bytes()} bytes")
+            fields[a.name] = b.ptr
 
     def _workspace_for(self, nbytes, bufs):
         """A zeroed workspace of >= nbytes on the device of `bufs`, kept

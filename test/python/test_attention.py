@@ -671,3 +671,34 @@ def test_launch_rule_inputs_are_bounded(ctx):
     assert "exceeds num_tokens = 2" in e.value.message, e.value.message
     np.testing.assert_array_equal(c.out_buf.view(np.uint16),
                                   before.view(np.uint16))
+
+
+def test_pointer_arguments_hold_what_the_kernel_touches(ctx):
+    """Issue 26, rows 3 and 4, for attention's own pointer roles: sinks
+    (num_q_heads consecutive float32), the error flag (one int32) and a
+    caller's workspace (a raw buffer: contiguous) are checked where the
+    binding turns arrays into pointers: ValueError naming the argument,
+    nothing written (output canaries, the workspace's parent)."""
+    g = GEOS["mimo_hnd_sinks_window"]
+    rng = np.random.default_rng(7)
+    c = Case(g, [300], [1], rng)  # splits on the host plan: a workspace
+    k = kernel_for(ctx, g)
+    out0 = c.out_buf.copy()
+    strided = np.repeat(c.sinks, 2)[::2]  # the right values, stride 2
+    assert np.array_equal(strided, c.sinks)
+    for sinks, msg in ((strided, r"sinks: .*contiguous"),
+                       (strided.reshape(-1, 1), r"sinks: .*not contiguous"),
+                       (c.sinks[:-1], r"sinks: .*num_q_heads = 8")):
+        with pytest.raises(ValueError, match=msg):
+            c.run(k, sinks=sinks)
+        assert np.array_equal(c.out_buf, out0)
+    parent = np.zeros(1 << 21, np.uint8)
+    with pytest.raises(ValueError, match=r"workspace: .*contiguous"):
+        c.run(k, workspace=parent[::2])
+    assert not parent.any() and np.array_equal(c.out_buf, out0)
+    flag = np.full(4, 9, np.int32)
+    with pytest.raises(ValueError, match=r"error_flag: .*0 elements"):
+        c.run(k, error_flag=flag[2:2])
+    assert (flag == 9).all() and np.array_equal(c.out_buf, out0)
+    c.run(k, workspace=parent[:1 << 20])
+    c.check()

@@ -690,3 +690,158 @@ def test_cache_of_the_layout_form_must_match_the_layout(ctx):
     assert pc.view(np.uint16).any()
     with pytest.raises(ValueError, match=r"packed row of k \+ v"):
         p.reshape_and_cache(key, value, kc, None, slots)
+
+
+# -- pointers hold what the kernel touches (issue 26, rows 3 and 4) -----------
+
+def _torch_or_none():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def test_pointer_arguments_hold_what_the_kernel_touches(ctx):
+    """Issue 26, row 3: a 0-element error_flag (buf[4:4]) was accepted and a
+    skipped slot wrote 4 bytes at its pointer, outside the array. Every
+    array the binding passes as a plain pointer must hold the elements the
+    kernel addresses from it, consecutively: error_flag 1 int32, k_scale /
+    v_scale 1 (per_tensor) or num_kv_heads (per_head) contiguous float32.
+    Otherwise ValueError naming the argument, nothing launched (canaries
+    around the flag, caches untouched); numpy arrays and torch tensors
+    alike."""
+    rng = np.random.default_rng(31)
+    T, nb = 6, 2
+    key, value = make_inputs(rng, T)
+    slots = make_slots(rng, T, nb, np.int32)
+    slots[1] = nb * BS  # out of range: the kernel would set error_flag[0]
+    kc = np.zeros(extent(BF16, "k", nb), np.uint16)
+    vc = np.zeros(extent(BF16, "v", nb), np.uint16)
+    w = spec_kernel(ctx, 2)  # checked, i32 slots
+    assert w.checked
+    torch = _torch_or_none()
+    buf = np.full(8, 0x5A5A5A5A, np.int32)
+    flags = [buf[4:4], buf[:0], np.zeros((0, 3), np.int32)]
+    if torch is not None:
+        tbuf = torch.full((8,), 0x5A5A5A5A, dtype=torch.int32)
+        flags.append(tbuf[4:4])
+    for flag in flags:
+        with pytest.raises(ValueError, match=r"error_flag: .*0 elements.*"
+                                             r"1 int32"):
+            w.reshape_and_cache(key, value, kc, vc, slots, num_blocks=nb,
+                                error_flag=flag)
+        assert (buf == 0x5A5A5A5A).all()
+        assert not kc.any() and not vc.any(), "nothing was launched"
+    if torch is not None:
+        assert (tbuf == 0x5A5A5A5A).all()
+    # One int32 is enough, whatever the array's shape or strides.
+    flag = buf[2:3]
+    w.reshape_and_cache(key, value, kc, vc, slots, num_blocks=nb,
+                        error_flag=flag)
+    assert buf[2] == 1 and (np.delete(buf, 2) == 0x5A5A5A5A).all()
+
+    # Per-head scales: num_kv_heads consecutive float32.
+    key2, value2 = make_inputs(rng, T)
+    slots2 = make_slots(rng, T, nb)
+    kc8 = np.zeros(extent(FP8, "k", nb), np.uint8)
+    vc8 = np.zeros(extent(FP8, "v", nb), np.uint8)
+    f = spec_kernel(ctx, 3)  # per_head fp8
+    good = np.full(H, 0.25, np.float32)
+    strided = np.array([0.25, 1e30] * H, np.float32)[::2]  # H elements
+    assert strided.shape == (H,) and not strided.flags.c_contiguous
+    bad = [(strided, r"k_scale: .*not contiguous"),
+           (np.ones(H - 1, np.float32), rf"k_scale: .*{H - 1} elements.*"
+                                        rf"{H} float32.*per_head"),
+           (np.ones((H, 1), np.float32)[:0], r"k_scale: .*0 elements")]
+    if torch is not None:
+        bad.append((torch.tensor([0.25, 1e30] * H)[::2],
+                    r"k_scale: .*not contiguous"))
+    for ks, msg in bad:
+        with pytest.raises(ValueError, match=msg):
+            f.reshape_and_cache(key2, value2, kc8, vc8, slots2, k_scale=ks,
+                                v_scale=good, num_blocks=nb)
+        assert not kc8.any() and not vc8.any()
+    f.reshape_and_cache(key2, value2, kc8, vc8, slots2, k_scale=good,
+                        v_scale=good.reshape(1, H), num_blocks=nb)
+    assert kc8.any() and vc8.any()
+
+
+def test_cache_bytes_cannot_exceed_the_array(ctx):
+    """cache_bytes (the size the runtime's extent check is given) may not
+    claim more bytes than the array holds: the kernel could then write
+    past it."""
+    key, value, kc, vc, slots = _write_setup(ctx)
+    w = spec_kernel(ctx, 0)
+    with pytest.raises(ValueError, match=rf"key_cache: cache_bytes "
+                                         rf"{kc.nbytes + 2} .*{kc.nbytes}"):
+        w.reshape_and_cache(key, value, kc, vc, slots, num_blocks=2,
+                            cache_bytes=(kc.nbytes + 2, vc.nbytes))
+    assert not kc.any() and not vc.any()
+    w.reshape_and_cache(key, value, kc, vc, slots, num_blocks=2,
+                        cache_bytes=(kc.nbytes, vc.nbytes))
+    assert kc.any() and vc.any()
+
+
+def test_raw_cache_buffers_must_be_contiguous(ctx):
+    """Issue 26, row 4: a 1-D non-contiguous cache (parent[::2]) was taken
+    as a dense raw buffer, so the kernel wrote the elements of `parent`
+    between the view's. A raw buffer (any array that is not a view of the
+    layout's [num_blocks, ...] shape) must be C-contiguous: ValueError
+    naming the argument, parent untouched; numpy and torch."""
+    rng = np.random.default_rng(33)
+    T, nb = 5, 2
+    key, value = make_inputs(rng, T)
+    slots = np.arange(T, dtype=np.int64)
+    ek, ev = extent(BF16, "k", nb), extent(BF16, "v", nb)
+    w = spec_kernel(ctx, 0)
+    g = spec_kernel(ctx, 1)
+    torch = _torch_or_none()
+    parents = [np.full(2 * ek, 0xA5A5, np.uint16)]
+    if torch is not None:
+        parents.append(torch.full((2 * ek,), 0x2525, dtype=torch.int16))
+    for parent in parents:
+        before = parent.copy() if isinstance(parent, np.ndarray) \
+            else parent.clone()
+        kc = parent[::2]  # ek elements, stride 2
+        vc = np.zeros(ev, np.uint16)
+        with pytest.raises(ValueError, match=r"key_cache: .*raw buffer.*"
+                                             r"contiguous"):
+            w.reshape_and_cache(key, value, kc, vc, slots, num_blocks=nb)
+        assert (parent == before).all() and not vc.any()
+        # The gather reads through the same pointer: refused too.
+        ko = np.zeros((T, H, DK), np.uint16)
+        vo = np.zeros((T, H, DV), np.uint16)
+        with pytest.raises(ValueError, match=r"key_cache: .*contiguous"):
+            g.gather(kc, vc, slots, ko, vo, num_blocks=nb)
+        assert not ko.any() and not vo.any()
+    # A strided byte view (another element size than the layout's) too.
+    pb = np.zeros(4 * ek, np.uint8)
+    with pytest.raises(ValueError, match=r"key_cache: .*contiguous"):
+        w.reshape_and_cache(key, value, pb[::2], np.zeros(ev, np.uint16),
+                            slots, num_blocks=nb)
+    assert not pb.any()
+    # Contiguous raw buffers still work.
+    kc = np.zeros(ek, np.uint16)
+    vc = np.zeros(ev, np.uint16)
+    w.reshape_and_cache(key, value, kc, vc, slots, num_blocks=nb)
+    assert np.array_equal(kc[:T * H * DK], key.view(np.uint16).ravel())
+
+
+def test_every_pointer_field_has_a_checked_role():
+    """The one check where arrays become pointers (Kernel._fill_pointers)
+    knows every pointer field of the op table: a new pointer role without
+    an extent there fails here, not silently at a launch."""
+    from kvgen import _capi
+    lay = kvgen.Layout(H, DK, DV, BS, dtype="f8E4M3FN", scale="per_head")
+    seen = set()
+    for op in kvgen.ops().values():
+        for a in op.args:
+            if _capi._ARG_TYPES[a.type] is not ctypes.c_void_p:
+                continue
+            assert a.type in kvgen._POINTER_TYPES, (op.name, a.name)
+            ext = kvgen._dense_extent(a, 3, lay, 8, 8)
+            assert ext is not None or a.role in kvgen._VIEW_ROLES + \
+                kvgen._RAW_ROLES, (op.name, a.name)
+            seen.add(a.role)
+    assert {"error_flag", "scale", "slots", "cache"} <= seen
