@@ -941,36 +941,120 @@ def _mla_gather_plan(src_cache, dst, slots, kv_cache_dtype, scale):
     return p
 
 
+def _check_mla_tables(dst, block_table, cu_seq_lens, batch_size,
+                      seq_starts):
+    """The gather's index tensors as far as the host sees them without
+    reading their values: integer dtypes, shapes that hold batch_size
+    sequences, dst's device (ValueError / TypeError naming the argument)."""
+    if isinstance(batch_size, bool) or isinstance(batch_size, float) or \
+            not hasattr(batch_size, "__index__"):
+        raise TypeError(f"kvgen: batch_size {batch_size!r} must be an int")
+    if batch_size < 0:
+        raise ValueError(f"kvgen: batch_size {batch_size} must be >= 0")
+    for name, t, dims, need in (
+            ("block_table", block_table, 2,
+             f"[>= {batch_size}, max_blocks_per_seq]"),
+            ("cu_seq_lens", cu_seq_lens, 1, f"[>= {batch_size + 1}]"),
+            ("seq_starts", seq_starts, 1, f"[>= {batch_size}]")):
+        if t is None:
+            continue
+        if t.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"kvgen: {name} has dtype {t.dtype}, need int32 "
+                            "(or int64)")
+        rows = batch_size + (1 if name == "cu_seq_lens" else 0)
+        if t.dim() != dims or t.shape[0] < rows:
+            raise ValueError(f"kvgen: {name} has shape {list(t.shape)}, need "
+                             f"{need} (batch_size = {batch_size})")
+    _same_device(dst, block_table=block_table, cu_seq_lens=cu_seq_lens,
+                 seq_starts=seq_starts)
+
+
+def _mla_gather_slots(nb, bs, rows, dst_rows, block_table, cu_seq_lens,
+                      batch_size, seq_starts, bad_slot):
+    """int64 [rows] slots of the gather by block table, computed on the
+    device without a host synchronization: the cache slot of dst row t =
+    cu_seq_lens[b] + i (token i of sequence b) at position p = i +
+    seq_starts[b], i.e. block_table[b, p // bs] * bs + p % bs; -1 (row
+    untouched) for rows outside [cu_seq_lens[0], cu_seq_lens[batch_size]);
+    bad_slot for every token it cannot serve: p < 0, p // bs past the row
+    (block_table.shape[1] columns), a block id outside [0, nb); and for
+    every row when cu_seq_lens is not nondecreasing from >= 0 to <=
+    dst_rows (`rows` may be 1 where dst_rows is 0, to carry that
+    report)."""
+    dev = block_table.device
+    B, W = batch_size, block_table.shape[1]
+    cu = cu_seq_lens[:B + 1].to(torch.int64)
+    t = torch.arange(rows, device=dev, dtype=torch.int64)
+    # Not served as a whole: nothing is written, every row reports.
+    bad_all = (cu[0] < 0) | (cu[B] > dst_rows) | (cu[1:] < cu[:-1]).any()
+    b = torch.searchsorted(cu[1:], t, right=True).clamp_(max=B - 1)
+    inside = (t >= cu[0]) & (t < cu[B])
+    p = t - cu[b]
+    if seq_starts is not None:
+        p = p + seq_starts.to(torch.int64)[:B][b]
+    col = torch.div(p, bs, rounding_mode="floor")
+    ok = (p >= 0) & (col < W)
+    if W > 0:
+        blk = block_table.to(torch.int64)[b, col.clamp(0, W - 1)]
+        ok &= (blk >= 0) & (blk < nb)
+        slot = blk.clamp(0, max(nb - 1, 0)) * bs + p.remainder(bs)
+    else:
+        ok = torch.zeros_like(ok)
+        slot = torch.zeros_like(t)
+    bad = bad_all | (inside & ~ok)
+    return torch.where(bad, torch.full_like(t, bad_slot),
+                       torch.where(inside, slot, torch.full_like(t, -1)))
+
+
 def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
                                    batch_size, kv_cache_dtype, scale,
                                    seq_starts=None):
     """vLLM's MLA gather: for each sequence b < batch_size and each of its
     tokens i < cu_seq_lens[b+1] - cu_seq_lens[b], dst[cu_seq_lens[b] + i] =
     dequant(src_cache[block_table[b, p // block_size], p % block_size]),
-    p = i + seq_starts[b] (0 without seq_starts); rows of dst past
-    cu_seq_lens[batch_size] are untouched.
+    p = i + seq_starts[b] (0 without seq_starts); rows of dst outside
+    [cu_seq_lens[0], cu_seq_lens[batch_size]) are untouched.
+
+    block_table int32 [>= batch_size, M], cu_seq_lens int32 [>= batch_size
+    + 1], seq_starts int32 [>= batch_size] (int64 accepted), all on dst's
+    device: ValueError / TypeError otherwise, before any launch. A
+    seq_starts entry that is a multiple of block_size (what vLLM passes)
+    gives vLLM's result; another one starts at that token (vLLM's kernel
+    would start at its block's first token).
+
+    Values the gather cannot serve are reported as the other ops report an
+    out-of-range slot (no host synchronization: check_errors() raises
+    KvgenError KVGEN_ERROR_INDEX_OUT_OF_RANGE), and nothing is read or
+    written for them: a token with p < 0, with p // block_size >= M (a
+    sequence longer than its block_table row), or whose block id is outside
+    [0, num_blocks) has its dst row left untouched, the other tokens are
+    gathered; cu_seq_lens that is not nondecreasing, starts below 0 or ends
+    past dst's rows makes the call write nothing (every row reported). With
+    set_unchecked(True) such tokens are skipped unreported.
 
     kvgen has no block-table gather kernel yet, so this computes each
     token's slot with torch ops on the device (searchsorted over
     cu_seq_lens, a block_table lookup: O(dst rows) temporaries, allocated
     per call, no host synchronization) and then runs kvgen's slot-based
-    kv.gather_mla (dequantizing fp8 to dst's dtype). What is missing for an
-    allocation-free launch: a kernel op whose work items are (sequence,
-    token) pairs reading BLOCK_TABLES / SEQ_LENS roles for a gather."""
+    kv.gather_mla (dequantizing fp8 to dst's dtype), whose range check
+    reports the tokens above (their slot is num_blocks * block_size). What
+    is missing for an allocation-free launch: a kernel op whose work items
+    are (sequence, token) pairs reading BLOCK_TABLES / SEQ_LENS roles for a
+    gather."""
     if src_cache.dim() != 3 or dst.dim() != 2:
         _check_mla_gather(src_cache, dst, kv_cache_dtype, scale)
-    bs = src_cache.shape[1]
+    _check_mla_tables(dst, block_table, cu_seq_lens, batch_size, seq_starts)
+    if batch_size == 0:
+        return  # no sequence: nothing to gather
+    nb, bs = src_cache.shape[0], src_cache.shape[1]
     T = dst.shape[0]
-    dev = dst.device
-    t = torch.arange(T, device=dev, dtype=torch.int64)
-    cu = cu_seq_lens[:batch_size + 1].to(torch.int64)
-    b = torch.searchsorted(cu[1:], t, right=True).clamp_(max=batch_size - 1)
-    i = t - cu[b]
-    p = i + (seq_starts.to(torch.int64)[b] if seq_starts is not None else 0)
-    blk = block_table.to(torch.int64)[b, (p // bs).clamp_(
-        max=block_table.shape[1] - 1)]
-    slots = torch.where(t < cu[batch_size], blk * bs + p % bs,
-                        torch.full_like(t, -1))
+    # A dst of 0 rows still reports tokens claimed by cu_seq_lens: through
+    # one row of scratch that is never written (its slot is -1 or bad).
+    out = dst if T > 0 else torch.empty((1,) + tuple(dst.shape[1:]),
+                                        dtype=dst.dtype, device=dst.device)
+    slots = _mla_gather_slots(nb, bs, out.shape[0], T, block_table,
+                              cu_seq_lens, batch_size, seq_starts,
+                              -1 if _unchecked else nb * bs)
     sig = ("gm", src_cache.dtype, src_cache.device, src_cache.shape,
            src_cache.stride(), dst.dtype, dst.device, dst.shape[1:],
            dst.stride(), kv_cache_dtype, scale.dtype, scale.device,
@@ -982,17 +1066,18 @@ def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
     a = plan.args()
     a.kv_cache = src_cache.data_ptr()
     a.slot_mapping = slots.data_ptr()
-    a.kv_c_out = dst.data_ptr()
-    a.k_pe_out = dst.data_ptr() + plan.out_offset
+    a.kv_c_out = out.data_ptr()
+    a.k_pe_out = out.data_ptr() + plan.out_offset
     if kv_cache_dtype != "auto":
         a.scale = scale.data_ptr()
-    a.num_tokens = T
+    a.num_tokens = out.shape[0]
     plan.launch(a)
 
 
 def _mla_gather_fake(src_cache, dst, block_table, cu_seq_lens, batch_size,
                      kv_cache_dtype, scale, seq_starts=None):
     _check_mla_gather(src_cache, dst, kv_cache_dtype, scale)
+    _check_mla_tables(dst, block_table, cu_seq_lens, batch_size, seq_starts)
 
 
 #---------------------------------------------------------------------------

@@ -883,6 +883,128 @@ def test_mla_ops_strided_views_bit_exact(kind, cache, device):
     assert any("components = [kv_c: 512, k_pe: 64]" in t for t in layouts)
 
 
+def _mla_gather_want(cache, dst, table, cu, batch, starts):
+    """dst after vLLM's gather_and_maybe_dequant_cache ("auto") with the
+    tokens kvgen cannot serve left as they were: a position p = i +
+    seq_starts[b] < 0, a column p // block_size past the block_table row, a
+    block id outside [0, num_blocks)."""
+    nb, bs = cache.shape[:2]
+    out = dst.clone()
+    for b in range(batch):
+        lo, hi = int(cu[b]), int(cu[b + 1])
+        for i in range(hi - lo):
+            p = i + (int(starts[b]) if starts is not None else 0)
+            if p < 0 or p // bs >= table.shape[1]:
+                continue
+            blk = int(table[b, p // bs])
+            if 0 <= blk < nb:
+                out[lo + i] = cache[blk, p % bs]
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mla_gather_by_block_table_refuses_what_it_cannot_serve(device):
+    """Issue 26, row 5: a sequence longer than its block_table row was
+    clamped to the row's last column (another token's row returned), a
+    negative seq_starts wrapped to the row's end, a block id of -1 was
+    skipped, a huge int64 block id wrapped into the cache, and cu_seq_lens
+    that are not cumulative or claim more rows than dst has were served in
+    part: all silently, check_errors() clean. Now every token the gather
+    cannot serve is skipped (its dst row untouched) and reported through
+    the device's error word (check_errors raises
+    KVGEN_ERROR_INDEX_OUT_OF_RANGE), the other tokens gathered; cu_seq_lens
+    that are not nondecreasing from >= 0 to <= dst rows make the whole call
+    write nothing and report; shapes, dtypes and devices are checked
+    before any launch (ValueError / TypeError). dst rows outside the
+    sequences are untouched (canaries)."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(26)
+    nb, bs, E = 6, 4, 32
+    cache = (torch.randn(nb, bs, E, generator=gen) * 3).to(
+        torch.bfloat16).to(dev)
+    scale = torch.ones(1, device=dev)
+
+    def i32(x, dtype=torch.int32):
+        return torch.tensor(x, dtype=dtype, device=dev)
+
+    table = i32([[1, 2], [3, 4]])  # 2 columns: 8 tokens per sequence
+    canary = 7.0
+    cases = [
+        # (name, table, cu, starts, rows of dst, reported)
+        ("valid", table, [0, 5, 9], [0, 4], 12, False),
+        ("longer than its row", table, [0, 9, 13], None, 14, True),
+        ("start + length past the row", table, [0, 5, 9], [0, 5], 12, True),
+        ("negative seq_starts", table, [0, 5, 9], [-1, 0], 12, True),
+        ("block id -1", i32([[1, 2], [-1, 4]]), [0, 5, 9], None, 12, True),
+        ("block id num_blocks", i32([[1, nb], [3, 4]]), [0, 5, 9], None,
+         12, True),
+        ("block id 2^62", i32([[1 << 62, 2], [3, 4]], torch.int64),
+         [0, 5, 9], None, 12, True),
+        ("cu_seq_lens decreasing", table, [0, 6, 4], None, 12, True),
+        ("cu_seq_lens past dst", table, [0, 5, 13], None, 12, True),
+        ("cu_seq_lens negative start", table, [-2, 3, 7], None, 12, True),
+        ("empty dst, tokens claimed", table, [0, 5, 9], None, 0, True),
+        ("empty dst, one token claimed", table, [0, 1, 1], None, 0, True),
+        ("empty dst, no tokens", table, [0, 0, 0], None, 0, False),
+        ("block_table of 0 columns", i32([[], []]), [0, 1, 1], None, 12,
+         True),
+        ("rows before cu_seq_lens[0]", table, [3, 5, 9], None, 12, False),
+    ]
+    for name, tab, cu, starts, rows, reported in cases:
+        kt.check_errors(dev)
+        cu_t = i32(cu)
+        st = None if starts is None else i32(starts)
+        dst = torch.full((rows + 2, E), canary, dtype=torch.bfloat16,
+                         device=dev)  # 2 canary rows past dst
+        want = dst.clone()
+        if cu == sorted(cu) and cu[0] >= 0 and cu[-1] <= rows:
+            want = _mla_gather_want(cache, want, tab, cu, 2, starts)
+        torch.ops.kvgen.gather_and_maybe_dequant_cache(
+            cache, dst[:rows], tab, cu_t, 2, "auto", scale, st)
+        if reported:
+            with pytest.raises(kvgen.KvgenError) as e:
+                kt.check_errors(dev)
+            assert e.value.status_name == "KVGEN_ERROR_INDEX_OUT_OF_RANGE", \
+                name
+        else:
+            kt.check_errors(dev)
+        assert torch.equal(dst.cpu(), want.cpu()), name
+        assert (dst[rows:] == canary).all(), name
+    # What is wrong on the host: refused before any launch.
+    dst = torch.full((12, E), canary, dtype=torch.bfloat16, device=dev)
+    cu_t = i32([0, 5, 9])
+    for args, err, msg in (
+            ((table, i32([0, 5]), 2, None), ValueError,
+             r"cu_seq_lens has shape \[2\], need \[>= 3\]"),
+            ((table[:1], cu_t, 2, None), ValueError,
+             r"block_table has shape \[1, 2\], need \[>= 2, "),
+            ((table, cu_t, 2, i32([0])), ValueError,
+             r"seq_starts has shape \[1\], need \[>= 2\]"),
+            ((table, cu_t, -1, None), ValueError, r"batch_size -1"),
+            ((table.float(), cu_t, 2, None), TypeError,
+             r"block_table has dtype torch.float32"),
+            ((table[0], cu_t, 2, None), ValueError,
+             r"block_table has shape \[2\]")):
+        with pytest.raises(err, match=msg):
+            torch.ops.kvgen.gather_and_maybe_dequant_cache(
+                cache, dst, args[0], args[1], args[2], "auto", scale,
+                args[3])
+        assert (dst == canary).all()
+    kt.check_errors(dev)
+    # Unchecked kernels (the caller's promise): such tokens are skipped,
+    # not read outside the cache, and not reported.
+    kt.set_unchecked(True)
+    try:
+        bad = i32([[1, 2], [-1, 1 << 20]])
+        want = _mla_gather_want(cache, dst, bad, [0, 5, 9], 2, None)
+        torch.ops.kvgen.gather_and_maybe_dequant_cache(
+            cache, dst, bad, cu_t, 2, "auto", scale)
+        kt.check_errors(dev)
+        assert torch.equal(dst.cpu(), want.cpu())
+    finally:
+        kt.set_unchecked(False)
+
+
 def test_mla_fake_checks():
     kv_c = torch.zeros(3, 512, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="kv_cache has shape"):
