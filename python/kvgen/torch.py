@@ -203,16 +203,36 @@ def _kernel(device, op, layout, **options):
 
 
 class _Fast:
-    """A plan found by the identity of the cache and scale tensors."""
-    __slots__ = ("plan", "refs", "shapes", "device", "scales")
+    """A plan found by the identity of the cache and scale tensors; meta:
+    their pointers, shapes and strides when it was made (_tensor_meta),
+    which a call must still find (an in-place set_ / resize_ /
+    as_strided_ keeps a tensor's identity but not what the plan was
+    checked for)."""
+    __slots__ = ("plan", "refs", "shapes", "device", "scales", "meta")
+
+
+def _tensor_meta(key_cache, value_cache, k_scale, v_scale, scaled):
+    """What the identity table's plan assumes of the cache (and, when
+    read, scale) tensors: (key_cache ptr, value_cache ptr, k_scale ptr,
+    v_scale ptr, their shapes and strides)."""
+    if scaled:
+        return (key_cache.data_ptr(), value_cache.data_ptr(),
+                k_scale.data_ptr(), v_scale.data_ptr(), key_cache.shape,
+                value_cache.shape, key_cache.stride(), value_cache.stride(),
+                k_scale.shape, v_scale.shape, k_scale.stride(),
+                v_scale.stride())
+    return (key_cache.data_ptr(), value_cache.data_ptr(), None, None,
+            key_cache.shape, value_cache.shape, key_cache.stride(),
+            value_cache.stride())
 
 
 _fast = {}
 
 
-def _remember(key, plan, tensors, shapes, device, scales):
+def _remember(key, plan, tensors, shapes, device, scales, meta=None):
     f = _Fast()
     f.plan, f.shapes, f.device, f.scales = plan, shapes, device, scales
+    f.meta = meta
     # Dropped when one of the tensors dies (its id may then be reused).
     f.refs = tuple(weakref.ref(t, lambda _r, k=key: _fast.pop(k, None))
                    for t in tensors)
@@ -495,7 +515,9 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
     """The op's CPU/CUDA implementation where the C++ kernel is not in
     use (and the Python function's)."""
     # Engines pass the same cache and scale tensors each step: by identity
-    # (checked through weak references), what is left to check per call is
+    # (checked through weak references) and unchanged pointers, shapes and
+    # strides (_tensor_meta: a tensor changed in place by set_ / resize_
+    # goes through the checks again), what is left to check per call is
     # the rows' and slots' metadata.
     # With "auto" the scales are not read: any tensors will do.
     scaled = kv_cache_dtype != "auto"
@@ -507,7 +529,9 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
     if f is not None and f.refs[0]() is key_cache and \
             f.refs[1]() is value_cache and \
             (not scaled or (f.refs[2]() is k_scale and
-                            f.refs[3]() is v_scale)):
+                            f.refs[3]() is v_scale)) and \
+            f.meta == _tensor_meta(key_cache, value_cache, k_scale, v_scale,
+                                   scaled):
         # 3-D rows (their strides are in the key); heads, head sizes,
         # tokens, slots, devices (f.device: the CUDA index, -1 for the CPU,
         # where get_device() cannot tell the CPU from meta).
@@ -526,11 +550,11 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
             a = p.args()
             a.key = key.data_ptr()
             a.value = value.data_ptr()
-            a.key_cache = key_cache.data_ptr()
-            a.value_cache = value_cache.data_ptr()
+            a.key_cache = f.meta[0]
+            a.value_cache = f.meta[1]
             a.slot_mapping = slot_mapping.data_ptr()
-            a.k_scale = f.scales[0]
-            a.v_scale = f.scales[1]
+            a.k_scale = f.meta[2]
+            a.v_scale = f.meta[3]
             a.num_tokens = t
             if pdl:
                 p.launch(a, True)
@@ -548,7 +572,8 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
               (key.shape[1], key.shape[2], value.shape[2]),
               key.get_device(),
               (k_scale.data_ptr(), v_scale.data_ptr())
-              if kv_cache_dtype != "auto" else (None, None))
+              if kv_cache_dtype != "auto" else (None, None),
+              _tensor_meta(key_cache, value_cache, k_scale, v_scale, scaled))
 
 
 def _write_impl(key, value, key_cache, value_cache, slot_mapping,

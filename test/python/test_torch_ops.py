@@ -414,6 +414,43 @@ def test_remembered_plan_still_checks_the_value_dtype(entry):
     assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
 
 
+@pytest.mark.parametrize("entry", ["python", "torch.ops"])
+def test_remembered_plan_follows_caches_changed_in_place(entry):
+    """Issue 26, row 3's class in kvgen.torch: the Python kernels remember
+    a write's plan by the identity of the cache tensors; a cache changed in
+    place (set_ onto a smaller storage: same tensor, 1 block instead of 4)
+    kept the 4-block plan, and slot 63 was written 3 blocks past the new
+    storage's view. Now the remembered pointers, shapes and strides must
+    match too: the call is planned for 1 block, slot 63 is skipped and
+    reported, nothing written past the view (canaries)."""
+    nb, bs, H, D = 4, 16, 2, 64
+    kc = torch.zeros(nb, bs, H, D, dtype=torch.bfloat16)
+    vc = torch.zeros_like(kc)
+    gen = torch.Generator().manual_seed(5)
+    key, value = make_rows(3, H, D, gen), make_rows(3, H, D, gen)
+    slots = torch.tensor([0, 1, nb * bs - 1])
+    one = torch.ones(1)
+    write = kt._write_fast if entry == "python" else \
+        torch.ops.kvgen.reshape_and_cache_flash
+    write(key, value, kc, vc, slots, "auto", one, one)
+    write(key, value, kc, vc, slots, "auto", one, one)  # remembered now
+    assert torch.equal(kc[nb - 1, bs - 1], key[2])
+    kt.check_errors("cpu")
+    canary = 7.0
+    bigs = [torch.full((nb * bs * H * D,), canary, dtype=torch.bfloat16)
+            for _ in range(2)]
+    block = bs * H * D
+    for t, big in zip((kc, vc), bigs):
+        t.set_(big.untyped_storage(), 0, (1, bs, H, D), (block, H * D, D, 1))
+    write(key, value, kc, vc, slots, "auto", one, one)
+    with pytest.raises(kvgen.KvgenError) as e:
+        kt.check_errors("cpu")
+    assert e.value.status_name == "KVGEN_ERROR_INDEX_OUT_OF_RANGE"
+    for big in bigs:
+        assert (big[block:] == canary).all(), "written past the 1-block view"
+    assert torch.equal(kc[0, 1], key[1]) and torch.equal(vc[0, 0], value[0])
+
+
 # -- K and V caches that share memory ---------------------------------------
 #
 # The rule (kvgen/_views.py, CacheGeometry.check_disjoint): the byte ranges
