@@ -1220,6 +1220,8 @@ def _split_rows(cache):
 def copy_blocks_mla(kv_caches, block_mapping):
     """torch.ops.kvgen.copy_blocks_mla's implementation: copy_blocks over
     single [num_blocks, block_size, entry] caches."""
+    # Every call (the plans are keyed by the caches only).
+    _block_mapping(block_mapping, None)
     for c in kv_caches:
         k, v = _split_rows(c)
         _copy_one(k, v, block_mapping)
@@ -1268,6 +1270,8 @@ def swap_blocks(src, dst, block_mapping):
     one)."""
     # Between the CPU and a GPU, pageable CPU memory is refused (the GPU
     # reads it through unified addressing): pinned-ness is part of the key.
+    # block_mapping's shape, dtype and strides are not: checked every call.
+    _block_mapping(block_mapping, dst)
     mixed = src.is_cpu != dst.is_cpu
     sig = ("s", src.dtype, src.device, src.shape, src.stride(), dst.dtype,
            dst.device, dst.shape, dst.stride(), block_mapping.device,
@@ -1325,7 +1329,8 @@ _SCHEMAS = {
         copy_blocks, _copy_blocks_fake),
     "copy_blocks_mla": (
         "(Tensor(a!)[] kv_caches, Tensor block_mapping) -> ()",
-        copy_blocks_mla, lambda kv_caches, block_mapping: None),
+        copy_blocks_mla,
+        lambda kv_caches, block_mapping: _block_mapping(block_mapping, None)),
     "swap_blocks": (
         "(Tensor src, Tensor(a!) dst, Tensor block_mapping) -> ()",
         swap_blocks, _swap_fake),

@@ -684,6 +684,34 @@ def test_mla_write_and_gather(kv_dtype, device):
     assert torch.equal(dst, want_dst)
 
 
+def test_block_mapping_checked_on_every_call():
+    """swap_blocks and copy_blocks_mla remember their plan by the caches'
+    metadata and checked block_mapping only when planning: a later call
+    with an int32 [N, 2], a strided [N, 2] or a 1-D mapping launched, and
+    the kernel read N (src, dst) int64 pairs from it (past its end). Now
+    every call checks it: ValueError, nothing copied."""
+    gen = torch.Generator().manual_seed(17)
+    src = torch.randn(6, 16, 2, 64, generator=gen).to(torch.bfloat16)
+    dst = torch.zeros(9, 16, 2, 64, dtype=torch.bfloat16)
+    mla = torch.randn(6, 16, 576, generator=gen).to(torch.bfloat16)
+    good = torch.tensor([[0, 1]])
+    kt.swap_blocks(src, dst, good)
+    torch.ops.kvgen.copy_blocks_mla([mla], good)
+    assert torch.equal(dst[1], src[0]) and torch.equal(mla[1], mla[0])
+    dst_before, mla_before = dst.clone(), mla.clone()
+    for bad in (torch.tensor([[2, 3]], dtype=torch.int32),
+                torch.tensor([[2, 7, 3, 7]])[:, ::2],
+                torch.tensor([2, 3])):
+        with pytest.raises(ValueError, match="block_mapping"):
+            kt.swap_blocks(src, dst, bad)
+        with pytest.raises(ValueError, match="block_mapping"):
+            torch.ops.kvgen.swap_blocks(src, dst, bad)
+        with pytest.raises(ValueError, match="block_mapping"):
+            torch.ops.kvgen.copy_blocks_mla([mla], bad)
+        assert torch.equal(dst, dst_before) and torch.equal(mla, mla_before)
+    kt.check_errors("cpu")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_copy_blocks_and_swap_blocks(device):
     dev = torch.device(device)
