@@ -1510,19 +1510,28 @@ class Kernel:
             if ext is not None:
                 b.check_holds(*ext, writes=a.type in _WRITTEN_TYPES)
             elif a.role in _RAW_ROLES:
-                size = next((fields.get(r.name, 0) for r in op.args
-                             if r.name == a.name + "_bytes" or
-                             (a.role == "workspace" and
-                              r.role == "workspace_bytes")), 0)
-                if a.role == "workspace" and not b.is_contiguous():
+                size_field = next((r.name for r in op.args
+                                   if r.name == a.name + "_bytes" or
+                                   (a.role == "workspace" and
+                                    r.role == "workspace_bytes")), None)
+                size = fields.get(size_field, 0) if size_field else 0
+                if a.role == "cache":
+                    # Contiguous, or a view of the layout's shape (whose
+                    # strides _check_cache_views compared with the
+                    # layout's); ValueError otherwise. V of a packed layout
+                    # is not read.
+                    if not (self.layout.packed and a.which & 1):
+                        _cache_view(self.layout, b, a.which & 1)
+                elif not b.is_contiguous():
                     raise ValueError(
                         f"{a.name}: a raw buffer must be contiguous (shape "
                         f"{list(b.shape)}, strides {list(b.strides)} "
                         "elements): the kernel addresses its bytes densely")
                 if size > b.span_bytes():
                     raise ValueError(
-                        f"{a.name}: cache_bytes {size} exceeds the array's "
-                        f"{b.span_bytes()} bytes")
+                        f"{a.name}: {size_field} = {size} bytes (cache_bytes)"
+                        f", but the array holds {b.span_bytes()}: the kernel "
+                        "could address bytes past its end")
             fields[a.name] = b.ptr
 
     def _workspace_for(self, nbytes, bufs):

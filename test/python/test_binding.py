@@ -773,7 +773,7 @@ def test_cache_bytes_cannot_exceed_the_array(ctx):
     past it."""
     key, value, kc, vc, slots = _write_setup(ctx)
     w = spec_kernel(ctx, 0)
-    with pytest.raises(ValueError, match=rf"key_cache: cache_bytes "
+    with pytest.raises(ValueError, match=rf"key_cache: key_cache_bytes = "
                                          rf"{kc.nbytes + 2} .*{kc.nbytes}"):
         w.reshape_and_cache(key, value, kc, vc, slots, num_blocks=2,
                             cache_bytes=(kc.nbytes + 2, vc.nbytes))
