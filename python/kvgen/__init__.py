@@ -798,8 +798,29 @@ def read_manifest(path):
     Bundle.h), in file order, each a dict of its `key = value` lines.
     Raises OSError when unreadable and ValueError when the first line is not
     the version-1 header; the entries themselves are validated by the
-    runtime (kvgen_context_load_bundle)."""
-    lines = Path(path).read_text().splitlines()
+    runtime (kvgen_context_load_bundle). Like the runtime's reader
+    (kvgen/ReadFile.h), only a regular file of at most 16 MiB is read
+    (ValueError otherwise): a FIFO does not block, /dev/zero is not read."""
+    import os
+    import stat
+    limit = 16 << 20  # kvgen/ReadFile.h kMaxManifestBytes
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path}: not a regular file")
+        if st.st_size > limit:
+            raise ValueError(f"{path}: {st.st_size} bytes, more than the "
+                             f"{limit} a bundle manifest may have")
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            data = f.read(limit + 1)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > limit:
+        raise ValueError(f"{path}: grew past {limit} bytes while read")
+    lines = data.decode().splitlines()
     if not lines or lines[0].split() != ["kvgen-bundle", "2"]:
         raise ValueError(f"{path}: not a version-2 kvgen bundle manifest")
     entries, cur = [], None

@@ -151,3 +151,30 @@ def test_edited_manifest_is_refused_before_compiling(emitted, tmp_path, key,
     assert says in err.message, err.message
     assert "nothing was compiled" in err.message, err.message
     assert compiles == 0
+
+
+def test_read_manifest_reads_only_a_bounded_regular_file(tmp_path):
+    """kvgen.read_manifest as the runtime's reader (issue 26, rows 8 and
+    9's class): a FIFO is refused at once instead of blocking in open(),
+    /dev/zero and a sparse file past 16 MiB are refused without reading
+    them; a real manifest still reads."""
+    import os
+    import signal
+    from kvgen import read_manifest
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    big = tmp_path / "big"
+    with open(big, "wb") as f:
+        f.truncate(3 << 30)
+    signal.alarm(20)  # a blocking open() fails the test instead of hanging
+    try:
+        for bad, words in ((fifo, "not a regular file"),
+                           ("/dev/zero", "not a regular file"),
+                           (big, "more than the")):
+            with pytest.raises(ValueError, match=words):
+                read_manifest(bad)
+    finally:
+        signal.alarm(0)
+    ok = tmp_path / "m.txt"
+    ok.write_text("kvgen-bundle 2\n[kernel]\nname = a\nop = gather\n")
+    assert read_manifest(ok) == [{"name": "a", "op": "gather"}]
