@@ -761,36 +761,16 @@ public:
     p_ = q;
     return true;
   }
-  bool integer(int64_t *out) override {
+  IntScan integer(int64_t *out) override {
     skip();
-    const char *q = p_;
     // Decimal, with an optional '-' right before the digits (what MLIR's
     // integer tokens are, less their hexadecimal form).
-    bool neg = false;
-    if (q != end_ && *q == '-') {
-      neg = true;
-      ++q;
-    }
-    if (q == end_ || !isDigit(*q))
-      return false;
-    // Accumulate as a negative number so that INT64_MIN is representable.
-    int64_t v = 0;
-    for (; q != end_ && isDigit(*q); ++q) {
-      int d = *q - '0';
-      if (v < (INT64_MIN + d) / 10)
-        return false;
-      v = v * 10 - d;
-    }
-    if (q != end_ && (isAlpha(*q) || *q == '_'))
-      return false; // "12ab" is no integer
-    if (!neg) {
-      if (v == INT64_MIN)
-        return false;
-      v = -v;
-    }
-    *out = v;
-    p_ = q;
-    return true;
+    size_t length = 0;
+    IntScan r = scanLayoutInteger(std::string_view(p_, size_t(end_ - p_)), out,
+                                  &length);
+    if (r == IntScan::Ok)
+      p_ += length;
+    return r;
   }
   bool punct(char c) override {
     skip();

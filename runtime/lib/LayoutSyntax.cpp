@@ -14,6 +14,11 @@ const char kFieldList[] =
 const char kDTypeList[] =
     "bf16, f16, f32, f8E4M3FN, f8E4M3FNUZ, f8E5M2, f8E5M2FNUZ";
 
+bool isDigit(char c) { return c >= '0' && c <= '9'; }
+bool isAlpha(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
 struct Parser {
   LayoutTokens &t;
   const char *start;
@@ -32,8 +37,17 @@ struct Parser {
   }
   bool integer(const std::string &key, int64_t *out) {
     const char *at = t.pos();
-    if (t.integer(out))
+    switch (t.integer(out)) {
+    case IntScan::Ok:
       return true;
+    case IntScan::OutOfRange:
+      return fail(at, "'" + key +
+                          "' is out of range: a layout's integers "
+                          "are 64-bit, of at most " +
+                          std::to_string(kMaxLayoutIntegerDigits) + " digits");
+    case IntScan::None:
+      break;
+    }
     return fail(at, "'" + key + "' must be an integer");
   }
   /// `[s, s, s]`, each an integer or `?`.
@@ -45,21 +59,30 @@ struct Parser {
     int n = 0;
     if (!t.punct(']')) {
       do {
-        int64_t x;
+        int64_t x = 0;
         const char *entryAt = t.pos();
+        // Stop at the 4th entry: a longer list is read no further.
+        if (n == 3)
+          return fail(at, "'" + key +
+                              "' must have 3 entries [block, token, "
+                              "head], got more than 3");
+        IntScan scan = IntScan::None;
         if (t.punct('?')) {
           x = kDynamic;
-        } else if (!t.integer(&x)) {
+        } else if ((scan = t.integer(&x)) == IntScan::None) {
           return fail(entryAt, "'" + key + "' entries must be integers or ?");
+        } else if (scan == IntScan::OutOfRange) {
+          return fail(entryAt, "'" + key +
+                                   "' entry is not a stride (strides "
+                                   "are 0 to 2^38; write ? for a "
+                                   "dynamic one)");
         } else if (x == kDynamic) {
           // '?' is a token of its own: no number may stand for it.
           return fail(entryAt, "'" + key + "' entry " + std::to_string(x) +
                                    " is not a stride (strides are 0 to "
                                    "2^38; write ? for a dynamic one)");
         }
-        if (n < 3)
-          v[n] = x;
-        ++n;
+        v[n++] = x;
       } while (t.punct(','));
       if (!expect(']', "to close '" + key + "'"))
         return false;
@@ -91,6 +114,7 @@ struct Parser {
     bool haveHeads = false, haveBlock = false, haveDtype = false;
     const char *componentsAt = nullptr, *hkAt = nullptr;
     std::vector<Component> listed;
+    // At most kMaxComponents entries, each naming a distinct component.
     std::vector<std::pair<std::string, const char *>> strideKeys;
     std::map<std::string, Strides> stridesOf;
     do {
@@ -128,6 +152,15 @@ struct Parser {
           do {
             Component c;
             const char *nameAt = t.pos();
+            // Stop at the entry past the bound, before reading it (and
+            // before any check that grows with the entries read).
+            if (listed.size() == kMaxComponents) {
+              ok = fail(nameAt, "a layout has 1 to " +
+                                    std::to_string(kMaxComponents) +
+                                    " components, got more than " +
+                                    std::to_string(kMaxComponents));
+              break;
+            }
             if (!t.keyword(&c.name)) {
               ok = fail(nameAt, "'components' entries are 'name: head_size'");
               break;
@@ -165,6 +198,15 @@ struct Parser {
         haveDtype = true;
       } else if (key.size() > 8 &&
                  key.compare(key.size() - 8, 8, "_strides") == 0) {
+        // Each names a distinct component (duplicates were refused above),
+        // so more than kMaxComponents are an error whatever they name.
+        if (strideKeys.size() == kMaxComponents) {
+          fail(keyAt, "a layout has at most " + std::to_string(kMaxComponents) +
+                          " components, so at most " +
+                          std::to_string(kMaxComponents) +
+                          " '_strides' fields; '" + key + "' is one more");
+          return std::nullopt;
+        }
         Strides s;
         ok = strides(key, &s);
         stridesOf[key.substr(0, key.size() - 8)] = s;
@@ -224,6 +266,37 @@ struct Parser {
 };
 
 } // namespace
+
+IntScan scanLayoutInteger(std::string_view text, int64_t *value,
+                          size_t *length) {
+  size_t i = 0;
+  const bool neg = !text.empty() && text[0] == '-';
+  if (neg)
+    ++i;
+  if (i == text.size() || !isDigit(text[i]))
+    return IntScan::None;
+  // Accumulate as a negative number so that INT64_MIN is representable;
+  // stop counting past the digit bound, whatever follows.
+  int64_t v = 0;
+  bool fits = true;
+  size_t digits = 0;
+  for (; i < text.size() && isDigit(text[i]); ++i) {
+    if (++digits > kMaxLayoutIntegerDigits)
+      return IntScan::OutOfRange;
+    const int d = text[i] - '0';
+    if (v < (INT64_MIN + d) / 10)
+      fits = false;
+    else
+      v = v * 10 - d;
+  }
+  if (i < text.size() && (isAlpha(text[i]) || text[i] == '_'))
+    return IntScan::None; // "12ab" is no integer
+  if (!fits || (!neg && v == INT64_MIN))
+    return IntScan::OutOfRange;
+  *value = neg ? v : -v;
+  *length = i;
+  return IntScan::Ok;
+}
 
 std::optional<LayoutDesc> parseLayoutBody(LayoutTokens &tokens) {
   Parser p{tokens, tokens.pos(), {}};

@@ -134,6 +134,71 @@ TEST(ParseLayout, RejectsBadText) {
   }
 }
 
+// Issue 26, rows 6 and 7: lists and integers are bounded while they are
+// read. Each text is about 1 MB (or 1M digits); a pairwise check of the
+// names before the 1..4 bound once took over 20 s on the first two.
+TEST(ParseLayout, StopsAtTheFirstEntryPastABound) {
+  const std::string head = "num_kv_heads = 1, block_size = 16, dtype = bf16, ";
+  const int n = 100000;
+  std::string components = head + "components = [";
+  std::string strideFields = head + "components = [c0: 8]";
+  std::string strideList = head + "components = [c0: 8], c0_strides = [1";
+  for (int i = 0; i < n; ++i) {
+    components += (i ? ", c" : "c") + std::to_string(i) + ": 8";
+    strideFields += ", c" + std::to_string(i) + "_strides = [?, ?, ?]";
+    strideList += ", 1";
+  }
+  components += "]";
+  strideList += "]";
+  const std::string digits = "num_kv_heads = " + std::string(1000000, '1') +
+                             ", head_size_k = 8, head_size_v = 8, "
+                             "block_size = 16, dtype = bf16";
+  struct Case {
+    const std::string &text;
+    const char *message;
+  } cases[] = {
+      {components, "a layout has 1 to 4 components, got more than 4 (at 'c4: "
+                   "8"},
+      {strideFields, "a layout has at most 4 components, so at most 4 "
+                     "'_strides' fields; 'c4_strides' is one more"},
+      {strideList, "'c0_strides' must have 3 entries [block, token, head], "
+                   "got more than 3"},
+      {digits, "'num_kv_heads' is out of range: a layout's integers are "
+               "64-bit, of at most 19 digits"},
+  };
+  for (const Case &c : cases) {
+    std::string err;
+    EXPECT_FALSE(parseLayout(c.text, &err).has_value());
+    EXPECT_NE(err.find(c.message), std::string::npos) << err;
+  }
+}
+
+// The digit bound: 19 digits (leading zeros too) are an integer, 20 are
+// not, and a value outside int64 is refused by the same message.
+TEST(ParseLayout, IntegersHaveAtMost19Digits) {
+  auto withBlock = [](const std::string &v) {
+    return "num_kv_heads = 1, head_size_k = 8, head_size_v = 8, "
+           "block_size = " +
+           v + ", dtype = bf16";
+  };
+  std::string err;
+  std::optional<LayoutDesc> l =
+      parseLayout(withBlock("0000000000000000016"), &err);
+  ASSERT_TRUE(l) << err;
+  EXPECT_EQ(l->blockSize, 16);
+  const char *outOfRange = "'block_size' is out of range: a layout's "
+                           "integers are 64-bit, of at most 19 digits";
+  for (const char *v : {"00000000000000000016", "9223372036854775808",
+                        "-9223372036854775809"}) {
+    EXPECT_FALSE(parseLayout(withBlock(v), &err)) << v;
+    EXPECT_NE(err.find(outOfRange), std::string::npos) << v << ": " << err;
+  }
+  // In range: validate's bound (2^20) is not the parser's business.
+  l = parseLayout(withBlock("9223372036854775807"), &err);
+  ASSERT_TRUE(l) << err;
+  EXPECT_EQ(l->blockSize, INT64_MAX);
+}
+
 } // namespace
 
 TEST(ParseLayout, NamedComponents) {

@@ -90,17 +90,28 @@ public:
     *out = word.str();
     return true;
   }
-  bool integer(int64_t *out) override {
+  IntScan integer(int64_t *out) override {
     // The grammar's integers are decimal with '-' right before the digits
     // (as parseLayout reads them); MLIR would also take `0x1f` and `- 5`.
+    // The token is scanned here first, at most kMaxLayoutIntegerDigits + 1
+    // digits of it: MLIR converts an integer token of any length to an
+    // APInt, in time quadratic in its digits, before it can be refused.
+    // The source buffer ends in a NUL, which no scan reads past.
     const char *c = pos();
-    if (*c == '-')
-      ++c;
-    if (!(*c >= '0' && *c <= '9') ||
-        (c[0] == '0' && (c[1] == 'x' || c[1] == 'X')))
-      return false;
+    size_t window = 0; // '-', the digits and the char after them
+    while (window < kMaxLayoutIntegerDigits + 2 && c[window] != '\0')
+      ++window;
+    int64_t value = 0;
+    size_t length = 0;
+    IntScan scan =
+        scanLayoutInteger(std::string_view(c, window), &value, &length);
+    if (scan != IntScan::Ok)
+      return scan;
+    // In range: MLIR reads it (consuming the token) without an error.
     OptionalParseResult r = p.parseOptionalInteger(*out);
-    return r.has_value() && succeeded(*r);
+    if (!r.has_value() || failed(*r))
+      return IntScan::None; // not an integer token to MLIR (e.g. `1.5`)
+    return IntScan::Ok;
   }
   bool punct(char c) override {
     switch (c) {

@@ -15,8 +15,14 @@
 //              | 'scale' '=' ('none' | 'per_tensor' | 'per_head')
 //              | NAME '_strides' '=' '[' s ',' s ',' s ']'   (s: int or '?')
 //
-// `int` is decimal, with an optional '-' right before its digits; blanks
-// and `//` comments separate tokens.
+// `int` is decimal, with an optional '-' right before its digits, of at most
+// kMaxLayoutIntegerDigits (19) digits and within int64; blanks and `//`
+// comments separate tokens.
+// Lists are bounded as they are read: `components` has at most
+// kMaxComponents (4) entries, a stride list 3, and at most kMaxComponents
+// `<name>_strides` fields are given; the parser stops at the first entry
+// past a bound, so no work grows with a hostile text's length beyond one
+// pass over it.
 // Fields come in any order, each at most once. head_size_k and head_size_v
 // (a K/V layout, components k and v) and `components` exclude each other;
 // `<name>_strides` names a component. Required: num_kv_heads, block_size,
@@ -32,8 +38,27 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace kvgen {
+
+/// The most digits of an integer of the layout grammar (INT64_MAX has 19);
+/// a longer literal is refused before any of it is converted.
+constexpr size_t kMaxLayoutIntegerDigits = 19;
+
+/// What scanLayoutInteger (and LayoutTokens::integer) found.
+enum class IntScan {
+  None,       ///< no integer token at the position
+  Ok,         ///< an integer within int64 of at most 19 digits
+  OutOfRange, ///< an integer of more digits, or outside int64
+};
+
+/// Scans the integer of the grammar at the start of `text`: '-'?, then
+/// digits not followed by a letter, digit or '_'. Reads at most
+/// kMaxLayoutIntegerDigits + 1 digits whatever the length of `text`. On Ok
+/// stores the value in *value and the characters it spans in *length.
+IntScan scanLayoutInteger(std::string_view text, int64_t *value,
+                          size_t *length);
 
 /// The tokens the layout grammar reads. Each call consumes its token only
 /// when it returns true; `error` reports at a position from pos().
@@ -45,8 +70,10 @@ public:
   /// An identifier ([A-Za-z_][A-Za-z0-9_.]*); false (nothing consumed, no
   /// error) if the next token is none.
   virtual bool keyword(std::string *out) = 0;
-  /// A (signed) integer; false if the next token is none.
-  virtual bool integer(int64_t *out) = 0;
+  /// A (signed) integer (scanLayoutInteger's rules), consumed on Ok only:
+  /// None if the next token is none, OutOfRange (and nothing converted) if
+  /// it has more than kMaxLayoutIntegerDigits digits or is outside int64.
+  virtual IntScan integer(int64_t *out) = 0;
   /// One of '=', ',', ':', '[', ']', '?'; false if the next token differs.
   virtual bool punct(char c) = 0;
   /// An element type (MLIR: a builtin type; text: its spelling). On

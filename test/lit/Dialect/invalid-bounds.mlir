@@ -90,6 +90,36 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // -----
 
+// Integers have at most 19 digits and fit in int64 (issue 26: a 30000-digit
+// literal ran for over 20 s inside MLIR's integer parsing); one message
+// for both parsers, where MLIR said "integer value too large" as well.
+// expected-error @+2 {{'block_size' is out of range: a layout's integers are 64-bit, of at most 19 digits}}
+kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 00000000000000000016, dtype = bf16>, input bf16, slots i64
+
+// -----
+
+// expected-error @+2 {{'block_size' is out of range: a layout's integers are 64-bit, of at most 19 digits}}
+kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 9223372036854775808, dtype = bf16>, input bf16, slots i64
+
+// -----
+
+// expected-error @+3 {{'k_strides' entry is not a stride (strides are 0 to 2^38; write ? for a dynamic one)}}
+kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16,
+    k_strides = [-9223372036854775809, 768, 192]>, input bf16, slots i64
+
+// -----
+
+// 19 digits are an integer, leading zeros and all.
+// expected-error @+2 {{'block_size' = 1099511627776 exceeds 2^20 = 1048576}}
+kv.gather @r : #kv.layout<num_kv_heads = 4, head_size_k = 128,
+    head_size_v = 128, block_size = 0000001099511627776, dtype = bf16>,
+    output bf16, slots i64
+
+// -----
+
 // A plan whose CTA would number more accesses than 32 bits hold.
 #plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 512,
     tokens_per_cta = 1048576, small_max_tokens = 0, small_threads = 0,

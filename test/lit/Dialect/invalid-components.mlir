@@ -26,7 +26,7 @@
 
 // -----
 
-// expected-error @+2 {{a layout has 1 to 4 components, got 5}}
+// expected-error @+2 {{a layout has 1 to 4 components, got more than 4}}
 "test.op"() {l = #kv.layout<num_kv_heads = 1,
     components = [a: 8, b: 8, c: 8, d: 8, e: 8], block_size = 1,
     dtype = bf16>} : () -> ()

@@ -88,7 +88,7 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // -----
 
-// expected-error @+3 {{'v_strides' must have 3 entries [block, token, head], got 4}}
+// expected-error @+3 {{'v_strides' must have 3 entries [block, token, head], got more than 3}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16,
     v_strides = [8192, 512, 128, 1]>, input bf16, slots i64
