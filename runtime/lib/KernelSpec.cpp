@@ -33,11 +33,17 @@ std::optional<std::string> canonical(OptionKind kind, std::string_view value) {
       return std::string("0");
     return std::nullopt;
   case OptionKind::Count: {
-    if (v.empty() || v.size() > 9 ||
-        v.find_first_not_of("0123456789") != std::string::npos)
+    if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos)
       return std::nullopt;
-    long n = std::stol(v);
-    if (n < 1)
+    // Leading zeros aside, at most the digits of kMaxCountOption (7)
+    // before any conversion.
+    const size_t first = v.find_first_not_of('0');
+    const std::string digits =
+        first == std::string::npos ? "0" : v.substr(first);
+    if (digits.size() > std::to_string(kMaxCountOption).size())
+      return std::nullopt;
+    const long long n = std::stoll(digits);
+    if (n < 1 || n > kMaxCountOption)
       return std::nullopt;
     return std::to_string(n);
   }
@@ -59,7 +65,8 @@ const char *expected(OptionKind kind) {
   case OptionKind::Flag:
     return "0 or 1";
   case OptionKind::Count:
-    return "a positive integer";
+    static_assert(kMaxCountOption == 1048576, "the text says 2^20");
+    return "an integer from 1 to 2^20 = 1048576";
   }
   return "?";
 }

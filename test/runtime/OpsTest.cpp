@@ -474,6 +474,18 @@ TEST(KernelSpecOptions, ErrorsAreClear) {
        "option 'io' given twice"},
       {KernelOp::ReshapeAndCache, "io = f16,, slots = i32", "empty item"},
       {KernelOp::ReshapeAndCache, "io = f16,", "empty item"},
+      // A COUNT option names its range (issue 26: "a positive integer"
+      // for 10^9, whose limit was the 9 digits the parser read).
+      {KernelOp::PagedAttention, "num_q_heads = 1000000000",
+       "option 'num_q_heads' must be an integer from 1 to 2^20 = 1048576, "
+       "got '1000000000'"},
+      {KernelOp::PagedAttention, "num_q_heads = 1048577",
+       "option 'num_q_heads' must be an integer from 1 to 2^20"},
+      {KernelOp::PagedAttention, "num_q_heads = 0",
+       "option 'num_q_heads' must be an integer from 1 to 2^20"},
+      {KernelOp::PagedAttention,
+       "num_q_heads = 99999999999999999999999999999999999999",
+       "option 'num_q_heads' must be an integer from 1 to 2^20"},
   };
   for (const Case &c : cases) {
     std::string err;
@@ -515,6 +527,17 @@ TEST(KernelSpecOptions, ErrorsAreClear) {
   KernelSpec g = KernelSpec::make(KernelOp::Gather, fp8);
   ASSERT_FALSE(g.set("io", "f8E4M3FN").has_value());
   EXPECT_FALSE(g.validate().has_value()) << *g.validate();
+}
+
+TEST(KernelSpecOptions, CountsAreOneTo2To20) {
+  for (const char *v : {"1", "1048576", "00000000000000000000000000064"}) {
+    std::string err;
+    std::optional<KernelSpec> s =
+        KernelSpec::parse(KernelOp::PagedAttention, test::mimoLayout(),
+                          std::string("num_q_heads = ") + v, &err);
+    ASSERT_TRUE(s.has_value()) << v << ": " << err;
+    EXPECT_EQ(s->option("num_q_heads"), std::to_string(std::stoll(v)));
+  }
 }
 
 TEST(KernelSpecOptions, GatherConversionNamesDequantize) {

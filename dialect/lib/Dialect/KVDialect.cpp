@@ -213,11 +213,12 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                        << vectorBytes;
   if (threads < 1 || threads > 1024)
     return emitError() << "'threads' must be in [1, 1024], got " << threads;
-  if (tokensPerCta < 1)
-    return emitError() << "'tokens_per_cta' must be positive, got "
+  // LaunchGeometry holds the counts below as int (PlanAttr::geometry).
+  if (tokensPerCta < 1 || tokensPerCta > INT32_MAX)
+    return emitError() << "'tokens_per_cta' must be in [1, 2^31), got "
                        << tokensPerCta;
-  if (smallMaxTokens < 0)
-    return emitError() << "'small_max_tokens' must be >= 0, got "
+  if (smallMaxTokens < 0 || smallMaxTokens > INT32_MAX)
+    return emitError() << "'small_max_tokens' must be in [0, 2^31), got "
                        << smallMaxTokens;
   if (smallMaxTokens == 0 && smallThreads != 0)
     return emitError() << "'small_threads' must be 0 when "
@@ -277,10 +278,11 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
         {"partial_bytes", partialBytes}})
     if (v < 0 || v > INT32_MAX)
       return emitError() << "'" << name << "' must be in [0, 2^31), got " << v;
-  if (rowGroup < 1 || rowGroup > INT32_MAX || itemCtas < 1 ||
-      itemCtas > INT32_MAX)
-    return emitError() << "'row_group' and 'item_ctas' must be positive, got "
-                       << rowGroup << " and " << itemCtas;
+  for (auto [name, v] :
+       {std::pair<const char *, int64_t>{"row_group", rowGroup},
+        {"item_ctas", itemCtas}})
+    if (v < 1 || v > INT32_MAX)
+      return emitError() << "'" << name << "' must be in [1, 2^31), got " << v;
   if (rowsPerCta == 0 && (splitCtas != 0 || rowGroup != 1 || itemCtas != 1))
     return emitError() << "split-KV and row groups need 'rows_per_cta' > 0";
   if (splitCtas > 0 && (splitMinTokens < 1 || partialBytes < 1))
@@ -504,7 +506,10 @@ LogicalResult PagedAttentionOp::verify() {
     return emitOpError("'query' must be bf16 or f16, got ") << getIo();
   const LayoutDesc &l = getLayout().getDesc();
   const int64_t q = getNumQHeads();
-  if (q < 1 || q % l.numKvHeads != 0)
+  if (q < 1 || q > kMaxCountOption)
+    return emitOpError("'num_q_heads' = ")
+           << q << " is outside [1, 2^20 = " << kMaxCountOption << "]";
+  if (q % l.numKvHeads != 0)
     return emitOpError("'num_q_heads' = ")
            << q << " must be a positive multiple of num_kv_heads = "
            << l.numKvHeads;

@@ -243,8 +243,8 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
   c.rowGroup = rowGroup;
   c.itemCtas = layout.numKvHeads;
   c.splitCtas = splitCtas >= 0 ? splitCtas : 2 * target.info->multiprocessors;
-  if (c.splitCtas > 512)
-    c.splitCtas = 512; // the merge keeps 16 x splits weights in shared memory
+  if (c.splitCtas > kMaxSplitCtas)
+    c.splitCtas = kMaxSplitCtas; // the merge's weights in shared memory
   // A split reads at least this many tokens (host: few, so small tests
   // split), in whole 16-token steps of every warp.
   c.splitMinTokens = target.vendor() == Vendor::Host ? 32 : 256;
@@ -279,7 +279,8 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
         {"threads", threads, 0, 1024},
         {"tokens-per-cta", tokensPerCta, 0, INT32_MAX},
         {"small-max-tokens", smallMaxTokens, -1, INT32_MAX},
-        {"split-ctas", splitCtas, -1, INT32_MAX},
+        // Not clamped silently (chooseRowTiledPlan would): refused.
+        {"split-ctas", splitCtas, -1, kMaxSplitCtas},
         {"min-ctas-per-sm", minCtasPerSm, -1, INT32_MAX},
         {"mfma", mfma, -1, 1},
     };
@@ -289,7 +290,9 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
                << "kv-plan: option " << r.name << " = " << r.value
                << " is outside [" << r.min << ", " << r.max << "]";
     // 0 would read as "planned" elsewhere; here it is no stage at all.
-    if (bulkStages != -1 && bulkStages < 1)
+    if (bulkStages != -1 &&
+        (bulkStages < 1 || bulkStages > 16 ||
+         !llvm::isPowerOf2_64(uint64_t(int64_t(bulkStages)))))
       return emitError(getOperation().getLoc())
              << "kv-plan: option bulk-stages = " << int64_t(bulkStages)
              << " must be -1 (planned) or a stage count (1, 2, 4, 8, 16)";

@@ -70,6 +70,12 @@ enum class ArgNeed {
 };
 /// The kind of a spec option (Ops.def KIND).
 enum class OptionKind { IoType, SlotType, Flag, Count };
+/// The range of a COUNT option (num_q_heads): 1 to 2^20, the bound of
+/// num_kv_heads (kMaxNumKvHeads in kvgen/Layout.h), so that a GQA group and
+/// a query row (num_q_heads x head size) stay far inside the kernels' 32-bit
+/// constants and the launch rule's products. KernelSpec::set and the ops'
+/// verifiers refuse other values, naming this range.
+constexpr int64_t kMaxCountOption = int64_t(1) << 20;
 
 /// One field of an op's argument struct.
 struct ArgDesc {

@@ -16,6 +16,23 @@ kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 128,
 
 // -----
 
+// Query heads are 1 to 2^20 (kMaxCountOption). 2^40 was reported by kv-plan
+// as "'row_group' and 'item_ctas' must be positive, got 274877906944"
+// (issue 26): the op's own verifier names the argument and its range.
+// expected-error @+1 {{'kv.paged_attention' op 'num_q_heads' = 1099511627776 is outside [1, 2^20 = 1048576]}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 128,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    num_q_heads 1099511627776
+
+// -----
+
+// expected-error @+1 {{'kv.paged_attention' op 'num_q_heads' = 1048580 is outside [1, 2^20 = 1048576]}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 128,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    num_q_heads 1048580
+
+// -----
+
 // Attention reads K and V: a K/V layout.
 // expected-error @+1 {{'kv.paged_attention' op needs a K/V layout (head_size_k / head_size_v)}}
 kv.paged_attention @a : #kv.layout<num_kv_heads = 1,

@@ -22,8 +22,31 @@
 
 // -----
 
-// expected-error @+1 {{'tokens_per_cta' must be positive, got 0}}
+// expected-error @+1 {{'tokens_per_cta' must be in [1, 2^31), got 0}}
 #bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 0, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false>
+
+// -----
+
+// The plan's counts are int in LaunchGeometry: 2^32 would read as 0.
+// expected-error @+1 {{'tokens_per_cta' must be in [1, 2^31), got 4294967296}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 4294967296, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false>
+
+// -----
+
+// expected-error @+1 {{'small_max_tokens' must be in [0, 2^31), got 4294967296}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 4294967296, small_threads = 64, cache_alignment = proven, hw_fp8 = false, streaming_stores = false>
+
+// -----
+
+// Each field by its own name and range (both were "'row_group' and
+// 'item_ctas' must be positive", also for values too large).
+// expected-error @+1 {{'row_group' must be in [1, 2^31), got 274877906944}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false, rows_per_cta = 16, row_group = 274877906944, item_ctas = 4>
+
+// -----
+
+// expected-error @+1 {{'item_ctas' must be in [1, 2^31), got 0}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false, rows_per_cta = 16, row_group = 2, item_ctas = 0>
 
 // -----
 

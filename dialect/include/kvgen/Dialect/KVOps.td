@@ -221,7 +221,8 @@ def KV_PagedAttentionOp : KV_KernelSpecOp<"paged_attention",
     `layout`, through `block_tables[s]`: query token i sits at position p =
     `seq_lens[s]` - query_len + i and sees the keys j <= p (causal among
     the queries) with p - j < `sliding_window` when that is > 0. Query head
-    h reads kv head h / (`num_q_heads` / `num_kv_heads`) (GQA).
+    h reads kv head h / (`num_q_heads` / `num_kv_heads`) (GQA);
+    `num_q_heads` is a multiple of `num_kv_heads` from 1 to 2^20.
 
       out[h] = sum_j exp(l_j - M) v_j / (sum_j exp(l_j - M) + exp(sink_h - M))
 

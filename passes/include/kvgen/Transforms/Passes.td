@@ -46,7 +46,8 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
            "pass choose">,
     Option<"splitCtas", "split-ctas", "int64_t", /*default=*/"-1",
            "row-tiled ops (paged attention): split-KV fills this many CTAs "
-           "(0 never splits, -1: 2 per multiprocessor of the target)">,
+           "(0 never splits, -1: 2 per multiprocessor of the target; at "
+           "most 512)">,
     Option<"dependentLaunch", "dependent-launch", "bool", /*default=*/"true",
            "record dependent_launch (griddepcontrol at kernel start) where "
            "the target supports it; false: never (for A/B benchmarks)">,

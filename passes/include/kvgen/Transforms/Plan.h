@@ -92,6 +92,11 @@ constexpr int kBulkCopyBytes = 20 << 10;
 /// stores go out (docs/performance.md, "Bulk block copies").
 constexpr int kBulkCopyStages = 8;
 
+/// The most split_ctas of a row-tiled plan: the split merge keeps 16 x
+/// split_ctas weights in shared memory (the op's verifier has the same
+/// bound); chooseRowTiledPlan clamps to it, kv-plan's split-ctas refuses more.
+constexpr int64_t kMaxSplitCtas = 512;
+
 /// The plan of a row-tiled kernel (paged attention) over `layout` with
 /// query element type `io`: rows of `rowGroup` per query token (the GQA
 /// group), partial results of `partialFloatsPerRow` floats per row.

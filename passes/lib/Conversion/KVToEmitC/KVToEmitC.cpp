@@ -198,9 +198,10 @@ FailureOr<std::string> optionsStruct(StringRef name, Operation *op,
       break;
     case OptionKind::Count: {
       auto n = dyn_cast_or_null<IntegerAttr>(a);
-      if (!n || n.getInt() < 1 || n.getInt() > INT32_MAX)
+      if (!n || n.getInt() < 1 || n.getInt() > kMaxCountOption)
         return op->emitOpError("option '")
-               << o.name << "' is not a positive integer attribute";
+               << o.name << "' must be an integer attribute in [1, 2^20 = "
+               << kMaxCountOption << "]";
       spec.options[i] = std::to_string(n.getInt());
       break;
     }
