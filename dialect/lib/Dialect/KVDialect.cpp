@@ -6,6 +6,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -20,6 +21,19 @@ using namespace kvgen::kv;
 #include "kvgen/Dialect/KVAttrs.cpp.inc"
 
 #include "kvgen/Dialect/KVInterfaces.cpp.inc"
+
+/// custom<NumQHeads>: paged_attention's num_q_heads, an i64 attribute
+/// printed as `$num_q_heads` would be, read by parseBoundedInteger.
+static ParseResult parseNumQHeads(OpAsmParser &p, IntegerAttr &attr) {
+  FailureOr<int64_t> v = parseBoundedInteger(p, "num_q_heads");
+  if (failed(v))
+    return failure();
+  attr = p.getBuilder().getI64IntegerAttr(*v);
+  return success();
+}
+static void printNumQHeads(OpAsmPrinter &p, Operation *, IntegerAttr attr) {
+  p << attr.getInt();
+}
 
 #define GET_OP_CLASSES
 #include "kvgen/Dialect/KVOps.cpp.inc"
@@ -70,6 +84,50 @@ std::optional<DType> kvgen::fromMlirType(Type t) {
       .Case([](Float8E5M2Type) { return DType::F8E5M2; })
       .Case([](Float8E5M2FNUZType) { return DType::F8E5M2FNUZ; })
       .Default([](Type) { return std::nullopt; });
+}
+
+//===----------------------------------------------------------------------===//
+// Bounded integers
+//===----------------------------------------------------------------------===//
+
+FailureOr<int64_t> kvgen::kv::parseBoundedInteger(AsmParser &p,
+                                                  StringRef what) {
+  // The token at the current location (the source buffer ends in a NUL):
+  // '-', blanks and `//` comments as MLIR skips them, then the digits.
+  const SMLoc loc = p.getCurrentLocation();
+  const char *c = loc.getPointer();
+  if (*c == '-') {
+    ++c;
+    for (;;) {
+      if (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r')
+        ++c;
+      else if (c[0] == '/' && c[1] == '/')
+        while (*c && *c != '\n')
+          ++c;
+      else
+        break;
+    }
+  }
+  const bool hex = c[0] == '0' && c[1] == 'x';
+  if (hex)
+    c += 2;
+  // INT64 has at most 19 decimal / 16 hexadecimal digits; read one more.
+  const size_t most = hex ? 16 : kMaxLayoutIntegerDigits;
+  size_t n = 0;
+  while (n <= most && (hex ? llvm::isHexDigit(c[n]) : llvm::isDigit(c[n])))
+    ++n;
+  if (n > most) {
+    InFlightDiagnostic d = p.emitError(loc);
+    if (!what.empty())
+      d << "'" << what << "' is out of range: ";
+    return d << "an integer of more than " << most
+             << (hex ? " hexadecimal" : "")
+             << " digits (64-bit integers have at most " << most << ")";
+  }
+  int64_t v = 0;
+  if (p.parseInteger(v))
+    return failure();
+  return v;
 }
 
 //===----------------------------------------------------------------------===//

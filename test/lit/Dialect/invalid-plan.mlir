@@ -27,6 +27,14 @@
 
 // -----
 
+// 20 digits: refused before MLIR converts the token (issue 26; 30000 took
+// over 20 s, layout-hostile-text.test).
+// expected-error @+2 {{an integer of more than 19 digits (64-bit integers have at most 19)}}
+// expected-error @+1 {{failed to parse KV_PlanAttr parameter 'threads'}}
+#bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 00000000000000000128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false>
+
+// -----
+
 // The plan's counts are int in LaunchGeometry: 2^32 would read as 0.
 // expected-error @+1 {{'tokens_per_cta' must be in [1, 2^31), got 4294967296}}
 #bad = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 4294967296, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false>

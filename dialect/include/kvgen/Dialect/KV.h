@@ -15,6 +15,10 @@
 
 #include "llvm/ADT/Hashing.h"
 
+namespace mlir {
+class AsmParser;
+} // namespace mlir
+
 namespace kvgen {
 /// Hash of a layout model, for the storage of #kv.layout (found by ADL).
 inline llvm::hash_code hash_value(const Strides &s) {
@@ -35,6 +39,17 @@ inline llvm::hash_code hash_value(const LayoutDesc &l) {
 
 #include "kvgen/Dialect/KVDialect.h.inc"
 #include "kvgen/Dialect/KVEnums.h.inc"
+
+namespace kvgen::kv {
+/// Parses an int64 in MLIR's integer syntax (the #kv.plan fields, the ops'
+/// integer options) after looking at its token: one of more than
+/// kMaxLayoutIntegerDigits (19) decimal or 16 hexadecimal digits is
+/// refused before MLIR converts it to an APInt, in time quadratic in its
+/// length (30000 digits took over 20 s). `what` (if given) names the
+/// value in that error.
+mlir::FailureOr<int64_t> parseBoundedInteger(mlir::AsmParser &p,
+                                             llvm::StringRef what = "");
+} // namespace kvgen::kv
 
 #define GET_ATTRDEF_CLASSES
 #include "kvgen/Dialect/KVAttrs.h.inc"

@@ -88,6 +88,14 @@ def KV_LayoutAttr : KV_Attr<"Layout", "layout"> {
   }];
 }
 
+// An int64_t field read by kvgen::kv::parseBoundedInteger: an integer token
+// of more than 19 digits is refused before MLIR converts it.
+class KV_IntParameter<string desc, string default = "">
+    : AttrParameter<"int64_t", desc> {
+  let parser = "::kvgen::kv::parseBoundedInteger($_parser)";
+  let defaultValue = default;
+}
+
 def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
   let summary = "Execution plan chosen for one kernel on one target";
   let description = [{
@@ -187,26 +195,26 @@ def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
   }];
   let parameters = (ins
     StringRefParameter<"target name (kvgen targets)">:$target,
-    AttrParameter<"int64_t", "bytes per cache access">:$vector_bytes,
-    AttrParameter<"int64_t", "threads per block">:$threads,
-    AttrParameter<"int64_t", "tokens per block">:$tokens_per_cta,
-    AttrParameter<"int64_t", "largest T of the small-launch shape">:$small_max_tokens,
-    AttrParameter<"int64_t", "threads per block of the small-launch shape">:$small_threads,
+    KV_IntParameter<"bytes per cache access">:$vector_bytes,
+    KV_IntParameter<"threads per block">:$threads,
+    KV_IntParameter<"tokens per block">:$tokens_per_cta,
+    KV_IntParameter<"largest T of the small-launch shape">:$small_max_tokens,
+    KV_IntParameter<"threads per block of the small-launch shape">:$small_threads,
     EnumParameter<KV_Alignment>:$cache_alignment,
     AttrParameter<"bool", "hardware fp8 conversion">:$hw_fp8,
     AttrParameter<"bool", "cache-streaming stores">:$streaming_stores,
-    DefaultValuedParameter<"int64_t", "0", "rows per CTA (row tiles)">:$rows_per_cta,
-    DefaultValuedParameter<"int64_t", "1", "rows per work-item row">:$row_group,
-    DefaultValuedParameter<"int64_t", "1", "CTAs per work item and tile">:$item_ctas,
-    DefaultValuedParameter<"int64_t", "0", "split-KV: CTAs to fill">:$split_ctas,
-    DefaultValuedParameter<"int64_t", "0", "split-KV: fewest tokens per split">:$split_min_tokens,
-    DefaultValuedParameter<"int64_t", "0", "split-KV: split token multiple">:$split_align,
-    DefaultValuedParameter<"int64_t", "0", "split-KV: workspace bytes per partial">:$partial_bytes,
+    KV_IntParameter<"rows per CTA (row tiles)", "0">:$rows_per_cta,
+    KV_IntParameter<"rows per work-item row", "1">:$row_group,
+    KV_IntParameter<"CTAs per work item and tile", "1">:$item_ctas,
+    KV_IntParameter<"split-KV: CTAs to fill", "0">:$split_ctas,
+    KV_IntParameter<"split-KV: fewest tokens per split", "0">:$split_min_tokens,
+    KV_IntParameter<"split-KV: split token multiple", "0">:$split_align,
+    KV_IntParameter<"split-KV: workspace bytes per partial", "0">:$partial_bytes,
     DefaultValuedParameter<"bool", "false", "programmatic dependent launch (griddepcontrol)">:$dependent_launch,
-    DefaultValuedParameter<"int64_t", "0", "resident CTAs per multiprocessor the compiler must allow (0: its choice)">:$min_ctas_per_sm,
+    KV_IntParameter<"resident CTAs per multiprocessor the compiler must allow (0: its choice)", "0">:$min_ctas_per_sm,
     DefaultValuedParameter<"bool", "false", "block copies by bulk copies through shared memory">:$bulk_copy,
     DefaultValuedParameter<"bool", "false", "row-tiled MMAs on MFMA">:$mfma,
-    DefaultValuedParameter<"int64_t", "0", "bulk copy pipeline stages (0 without bulk_copy)">:$bulk_stages
+    KV_IntParameter<"bulk copy pipeline stages (0 without bulk_copy)", "0">:$bulk_stages
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;

@@ -206,7 +206,8 @@ def KV_GatherMlaOp : KV_KernelSpecOp<"gather_mla",
 def KV_PagedAttentionOp : KV_KernelSpecOp<"paged_attention",
     (ins TypeAttr:$io, I64Attr:$num_q_heads, UnitAttr:$sinks,
          UnitAttr:$logits_soft_cap),
-    "`,` `query` $io `,` `num_q_heads` $num_q_heads (`sinks` $sinks^)? "
+    "`,` `query` $io `,` `num_q_heads` custom<NumQHeads>($num_q_heads) "
+    "(`sinks` $sinks^)? "
     "(`logits_soft_cap` $logits_soft_cap^)?",
     [DeclareOpInterfaceMethods<KV_KernelSpecOpInterface,
                                ["getRowGroup", "getPartialFloatsPerRow"]>]> {

@@ -7,6 +7,9 @@
     hostile-layout.py strides N      N `<name>_strides` fields, one per line
     hostile-layout.py stride-list N  a stride list of N entries, one per line
     hostile-layout.py digits N       num_kv_heads an N-digit literal
+    hostile-layout.py plan-digits N  a #kv.plan whose threads has N digits
+    hostile-layout.py qheads-digits N  kv.paged_attention, num_q_heads of
+                                     N digits (the op, not a "test.op")
 
 Each is about N lines (or N digits) of text: its error must come promptly,
 not after work that grows with N.
@@ -26,6 +29,19 @@ elif kind == "stride-list":
 elif kind == "digits":
     head = "#kv.layout<num_kv_heads = " + "1" * n + ",\n"
     body = "block_size = 16, dtype = bf16, head_size_k = 8, head_size_v = 8"
+elif kind == "plan-digits":
+    sys.stdout.write(
+        '"test.op"() {p = #kv.plan<target = "sm_90", vector_bytes = 16,\n'
+        "threads = " + "1" * n + ", tokens_per_cta = 1, small_max_tokens = 0,"
+        " small_threads = 0, cache_alignment = proven, hw_fp8 = false,"
+        " streaming_stores = false>} : () -> ()\n")
+    sys.exit(0)
+elif kind == "qheads-digits":
+    sys.stdout.write(
+        "kv.paged_attention @a : #kv.layout<num_kv_heads = 4,\n"
+        "head_size_k = 128, head_size_v = 128, block_size = 16, dtype = bf16>,"
+        "\nquery bf16, num_q_heads " + "1" * n + "\n")
+    sys.exit(0)
 else:
     sys.exit(f"unknown kind '{kind}'")
 sys.stdout.write('"test.op"() {l = ' + head + body + ">} : () -> ()\n")
