@@ -1,12 +1,87 @@
 //===- kvgen-opt.cpp - kvgen's mlir-opt -----------------------------------===//
+//
+// mlir-opt with kvgen's dialects and passes. The input (a file or "-" for
+// stdin) is read bounded before MLIR parses it: a regular file of at most
+// kMaxMlirInputBytes (a FIFO, /dev/zero or a 3 GB file is refused before
+// it is read; stdin is read up to the cap), and no number of more than
+// kMaxLiteralDigits digits (MLIR's literal parsing is quadratic in them).
+//
+//===----------------------------------------------------------------------===//
 #include "kvgen/InitAll.h"
+#include "kvgen/ReadFile.h"
+#include "kvgen/TextBounds.h"
 
+#include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdio>
+#include <unistd.h>
+
+namespace {
+/// Standard input, at most `maxBytes` (nullopt and *error beyond).
+std::optional<std::string> readStdin(uint64_t maxBytes, std::string *error) {
+  std::string data;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(0, buf, sizeof buf);
+    if (n < 0) {
+      *error = "cannot read standard input";
+      return std::nullopt;
+    }
+    if (n == 0)
+      return data;
+    data.append(buf, size_t(n));
+    if (data.size() > maxBytes) {
+      *error = "standard input holds more than the limit of " +
+               std::to_string(maxBytes) + " bytes";
+      return std::nullopt;
+    }
+  }
+}
+} // namespace
 
 int main(int argc, char **argv) {
+  llvm::InitLLVM y(argc, argv);
   mlir::DialectRegistry registry;
   kvgen::registerAllDialects(registry);
   kvgen::registerAllPasses();
-  return mlir::asMainReturnCode(
-      mlir::MlirOptMain(argc, argv, "kvgen optimizer driver\n", registry));
+  auto [inputFilename, outputFilename] = mlir::registerAndParseCLIOptions(
+      argc, argv, "kvgen optimizer driver\n", registry);
+  mlir::MlirOptMainConfig config = mlir::MlirOptMainConfig::createFromCLOptions();
+  if (config.shouldShowDialects() || config.shouldListPasses())
+    return mlir::asMainReturnCode(mlir::MlirOptMain(
+        argc, argv, inputFilename, outputFilename, registry));
+
+  std::string error;
+  std::optional<std::string> text =
+      inputFilename == "-"
+          ? readStdin(kvgen::kMaxMlirInputBytes, &error)
+          : kvgen::readRegularFile(inputFilename, kvgen::kMaxMlirInputBytes,
+                                   "the input file", &error);
+  if (text &&
+      !kvgen::checkLiteralDigits(
+          *text, inputFilename == "-" ? "<stdin>" : inputFilename, &error))
+    text.reset();
+  if (!text) {
+    llvm::errs() << "kvgen-opt: error: " << error << "\n";
+    return 1;
+  }
+  std::string openError;
+  std::unique_ptr<llvm::ToolOutputFile> output =
+      mlir::openOutputFile(outputFilename, &openError);
+  if (!output) {
+    llvm::errs() << "kvgen-opt: error: " << openError << "\n";
+    return 1;
+  }
+  if (mlir::failed(mlir::MlirOptMain(
+          output->os(),
+          llvm::MemoryBuffer::getMemBufferCopy(*text, inputFilename), registry,
+          config)))
+    return 1;
+  output->keep();
+  return 0;
 }

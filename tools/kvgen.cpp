@@ -25,6 +25,7 @@
 #include "kvgen/Bundle.h"
 #include "kvgen/Presets.h"
 #include "kvgen/ReadFile.h"
+#include "kvgen/TextBounds.h"
 #include "kvgen/Target.h"
 #include "kvgen/kvgen.h"
 
@@ -307,6 +308,11 @@ std::optional<LayoutDesc> readLayoutFile(mlir::MLIRContext &ctx,
   std::optional<std::string> content =
       readRegularFile(path, kMaxLayoutFileBytes, "the layout file", &readError);
   if (!content) {
+    cli::error("{}", readError);
+    return std::nullopt;
+  }
+  // MLIR's literal parsing is quadratic in digits: bound them first.
+  if (!checkLiteralDigits(*content, path, &readError)) {
     cli::error("{}", readError);
     return std::nullopt;
   }

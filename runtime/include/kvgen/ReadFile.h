@@ -40,6 +40,10 @@ constexpr uint64_t kMaxKernelSourceBytes = uint64_t(16) << 20;
 /// 13; a host .so of it is ~25 KB). 64 MiB leaves over 300x room.
 constexpr uint64_t kMaxCacheEntryBytes = uint64_t(64) << 20;
 
+/// An MLIR module given to kvgen-opt: kv ops and their attributes, a few
+/// KB each (the lit tests' inputs are under 20 KB). 64 MiB.
+constexpr uint64_t kMaxMlirInputBytes = uint64_t(64) << 20;
+
 /// Why readRegularFile failed.
 enum class ReadFileError {
   None,
