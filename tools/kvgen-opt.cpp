@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
           : kvgen::readRegularFile(inputFilename, kvgen::kMaxMlirInputBytes,
                                    "the input file", &error);
   if (text &&
-      !kvgen::checkLiteralDigits(
+      !kvgen::checkMlirText(
           *text, inputFilename == "-" ? "<stdin>" : inputFilename, &error))
     text.reset();
   if (!text) {

@@ -312,7 +312,7 @@ std::optional<LayoutDesc> readLayoutFile(mlir::MLIRContext &ctx,
     return std::nullopt;
   }
   // MLIR's literal parsing is quadratic in digits: bound them first.
-  if (!checkLiteralDigits(*content, path, &readError)) {
+  if (!checkMlirText(*content, path, &readError)) {
     cli::error("{}", readError);
     return std::nullopt;
   }

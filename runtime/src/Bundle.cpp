@@ -380,9 +380,21 @@ int *geometryMember(LaunchGeometry &g, std::string_view key,
 std::optional<std::string> checkSourceMatches(const KernelEntry &e,
                                               const std::string &source) {
   // Sources written by hand (tests, experiments) state no geometry or
-  // layout to compare with; their manifests are their authors' word.
-  if (source.compare(0, kEmittedSourceMark.size(), kEmittedSourceMark) != 0)
-    return std::nullopt;
+  // layout to compare with; their manifests are their authors' word. A
+  // source is hand-written only when it has none of the emitter's marks
+  // anywhere: one whose first line was changed or pushed down (a licence
+  // header, a blank line) but that still carries a kvgen-kernel line is an
+  // emitted source and is checked (a blank first line turned the check off).
+  const bool marked = source.compare(0, kEmittedSourceMark.size(),
+                                     kEmittedSourceMark) == 0;
+  if (!marked) {
+    if (source.find("// kvgen-kernel: ") == std::string::npos &&
+        source.find(kEmittedSourceMark) == std::string::npos)
+      return std::nullopt;
+    return fmt::format("its source carries kvgen's kernel lines but does not "
+                       "start with '{}': an emitted source edited by hand",
+                       kEmittedSourceMark);
+  }
   // The target the source was emitted for (its prelude and plan): the
   // manifest's, up to AMD feature flags (matched against the device at
   // load time, targetMatches).

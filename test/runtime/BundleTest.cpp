@@ -563,6 +563,15 @@ TEST(Bundle, EmittedSourceMustMatchItsManifestEntry) {
   EXPECT_NE(err->find("name=kvgen_other"), std::string::npos) << *err;
   // Hand-written sources are their authors' word.
   EXPECT_FALSE(checkSourceMatches(narrow, "// a hand-written kernel\n"));
+  // An emitted source whose first line was blanked, or pushed down by a
+  // licence header, is still checked: it is refused, not trusted (a blank
+  // first line let an --unchecked kernel be served for checked specs).
+  for (const std::string &edited :
+       {"\n" + src.substr(src.find('\n') + 1), "// licence\n" + src}) {
+    err = checkSourceMatches(e, edited);
+    ASSERT_TRUE(err.has_value());
+    EXPECT_NE(err->find("edited by hand"), std::string::npos) << *err;
+  }
 }
 
 // Issue 26, row 2: the manifest's options, op and target are checked

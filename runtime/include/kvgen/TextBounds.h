@@ -1,12 +1,16 @@
 //===- TextBounds.h - Bounds on text handed to MLIR's parser ----*- C++ -*-===//
 //
 // MLIR's parser converts an integer or float literal in time quadratic in
-// its digits (a 30,000-digit integer in a plain attribute took more than
-// 20 s in kvgen-opt and `kvgen emit --layout FILE`). kvgen's own grammar
-// bounds the digits of its fields (LayoutSyntax.h scanLayoutInteger, 19);
-// text that reaches MLIR's generic parser is checked here first, before any
-// parsing: no literal a kvgen module needs has more than kMaxLiteralDigits
-// digits (an i64 has 19, an f64 printed exactly about 17 significant).
+// its digits (a 30,000-digit integer, or a 1,000,000-digit hexadecimal
+// one, in a plain attribute took more than 20 s in kvgen-opt and `kvgen
+// emit --layout FILE`), and it parses nested brackets by recursion (10,000
+// nested '[' overflowed the stack: SIGSEGV). kvgen's own grammar bounds
+// the digits of its fields (LayoutSyntax.h scanLayoutInteger, 19); text
+// that reaches MLIR's generic parser is checked here first, in one linear
+// scan before any parsing: no literal a kvgen module needs has more than
+// kMaxLiteralDigits digits (an i64 has 19 decimal or 16 hexadecimal digits,
+// an f64 printed exactly about 17 significant ones), and none nests
+// deeper than kMaxNestingDepth.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KVGEN_TEXTBOUNDS_H
@@ -18,23 +22,35 @@
 
 namespace kvgen {
 
-/// The most consecutive decimal digits accepted outside string literals.
+/// The most digits of one literal accepted outside string literals:
+/// consecutive decimal digits, or the hexadecimal digits after "0x".
 constexpr size_t kMaxLiteralDigits = 64;
+/// The deepest nesting of '(', '[', '{' and '<' accepted (MLIR's recursive
+/// descent overflowed an 8 MiB stack at 10,000 levels; kvgen's modules
+/// nest fewer than 10).
+constexpr size_t kMaxNestingDepth = 256;
 
-/// The offset of the first run of more than `maxDigits` consecutive decimal
-/// digits in `text` outside string literals ("...", with backslash
-/// escapes; the digits of a hex string such as dense<"0x..."> are data,
-/// not a number MLIR converts) and outside `//` comments; std::string::npos
-/// when there is none. Linear in the text.
+/// The offset of the first literal of more than `maxDigits` digits in
+/// `text` (a run of decimal digits, or of hexadecimal digits after "0x" /
+/// "0X"), outside string literals ("...", with backslash escapes: the
+/// digits of a hex string such as dense<"0x..."> are data, not a number
+/// MLIR converts) and outside `//` comments; std::string::npos when there
+/// is none. Linear in the text.
 size_t findLongDigitRun(std::string_view text,
                         size_t maxDigits = kMaxLiteralDigits);
 
-/// When `text` has such a run: "WHAT: line L, column C: a number of more
-/// than N digits (MLIR's parser takes time quadratic in a literal's
-/// digits)" in *error and false; else true.
-bool checkLiteralDigits(std::string_view text, const std::string &what,
-                        std::string *error,
-                        size_t maxDigits = kMaxLiteralDigits);
+/// The offset of the first opening bracket ('(', '[', '{', '<') at a
+/// nesting depth above `maxDepth`, outside string literals and comments;
+/// std::string::npos when there is none. Closing brackets of any kind
+/// lower the depth (not below 0), so "->" and comparisons cannot raise it.
+size_t findDeepNesting(std::string_view text,
+                       size_t maxDepth = kMaxNestingDepth);
+
+/// When `text` has a literal of more than kMaxLiteralDigits digits or a
+/// nesting deeper than kMaxNestingDepth: "WHAT: line L, column C: ..." in
+/// *error and false; else true.
+bool checkMlirText(std::string_view text, const std::string &what,
+                   std::string *error);
 
 } // namespace kvgen
 
