@@ -141,9 +141,21 @@ bool DiskCache::write(const Digest &key, const std::string &payload) {
   // An entry read() would refuse is not written (the cache stays on).
   if (payload.size() > kMaxPayloadBytes)
     return false;
+  // Something other than a regular file where the entry goes (a
+  // directory, a FIFO, a link): removed when that is possible without
+  // touching anything else (unlink; rmdir of an empty directory), else
+  // this one entry is not written. The cache stays on for the others: the
+  // rename onto a directory failed (EISDIR) and turned the whole cache off.
+  const std::string path = entryPath(key);
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (S_ISDIR(st.st_mode) ? ::rmdir(path.c_str()) != 0
+                            : ::unlink(path.c_str()) != 0)
+      return false;
+  }
   std::string file = encode(key, payload);
   if (std::optional<std::string> err =
-          writeFileAtomic(entryPath(key), file.data(), file.size())) {
+          writeFileAtomic(path, file.data(), file.size())) {
     disable(*err);
     return false;
   }

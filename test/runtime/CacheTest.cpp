@@ -156,6 +156,28 @@ TEST(DiskCacheEntries, AHugeSparseEntryIsAMissWithoutReadingIt) {
   EXPECT_EQ(cache2.read(rt::sha256("k", 1), &payload, &why),
             rt::DiskCache::Read::Miss);
   EXPECT_NE(why.find("it is a directory"), std::string::npos) << why;
+  // Writing that entry leaves the cache on: an empty directory is replaced
+  // by the entry, a non-empty one (not kvgen's to delete) keeps this one
+  // entry out; other entries are written as before. (The rename onto the
+  // directory failed with EISDIR and turned the whole cache off.)
+  EXPECT_TRUE(cache2.write(rt::sha256("k", 1), "payload"));
+  EXPECT_TRUE(cache2.enabled());
+  EXPECT_EQ(cache2.read(rt::sha256("k", 1), &payload, &why),
+            rt::DiskCache::Read::Hit);
+  const std::string full = cache2.entryPath(rt::sha256("j", 1));
+  ASSERT_EQ(::mkdir(full.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((full + "/x").c_str(), 0755), 0);
+  EXPECT_FALSE(cache2.write(rt::sha256("j", 1), "payload"));
+  EXPECT_TRUE(cache2.enabled());
+  EXPECT_TRUE(cache2.write(rt::sha256("i", 1), "other"));
+  EXPECT_EQ(cache2.read(rt::sha256("i", 1), &payload, &why),
+            rt::DiskCache::Read::Hit);
+  EXPECT_EQ(payload, "other");
+  // A FIFO where the entry goes is replaced by the entry.
+  const std::string fifo = cache2.entryPath(rt::sha256("h", 1));
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  EXPECT_TRUE(cache2.write(rt::sha256("h", 1), "fifo-was-here"));
+  EXPECT_TRUE(cache2.enabled());
 }
 
 // A bundle with one host reshape_and_cache kernel for the MiMo layout.
