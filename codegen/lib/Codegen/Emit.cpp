@@ -83,7 +83,11 @@ std::string kvgen::preludeFor(StringRef target) {
     appendWithoutIncludes(out, preludeText(f));
   // The argument structs, printed from the op table (kvgen/Ops.def).
   out += "extern \"C\" {\n" + formatKernelAbi() + "}\n";
-  appendWithoutIncludes(out, preludeText("kernels.h"));
+  appendWithoutIncludes(out, preludeText("core.h"));
+  for (StringRef f :
+       {StringRef("rows.h"), StringRef("blocks.h"), StringRef("attention_mma.h"),
+        StringRef("attention_shape.h"), StringRef("attention.h")})
+    appendWithoutIncludes(out, preludeText(f));
   return out;
 }
 

@@ -1,0 +1,625 @@
+//===- attention.h - Attention: the CTA body and its entry ------*- C++ -*-===//
+//
+// Last of the attention family's pieces (after attention_mma.h and
+// attention_shape.h): one CTA of kv.paged_attention (Q load, the K/V steps
+// with QK^T, online softmax and PV, the merge of the warps and of the
+// splits) and the op's entry template.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KVGEN_PRELUDE_ATTENTION_H
+#define KVGEN_PRELUDE_ATTENTION_H
+
+namespace kvgen {
+
+//===----------------------------------------------------------------------===//
+// kv.paged_attention: decode and short-query attention over the paged cache
+//===----------------------------------------------------------------------===//
+//
+// One CTA = one unit (sequence, kv head, tile of 16 query rows) and one split
+// of the unit's context (Launch.h: CTA b is split b % splits of unit b /
+// splits; unit = (seq * num_kv_heads + kv_head) * row_tiles + tile). A row
+// is (query token, q head of the kv head's GQA group), row r of a sequence
+// is token r / G, head r % G. The CTA's WARPS warps take the 16-token steps
+// of its token range in turn; each warp keeps its own softmax state (row
+// max m, row sum l, unnormalized output O, base-2 logits) and the CTA merges
+// them through shared memory. Both products are warp-wide m16n8k16 MMAs
+// (target primitives: mma.sync on NVIDIA; MFMA on AMD where the plan says
+// mfma, the two warps of a wavefront in step; emulated elsewhere):
+//
+//   S [16 rows x 16 tokens] = Q [16 x Dk] K^T: A = Q (registers, loaded
+//     once), B = K rows as loaded: lane (group, t) loads KC consecutive
+//     elements of tokens group and group + 8 of the step at dims c * 4KC +
+//     t * KC (chunk c); k index 2t + {0,1} of k-step (c, s) is dim c * 4KC +
+//     t * KC + 4s + {0,1}, and 2t + 8 + {0,1} is + {2,3}. Q's A fragment uses
+//     the same map (a permutation of the dims: the dot products are the
+//     same).
+//   O [16 x Dv] += P [16 x 16 tokens] V: A = P straight from S's C
+//     fragments (two n8 tiles = one k16 tile), B = V: n-tile j, column n of
+//     the tile is V column n * NT + j, so lane (group, t) needs columns
+//     [group * NT, group * NT + NT) of tokens 2t, 2t + 1, 2t + 8, 2t + 9:
+//     contiguous loads; its C fragment holds columns (2t) * NT + j and
+//     (2t + 1) * NT + j of rows group and group + 8.
+//
+// Tokens outside the CTA's range [ta, tb) (past seq_len, before the window,
+// another split's) are never loaded, nor their block-table entries; their
+// logits are -inf. Masked and empty rows keep m = -inf, l = 0 and give 0
+// (exp2(-inf - m) = 0 with m replaced by 0 while it is -inf); sinks join the
+// denominator once, after all merges. A split CTA writes its partial (m, l,
+// O per row) to the workspace; the unit's last CTA (atomic counter) merges
+// all splits, writes the output and resets the counter to 0.
+
+/// One CTA of kv.paged_attention. ALIGNED: cache rows are VEC-aligned
+/// (vector loads of K and V); else one element per access.
+template <class L, class P, class O, bool ALIGNED>
+KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
+                                      const SideMap &kMap, const SideMap &vMap,
+                                      AttnSmem<AttnShape<L, P, O> > &sm) {
+  typedef AttnShape<L, P, O> S;
+  typedef typename S::io IO;
+  typedef typename S::mma MT;
+  typedef typename S::cache C;
+  typedef typename S::CS CS;
+  typedef typename IO::storage IS;
+  enum {
+    HK = S::HK, HV = S::HV, H = S::H, G = S::G, BS = S::BS, WARPS = S::WARPS,
+    KC = S::KC, KCHUNKS = S::KCHUNKS, KSTEPS = S::KSTEPS, NT = S::NT,
+    JC = S::JC, ROWS = S::ROWS, SUB = S::SUB,
+    AK = ALIGNED ? (S::VEC < S::KC ? S::VEC : S::KC) : 1,
+    AV = ALIGNED ? S::AV : 1
+  };
+  const float kNegInf = negInf();
+  float(&smM)[WARPS][ROWS] = sm.m;
+  float(&smL)[WARPS][ROWS] = sm.l;
+  float(&smRow)[ROWS][4] = sm.row;
+  float *const smBuf = sm.buf;
+  int &smLast = sm.last;
+
+  // Which unit and split (Launch.h, the rule the runtime sized the grid by).
+  const LaunchShape sh = launchShape(planGeometry<P>(), attentionInputs(a));
+  const unsigned tid = KVGEN_THREAD_ID_X;
+  int64_t b = int64_t(KVGEN_BLOCK_ID_X);
+  const int64_t split = b % sh.splits;
+  const int64_t unit = b / sh.splits;
+  const int64_t tile = unit % sh.rowTiles;
+  const int64_t kvh = (unit / sh.rowTiles) % H;
+  const int64_t seq = unit / sh.rowTiles / H;
+
+  // The sequence: its query rows and context.
+  const int32_t *qsl = static_cast<const int32_t *>(a.query_start_loc);
+  int64_t q0 = qsl[seq], qlen = int64_t(qsl[seq + 1]) - q0;
+  int64_t ctx = static_cast<const int32_t *>(a.seq_lens)[seq];
+  if (!O::unchecked) {
+    bool bad = false;
+    if (q0 < 0 || qlen < 0 || q0 + qlen > a.num_tokens ||
+        qlen > a.max_query_len) {
+      bad = true;
+      qlen = 0;
+      q0 = 0;
+    }
+    if (ctx < 0 || ctx > a.max_blocks_per_seq * BS) {
+      bad = true;
+      ctx = ctx < 0 ? 0 : a.max_blocks_per_seq * BS;
+    }
+    if (bad && tid == 0)
+      *a.error_flag = 1;
+  }
+  const int64_t rowBase = tile * ROWS, rowsTotal = qlen * G;
+  if (rowBase >= rowsTotal)
+    return; // every CTA of this unit returns here (no counter use)
+  const int64_t window = a.sliding_window;
+  int64_t lo = window > 0 ? ctx - qlen + 1 - window : 0;
+  if (lo < 0)
+    lo = 0;
+  const int64_t hi = ctx > lo ? ctx : lo;
+  int64_t ta = lo, tb = hi;
+  if (sh.splits > 1) {
+    ta = lo + split * sh.splitTokens;
+    tb = split == sh.splits - 1 ? hi : ta + sh.splitTokens;
+    if (ta > hi)
+      ta = hi;
+    if (tb > hi)
+      tb = hi;
+  }
+
+  // This lane's rows (group and group + 8 of the tile).
+  const unsigned lane = tid % 32, warp = tid / 32, group = lane / 4,
+                 quad = lane % 4;
+  int64_t rowPos[2], rowLo[2]; // attended keys: [rowLo, rowPos]
+  const IS *qRow[2];
+  for (int i = 0; i < 2; ++i) {
+    const int64_t r = rowBase + group + 8 * i;
+    const bool valid = r < rowsTotal;
+    const int64_t qi = r / G, hq = r % G;
+    rowPos[i] = valid ? ctx - qlen + qi : -1;
+    rowLo[i] = window > 0 ? rowPos[i] - window + 1 : 0;
+    qRow[i] = valid ? static_cast<const IS *>(a.query) +
+                          (q0 + qi) * a.query_stride_token +
+                          (kvh * G + hq) * a.query_stride_head
+                    : nullptr;
+  }
+  // Q's rows in MT (MMA operand) terms: raw bits when MT is IO; else (bf16
+  // queries into f16 operands, fp8 and f16 caches) each row is scaled by
+  // 2^e so that its largest |q| lies in [2^14, 2^15) (f16's largest finite
+  // value is 65504) and converted, exactly apart from elements below 2^-24
+  // of that range (bf16's 8 significant bits fit in f16's 11); the row's
+  // logit multiplier takes 2^-e back.
+  float qScale[2] = {1.0f, 1.0f}, qUnscale[2] = {1.0f, 1.0f};
+  if (!same_type<MT, IO>::value) {
+    float mq[2] = {0.0f, 0.0f};
+    KVGEN_UNROLL
+    for (int c = 0; c < KCHUNKS; ++c) {
+      const int d0 = c * 4 * KC + int(quad) * KC;
+      KVGEN_UNROLL
+      for (int i = 0; i < 2; ++i)
+        KVGEN_UNROLL
+        for (int j = 0; j < KC; ++j) {
+          const float x = (qRow[i] && d0 + j < HK) ? IO::load(qRow[i][d0 + j])
+                                                   : 0.0f;
+          const float ax = x < 0.0f ? -x : x;
+          mq[i] = ax > mq[i] ? ax : mq[i];
+        }
+    }
+    KVGEN_UNROLL
+    for (int i = 0; i < 2; ++i) {
+      float v = kvgenShflXor(mq[i], 1);
+      mq[i] = v > mq[i] ? v : mq[i];
+      v = kvgenShflXor(mq[i], 2);
+      mq[i] = v > mq[i] ? v : mq[i];
+      union {
+        float f;
+        uint32_t u;
+      } x;
+      x.f = mq[i];
+      int e = 14 - (int((x.u >> 23) & 0xffu) - 127); // 14 - floor(log2 max)
+      e = mq[i] > 0.0f ? (e < -120 ? -120 : (e > 120 ? 120 : e)) : 0;
+      x.u = uint32_t(e + 127) << 23;
+      qScale[i] = x.f;
+      x.u = uint32_t(127 - e) << 23;
+      qUnscale[i] = x.f;
+    }
+  }
+  // Q as A fragments: q[ks] for k-step ks = (chunk c, s).
+  uint32_t q[KSTEPS][4];
+  KVGEN_UNROLL
+  for (int c = 0; c < KCHUNKS; ++c) {
+    const int d0 = c * 4 * KC + int(quad) * KC;
+    IS e[2][KC];
+    KVGEN_UNROLL
+    for (int i = 0; i < 2; ++i)
+      KVGEN_UNROLL
+      for (int j = 0; j < KC; ++j)
+        e[i][j] = (qRow[i] && d0 + j < HK) ? qRow[i][d0 + j] : IS(0);
+    // Elements x, y of row i as one register of two MT values.
+    auto two = [&](int i, int x, int y) -> uint32_t {
+      if (same_type<MT, IO>::value)
+        return uint32_t(e[i][x]) | (uint32_t(e[i][y]) << 16);
+      return PackIo<MT>::run(IO::load(e[i][x]) * qScale[i],
+                             IO::load(e[i][y]) * qScale[i]);
+    };
+    KVGEN_UNROLL
+    for (int s = 0; s < KC / 4; ++s) {
+      uint32_t *r = q[c * (KC / 4) + s];
+      r[0] = two(0, 4 * s, 4 * s + 1);
+      r[1] = two(1, 4 * s, 4 * s + 1);
+      r[2] = two(0, 4 * s + 2, 4 * s + 3);
+      r[3] = two(1, 4 * s + 2, 4 * s + 3);
+    }
+  }
+
+  // Scales: K's into the logit multiplier (base 2), V's into the output.
+  const bool scaled = C::is_fp8 && L::scale != SCALE_NONE;
+  const float kScale = scaled ? loadScale(a.k_scale, L::scale, kvh) : 1.0f;
+  const float vScale = scaled ? loadScale(a.v_scale, L::scale, kvh) : 1.0f;
+  const float capInv = O::logits_soft_cap ? 1.0f / a.logits_soft_cap : 0.0f;
+  const float logitMul = O::logits_soft_cap
+                             ? a.softmax_scale * kScale * capInv
+                             : a.softmax_scale * kScale * 1.4426950408889634f;
+  const float capMul =
+      O::logits_soft_cap ? a.logits_soft_cap * 1.4426950408889634f : 0.0f;
+  const float rowMul[2] = {logitMul * qUnscale[0], logitMul * qUnscale[1]};
+
+  const int32_t *table = static_cast<const int32_t *>(a.block_tables) +
+                         seq * a.block_tables_stride;
+  const CS *kBase = static_cast<const CS *>(a.key_cache);
+  const CS *vBase =
+      static_cast<const CS *>(L::packed ? a.key_cache : a.value_cache);
+
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+  float o[NT][4];
+  KVGEN_UNROLL
+  for (int j = 0; j < NT; ++j)
+    o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+
+  const int64_t vCol = int64_t(group) * NT;
+  const int vCount = HV - int(vCol) >= NT ? NT : (HV > int(vCol) ? HV - int(vCol) : 0);
+  const int64_t firstStep = ta / 16;
+  // Block numbers when steps never cross blocks (BS % 16 == 0): one per
+  // step, loaded a step ahead so the K/V loads do not wait for the table.
+  auto stepBlock = [&](int64_t st) -> int64_t {
+    const int64_t b0 = st * 16;
+    return (BS % 16 == 0 && b0 + 15 >= ta && b0 < tb)
+               ? blockOf<BS, !O::unchecked>(a, table, b0 > ta ? b0 : ta)
+               : -1;
+  };
+  // SUB 16-token steps per iteration (steps step + u WARPS): their K/V loads
+  // are issued together, so a warp has SUB x 16 tokens of K/V in flight
+  // (fp8 caches: 2, the bytes of one bf16 step). Block numbers are read an
+  // iteration ahead.
+  int64_t nextBlock[SUB];
+  KVGEN_UNROLL
+  for (int u = 0; u < SUB; ++u)
+    nextBlock[u] = stepBlock(firstStep + warp + u * WARPS);
+  // MFMA: the MMAs and their permutes need all 64 lanes of the wavefront,
+  // so its second warp (step one ahead) runs while the first has a step,
+  // and steps past the range are attended with every logit masked (p = 0,
+  // alpha = 1 or, with o and l still 0, 0: no change) instead of leaving.
+  const int64_t lead = S::MFMA ? int64_t(warp % 2) : 0;
+  for (int64_t step = firstStep + warp; (step - lead) * 16 < tb;
+       step += WARPS * SUB) {
+    int64_t oneBlock[SUB];
+    KVGEN_UNROLL
+    for (int u = 0; u < SUB; ++u) {
+      oneBlock[u] = nextBlock[u];
+      nextBlock[u] = stepBlock(step + WARPS * SUB + u * WARPS);
+    }
+    // K rows of tokens group and group + 8, V rows of 2q, 2q+1, 2q+8, 2q+9.
+    Packed<CS, KC> kraw[SUB][2][KCHUNKS];
+    Packed<CS, NT> vraw[SUB][4];
+    KVGEN_UNROLL
+    for (int u = 0; u < SUB; ++u) {
+      const int64_t base = (step + u * WARPS) * 16;
+      // K rows of tokens group and group + 8, V rows of 2q, 2q+1, 2q+8, 2q+9.
+      KVGEN_UNROLL
+      for (int nt = 0; nt < 2; ++nt) {
+        const int64_t t = base + nt * 8 + group;
+        const bool in = t >= ta && t < tb;
+        const int64_t blk =
+            !in ? -1 : (BS % 16 == 0 ? oneBlock[u] : blockOf<BS, !O::unchecked>(a, table, t));
+        KVGEN_UNROLL
+        for (int c = 0; c < KCHUNKS; ++c) {
+          const int d0 = c * 4 * KC + int(quad) * KC;
+          const int n = blk < 0 ? 0 : (HK - d0 >= KC ? KC : (HK > d0 ? HK - d0 : 0));
+          // Chunk c is whole for every lane unless it reaches past HK.
+          const bool partial = (c + 1) * 4 * KC > HK;
+          const CS *p = kBase + (blk < 0 ? 0 : elementOffset(kMap, blk, t % BS, kvh, d0));
+          if (partial)
+            loadPacked<CS, KC, AK, true>(kraw[u][nt][c], p, n);
+          else
+            loadPacked<CS, KC, AK, false>(kraw[u][nt][c], p, n);
+        }
+      }
+      KVGEN_UNROLL
+      for (int v = 0; v < 4; ++v) {
+        const int64_t t = base + 2 * quad + (v & 1) + (v >= 2 ? 8 : 0);
+        const bool in = t >= ta && t < tb;
+        const int64_t blk =
+            !in ? -1 : (BS % 16 == 0 ? oneBlock[u] : blockOf<BS, !O::unchecked>(a, table, t));
+        const CS *p = vBase + (blk < 0 ? 0 : elementOffset(vMap, blk, t % BS, kvh, vCol));
+        // Lane group g's columns [g NT, g NT + NT) reach past HV only when HV
+        // is not a multiple of 8.
+        loadPacked<CS, NT, AV, (HV % 8 != 0)>(vraw[u][v], p, blk < 0 ? 0 : vCount);
+      }
+
+    }
+    KVGEN_UNROLL
+    for (int u = 0; u < SUB; ++u) {
+      const int64_t base = (step + u * WARPS) * 16;
+      if (!S::MFMA && base >= tb)
+        break; // past the range: nothing left to attend
+      // S = Q K^T.
+      float s[2][4];
+      KVGEN_UNROLL
+      for (int nt = 0; nt < 2; ++nt) {
+        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        KVGEN_UNROLL
+        for (int c = 0; c < KCHUNKS; ++c) {
+          uint32_t kb[KC / 2];
+          KVGEN_UNROLL
+          for (int i = 0; i < KC / 2; ++i)
+            kb[i] = ToIo<C, MT, S::TO_IO>::pair(kraw[u][nt][c], 2 * i);
+          KVGEN_UNROLL
+          for (int ss = 0; ss < KC / 4; ++ss)
+            Mma<MT>::template run<S::MFMA, true>(s[nt], q[c * (KC / 4) + ss],
+                                                 kb + 2 * ss);
+        }
+        MmaAcc<S::MFMA>::finish(s[nt]);
+      }
+      // Logits (base 2), masks, the online softmax.
+      float mx[2] = {kNegInf, kNegInf};
+      KVGEN_UNROLL
+      for (int nt = 0; nt < 2; ++nt)
+        KVGEN_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1;
+          const int64_t t = base + nt * 8 + 2 * quad + (e & 1);
+          float x = s[nt][e];
+          x = O::logits_soft_cap ? capMul * kvgenTanh(x * rowMul[i])
+                                 : x * rowMul[i];
+          const bool ok = t >= ta && t < tb && t <= rowPos[i] && t >= rowLo[i];
+          x = ok ? x : kNegInf;
+          s[nt][e] = x;
+          mx[i] = x > mx[i] ? x : mx[i];
+        }
+      float alpha[2];
+      KVGEN_UNROLL
+      for (int i = 0; i < 2; ++i) {
+        float v = kvgenShflXor(mx[i], 1);
+        mx[i] = v > mx[i] ? v : mx[i];
+        v = kvgenShflXor(mx[i], 2);
+        mx[i] = v > mx[i] ? v : mx[i];
+        const float mNew = mx[i] > m[i] ? mx[i] : m[i];
+        const float ref = mNew == kNegInf ? 0.0f : mNew;
+        alpha[i] = kvgenExp2(m[i] - ref);
+        m[i] = mNew;
+        mx[i] = ref; // the reference of this step's exponentials
+      }
+      float rs[2] = {0.0f, 0.0f};
+      KVGEN_UNROLL
+      for (int nt = 0; nt < 2; ++nt)
+        KVGEN_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          const float p = kvgenExp2(s[nt][e] - mx[e >> 1]);
+          s[nt][e] = p;
+          rs[e >> 1] += p;
+        }
+      l[0] = l[0] * alpha[0] + rs[0];
+      l[1] = l[1] * alpha[1] + rs[1];
+      // O stays in the MMA's accumulator layout until the loop ends.
+      float oScale[4];
+      MmaAcc<S::MFMA>::rowFactors(alpha, oScale);
+      KVGEN_UNROLL
+      for (int j = 0; j < NT; ++j) {
+        o[j][0] *= oScale[0];
+        o[j][1] *= oScale[1];
+        o[j][2] *= oScale[2];
+        o[j][3] *= oScale[3];
+      }
+      // O += P V.
+      uint32_t pa[4] = {PackIo<MT>::run(s[0][0], s[0][1]),
+                        PackIo<MT>::run(s[0][2], s[0][3]),
+                        PackIo<MT>::run(s[1][0], s[1][1]),
+                        PackIo<MT>::run(s[1][2], s[1][3])};
+      KVGEN_UNROLL
+      for (int j = 0; j < NT; ++j) {
+        // Element j of each token's run, as IO bits (pairs converted once).
+        uint32_t ev[4];
+        KVGEN_UNROLL
+        for (int v = 0; v < 4; ++v) {
+          if (j < NT - NT % 2) {
+            const uint32_t pr = ToIo<C, MT, S::TO_IO>::pair(vraw[u][v], j & ~1);
+            ev[v] = (j % 2) ? (pr >> 16) : (pr & 0xffffu);
+          } else {
+            ev[v] = ToIo<C, MT, S::TO_IO>::one(vraw[u][v], j) & 0xffffu;
+          }
+        }
+        const uint32_t vb[2] = {ev[0] | (ev[1] << 16), ev[2] | (ev[3] << 16)};
+        Mma<MT>::template run<S::MFMA>(o[j], pa, vb);
+      }
+    }
+  }
+  KVGEN_UNROLL
+  for (int j = 0; j < NT; ++j)
+    MmaAcc<S::MFMA>::finish(o[j]);
+  // Row sums over the quad (each lane summed its own columns).
+  KVGEN_UNROLL
+  for (int i = 0; i < 2; ++i) {
+    l[i] += kvgenShflXor(l[i], 1);
+    l[i] += kvgenShflXor(l[i], 2);
+  }
+
+  // Merge the warps: per row the CTA's max M, sum L; each warp's O scaled
+  // by exp2(m_w - M) and summed through shared memory.
+  if (quad == 0) {
+    smM[warp][group] = m[0];
+    smM[warp][group + 8] = m[1];
+    smL[warp][group] = l[0];
+    smL[warp][group + 8] = l[1];
+  }
+  kvgenSyncThreads();
+  const bool isSplit = sh.splits > 1;
+  float *partial = nullptr;
+  if (isSplit)
+    partial = reinterpret_cast<float *>(static_cast<char *>(a.workspace) +
+                                        sh.partialsOffset +
+                                        uint64_t(b) * P::partial_bytes);
+  if (tid < ROWS) {
+    float M = kNegInf;
+    for (int w = 0; w < WARPS; ++w)
+      M = smM[w][tid] > M ? smM[w][tid] : M;
+    float Ls = 0.0f;
+    for (int w = 0; w < WARPS; ++w)
+      if (smM[w][tid] != kNegInf)
+        Ls += smL[w][tid] * kvgenExp2(smM[w][tid] - M);
+    smRow[tid][0] = M;
+    smRow[tid][1] = Ls;
+    if (isSplit) {
+      partial[tid] = M;
+      partial[ROWS + tid] = Ls;
+    }
+  }
+  float f[2];
+  KVGEN_UNROLL
+  for (int i = 0; i < 2; ++i) {
+    float M = kNegInf;
+    for (int w = 0; w < WARPS; ++w)
+      M = smM[w][group + 8 * i] > M ? smM[w][group + 8 * i] : M;
+    f[i] = m[i] == kNegInf ? 0.0f : kvgenExp2(m[i] - M);
+  }
+  kvgenSyncThreads();
+  // Final scale of each row (no split): sinks, 1 / L, V's scale.
+  const float *sinks = static_cast<const float *>(a.sinks);
+  auto finalScale = [&](int r, float M, float Ls) -> float {
+    // Row r of the tile: its q head's sink joins the denominator.
+    float Mx = M;
+    float Lx = Ls;
+    if (O::sinks) {
+      const int64_t hq = (rowBase + r) % G;
+      const float sk = sinks[kvh * G + hq] * 1.4426950408889634f;
+      Mx = sk > M ? sk : M;
+      Lx = (M == kNegInf ? 0.0f : Ls * kvgenExp2(M - Mx)) + kvgenExp2(sk - Mx);
+      return Lx > 0.0f ? (M == kNegInf ? 0.0f : kvgenExp2(M - Mx)) / Lx * vScale
+                       : 0.0f;
+    }
+    return Lx > 0.0f ? vScale / Lx : 0.0f;
+  };
+  if (!isSplit && tid < ROWS)
+    smRow[tid][2] = finalScale(int(tid), smRow[tid][0], smRow[tid][1]);
+  kvgenSyncThreads();
+  IS *out = static_cast<IS *>(a.output);
+  auto outAt = [&](int r, int col) -> IS * {
+    const int64_t R = rowBase + r;
+    return out + (q0 + R / G) * a.output_stride_token +
+           (kvh * G + R % G) * a.output_stride_head + col;
+  };
+  for (int j0 = 0; j0 < NT; j0 += JC) {
+    KVGEN_UNROLL
+    for (int jj = 0; jj < JC; ++jj) {
+      if (j0 + jj >= NT)
+        continue;
+      KVGEN_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const int r = int(group) + 8 * (e >> 1);
+        const int n = 2 * int(quad) + (e & 1);
+        smBuf[((int(warp) * ROWS + r) * 8 + n) * JC + jj] =
+            o[j0 + jj][e] * f[e >> 1];
+      }
+    }
+    kvgenSyncThreads();
+    for (int e = int(tid); e < ROWS * 8 * JC; e += P::threads) {
+      const int r = e / (8 * JC), n = (e / JC) % 8, jj = e % JC;
+      const int col = n * NT + j0 + jj;
+      if (j0 + jj >= NT || col >= HV || rowBase + r >= rowsTotal)
+        continue;
+      float v = 0.0f;
+      for (int w = 0; w < WARPS; ++w)
+        v += smBuf[((w * ROWS + r) * 8 + n) * JC + jj];
+      if (isSplit)
+        partial[2 * ROWS + r * HV + col] = v;
+      else
+        *outAt(r, col) = IO::store(v * smRow[r][2]);
+    }
+    kvgenSyncThreads();
+  }
+  if (!isSplit)
+    return;
+
+  // Split: the unit's last CTA merges every split's partial.
+  kvgenThreadFence();
+  kvgenSyncThreads();
+  int32_t *counter = static_cast<int32_t *>(a.workspace) + unit;
+  if (tid == 0)
+    smLast = kvgenAtomicAdd(counter, 1) == int32_t(sh.splits - 1);
+  kvgenSyncThreads();
+  if (!smLast)
+    return;
+  kvgenThreadFence();
+  const float *parts = reinterpret_cast<const float *>(
+      static_cast<const char *>(a.workspace) + sh.partialsOffset +
+      uint64_t(unit * sh.splits) * P::partial_bytes);
+  const int64_t partFloats = P::partial_bytes / 4;
+  const int nsplit = int(sh.splits);
+  // Per row: the max over splits, each split's weight times the final
+  // scale. TPR threads per row (neighbouring lanes of one warp) take every
+  // TPR-th split and combine by shuffles, so the serial chain of L2 loads
+  // per thread is nsplit / TPR long, not nsplit.
+  enum {
+    TPR0 = P::threads / ROWS,
+    TPR = (P::threads % ROWS == 0 && TPR0 >= 1 && TPR0 <= 32 &&
+           (TPR0 & (TPR0 - 1)) == 0)
+              ? TPR0
+              : 1
+  };
+  for (int rr = int(tid) / TPR; rr < ROWS; rr += P::threads / TPR) {
+    const int r = rr, j = TPR > 1 ? int(tid) % TPR : 0;
+    float M = kNegInf;
+    for (int sp = j; sp < nsplit; sp += TPR) {
+      const float x = kvgenLoadCoherent(parts + sp * partFloats + r);
+      M = x > M ? x : M;
+    }
+    KVGEN_UNROLL
+    for (int k = 1; k < TPR; k *= 2) {
+      const float y = kvgenShflXor(M, k);
+      M = y > M ? y : M;
+    }
+    float Ls = 0.0f;
+    for (int sp = j; sp < nsplit; sp += TPR) {
+      const float x = kvgenLoadCoherent(parts + sp * partFloats + r);
+      const float w = x == kNegInf ? 0.0f : kvgenExp2(x - M);
+      smBuf[r * nsplit + sp] = w;
+      Ls += w * kvgenLoadCoherent(parts + sp * partFloats + ROWS + r);
+    }
+    KVGEN_UNROLL
+    for (int k = 1; k < TPR; k *= 2)
+      Ls += kvgenShflXor(Ls, k);
+    const float fs = finalScale(r, M, Ls);
+    for (int sp = j; sp < nsplit; sp += TPR)
+      smBuf[r * nsplit + sp] *= fs;
+  }
+  kvgenSyncThreads();
+  // Outputs: 4 neighbouring columns per thread when HV % 4 == 0 (one
+  // 16-byte load per split; partials are 16-byte aligned: workspace
+  // offsets and partial_bytes are multiples of 16, 2 ROWS + r HV floats
+  // too), splits 4 at a time with their own sums.
+  enum { CW = (HV % 4 == 0) ? 4 : 1 };
+  for (int e = int(tid); e < ROWS * (HV / CW); e += P::threads) {
+    const int r = e / (HV / CW), col = (e % (HV / CW)) * CW;
+    if (rowBase + r >= rowsTotal)
+      continue;
+    const float *src = parts + 2 * ROWS + r * HV + col;
+    float v[4][CW];
+    KVGEN_UNROLL
+    for (int u = 0; u < 4; ++u)
+      KVGEN_UNROLL
+      for (int c = 0; c < CW; ++c)
+        v[u][c] = 0.0f;
+    int sp = 0;
+    for (; sp + 4 <= nsplit; sp += 4) {
+      float x[4][CW];
+      KVGEN_UNROLL
+      for (int u = 0; u < 4; ++u)
+        loadCoherentRun<CW>(src + (sp + u) * partFloats, x[u]);
+      KVGEN_UNROLL
+      for (int u = 0; u < 4; ++u) {
+        const float w = smBuf[r * nsplit + sp + u];
+        KVGEN_UNROLL
+        for (int c = 0; c < CW; ++c)
+          v[u][c] += w * x[u][c];
+      }
+    }
+    for (; sp < nsplit; ++sp) {
+      float x[CW];
+      loadCoherentRun<CW>(src + sp * partFloats, x);
+      const float w = smBuf[r * nsplit + sp];
+      KVGEN_UNROLL
+      for (int c = 0; c < CW; ++c)
+        v[0][c] += w * x[c];
+    }
+    KVGEN_UNROLL
+    for (int c = 0; c < CW; ++c)
+      *outAt(r, col + c) = IO::store((v[0][c] + v[1][c]) + (v[2][c] + v[3][c]));
+  }
+  if (tid == 0)
+    *counter = 0; // ready for the next launch (CUDA graph replays too)
+}
+
+/// kv.paged_attention over layout L with plan P and options O. A CTA whose
+/// cache rows are not all VEC-aligned (only with '?' strides or unaligned
+/// bases) loads one element per access.
+template <class L, class P, class O>
+KVGEN_DEVICE inline void paged_attention(const kvgen_paged_attention_args &a) {
+  const SideMap kMap = sideMap<typename L::k>(a.k_cache_strides);
+  const SideMap vMap = sideMap<typename L::v>(a.v_cache_strides);
+  const bool aligned =
+      P::cache_proven ||
+      cacheAligned<CacheVec<L, P> >(
+          a.key_cache, L::packed ? a.key_cache : a.value_cache, kMap, vMap);
+  KVGEN_SHARED AttnSmem<AttnShape<L, P, O> > sm;
+  if (aligned)
+    attentionCta<L, P, O, true>(a, kMap, vMap, sm);
+  else
+    attentionCta<L, P, O, false>(a, kMap, vMap, sm);
+}
+
+} // namespace kvgen
+
+#endif // KVGEN_PRELUDE_ATTENTION_H

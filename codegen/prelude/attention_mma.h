@@ -1,0 +1,255 @@
+//===- attention_mma.h - Attention: MMA and K/V operand helpers -*- C++ -*-===//
+//
+// First of the attention family's three pieces (Ops.def KVGEN_OP_FAMILY
+// attention: attention_mma.h, attention_shape.h, attention.h, embedded in
+// that order after core.h): the m16n8k16 MMA on the target's primitives and
+// its accumulator layout, IO pairs from floats, K/V runs kept packed in
+// 32-bit words and their loads, and their elements as MMA operand bits.
+// attention.h describes the kernel that uses them.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KVGEN_PRELUDE_ATTENTION_MMA_H
+#define KVGEN_PRELUDE_ATTENTION_MMA_H
+
+namespace kvgen {
+
+/// Two IO elements (element 0 in the low half) from two floats, rounded to
+/// nearest even.
+template <class IO> struct PackIo {
+  static KVGEN_DEVICE inline uint32_t run(float a, float b) {
+    return uint32_t(IO::store(a)) | (uint32_t(IO::store(b)) << 16);
+  }
+};
+#ifdef KVGEN_PACK_X2
+template <> struct PackIo<dt_bf16> {
+  static KVGEN_DEVICE inline uint32_t run(float a, float b) {
+    return kvgenPackBf16x2(a, b);
+  }
+};
+template <> struct PackIo<dt_f16> {
+  static KVGEN_DEVICE inline uint32_t run(float a, float b) {
+    return kvgenPackF16x2(a, b);
+  }
+};
+#endif
+
+/// d += A B over one m16n8k16 tile of IO (bf16 or f16) operands: A and B
+/// in mma.sync's fragments, d in the accumulator layout of MmaAcc<MFMA>.
+/// MFMA (the plan's mfma; AMD preludes with KVGEN_MFMA): on the MFMA
+/// instructions, called by both warps of a wavefront together with every
+/// lane active; SAME_A: both warps hold the same A. Otherwise the target's
+/// mma.sync or its emulation.
+template <class IO> struct Mma;
+template <> struct Mma<dt_bf16> {
+  template <bool MFMA = false, bool SAME_A = false>
+  static KVGEN_DEVICE inline void run(float *d, const uint32_t *a,
+                                      const uint32_t *b) {
+#ifdef KVGEN_MMA_SYNC
+    kvgenMmaBf16(d, a, b);
+#else
+#ifdef KVGEN_MFMA
+    if (MFMA)
+      return kvgenMfmaBf16<SAME_A>(d, a, b);
+#endif
+    kvgenMma16816<bf16_to_float>(d, a, b);
+#endif
+  }
+};
+template <> struct Mma<dt_f16> {
+  template <bool MFMA = false, bool SAME_A = false>
+  static KVGEN_DEVICE inline void run(float *d, const uint32_t *a,
+                                      const uint32_t *b) {
+#ifdef KVGEN_MMA_SYNC
+    kvgenMmaF16(d, a, b);
+#else
+#ifdef KVGEN_MFMA
+    if (MFMA)
+      return kvgenMfmaF16<SAME_A>(d, a, b);
+#endif
+    kvgenMma16816<f16_to_float>(d, a, b);
+#endif
+  }
+};
+
+/// The accumulator layout of Mma: mma.sync and its emulation accumulate in
+/// the C fragments (d[0..1] = C[group][2q..], d[2..3] = C[group + 8][2q..]);
+/// MFMA in the MFMA's 16x16 accumulator holding both warps' tiles
+/// (amdgpu_mfma.h). finish() turns an accumulator into the C fragments (in
+/// place), rowFactors() gives the factor of each accumulator register that
+/// scales row group by x[0] and row group + 8 by x[1].
+template <bool MFMA> struct MmaAcc {
+  static KVGEN_DEVICE inline void finish(float *) {}
+  static KVGEN_DEVICE inline void rowFactors(const float *x, float *f) {
+    f[0] = f[1] = x[0];
+    f[2] = f[3] = x[1];
+  }
+};
+#ifdef KVGEN_MFMA
+template <> struct MmaAcc<true> {
+  static KVGEN_DEVICE inline void finish(float *d) { kvgenMfmaFragments(d); }
+  static KVGEN_DEVICE inline void rowFactors(const float *x, float *f) {
+    kvgenMfmaRowValues(x, f);
+  }
+};
+#endif
+
+
+/// Element k of a 32-bit word holding 4 / sizeof(T) elements of T.
+template <class T> struct PackedBits {
+  static KVGEN_DEVICE inline T get(uint32_t w, int k) {
+    return T(w >> (8 * int(sizeof(T)) * k));
+  }
+  static KVGEN_DEVICE inline uint32_t put(T e, int k) {
+    return uint32_t(e) << (8 * int(sizeof(T)) * k);
+  }
+};
+template <> struct PackedBits<float> {
+  static KVGEN_DEVICE inline float get(uint32_t w, int) {
+    union {
+      uint32_t u;
+      float f;
+    } x;
+    x.u = w;
+    return x.f;
+  }
+  static KVGEN_DEVICE inline uint32_t put(float e, int) {
+    union {
+      uint32_t u;
+      float f;
+    } x;
+    x.f = e;
+    return x.u;
+  }
+};
+
+/// N cache elements of storage type T kept packed in 32-bit words, element
+/// i in bits [8 sizeof(T) (i % PER), ...) of word i / PER: a run of 8 bf16
+/// values is 4 registers, not 8 (the attention loop holds 80 words of K/V
+/// per lane; one element per register spilled it to local memory).
+template <class T, int N> struct Packed {
+  enum { PER = 4 / int(sizeof(T)), WORDS = (N + PER - 1) / PER };
+  uint32_t w[WORDS];
+  KVGEN_DEVICE inline T get(int i) const {
+    return PackedBits<T>::get(w[i / PER], i % PER);
+  }
+  /// Elements i and i + 1 (i even) as the low and high 16 bits of a word
+  /// (2-byte T) or the low 16 bits (1-byte T).
+  KVGEN_DEVICE inline uint32_t pairBits(int i) const {
+    return sizeof(T) == 2 ? w[i / 2]
+                          : (w[i / PER] >> (8 * (i % PER))) & 0xffffu;
+  }
+};
+/// Loads a run of N elements of T at p into r: all N when `full` (else
+/// zeros) with accesses of A elements (p and N multiples of A, A * sizeof(T)
+/// >= 4 bytes); one predicated access per element otherwise, the first n
+/// (zeros past n). PARTIAL: n may lie strictly between 0 and N.
+template <class T, int N, int A, bool PARTIAL>
+KVGEN_DEVICE inline void loadPacked(Packed<T, N> &r, const T *p, int n) {
+  enum { B = A * int(sizeof(T)) };
+  if (!PARTIAL && B >= 4) {
+    typedef typename VecBytes<(B >= 4 ? B : 4)>::type V;
+    const bool full = n == N;
+    KVGEN_UNROLL
+    for (int i = 0; i < N; i += A) {
+      union {
+        V v;
+        uint32_t w[B >= 4 ? B / 4 : 1];
+      } u;
+      KVGEN_UNROLL
+      for (int k = 0; k < B / 4; ++k)
+        u.w[k] = 0;
+      if (full)
+        u.v = *reinterpret_cast<const V *>(p + i);
+      KVGEN_UNROLL
+      for (int k = 0; k < B / 4; ++k)
+        r.w[i * int(sizeof(T)) / 4 + k] = u.w[k];
+    }
+  } else {
+    typedef Packed<T, N> R;
+    KVGEN_UNROLL
+    for (int k = 0; k < R::WORDS; ++k)
+      r.w[k] = 0;
+    KVGEN_UNROLL
+    for (int i = 0; i < N; ++i)
+      if (i < n)
+        r.w[i / R::PER] |= PackedBits<T>::put(p[i], i % R::PER);
+  }
+}
+
+/// Elements of a packed run of cache type C as IO bits: pair(r, i) gives
+/// elements i and i + 1 (i even) as one register of two IO values (element
+/// i in the low half), one(r, i) element i in the low 16 bits. Raw bits
+/// when C is IO, else through float (exact for fp8 into bf16 / f16; rounded
+/// to nearest even otherwise); hardware fp8 tags unpack two elements per
+/// instruction.
+template <class C, class IO, int MODE> struct ToIo;
+enum { TO_IO_RAW = 0, TO_IO_FLOAT = 1, TO_IO_HW = 2 };
+template <class C, class IO> struct ToIo<C, IO, TO_IO_RAW> {
+  template <int N>
+  static KVGEN_DEVICE inline uint32_t
+  pair(const Packed<typename C::storage, N> &r, int i) {
+    return r.pairBits(i);
+  }
+  template <int N>
+  static KVGEN_DEVICE inline uint32_t
+  one(const Packed<typename C::storage, N> &r, int i) {
+    return uint32_t(r.get(i));
+  }
+};
+template <class C, class IO> struct ToIo<C, IO, TO_IO_FLOAT> {
+  template <int N>
+  static KVGEN_DEVICE inline uint32_t
+  pair(const Packed<typename C::storage, N> &r, int i) {
+    return PackIo<IO>::run(C::load(r.get(i)), C::load(r.get(i + 1)));
+  }
+  template <int N>
+  static KVGEN_DEVICE inline uint32_t
+  one(const Packed<typename C::storage, N> &r, int i) {
+    return uint32_t(IO::store(C::load(r.get(i))));
+  }
+};
+template <class C, class IO> struct ToIo<C, IO, TO_IO_HW> {
+  template <int N>
+  static KVGEN_DEVICE inline uint32_t
+  pair(const Packed<typename C::storage, N> &r, int i) {
+    if (same_type<IO, dt_f16>::value)
+      return C::unpack2Half(uint16_t(r.pairBits(i))); // one cvt per pair
+    float a, b;
+    C::unpack2(uint16_t(r.pairBits(i)), a, b);
+    return PackIo<IO>::run(a, b);
+  }
+  template <int N>
+  static KVGEN_DEVICE inline uint32_t
+  one(const Packed<typename C::storage, N> &r, int i) {
+    return uint32_t(IO::store(C::load(r.get(i))));
+  }
+};
+template <class C, class IO> struct ToIoMode {
+  enum {
+    value = same_type<C, IO>::value ? int(TO_IO_RAW)
+            : C::is_hw              ? int(TO_IO_HW)
+                                    : int(TO_IO_FLOAT)
+  };
+};
+
+/// The largest power of two that divides both A and B (B a power of two).
+template <int A, int B> struct Pow2Gcd {
+  enum { value = (A % B == 0) ? B : int(Pow2Gcd<A, (B > 1 ? B / 2 : 1)>::value) };
+};
+template <int A> struct Pow2Gcd<A, 1> {
+  enum { value = 1 };
+};
+
+/// -infinity as a float (bits 0xff800000).
+KVGEN_HD inline float negInf() {
+  union {
+    uint32_t u;
+    float f;
+  } x;
+  x.u = 0xff800000u;
+  return x.f;
+}
+
+} // namespace kvgen
+
+#endif // KVGEN_PRELUDE_ATTENTION_MMA_H

@@ -1,0 +1,164 @@
+//===- attention_shape.h - Attention: shape and launch ----------*- C++ -*-===//
+//
+// Second of the attention family's pieces (after attention_mma.h, before
+// attention.h): the compile-time shape of a paged-attention kernel
+// (AttnShape: MMA type, warps, rows, tiles), its launch geometry and launch
+// rule inputs, the block-table lookup, L2-coherent loads of the split
+// workspace and the CTA's shared memory.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KVGEN_PRELUDE_ATTENTION_SHAPE_H
+#define KVGEN_PRELUDE_ATTENTION_SHAPE_H
+
+namespace kvgen {
+
+/// The compile-time shape of a paged-attention kernel of layout L, plan P,
+/// options O.
+/// The MMA operand type of an attention kernel: f16 for fp8 caches (every
+/// e4m3 / e5m2 value is an f16, converted with one instruction per pair on
+/// sm_89+, and P in f16 keeps 3 more mantissa bits than in bf16) and f16
+/// caches; bf16 for bf16 caches; the query type otherwise (f32 caches).
+/// Targets whose prelude defines KVGEN_ATTN_TUNED (NVIDIA, host); the
+/// query type elsewhere (AMD, where the MMA is emulated by lane permutes).
+template <class C, class IO> struct AttnMmaType {
+#ifndef KVGEN_ATTN_TUNED
+  typedef IO type; // AMD: the emulated MMA in f16 outgrows the unroller
+#else
+  typedef typename Select<C::is_fp8 || same_type<typename C::storage, uint16_t>::value,
+                          typename Select<same_type<C, dt_bf16>::value, dt_bf16,
+                                          dt_f16>::type,
+                          IO>::type type;
+#endif
+};
+
+template <class L, class P, class O> struct AttnShape {
+  typedef typename O::io io;
+  typedef typename ConvertTag<typename L::cache, P::hw_fp8>::type cache;
+  typedef typename AttnMmaType<cache, io>::type mma;
+  typedef typename cache::storage CS;
+  enum {
+    HK = L::k::head_size,
+    HV = L::v::head_size,
+    H = L::num_kv_heads,
+    G = O::num_q_heads / L::num_kv_heads,
+    BS = L::block_size,
+    WARPS = P::threads / 32,
+    VEC = P::vec,
+    /// K elements a lane loads per chunk; 4 lanes cover 4 KC dims.
+    KC = VEC >= 4 ? VEC : 4,
+    KCHUNKS = (HK + 4 * KC - 1) / (4 * KC),
+    KSTEPS = KCHUNKS * (KC / 4),
+    /// PV n-tiles: V columns per lane group.
+    NT = (HV + 7) / 8,
+    /// V elements per access (divides NT and VEC).
+    AV = Pow2Gcd<NT, VEC>::value,
+    /// PV n-tiles merged through shared memory per round.
+    JC = NT < 16 ? NT : 16,
+    ROWS = 16,
+    /// Splits the merge's per-row weights have room for.
+    MAX_SPLITS = P::split_ctas > 0 ? P::split_ctas : 1,
+    SMEM_FLOATS = (WARPS * ROWS * 8 * JC > ROWS * MAX_SPLITS)
+                      ? WARPS * ROWS * 8 * JC
+                      : ROWS * MAX_SPLITS,
+    TO_IO = ToIoMode<cache, mma>::value,
+    /// 16-token steps whose loads a warp issues together (1-byte caches:
+    /// 2, so a warp keeps as many K/V bytes in flight as with bf16).
+#ifdef KVGEN_ATTN_TUNED
+    SUB = sizeof(CS) == 1 ? 2 : 1,
+#else
+    SUB = 1, // AMD: the emulated MMA's unrolled body outgrows the unroller
+#endif
+    /// The MMAs on MFMA (the plan's mfma): the two warps of a 64-lane
+    /// wavefront run every loop iteration together.
+    MFMA = P::mfma
+  };
+  static_assert(P::threads % 32 == 0, "whole warps");
+#ifndef KVGEN_MFMA
+  static_assert(!MFMA, "the plan's mfma needs a prelude with MFMA");
+#endif
+  static_assert(!MFMA || P::threads % 64 == 0, "MFMA: whole wavefronts");
+  static_assert(P::rows_per_cta == ROWS, "16 rows per CTA (one m16 tile)");
+};
+
+/// The launch geometry of plan P (the runtime's LaunchGeometry, Launch.h).
+template <class P> KVGEN_DEVICE inline LaunchGeometry planGeometry() {
+  LaunchGeometry g;
+  g.threads = P::threads;
+  g.tokensPerCta = P::tokens_per_cta;
+  g.vectorBytes = P::vector_bytes;
+  g.smallMaxTokens = P::small_max_tokens;
+  g.smallThreads = P::small_threads;
+  g.rowsPerCta = P::rows_per_cta;
+  g.rowGroup = P::row_group;
+  g.itemCtas = P::item_ctas;
+  g.splitCtas = P::split_ctas;
+  g.splitMinTokens = P::split_min_tokens;
+  g.splitAlign = P::split_align;
+  g.partialBytes = P::partial_bytes;
+  return g;
+}
+
+/// The launch rule's inputs of an attention launch (roles WORK, WORK_ROWS,
+/// WORK_SPAN, WORK_WINDOW of its fields in Ops.def).
+KVGEN_DEVICE inline LaunchInputs
+attentionInputs(const kvgen_paged_attention_args &a) {
+  LaunchInputs in;
+  in.work = a.num_seqs;
+  in.rows = a.max_query_len;
+  in.span = a.max_seq_len;
+  in.window = a.sliding_window;
+  return in;
+}
+
+/// The block number of token t of the sequence whose block-table row is
+/// `table` (checked kernels: a number outside [0, num_blocks) or an entry
+/// past the row sets the flag and reads as -1, whose rows load as zeros).
+template <int BS, bool CHECKED>
+KVGEN_DEVICE inline int64_t blockOf(const kvgen_paged_attention_args &a,
+                                    const int32_t *table, int64_t t) {
+  const int64_t e = t / BS;
+  if (CHECKED && e >= a.max_blocks_per_seq) {
+    *a.error_flag = 1;
+    return -1;
+  }
+  const int64_t b = table[e];
+  if (CHECKED && (b < 0 || b >= a.num_blocks)) {
+    *a.error_flag = 1;
+    return -1;
+  }
+  return b;
+}
+
+/// N (1 or 4) consecutive floats from L2 (kvgenLoadCoherent; the target's
+/// 16-byte form where it has one, p then 16-byte aligned).
+template <int N> struct CoherentRun {
+  static KVGEN_DEVICE inline void load(const float *p, float *v) {
+    KVGEN_UNROLL
+    for (int i = 0; i < N; ++i)
+      v[i] = kvgenLoadCoherent(p + i);
+  }
+};
+#ifdef KVGEN_LOAD_COHERENT4
+template <> struct CoherentRun<4> {
+  static KVGEN_DEVICE inline void load(const float *p, float *v) {
+    kvgenLoadCoherent4(p, v);
+  }
+};
+#endif
+template <int N>
+KVGEN_DEVICE inline void loadCoherentRun(const float *p, float *v) {
+  CoherentRun<N>::load(p, v);
+}
+
+/// The shared memory of an attention CTA.
+template <class S> struct AttnSmem {
+  float m[S::WARPS][S::ROWS]; ///< each warp's row max (base 2)
+  float l[S::WARPS][S::ROWS]; ///< each warp's row sum
+  float row[S::ROWS][4];      ///< the CTA's row max, sum, output scale
+  float buf[S::SMEM_FLOATS];  ///< warps' O for the merge; split weights
+  int last;                   ///< this CTA merges the splits
+};
+
+} // namespace kvgen
+
+#endif // KVGEN_PRELUDE_ATTENTION_SHAPE_H
