@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""Compares the PTX of kernels emitted by two kvgen builds.
+
+For every kernel spec of the grid harness and/or the benchmarks (the ones
+test/python/grid/emit_bundle.py emits into the GPU bundle), or of a few
+presets (--presets: the kernels `kvgen run --preset NAME` JIT-compiles),
+each build's `kvgen emit` prints the source for --target, and NVRTC
+compiles it with the runtime's options (runtime/src/BackendCuda.cpp:
+--gpu-architecture=TARGET -std=c++17) to PTX. The two PTX texts are
+compared line by line; the NVRTC compile time of each source is measured
+(the smallest of --repeat compiles, both builds' compiles interleaved).
+
+  # after a prelude change: is the PTX of every grid and bench kernel the
+  # same as with the build of the base commit?
+  python3 scripts/compare_ptx.py --base /tmp/base/bin/kvgen \\
+      --new build/bin/kvgen --set all
+  # compile times of the preset kernels, before and after
+  python3 scripts/compare_ptx.py --base /tmp/base/bin/kvgen \\
+      --new build/bin/kvgen --presets mimo-v2-flash,llama3-8b --repeat 3
+
+--base-lib / --new-lib: a directory put first on LD_LIBRARY_PATH for that
+build's kvgen (its libkvgen-runtime.so, when the build directory it was
+linked in has changed since). NVRTC: libnvrtc.so from $CUDA_HOME/lib64
+(default /usr/local/cuda) or the loader's search path.
+
+Exit status: 0 when every kernel's PTX is identical, or differs only in
+lines that are module-scope declarations present in the base alone
+(globals the new prelude no longer defines; listed); 1 otherwise; 2 when
+a kernel fails to emit or compile.
+"""
+
+import argparse
+import ctypes
+import difflib
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Module-scope PTX declarations: what a prelude that no longer defines a
+# global (a __device__ / __constant__ variable, an extern function) loses.
+GLOBAL_DECL = re.compile(r"^\s*(\.visible\s+|\.extern\s+|\.weak\s+)?"
+                         r"(\.global|\.const|\.shared|\.func)\b")
+
+
+def grid_specs(which):
+    """(label, emit args after --target) of the grid/bench kernel specs."""
+    sys.path.insert(0, str(REPO / "test" / "python"))
+    sys.path.insert(0, str(REPO / "python"))
+    from grid import emit_bundle as E
+    return [(str(s), ["--layout-text", s.layout, *s.emit_args()])
+            for s in E.specs_of(which)]
+
+
+def preset_specs(kvgen, env, names):
+    """The kernels `kvgen run --preset NAME` gets (tools/RunJob.cpp): the
+    write with bf16 rows and i64 slots, the raw gather, for fp8 the
+    dequantizing gather, and for K/V layouts paged_attention with bf16
+    queries and 2 query heads per KV head."""
+    out = subprocess.run([kvgen, "presets"], capture_output=True, text=True,
+                         check=True, env=env).stdout
+    layouts, name = {}, None
+    for line in out.splitlines():
+        if line and not line[0].isspace():
+            name = line.split()[0]
+        elif name and line.strip():
+            layouts[name] = line.strip()
+    specs = []
+    for n in names:
+        if n not in layouts:
+            sys.exit(f"compare_ptx: no preset {n!r} ({', '.join(layouts)})")
+        text = layouts[n]
+        fp8 = "dtype = f8" in text
+        p = ["--preset", n]
+        if "components" in text:  # MLA: the latent row's write and gather
+            specs += [(f"{n} concat_and_cache_mla", p + [
+                "--op", "concat_and_cache_mla", "--io", "bf16", "--slots",
+                "i64"]), (f"{n} gather_mla", p + ["--op", "gather_mla",
+                                                  "--slots", "i64"])]
+            if fp8:
+                specs.append((f"{n} gather_mla dequantize", p + [
+                    "--op", "gather_mla", "--io", "bf16", "--slots", "i64",
+                    "--dequantize"]))
+            continue
+        heads = int(re.search(r"num_kv_heads = (\d+)", text).group(1))
+        specs += [(f"{n} reshape_and_cache", p + [
+            "--op", "reshape_and_cache", "--io", "bf16", "--slots", "i64"]),
+                  (f"{n} gather", p + ["--op", "gather", "--slots", "i64"])]
+        if fp8:
+            specs.append((f"{n} gather dequantize", p + [
+                "--op", "gather", "--io", "bf16", "--slots", "i64",
+                "--dequantize"]))
+        specs.append((f"{n} paged_attention", p + [
+            "--op", "paged_attention", "--io", "bf16", "--num_q_heads",
+            str(2 * heads)]))
+    return specs
+
+
+class Nvrtc:
+    def __init__(self):
+        home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+        for cand in (f"{home}/lib64/libnvrtc.so", "libnvrtc.so",
+                     "libnvrtc.so.13", "libnvrtc.so.12"):
+            try:
+                self.lib = ctypes.CDLL(cand)
+                break
+            except OSError:
+                continue
+        else:
+            raise RuntimeError("libnvrtc.so not found (set CUDA_HOME)")
+        L = self.lib
+        L.nvrtcGetErrorString.restype = ctypes.c_char_p
+
+    def compile(self, source, name, options):
+        """(ptx text, log, seconds in nvrtcCompileProgram)."""
+        L = self.lib
+        prog = ctypes.c_void_p()
+        r = L.nvrtcCreateProgram(ctypes.byref(prog), source.encode(),
+                                 name.encode(), 0, None, None)
+        if r:
+            raise RuntimeError("nvrtcCreateProgram: " +
+                               L.nvrtcGetErrorString(r).decode())
+        opts = (ctypes.c_char_p * len(options))(*[o.encode()
+                                                  for o in options])
+        t0 = time.perf_counter()
+        r = L.nvrtcCompileProgram(prog, len(options), opts)
+        dt = time.perf_counter() - t0
+        n = ctypes.c_size_t()
+        L.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
+        buf = ctypes.create_string_buffer(n.value)
+        L.nvrtcGetProgramLog(prog, buf)
+        log = buf.value.decode(errors="replace")
+        ptx = None
+        if r == 0:
+            L.nvrtcGetPTXSize(prog, ctypes.byref(n))
+            buf = ctypes.create_string_buffer(n.value)
+            L.nvrtcGetPTX(prog, buf)
+            ptx = buf.value.decode()
+        L.nvrtcDestroyProgram(ctypes.byref(prog))
+        if r:
+            what = L.nvrtcGetErrorString(r).decode()
+            raise RuntimeError(f"NVRTC failed ({what}):\n{log}")
+        return ptx, log, dt
+
+
+_NVRTC = None
+
+
+def env_for(lib):
+    env = dict(os.environ)
+    if lib:
+        env["LD_LIBRARY_PATH"] = lib + (":" + env["LD_LIBRARY_PATH"]
+                                        if env.get("LD_LIBRARY_PATH") else "")
+    return env
+
+
+def emit(kvgen, lib, target, args, work):
+    """The source `kvgen emit` prints for `args` (--layout-text T: the
+    layout written to a file first)."""
+    args = list(args)
+    if "--layout-text" in args:
+        i = args.index("--layout-text")
+        lf = Path(work) / "layout.mlir"
+        lf.write_text(args[i + 1] + "\n")
+        args[i:i + 2] = ["--layout", str(lf)]
+    r = subprocess.run([kvgen, "emit", "--target", target, *args],
+                       capture_output=True, text=True, env=env_for(lib))
+    if r.returncode:
+        raise RuntimeError(f"kvgen emit {' '.join(args)} failed:\n"
+                           f"{r.stdout}{r.stderr}")
+    return r.stdout
+
+
+def one(job):
+    """Emits and compiles one spec with both builds; returns a summary."""
+    global _NVRTC
+    label, args, a = job
+    if _NVRTC is None:
+        _NVRTC = Nvrtc()
+    opts = [f"--gpu-architecture={a['target']}", "-std=c++17"]
+    res = {"label": label}
+    try:
+        with tempfile.TemporaryDirectory() as work:
+            src = {w: emit(a[w], a[w + "_lib"], a["target"], args, work)
+                   for w in ("base", "new")}
+        times = {"base": [], "new": []}
+        ptx = {}
+        for _ in range(a["repeat"]):
+            for w in ("base", "new"):
+                p, log, dt = _NVRTC.compile(src[w], "kernel.cu", opts)
+                if log.strip():
+                    res.setdefault("logs", {})[w] = log
+                ptx[w] = p
+                times[w].append(dt)
+    except RuntimeError as e:
+        res["error"] = str(e)
+        return res
+    res["src_bytes"] = {w: len(src[w]) for w in src}
+    res["seconds"] = {w: min(times[w]) for w in times}
+    b, n = ptx["base"].splitlines(), ptx["new"].splitlines()
+    if b == n:
+        res["same"] = True
+        return res
+    res["same"] = False
+    removed, other = [], []
+    for line in difflib.unified_diff(b, n, "base", "new", n=0, lineterm=""):
+        if line.startswith(("---", "+++", "@@")):
+            continue
+        if line.startswith("-") and GLOBAL_DECL.match(line[1:]):
+            removed.append(line)
+        else:
+            other.append(line)
+    res["removed_globals"] = removed
+    res["other_diff"] = other
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--base", required=True, help="kvgen of the base build")
+    ap.add_argument("--new", required=True, help="kvgen of the new build")
+    ap.add_argument("--base-lib", default="")
+    ap.add_argument("--new-lib", default="")
+    ap.add_argument("--target", default="sm_90")
+    ap.add_argument("--set", choices=("grid", "bench", "all"))
+    ap.add_argument("--presets", default="",
+                    help="comma-separated preset names (kvgen presets)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="compiles per source and build (the time is the "
+                    "smallest)")
+    ap.add_argument("--limit", type=int, default=0,
+                    help="only the first N specs (0: all)")
+    ap.add_argument("--json", help="write every kernel's result here")
+    args = ap.parse_args()
+    if not args.set and not args.presets:
+        ap.error("give --set and/or --presets")
+    specs = []
+    if args.set:
+        specs += grid_specs(args.set)
+    if args.presets:
+        specs += preset_specs(args.new, env_for(args.new_lib),
+                              [p for p in args.presets.split(",") if p])
+    if args.limit:
+        specs = specs[:args.limit]
+    common = {"base": args.base, "base_lib": args.base_lib, "new": args.new,
+              "new_lib": args.new_lib, "target": args.target,
+              "repeat": max(1, args.repeat)}
+    t0 = time.time()
+    results = []
+    with ProcessPoolExecutor(max(1, args.jobs)) as pool:
+        for i, r in enumerate(pool.map(one, [(l, a, common)
+                                             for l, a in specs])):
+            results.append(r)
+            if (i + 1) % 50 == 0:
+                print(f"compare_ptx: {i + 1}/{len(specs)} "
+                      f"({time.time() - t0:.0f} s)", file=sys.stderr)
+    errors = [r for r in results if "error" in r]
+    ok = [r for r in results if "error" not in r]
+    same = [r for r in ok if r["same"]]
+    globals_only = [r for r in ok if not r["same"] and not r["other_diff"]]
+    differ = [r for r in ok if not r["same"] and r["other_diff"]]
+    warned = [r for r in ok if r.get("logs")]
+    print(f"compare_ptx: {len(results)} kernels for {args.target}: "
+          f"{len(same)} identical PTX, {len(globals_only)} differing only "
+          f"in removed module-scope declarations, {len(differ)} differing, "
+          f"{len(errors)} failed ({time.time() - t0:.0f} s)")
+    for r in globals_only[:20]:
+        print(f"  removed only: {r['label']}")
+        for line in r["removed_globals"][:10]:
+            print(f"    {line}")
+    for r in differ[:20]:
+        print(f"  DIFFERS: {r['label']}")
+        for line in (r["removed_globals"] + r["other_diff"])[:40]:
+            print(f"    {line}")
+    for r in warned[:10]:
+        print(f"  NVRTC log ({r['label']}): {r['logs']}")
+    for r in errors[:10]:
+        print(f"  FAILED: {r['label']}: {r['error'][:2000]}")
+    if ok:
+        # Compile times by op (the first word of the label after a preset
+        # name is the op for --presets; the grid's labels start with it).
+        def op_of(label):
+            w = label.split("(")[0].split()
+            return w[1] if args.presets and len(w) > 1 else w[0]
+        by_op = {}
+        for r in ok:
+            by_op.setdefault(op_of(r["label"]), []).append(r)
+        print("NVRTC compile seconds (per kernel; base -> new; mean, "
+              "median, max):")
+        for op, rs in sorted(by_op.items()):
+            row = []
+            for w in ("base", "new"):
+                s = [r["seconds"][w] for r in rs]
+                row.append(f"{statistics.mean(s):.3f} {statistics.median(s):.3f}"
+                           f" {max(s):.3f}")
+            sb = statistics.mean(r["src_bytes"]["base"] for r in rs)
+            sn = statistics.mean(r["src_bytes"]["new"] for r in rs)
+            print(f"  {op:24s} n={len(rs):4d}  {row[0]}  ->  {row[1]}  "
+                  f"(source {sb / 1024:.0f} -> {sn / 1024:.0f} KiB)")
+        if args.presets:
+            print("per kernel (base -> new seconds):")
+            for r in ok:
+                print(f"  {r['label']:44s} {r['seconds']['base']:.3f} -> "
+                      f"{r['seconds']['new']:.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    if errors:
+        return 2
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
