@@ -89,6 +89,18 @@ constexpr const char kUncheckedDoc[] =
 #define COUNT_K Count
 #include "kvgen/Ops.def"
 
+// Each op's family (KVGEN_OP_FAMILY). An op without that line has no
+// kFamily_<op>, and allOps() below does not compile.
+#define KVGEN_OP_FAMILY(NAME, FAMILY)                                          \
+  constexpr OpFamily kFamily_##NAME = OpFamily::FAMILY##_F;
+#define ROWS_F Rows
+#define BLOCKS_F Blocks
+#define ATTENTION_F Attention
+#include "kvgen/Ops.def"
+#undef ROWS_F
+#undef BLOCKS_F
+#undef ATTENTION_F
+
 template <class T, size_t N> constexpr size_t withoutSentinel(const T (&)[N]) {
   return N - 1;
 }
@@ -106,6 +118,7 @@ const std::vector<OpDesc> &allOps() {
    "kvgen_" #NAME "_args",                                                     \
    #WORK_FROM,                                                                 \
    "kvgen::" #NAME,                                                            \
+   kFamily_##NAME,                                                             \
    sizeof(kvgen_##NAME##_args),                                                \
    kArgs_##NAME,                                                               \
    withoutSentinel(kArgs_##NAME),                                              \
@@ -283,6 +296,18 @@ const char *toString(OptionKind k) {
     return "flag";
   case OptionKind::Count:
     return "count";
+  }
+  return "?";
+}
+
+const char *toString(OpFamily f) {
+  switch (f) {
+  case OpFamily::Rows:
+    return "rows";
+  case OpFamily::Blocks:
+    return "blocks";
+  case OpFamily::Attention:
+    return "attention";
   }
   return "?";
 }

@@ -66,9 +66,34 @@ const char *shortDType(DType t) {
   }
   return "";
 }
+
+/// The prelude headers of op family `f` (Ops.def KVGEN_OP_FAMILY), in the
+/// order they are embedded.
+ArrayRef<StringRef> familyHeaders(OpFamily f) {
+  static const StringRef rows[] = {"rows.h"};
+  static const StringRef blocks[] = {"blocks.h"};
+  static const StringRef attention[] = {"attention_mma.h", "attention_shape.h",
+                                        "attention.h"};
+  switch (f) {
+  case OpFamily::Rows:
+    return rows;
+  case OpFamily::Blocks:
+    return blocks;
+  case OpFamily::Attention:
+    return attention;
+  }
+  llvm_unreachable("unknown op family");
+}
+
+constexpr OpFamily kAllFamilies[] = {OpFamily::Rows, OpFamily::Blocks,
+                                     OpFamily::Attention};
 } // namespace
 
-std::string kvgen::preludeFor(StringRef target) {
+std::string kvgen::preludeFor(StringRef target, KernelOp op) {
+  return preludeFor(target, {opDesc(op).family});
+}
+
+std::string kvgen::preludeFor(StringRef target, ArrayRef<OpFamily> families) {
   std::string out;
   std::optional<Target> t = parseTarget(target.str());
   assert(t && "preludeFor: unknown target");
@@ -83,11 +108,13 @@ std::string kvgen::preludeFor(StringRef target) {
     appendWithoutIncludes(out, preludeText(f));
   // The argument structs, printed from the op table (kvgen/Ops.def).
   out += "extern \"C\" {\n" + formatKernelAbi() + "}\n";
+  // The kernel bodies: what every family uses, then the families asked
+  // for, each once, in OpFamily order.
   appendWithoutIncludes(out, preludeText("core.h"));
-  for (StringRef f :
-       {StringRef("rows.h"), StringRef("blocks.h"), StringRef("attention_mma.h"),
-        StringRef("attention_shape.h"), StringRef("attention.h")})
-    appendWithoutIncludes(out, preludeText(f));
+  for (OpFamily f : kAllFamilies)
+    if (llvm::is_contained(families, f))
+      for (StringRef h : familyHeaders(f))
+        appendWithoutIncludes(out, preludeText(h));
   return out;
 }
 
@@ -298,6 +325,31 @@ FailureOr<std::string> kvgen::kernelTarget(ModuleOp module) {
   return *target;
 }
 
+SmallVector<OpFamily> kvgen::kernelFamilies(ModuleOp module) {
+  SmallVector<OpFamily> families;
+  auto add = [&](OpFamily f) {
+    if (!llvm::is_contained(families, f))
+      families.push_back(f);
+  };
+  module.walk([&](emitc::FuncOp fn) {
+    if (!fn->hasAttr(kv::KVDialect::kPlanAttrName))
+      return;
+    // The kernel's call of its op's entry template (convert-kv-to-emitc).
+    bool found = false;
+    fn.walk([&](emitc::CallOpaqueOp call) {
+      for (const OpDesc &d : allOps())
+        if (call.getCallee() == d.entry) {
+          add(d.family);
+          found = true;
+        }
+    });
+    if (!found)
+      for (OpFamily f : kAllFamilies)
+        add(f);
+  });
+  return families;
+}
+
 LogicalResult kvgen::printSource(ModuleOp module, raw_ostream &os) {
   FailureOr<std::string> target = kernelTarget(module);
   if (failed(target))
@@ -332,7 +384,7 @@ LogicalResult kvgen::printSource(ModuleOp module, raw_ostream &os) {
   });
   os << "// kvgen kernel ABI " << kernelAbiHash()
      << " (the argument structs below; kvgen/Ops.def)\n";
-  os << preludeFor(*target) << "\n";
+  os << preludeFor(*target, kernelFamilies(module)) << "\n";
   return emitc::translateToCpp(module, os);
 }
 

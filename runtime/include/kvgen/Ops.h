@@ -76,6 +76,11 @@ enum class OptionKind { IoType, SlotType, Flag, Count };
 /// constants and the launch rule's products. KernelSpec::set and the ops'
 /// verifiers refuse other values, naming this range.
 constexpr int64_t kMaxCountOption = int64_t(1) << 20;
+/// The kernel family of an op (Ops.def KVGEN_OP_FAMILY): which device
+/// prelude headers hold its kernel body (codegen/prelude: rows.h; blocks.h;
+/// attention_mma.h, attention_shape.h and attention.h). A source emitted for
+/// the op embeds the prelude's core.h and that family only.
+enum class OpFamily { Rows, Blocks, Attention };
 
 /// One field of an op's argument struct.
 struct ArgDesc {
@@ -107,10 +112,11 @@ struct OpDesc {
   const char *name;      ///< "reshape_and_cache"; MLIR op "kv.<name>"
   const char *argsType;  ///< "kvgen_reshape_and_cache_args"
   const char *workFrom;  ///< argument whose leading dim counts work items
-  /// The kernel body template in codegen/prelude/kernels.h,
-  /// "kvgen::<name>", instantiated with the layout, plan and options
-  /// structs of the emitted kernel.
+  /// The kernel body template in the device prelude (its family's
+  /// headers), "kvgen::<name>", instantiated with the layout, plan and
+  /// options structs of the emitted kernel.
   const char *entry;
+  OpFamily family;       ///< Ops.def KVGEN_OP_FAMILY
   size_t argsSize;       ///< sizeof the argument struct, bytes
   const ArgDesc *args;   ///< fields in struct order
   size_t numArgs;
@@ -140,6 +146,8 @@ const char *toString(ArgType t);
 const char *toString(ArgRole r);
 const char *toString(ArgNeed n);
 const char *toString(OptionKind k);
+/// "rows", "blocks", "attention".
+const char *toString(OpFamily f);
 
 /// The argument structs of every op as plain C declarations, with each
 /// field's doc as a comment: what emitted kernel sources embed and what

@@ -3,10 +3,13 @@
 #define KVGEN_CODEGEN_EMIT_H
 
 #include "kvgen/Bundle.h"
+#include "kvgen/Ops.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 #include "mlir/Support/LLVM.h"
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <string>
@@ -35,9 +38,22 @@ mlir::LogicalResult verifySpec(mlir::MLIRContext *ctx, const KernelSpec &spec,
 mlir::LogicalResult lowerForTarget(mlir::ModuleOp module,
                                    llvm::StringRef target);
 
-/// The device prelude for `target` (gfx*, sm_*, host): the target part,
-/// numerics, the layout map, the kernel ABI and the kernel bodies.
-std::string preludeFor(llvm::StringRef target);
+/// The device prelude of a source for `target` (gfx*, sm_*, host) holding
+/// kernels of the op families `families`: the target part, numerics, the
+/// layout map, the launch rule, the kernel ABI (every op's argument struct),
+/// the kernel bodies' core (codegen/prelude/core.h) and the bodies of those
+/// families only (each once, in OpFamily order; Ops.def KVGEN_OP_FAMILY).
+/// `target` must name a target of the target table (asserted).
+std::string preludeFor(llvm::StringRef target,
+                       llvm::ArrayRef<OpFamily> families);
+/// The prelude of a source holding kernels of `op` only.
+std::string preludeFor(llvm::StringRef target, KernelOp op);
+
+/// The op families of the kernels of a converted `module` (its emitc.func
+/// with a `kv.plan` attribute), from the op entry template each calls
+/// (OpDesc::entry), each once in the order first met. A planned kernel that
+/// calls no entry of the op table gets every family.
+llvm::SmallVector<OpFamily> kernelFamilies(mlir::ModuleOp module);
 
 /// The target every converted kernel of `module` was planned for (the
 /// `kv.plan` attribute of its emitc.func kernels). Errors (emitted on the
