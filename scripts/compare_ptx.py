@@ -104,6 +104,47 @@ def preset_specs(kvgen, env, names):
     return specs
 
 
+def extra_specs(kvgen, env):
+    """Kernels of the ops the grid and bench sets lack: paged_attention for
+    every geometry of test/python/test_attention.py (its options as that
+    test emits them), and per preset (kvgen presets) copy_blocks and
+    swap_blocks, and for MLA presets concat_and_cache_mla and gather_mla
+    (raw and, for fp8, dequantizing)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "kvgen_test_attention", REPO / "test" / "python" / "test_attention.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    specs = []
+    for name, g in mod.GEOS.items():
+        args = ["--layout-text", f"#kv.layout<{g.layout().text}>", "--op",
+                "paged_attention", "--io", g.io, "--num_q_heads",
+                str(g.q_heads)]
+        for flag, on in (("--sinks", g.sinks), ("--unchecked", not g.checked),
+                         ("--logits_soft_cap", g.soft_cap)):
+            if on:
+                args.append(flag)
+        specs.append((f"paged_attention ({name})", args))
+    out = subprocess.run([kvgen, "presets"], capture_output=True, text=True,
+                         check=True, env=env).stdout
+    for line in out.splitlines():
+        if not line or line[0].isspace():
+            continue
+        n = line.split()[0]
+        for op in ("copy_blocks", "swap_blocks"):
+            specs.append((f"{op} ({n})", ["--preset", n, "--op", op]))
+        if "MLA" in line:
+            specs += [(f"concat_and_cache_mla ({n})", [
+                "--preset", n, "--op", "concat_and_cache_mla"]),
+                      (f"gather_mla ({n})", ["--preset", n, "--op",
+                                             "gather_mla"])]
+            if "f8" in n or "fp8" in n:
+                specs.append((f"gather_mla ({n}, dequantize)", [
+                    "--preset", n, "--op", "gather_mla", "--io", "bf16",
+                    "--dequantize"]))
+    return specs
+
+
 class Nvrtc:
     def __init__(self):
         home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
@@ -231,8 +272,12 @@ def main():
     ap.add_argument("--new-lib", default="")
     ap.add_argument("--target", default="sm_90")
     ap.add_argument("--set", choices=("grid", "bench", "all"))
+    ap.add_argument("--extra", action="store_true",
+                    help="also the ops the grid and bench sets lack (see "
+                    "extra_specs)")
     ap.add_argument("--presets", default="",
-                    help="comma-separated preset names (kvgen presets)")
+                    help="comma-separated preset names (kvgen presets), or "
+                    "'all'")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--repeat", type=int, default=1,
                     help="compiles per source and build (the time is the "
@@ -241,14 +286,22 @@ def main():
                     help="only the first N specs (0: all)")
     ap.add_argument("--json", help="write every kernel's result here")
     args = ap.parse_args()
-    if not args.set and not args.presets:
-        ap.error("give --set and/or --presets")
+    if not args.set and not args.presets and not args.extra:
+        ap.error("give --set, --extra and/or --presets")
     specs = []
     if args.set:
         specs += grid_specs(args.set)
+    if args.extra:
+        specs += extra_specs(args.new, env_for(args.new_lib))
     if args.presets:
-        specs += preset_specs(args.new, env_for(args.new_lib),
-                              [p for p in args.presets.split(",") if p])
+        names = [p for p in args.presets.split(",") if p]
+        if names == ["all"]:
+            out = subprocess.run([args.new, "presets"], capture_output=True,
+                                 text=True, check=True,
+                                 env=env_for(args.new_lib)).stdout
+            names = [l.split()[0] for l in out.splitlines()
+                     if l and not l[0].isspace()]
+        specs += preset_specs(args.new, env_for(args.new_lib), names)
     if args.limit:
         specs = specs[:args.limit]
     common = {"base": args.base, "base_lib": args.base_lib, "new": args.new,
@@ -286,11 +339,11 @@ def main():
     for r in errors[:10]:
         print(f"  FAILED: {r['label']}: {r['error'][:2000]}")
     if ok:
-        # Compile times by op (the first word of the label after a preset
-        # name is the op for --presets; the grid's labels start with it).
+        # Compile times by op: labels are "op(options) layout" (--set),
+        # "op (what)" (--extra) or "preset op [dequantize]" (--presets).
         def op_of(label):
             w = label.split("(")[0].split()
-            return w[1] if args.presets and len(w) > 1 else w[0]
+            return w[1] if len(w) > 1 else w[0]
         by_op = {}
         for r in ok:
             by_op.setdefault(op_of(r["label"]), []).append(r)
