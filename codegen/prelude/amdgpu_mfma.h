@@ -210,7 +210,7 @@ KVGEN_MFMA_FN void mmaAccumulateSameA(float *acc, const uint32_t *a,
 } // namespace mfma
 
 #ifdef KVGEN_MFMA_WAVE
-/// The target's MMA primitives on its wave type (kernels.h Mma, MmaAcc):
+/// The target's MMA primitives on its wave type (attention_mma.h Mma, MmaAcc):
 /// acc += A B for mma.sync's m16n8k16 A and B fragments, acc in the
 /// accumulator layout (both warps' tiles); SAME_A: both warps hold the
 /// same A (one MFMA instead of two). Both warps of the wave call together

@@ -19,7 +19,7 @@
 #define KVGEN_FMAF(a, b, c) __builtin_fmaf(a, b, c)
 #define KVGEN_UNROLL _Pragma("unroll")
 
-// The 1/2/4/8/16-byte access types (kernels.h maps sizes to them).
+// The 1/2/4/8/16-byte access types (core.h maps sizes to them).
 typedef uint8_t kvgen_v1_t;
 typedef uint16_t kvgen_v2_t;
 typedef uint32_t kvgen_v4_t;
@@ -35,7 +35,7 @@ __attribute__((device)) inline void kvgenStoreStreaming(V *p, const V &v) {
 
 /// Programmatic dependent launch: NVIDIA sm_90+ only (kv-plan never plans
 /// it here); empty. KVGEN_GRID_DEPENDENCY stays undefined, so a plan asking
-/// for it does not compile (kernels.h).
+/// for it does not compile (core.h).
 __attribute__((device)) inline void kvgenGridDependencyWait() {}
 __attribute__((device)) inline void kvgenLaunchDependents() {}
 

@@ -31,7 +31,7 @@
 static thread_local unsigned kvgen_host_block_id;
 static thread_local unsigned kvgen_host_thread_id;
 
-// The 1/2/4/8/16-byte access types (kernels.h maps sizes to them);
+// The 1/2/4/8/16-byte access types (core.h maps sizes to them);
 // may_alias: the kernels read rows of any element type through these.
 typedef unsigned char __attribute__((may_alias)) kvgen_v1_t;
 typedef unsigned short __attribute__((may_alias)) kvgen_v2_t;
@@ -46,7 +46,7 @@ template <class V> inline void kvgenStoreStreaming(V *p, const V &v) { *p = v; }
 
 /// Programmatic dependent launch (planned for sm_90+ only): nothing to wait
 /// for, host launches run one after another. KVGEN_GRID_DEPENDENCY stays
-/// undefined, so a plan asking for it does not compile (kernels.h).
+/// undefined, so a plan asking for it does not compile (core.h).
 inline void kvgenGridDependencyWait() {}
 inline void kvgenLaunchDependents() {}
 
@@ -322,7 +322,7 @@ inline int32_t kvgenAtomicAdd(int32_t *p, int32_t v) {
 inline void kvgenThreadFence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 /// A load that bypasses non-coherent caches (GPUs: L1): a plain load.
 inline float kvgenLoadCoherent(const float *p) { return *p; }
-/// The tuned attention shape (kernels.h: f16 MMA operands for fp8 / f16
+/// The tuned attention shape (attention_shape.h: f16 MMA operands for fp8 / f16
 /// caches, two fp8 steps per load batch).
 #define KVGEN_ATTN_TUNED 1
 inline float kvgenExp2(float x) { return __builtin_exp2f(x); }

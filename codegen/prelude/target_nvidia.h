@@ -143,7 +143,7 @@ __attribute__((device)) inline uint8_t hwFloatToF8e5m2(float x) {
 #define KVGEN_DEVICE __device__ __attribute__((always_inline))
 #define KVGEN_UNROLL _Pragma("unroll")
 
-// The 1/2/4-byte access types (8 and 16 above; kernels.h maps sizes to them).
+// The 1/2/4-byte access types (8 and 16 above; core.h maps sizes to them).
 typedef uint8_t kvgen_v1_t;
 typedef uint16_t kvgen_v2_t;
 typedef uint32_t kvgen_v4_t;
@@ -169,14 +169,14 @@ __device__ inline void kvgenStoreStreaming(kvgen_v16_t *p,
 }
 
 /// Programmatic dependent launch (PTX ISA 7.8+, sm_90+; kv-plan's
-/// dependent_launch, called through kernels.h dependentLaunchBegin):
+/// dependent_launch, called through core.h dependentLaunchBegin):
 /// kvgenGridDependencyWait blocks until every grid this one depends on
 /// programmatically has completed and its memory operations are visible;
 /// kvgenLaunchDependents lets the grids that depend on this one start
 /// once every CTA of this grid has executed it (or exited). Both are
 /// no-ops in a launch without programmatic stream serialization. Below
 /// sm_90 they do nothing and KVGEN_GRID_DEPENDENCY is undefined, so a
-/// plan that asks for them does not compile (kernels.h).
+/// plan that asks for them does not compile (core.h).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define KVGEN_GRID_DEPENDENCY 1
 __device__ inline void kvgenGridDependencyWait() {
@@ -197,7 +197,7 @@ __device__ inline void kvgenLaunchDependents() {}
 /// Shared-memory operands are 32-bit shared addresses (kvgenSharedAddress),
 /// sizes and addresses multiples of 16 bytes. Below sm_90
 /// KVGEN_BULK_COPY is undefined and a plan with bulk_copy does not compile
-/// (kernels.h).
+/// (blocks.h).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define KVGEN_BULK_COPY 1
 namespace kvgen {
@@ -347,7 +347,7 @@ __device__ inline uint32_t kvgenPackF16x2(float a, float b) {
 /// the fragments of every lane as target_host.h documents for its
 /// emulation (kvgenMma16816), which the other targets use.
 #define KVGEN_MMA_SYNC 1
-/// The tuned attention shape (kernels.h: f16 MMA operands for fp8 / f16
+/// The tuned attention shape (attention_shape.h: f16 MMA operands for fp8 / f16
 /// caches, two fp8 steps per load batch).
 #define KVGEN_ATTN_TUNED 1
 __device__ inline void kvgenMmaBf16(float *d, const uint32_t *a,

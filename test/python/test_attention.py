@@ -5,9 +5,10 @@ numpy reference written out here: gather each sequence's keys and values
 through its block table, softmax (with sinks, sliding window, soft-cap and
 the causal mask among a short query's tokens) and the weighted sum.
 
-What the host grid covers: the kernel body of kernels.h end to end (block
-tables, K and V through their own component maps, the per-lane MMA
-fragment maps, the online softmax, the warps' merge, split-KV with the
+What the host grid covers: the attention family's kernel body
+(codegen/prelude/attention*.h) end to end (block tables, K and V through
+their own component maps, the per-lane MMA fragment maps, the online
+softmax, the warps' merge, split-KV with the
 last-CTA merge and its counter reset, fp8 dequantization in the portable
 converters). What it does not: the hardware mma.sync / cvt / ex2 / shfl
 instructions and real concurrency between CTAs (test_attention_gpu.py on a

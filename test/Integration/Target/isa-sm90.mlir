@@ -25,7 +25,7 @@
 // VEC8: st.global.cs.v2.u32
 // VEC8-NOT: st.global.v4
 
-// Quantizing fp8 writes on sm_89+ (kernels.h HwQuantize): the hardware
+// Quantizing fp8 writes on sm_89+ (core.h HwQuantize): the hardware
 // convert, whole 16-byte stores, and the exact path (non-finite values,
 // non-positive scales) as an out-of-line function called from the kernel.
 // HWQ: .func {{.*}}HwQuantize{{.*}}exact
@@ -34,7 +34,7 @@
 // HWQ: st.global.cs.v4.u32
 // HWQ: call.uni {{.*}}HwQuantize{{.*}}exact
 
-// Dequantizing fp8 reads on sm_89+ (kernels.h HwDequantize): fp8 pairs to
+// Dequantizing fp8 reads on sm_89+ (core.h HwDequantize): fp8 pairs to
 // f16x2, floats to bf16x2, and the portable path out of line.
 // HWD: .func {{.*}}HwDequantize{{.*}}exact
 // HWD: .entry mimo_read_fp8(

@@ -11,9 +11,10 @@
 //     ENTRY<NAME_layout, NAME_plan, NAME_options>(a);
 //   }
 //
-// ENTRY is the op's kernel body template in codegen/prelude/kernels.h. The
-// structs are printed from the attributes, so the kernel body sees every
-// size, stride and choice as a named compile-time constant. A '?' stride is
+// ENTRY is the op's kernel body template in its family's device prelude
+// headers (codegen/prelude; Ops.def KVGEN_OP_FAMILY). The structs are
+// printed from the attributes, so the kernel body sees every size, stride
+// and choice as a named compile-time constant. A '?' stride is
 // kvgen::kDynamicStride there, and the body reads it from the arguments.
 // The address formula itself is LayoutMap.h's.
 //
@@ -42,7 +43,7 @@ using namespace kvgen::kv;
 
 namespace {
 
-/// The prelude's tag type for an element type (codegen/prelude/kernels.h).
+/// The prelude's tag type for an element type (codegen/prelude/core.h).
 std::string dtypeTag(DType t) {
   std::string name = toString(t);
   for (char &c : name)
@@ -128,7 +129,7 @@ std::string planStruct(StringRef name, PlanAttr plan,
      << ", streaming_stores = "
      << (plan.getStreamingStores() ? "true" : "false") << ";\n";
   os << "  /// griddepcontrol.wait and launch_dependents at the start "
-        "(programmatic\n  /// dependent launch; kernels.h "
+        "(programmatic\n  /// dependent launch; core.h "
         "dependentLaunchBegin).\n";
   os << "  static constexpr bool dependent_launch = "
      << (plan.getDependentLaunch() ? "true" : "false") << ";\n";
@@ -157,7 +158,7 @@ std::string planStruct(StringRef name, PlanAttr plan,
        << ", split_min_tokens = " << plan.getSplitMinTokens()
        << ", split_align = " << plan.getSplitAlign()
        << ", partial_bytes = " << plan.getPartialBytes() << ";\n";
-    os << "  /// The MMAs on MFMA (kernels.h Mma).\n";
+    os << "  /// The MMAs on MFMA (attention_mma.h Mma).\n";
     os << "  static constexpr bool mfma = "
        << (plan.getMfma() ? "true" : "false") << ";\n";
   }
