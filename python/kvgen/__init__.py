@@ -73,6 +73,7 @@ given anything but a bool (TypeError).
 """
 
 import ctypes
+import threading
 from pathlib import Path
 
 from . import _capi
@@ -1121,6 +1122,10 @@ class Kernel:
         self._ctx = ctx  # keeps the context alive
         self._lib = ctx._lib
         self._handle = handle
+        # The binding's split workspaces (see _workspace_for): key ->
+        # (array, bytes), guarded by the lock.
+        self._workspaces = {}
+        self._workspaces_lock = threading.Lock()
         lib = self._lib
         self.name = lib.kvgen_kernel_name(handle).decode()
         self._op = _capi.op_by_id(lib.kvgen_kernel_op(handle))
@@ -1155,8 +1160,13 @@ class Kernel:
     def max_workspace_bytes(self):
         """Bytes of workspace that serve every launch of this kernel,
         whatever its shapes (kvgen_kernel_max_workspace_bytes; 0 for a
-        kernel that never splits): allocate it zeroed once, pass it as
-        `workspace` to every launch and CUDA graph capture."""
+        kernel that never splits): allocate it zeroed once per stream (on
+        the host backend: per stream and calling thread), pass it as
+        `workspace` to every launch and CUDA graph capture on that stream.
+        One workspace must not serve launches that can run at the same time
+        (two streams, two host threads): their counters and partials mix
+        (wrong rows). Without `workspace=`, launch() keeps one per such
+        key itself."""
         f = getattr(self._lib, "kvgen_kernel_max_workspace_bytes", None)
         if f is None:
             raise KvgenError("kvgen_kernel_max_workspace_bytes", 1,
@@ -1441,9 +1451,22 @@ class Kernel:
                 fields[a.name] = max(1, int(d.max()))
             else:
                 fields[a.name] = max(0, int(x[:t].max()))
-        # workspace: the caller's, else one kept by this kernel (zeroed when
+        # stream
+        if stream is None:
+            dev = next((b for b in bufs.values()
+                        if b is not None and b.kind == "torch" and
+                        b.is_device), None)
+            if dev is not None:
+                import torch
+                stream = torch.cuda.current_stream(dev.device).cuda_stream
+            else:
+                stream = 0
+        elif hasattr(stream, "cuda_stream"):
+            stream = stream.cuda_stream
+        # workspace: the caller's, else one kept by this kernel per stream
+        # (and, on the host backend, per calling thread), zeroed when
         # allocated, max_workspace_bytes, so it serves every later shape
-        # and is never replaced; kernels leave its counters zero).
+        # and is never replaced; kernels leave its counters zero.
         ws = next((a for a in op.args if a.role == "workspace"), None)
         if ws is not None:
             probe = op.args_struct(**fields)
@@ -1455,7 +1478,8 @@ class Kernel:
             b = bufs.get(ws.name)
             if b is None and need.value > 0:
                 b = bufs[ws.name] = _Buf(
-                    self._workspace_for(need.value, bufs), ws.name)
+                    self._workspace_for(need.value, bufs, int(stream)),
+                    ws.name)
             if b is not None:
                 for r in op.args:
                     if r.role == "workspace_bytes":
@@ -1490,18 +1514,6 @@ class Kernel:
             fields[a.name] = int(nb)
         self._fill_pointers(bufs, fields, t, q_heads)
         _check_cache_aliasing(op, lay, bufs, fields, dyn)
-        # stream
-        if stream is None:
-            dev = next((b for b in bufs.values()
-                        if b is not None and b.kind == "torch" and
-                        b.is_device), None)
-            if dev is not None:
-                import torch
-                stream = torch.cuda.current_stream(dev.device).cuda_stream
-            else:
-                stream = 0
-        elif hasattr(stream, "cuda_stream"):
-            stream = stream.cuda_stream
         args = op.args_struct(**fields)
         if _prepare_only:
             return args, int(stream)
@@ -1555,28 +1567,47 @@ class Kernel:
                         "could address bytes past its end")
             fields[a.name] = b.ptr
 
-    def _workspace_for(self, nbytes, bufs):
+    def _workspace_for(self, nbytes, bufs, stream):
         """A zeroed workspace of >= nbytes on the device of `bufs`, kept
-        and reused by this kernel: max_workspace_bytes (every shape's
-        need), allocated on the first split launch, so a CUDA graph that
-        captured it stays valid."""
-        have = getattr(self, "_workspace", None)
-        if have is not None and have[1] >= nbytes:
-            return have[0]
-        if getattr(self._lib, "kvgen_kernel_max_workspace_bytes",
-                   None) is not None:
-            nbytes = max(nbytes, self.max_workspace_bytes)
-        dev = next((b for b in bufs.values()
-                    if b is not None and b.kind == "torch"), None)
-        n = (nbytes + 255) // 256 * 256
-        if dev is not None:
-            import torch
-            w = torch.zeros(n, dtype=torch.uint8, device=dev.device)
-        else:
-            import numpy
-            w = numpy.zeros(n, dtype=numpy.uint8)
-        self._workspace = (w, n)
-        return w
+        and reused by this kernel for launches on `stream` (a CUstream
+        handle; 0 = the default stream): max_workspace_bytes (every
+        shape's need), allocated on the first split launch of that key, so
+        a CUDA graph that captured it stays valid.
+
+        A split workspace holds counters and partials of the launch using
+        it, so one must serve only launches that cannot run at the same
+        time: those on one stream (CUDA / HIP: the stream orders them) and,
+        on the host backend, those of one thread (its launches run on the
+        calling thread, which another thread's launch does not wait for).
+        So the key is the stream, and on the host backend the stream and
+        the calling thread (threading.get_ident()); keys of host threads
+        that have ended are dropped when a new key is added. A caller that
+        passes `workspace=` keeps that rule itself."""
+        key = (stream, threading.get_ident()
+               if self._ctx.backend == "host" else None)
+        with self._workspaces_lock:
+            have = self._workspaces.get(key)
+            if have is not None and have[1] >= nbytes:
+                return have[0]
+            if getattr(self._lib, "kvgen_kernel_max_workspace_bytes",
+                       None) is not None:
+                nbytes = max(nbytes, self.max_workspace_bytes)
+            dev = next((b for b in bufs.values()
+                        if b is not None and b.kind == "torch"), None)
+            n = (nbytes + 255) // 256 * 256
+            if dev is not None:
+                import torch
+                w = torch.zeros(n, dtype=torch.uint8, device=dev.device)
+            else:
+                import numpy
+                w = numpy.zeros(n, dtype=numpy.uint8)
+            if have is None and key[1] is not None:
+                live = {t.ident for t in threading.enumerate()}
+                for old in [k for k in self._workspaces
+                            if k[1] is not None and k[1] not in live]:
+                    del self._workspaces[old]
+            self._workspaces[key] = (w, n)
+            return w
 
     def launch_raw(self, args, stream=0, pdl=False):
         """Launches with a prebuilt argument struct (args_struct(); no

@@ -500,6 +500,60 @@ def test_one_workspace_serves_a_random_sequence_of_shapes(ctx_wide_split):
     assert split_launches >= 10, split_launches
 
 
+def test_binding_workspace_is_not_shared_by_concurrent_launches(ctx):
+    """Issue 26 review, F4: without workspace=, the binding keeps the split
+    workspace of a launch; two Python threads launching one kernel at the
+    same time on the host backend (each its own arrays, batch 1, context
+    600, decode: a split launch) shared one, and their counters and
+    partials mixed (44 of 80 outputs wrong). The binding keeps one per
+    (stream, calling thread) on the host backend: every output matches the
+    reference, and prepare() hands the two threads different workspaces
+    (one thread the same one each time)."""
+    import threading
+    g = GEOS["mimo_nhd"]
+    k = kernel_for(ctx, g)
+    cases = [Case(g, [600], [1], np.random.default_rng(40 + i))
+             for i in range(2)]
+    wants = [c.reference() for c in cases]
+    ws_name = next(a.name for a in k._op.args if a.role == "workspace")
+    start = threading.Barrier(2)
+    wrong, failed, pointers = [], [], [set(), set()]
+
+    def worker(i):
+        c = cases[i]
+        try:
+            start.wait()
+            for r in range(20):
+                c.output[...] = 0
+                c.run(k)
+                got = c.output.astype(np.float64)
+                if not (np.isfinite(got).all() and np.allclose(
+                        got, wants[i], atol=1e-2, rtol=1e-2)):
+                    wrong.append((i, r))
+            for _ in range(2):
+                args, _stream = k.prepare(
+                    query=c.query, output=c.output, key_cache=c.kc,
+                    value_cache=c.vc, block_tables=c.table_view,
+                    seq_lens=c.seq_lens, query_start_loc=c.qsl,
+                    num_blocks=c.num_blocks,
+                    softmax_scale=float(c.scale))
+                pointers[i].add(getattr(args, ws_name))
+        except BaseException as e:  # reported below, not lost in a thread
+            failed.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failed, failed
+    assert not wrong, f"{len(wrong)} of 40 outputs wrong: {wrong[:5]}"
+    assert len(pointers[0]) == 1 and len(pointers[1]) == 1, pointers
+    assert pointers[0] != pointers[1], "both threads got one workspace"
+    for c in cases:
+        c.check()
+
+
 def ctypes_workspace_bytes(k, c):
     """kvgen_kernel_workspace_bytes for Case c's launch."""
     import ctypes

@@ -435,7 +435,11 @@ KVGEN_API kvgen_status kvgen_launch_ex(kvgen_kernel k, const void *args,
  * grid.x allows). Allocate it zero-filled once; kernels leave its counters
  * zero and keep them at the same place for every launch shape, so one
  * workspace serves every later launch that needs at most its size,
- * whatever shapes ran before (and CUDA graph replays). */
+ * whatever shapes ran before (and CUDA graph replays). A workspace holds
+ * the counters and partials of the launch using it until that launch ends:
+ * it must not be shared by launches that can run at the same time (keep
+ * one per stream; on the host backend, whose launches run on the calling
+ * thread, one per calling thread as well). */
 KVGEN_API kvgen_status kvgen_kernel_workspace_bytes(kvgen_kernel k,
                                                     const void *args,
                                                     uint64_t args_size,
@@ -445,7 +449,10 @@ KVGEN_API kvgen_status kvgen_kernel_workspace_bytes(kvgen_kernel k,
  * serves every launch of `k`, whatever its arguments: the counter area
  * plus split_ctas partials (kvgen/Launch.h maxWorkspaceBytes; a split
  * launch has units x splits <= split_ctas). An engine allocates it once,
- * zero-filled, and passes it to every launch and CUDA graph capture. */
+ * zero-filled, per stream (host backend: per stream and calling thread,
+ * see kvgen_kernel_workspace_bytes: launches that can run at the same time
+ * need different workspaces) and passes it to every launch and CUDA graph
+ * capture on that stream. */
 KVGEN_API kvgen_status kvgen_kernel_max_workspace_bytes(kvgen_kernel k,
                                                         uint64_t *bytes);
 
