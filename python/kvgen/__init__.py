@@ -57,7 +57,9 @@ raise KvgenError (KVGEN_ERROR_INVALID_ARGUMENT) and launch nothing.
 Every launch is validated by the runtime; failures raise KvgenError with the
 runtime's message (kvgen_last_error()). Argument mistakes the binding can see
 itself (shapes, dtypes, cache views whose strides are not the layout's) raise
-ValueError / TypeError before any C call. Every array becomes a pointer in
+ValueError / TypeError before any C call. So does a string argument (layout
+text, paths, kernel names, option values) holding a NUL character, which
+the C API would cut there (ValueError naming the argument; _capi.cstr). Every array becomes a pointer in
 one place (Kernel._fill_pointers), which checks by the field's role that the
 array holds what the kernel addresses from that pointer: error_flag 1 int32,
 scales 1 or H float32, sinks num_q_heads float32, slot_mapping T slots,
@@ -123,7 +125,8 @@ def set_generator_path(path):
         raise NotImplementedError(f"{_capi.lib_path()} has no "
                                   "kvgen_set_generator_path")
     _check("kvgen_set_generator_path",
-           fn(None if path is None else str(path).encode()))
+           fn(None if path is None else
+              _capi.cstr("set_generator_path: path", str(path))))
 
 
 def generator_path():
@@ -226,8 +229,8 @@ class Layout:
     def _load(self, text):
         L = _capi.lib()
         h = ctypes.c_void_p()
-        if L.kvgen_layout_parse(text.encode(), ctypes.byref(h)) != \
-                _capi.SUCCESS:
+        if L.kvgen_layout_parse(_capi.cstr("layout text", text),
+                                ctypes.byref(h)) != _capi.SUCCESS:
             raise ValueError(_capi.last_error())
         try:
             info = _capi.LayoutInfo()
@@ -871,6 +874,8 @@ def _options_text(op, options):
                              f"{', '.join(x.name for x in op.options)})")
         if o.kind == "flag":
             value = "1" if _flag(name, value) else "0"
+        value = str(value)
+        _capi.cstr(f"option {name}", value)  # ValueError for a NUL
         parts.append(f"{name} = {value}")
     return ", ".join(parts)
 
@@ -915,7 +920,9 @@ class Context:
         h = ctypes.c_void_p()
         _check("kvgen_context_create_compile_only",
                lib.kvgen_context_create_compile_only(
-                   _capi.BACKENDS[backend], target.encode(), ctypes.byref(h)))
+                   _capi.BACKENDS[backend],
+                   _capi.cstr("compile_only: target", target),
+                   ctypes.byref(h)))
         return cls(_handle=h, cache_dir=cache_dir)
 
     # -- lifetime ---------------------------------------------------------
@@ -968,7 +975,7 @@ class Context:
         later compiles only."""
         _check("kvgen_context_set_cache_dir",
                self._lib.kvgen_context_set_cache_dir(
-                   self._h(), str(path or "").encode()))
+                   self._h(), _capi.cstr("cache_dir", str(path or ""))))
 
     def set_warning_callback(self, fn):
         """fn(message: str) receives warnings instead of stderr; None
@@ -1041,7 +1048,8 @@ class Context:
         `kvgen emit --bundle`) available to kernel()/kernel_by_name()."""
         path = str(path)
         _check("kvgen_context_load_bundle",
-               self._lib.kvgen_context_load_bundle(self._h(), path.encode()))
+               self._lib.kvgen_context_load_bundle(
+                   self._h(), _capi.cstr("load_bundle: path", path)))
 
     def kernel(self, op, layout, io_dtype=None, slot_dtype=None,
                checked=None, dequantize=None, **options):
@@ -1079,7 +1087,8 @@ class Context:
         k = self._kernels.get(key)
         if k is not None:
             return k
-        spec = _capi.KernelSpecC(o.id, lay.text.encode(), text.encode())
+        spec = _capi.KernelSpecC(o.id, _capi.cstr("layout", lay.text),
+                                 _capi.cstr("options", text))
         h = ctypes.c_void_p()
         _check("kvgen_context_get_kernel_by_spec",
                self._lib.kvgen_context_get_kernel_by_spec(
@@ -1092,8 +1101,9 @@ class Context:
         """The bundle kernel `name` (its extern "C" symbol)."""
         h = ctypes.c_void_p()
         _check("kvgen_context_get_kernel",
-               self._lib.kvgen_context_get_kernel(self._h(), name.encode(),
-                                                  ctypes.byref(h)))
+               self._lib.kvgen_context_get_kernel(
+                   self._h(), _capi.cstr("kernel_by_name: name", name),
+                   ctypes.byref(h)))
         return Kernel(self, h)
 
 

@@ -308,6 +308,27 @@ def last_error():
     return lib().kvgen_last_error().decode("utf-8", "replace")
 
 
+def cstr(what, value):
+    """`value` (a str) as the NUL-terminated UTF-8 bytes a `const char *`
+    parameter of the C API takes: the one place the binding turns a
+    string argument into bytes. The C side reads up to the first NUL, so a
+    string holding one would be cut there silently (a layout parsed
+    without the fields after it, a cache directory that is a prefix of the
+    one given): ValueError naming the argument `what` instead. A string
+    that is not valid UTF-8 (lone surrogates) raises UnicodeEncodeError,
+    also a ValueError."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what}: expected a str, got "
+                        f"{type(value).__name__}")
+    i = value.find("\0")
+    if i >= 0:
+        shown = repr(value[:60]) + ("..." if len(value) > 60 else "")
+        raise ValueError(f"{what}: {shown} holds a NUL character (at index "
+                         f"{i}); the C API would read only the text before "
+                         "it")
+    return value.encode()
+
+
 def status_name(code):
     return STATUS_NAMES.get(code, f"KVGEN_ERROR_UNKNOWN({code})")
 

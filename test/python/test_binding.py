@@ -845,3 +845,42 @@ def test_every_pointer_field_has_a_checked_role():
                 kvgen._RAW_ROLES, (op.name, a.name)
             seen.add(a.role)
     assert {"error_flag", "scale", "slots", "cache"} <= seen
+
+
+def test_strings_with_a_nul_are_refused(ctx, bundle, tmp_path):
+    """Issue 26 review, F6: string arguments reach the C API as `const char
+    *`, which ends at the first NUL; the binding cut every string there
+    silently (a layout parsed without the fields after the NUL, a cache
+    directory that is a prefix of the one given, another bundle or kernel
+    name, an option value cut short). Each entry point now raises
+    ValueError naming the argument, and nothing changes."""
+    with pytest.raises(ValueError, match="layout text.*NUL.*index 1"):
+        kvgen.Layout.parse(BF16.text + "\0, k_strides = [1, 1, 1]")
+    with pytest.raises(ValueError, match="layout text.*NUL"):
+        kvgen.Layout(H, DK, DV, BS, dtype="bf16\0f32")
+    with pytest.raises(ValueError, match="cache_dir.*NUL"):
+        kvgen.Context("host", cache_dir=f"{tmp_path}/x\0/etc")
+    before = ctx.cache_dir
+    with pytest.raises(ValueError, match="cache_dir.*NUL"):
+        ctx.set_cache_dir(f"{tmp_path}/y\0/etc")
+    assert ctx.cache_dir == before
+    with pytest.raises(ValueError, match="load_bundle: path.*NUL"):
+        ctx.load_bundle(str(bundle / "bundle") + "\0/elsewhere")
+    w = spec_kernel(ctx, 1)
+    with pytest.raises(ValueError, match="kernel_by_name: name.*NUL"):
+        ctx.kernel_by_name(w.name + "\0junk")
+    op, lay, io, slots, checked, dq = SPECS[1]
+    with pytest.raises(ValueError, match="option io.*NUL"):
+        ctx.kernel(op, lay, "bf16\0f32", slots, checked, dq)
+    with pytest.raises(ValueError, match="option slots.*NUL"):
+        ctx.kernel(op, lay, io=io, slots="i64\0i32", unchecked=not checked)
+    with pytest.raises(ValueError, match="target.*NUL"):
+        kvgen.Context.compile_only("host", "host\0sm_90")
+    try:
+        with pytest.raises(ValueError, match="set_generator_path.*NUL"):
+            kvgen.set_generator_path(f"{tmp_path}/gen\0/lib")
+    finally:
+        kvgen.set_generator_path(None)
+    # The same strings without the NUL part still work.
+    assert kvgen.Layout.parse(BF16.text) == BF16
+    assert ctx.kernel_by_name(w.name).name == w.name
