@@ -423,6 +423,12 @@ class _Buf:
             raise TypeError(f"{what}: expected a torch tensor or a numpy "
                             f"array, got {type(x).__name__}")
         self.dtype = _DTYPE_NAMES.get(name, name)
+        if 0 in self.shape:
+            # No element, nothing addressed through the strides (numpy
+            # reports 0 strides for np.zeros((0, H, D))): take the
+            # C-contiguous ones, so no stride check refuses an empty
+            # array. Size checks still see 0 elements / 0 bytes.
+            self.strides = _c_strides(self.shape)
 
     @property
     def is_device(self):
@@ -517,6 +523,15 @@ class _Buf:
             raise ValueError(f"{self.what}: the last dimension must be "
                              f"contiguous (stride {self.strides[2]}, need 1)")
         return self.strides[0], self.strides[1]
+
+
+def _c_strides(shape):
+    """C-order strides in elements of an array of `shape`."""
+    out, n = [], 1
+    for x in reversed(shape):
+        out.append(n)
+        n *= x
+    return tuple(reversed(out))
 
 
 def _is_contiguous(shape, strides):

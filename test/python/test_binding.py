@@ -884,3 +884,40 @@ def test_strings_with_a_nul_are_refused(ctx, bundle, tmp_path):
     # The same strings without the NUL part still work.
     assert kvgen.Layout.parse(BF16.text) == BF16
     assert ctx.kernel_by_name(w.name).name == w.name
+
+
+def test_empty_arrays_pass_the_stride_checks(ctx):
+    """Issue 26 review, F7: numpy reports 0 strides for arrays of 0
+    elements (np.zeros((0, H, D)).strides == (0, 0, 0)), and a 0-token
+    launch was refused ("key: the last dimension must be contiguous
+    (stride 0, need 1)") while a torch one passed. An empty array addresses
+    nothing: a launch of 0 tokens runs (writes nothing) for numpy arrays of
+    0 elements. The size checks still hold: a 0-element error_flag is
+    refused, as are 0-element rows for a launch of tokens."""
+    import ml_dtypes as mld
+    kc = np.full(extent(BF16, "k", 2), 0x1234, np.uint16)
+    vc = np.full(extent(BF16, "v", 2), 0x1234, np.uint16)
+    key = np.zeros((0, H, DK), mld.bfloat16)
+    value = np.zeros((0, H, DV), mld.bfloat16)
+    assert key.strides == (0, 0, 0)
+    w = spec_kernel(ctx, 0)
+    w.reshape_and_cache(key=key, value=value, key_cache=kc, value_cache=vc,
+                        slot_mapping=np.zeros(0, np.int64))
+    w.reshape_and_cache(key=np.zeros((0, H, DK), np.uint16),
+                        value=np.zeros((0, H, DV), np.uint16), key_cache=kc,
+                        value_cache=vc, slot_mapping=np.zeros(0, np.int64))
+    g = spec_kernel(ctx, 1)
+    g.gather(kc, vc, np.zeros(0, np.int64), np.zeros((0, H, DK), np.uint16),
+             np.zeros((0, H, DV), np.uint16))
+    assert (kc == 0x1234).all() and (vc == 0x1234).all()
+    # What the kernel addresses is still checked.
+    c = spec_kernel(ctx, 2)  # checked, i32 slots
+    rng = np.random.default_rng(5)
+    k1, v1 = make_inputs(rng, 1)
+    with pytest.raises(ValueError, match=r"error_flag: .*0 elements"):
+        c.reshape_and_cache(k1, v1, kc, vc, np.zeros(1, np.int32),
+                            error_flag=np.zeros((0, 4), np.int32))
+    with pytest.raises(ValueError, match=r"key: shape \[0, 2, 64\]"):
+        w.reshape_and_cache(np.zeros((0, H, DK), np.uint16), v1, kc, vc,
+                            np.zeros(1, np.int64))
+    assert (kc == 0x1234).all() and (vc == 0x1234).all()
