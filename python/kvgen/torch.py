@@ -412,6 +412,11 @@ def _scale_kind(kv_cache_dtype, heads, **scales):
         return "none"
     kinds = set()
     for name, s in scales.items():
+        if s is None:
+            raise TypeError(f"kvgen: {name} is None, but kv_cache_dtype "
+                            f"{kv_cache_dtype!r} needs it: pass a float32 "
+                            "tensor of 1 (per tensor) or num_kv_heads "
+                            "elements")
         if s.dtype != torch.float32:
             raise TypeError(f"kvgen: {name} has dtype {s.dtype}, need "
                             "float32")
@@ -1042,7 +1047,11 @@ def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
 
     block_table int32 [>= batch_size, M], cu_seq_lens int32 [>= batch_size
     + 1], seq_starts int32 [>= batch_size] (int64 accepted), all on dst's
-    device: ValueError / TypeError otherwise, before any launch. A
+    device; batch_size an int (a bool or float: TypeError; torch.ops
+    converts a bool to an int before this runs): ValueError / TypeError
+    otherwise, before any launch. scale: float32 [1] for an fp8
+    kv_cache_dtype (None: TypeError); unread for "auto", where None is
+    accepted. A
     seq_starts entry that is a multiple of block_size (what vLLM passes)
     gives vLLM's result; another one starts at that token (vLLM's kernel
     would start at its block's first token).
@@ -1080,10 +1089,13 @@ def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
     slots = _mla_gather_slots(nb, bs, out.shape[0], T, block_table,
                               cu_seq_lens, batch_size, seq_starts,
                               -1 if _unchecked else nb * bs)
+    # scale is read for an fp8 cache only ("auto": vLLM passes one, unused;
+    # None is accepted then).
     sig = ("gm", src_cache.dtype, src_cache.device, src_cache.shape,
            src_cache.stride(), dst.dtype, dst.device, dst.shape[1:],
-           dst.stride(), kv_cache_dtype, scale.dtype, scale.device,
-           scale.shape)
+           dst.stride(), kv_cache_dtype) + (
+               () if kv_cache_dtype == "auto" or scale is None else
+               (scale.dtype, scale.device, scale.shape))
     plan = _plans.get(sig)
     if plan is None:
         plan = _plan(sig, lambda: _mla_gather_plan(src_cache, dst, slots,

@@ -1070,6 +1070,44 @@ def test_mla_gather_by_block_table_refuses_what_it_cannot_serve(device):
         kt.set_unchecked(False)
 
 
+def test_mla_gather_scale_none_and_batch_size_checks():
+    """Issue 26 review, F7: scale=None with kv_cache_dtype "auto" (vLLM
+    passes a scale tensor it never reads then) raised AttributeError
+    ('NoneType' object has no attribute 'dtype'); it is accepted and the
+    result is the gather's. With an fp8 cache, where the scale is read,
+    None raises TypeError naming scale, before any launch. batch_size must
+    be an int: the Python function refuses a bool or float (torch.ops
+    converts True to 1 in its argument parser before any implementation
+    runs, as for vLLM's op)."""
+    gen = torch.Generator().manual_seed(27)
+    nb, bs, E = 6, 4, 32
+    cache = (torch.randn(nb, bs, E, generator=gen) * 3).to(torch.bfloat16)
+    table = torch.tensor([[1, 2], [3, 4]], dtype=torch.int32)
+    cu = torch.tensor([0, 5, 9], dtype=torch.int32)
+    canary = 7.0
+    kt.check_errors()
+    for call in (torch.ops.kvgen.gather_and_maybe_dequant_cache,
+                 kt.gather_and_maybe_dequant_cache):
+        dst = torch.full((14, E), canary, dtype=torch.bfloat16)
+        want = _mla_gather_want(cache, dst.clone(), table, [0, 5, 9], 2,
+                                None)
+        call(cache, dst[:12], table, cu, 2, "auto", None, None)
+        kt.check_errors()
+        assert torch.equal(dst, want)
+        assert (dst[12:] == canary).all()
+    fp8 = torch.zeros(nb, bs, E, dtype=torch.uint8)
+    dst = torch.full((12, E), canary, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="scale is None.*fp8"):
+        torch.ops.kvgen.gather_and_maybe_dequant_cache(
+            fp8, dst, table, cu, 2, "fp8", None, None)
+    assert (dst == canary).all()
+    for bad in (True, 2.0):
+        with pytest.raises(TypeError, match="batch_size .* must be an int"):
+            kt.gather_and_maybe_dequant_cache(cache, dst, table, cu, bad,
+                                              "auto", torch.ones(1))
+    assert (dst == canary).all()
+    kt.check_errors()
+
 def test_mla_fake_checks():
     kv_c = torch.zeros(3, 512, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="kv_cache has shape"):
