@@ -1369,7 +1369,8 @@ class Kernel:
                 need = t + (1 if a.role == "query_start_loc" else 0)
                 if len(b.shape) != dims or b.shape[0] < need:
                     raise ValueError(
-                        f"{a.name}: shape {list(b.shape)}, need "
+                        f"{a.name}: shape {list(b.shape)}, need a {dims}-D "
+                        "array of shape "
                         + (f"[>= {need}, max_blocks_per_seq]" if dims == 2
                            else f"[>= {need}]"))
                 if b.shape[-1] > 1 and b.strides[-1] != 1:

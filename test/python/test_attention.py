@@ -757,3 +757,27 @@ def test_pointer_arguments_hold_what_the_kernel_touches(ctx):
     assert (flag == 9).all() and np.array_equal(c.out_buf, out0)
     c.run(k, workspace=parent[:1 << 20])
     c.check()
+
+
+def test_index_arrays_of_the_wrong_rank_say_so(ctx):
+    """Issue 26 review, F7: a 0-d seq_lens was refused with 'seq_lens:
+    shape [], need [>= 0]', which reads as a size problem; the message says
+    the array must be 1-D (block_tables 2-D), and nothing is written."""
+    g = GEOS["mimo_nhd"]
+    c = Case(g, [20, 7], [1, 1], np.random.default_rng(6))
+    k = kernel_for(ctx, g)
+    before = c.out_buf.copy()
+    for kw, msg in ((dict(seq_lens=np.array(20, np.int32)),
+                     r"seq_lens: shape \[\], need a 1-D array"),
+                    (dict(query_start_loc=np.array(0, np.int32)),
+                     r"query_start_loc: shape \[\], need a 1-D array"),
+                    (dict(block_tables=c.table[0]),
+                     r"block_tables: shape \[\d+\], need a 2-D array")):
+        args = dict(query=c.query, output=c.output, key_cache=c.kc,
+                    value_cache=c.vc, block_tables=c.table_view,
+                    seq_lens=c.seq_lens, query_start_loc=c.qsl,
+                    num_blocks=c.num_blocks, softmax_scale=float(c.scale))
+        args.update(kw)
+        with pytest.raises(ValueError, match=msg):
+            k.paged_attention(**args)
+        np.testing.assert_array_equal(c.out_buf, before)
