@@ -59,7 +59,8 @@ runtime's message (kvgen_last_error()). Argument mistakes the binding can see
 itself (shapes, dtypes, cache views whose strides are not the layout's) raise
 ValueError / TypeError before any C call. So does a string argument (layout
 text, paths, kernel names, option values) holding a NUL character, which
-the C API would cut there (ValueError naming the argument; _capi.cstr). Every array becomes a pointer in
+the C API would cut there (ValueError naming the argument; _capi.cstr).
+Every array becomes a pointer in
 one place (Kernel._fill_pointers), which checks by the field's role that the
 array holds what the kernel addresses from that pointer: error_flag 1 int32,
 scales 1 or H float32, sinks num_q_heads float32, slot_mapping T slots,
