@@ -7,6 +7,8 @@
 // kMaxLiteralDigits digits (MLIR's literal parsing is quadratic in them).
 //
 //===----------------------------------------------------------------------===//
+#define KVGEN_HAVE_LLVM_HANDLERS
+#include "OutOfMemory.h"
 #include "kvgen/InitAll.h"
 #include "kvgen/ReadFile.h"
 #include "kvgen/TextBounds.h"
@@ -46,6 +48,7 @@ std::optional<std::string> readStdin(uint64_t maxBytes, std::string *error) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM y(argc, argv);
+  kvgen::cli::exitOneOnOutOfMemory("kvgen-opt");
   mlir::DialectRegistry registry;
   kvgen::registerAllDialects(registry);
   kvgen::registerAllPasses();

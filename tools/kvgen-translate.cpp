@@ -1,33 +1,68 @@
 //===- kvgen-translate.cpp - kvgen's mlir-translate -----------------------===//
 //
-// kvgen-translate --mlir-to-kernel-source in.mlir
+// kvgen-translate [--mlir-to-kernel-source] [in.mlir|-] [-o out]
+//                 [--split-input-file] [--verify-diagnostics]
 //   prints the converted kernels of a module (kvgen-opt --kv-plan=target=T
 //   --convert-kv-to-emitc) as one self-contained source for their planned
 //   target: HIP for gfx*, CUDA for NVRTC on sm_*, plain C++ for host.
 //
-// The input is bounded before MLIR reads it, as kvgen-opt's: a regular
-// file of at most kMaxMlirInputBytes, or standard input up to that cap
-// (read here into an unlinked temporary file that becomes standard input),
-// and text within kvgen/TextBounds.h's digit and nesting bounds. The
-// input is the first argument that is not an option (nor the value of
-// -o); mlir-translate's options take their values as --name=value.
+// Its one translation is kvgen's, so the driver is its own rather than
+// mlirTranslateMain: it reads the input once, bounded as kvgen-opt's (a
+// regular file of at most kMaxMlirInputBytes, or standard input up to that
+// cap; text within kvgen/TextBounds.h's digit, width and nesting bounds),
+// and parses exactly the bytes it checked (no second open of the path, no
+// guess at which argument is the input).
 //
 //===----------------------------------------------------------------------===//
+#define KVGEN_HAVE_LLVM_HANDLERS
+#include "OutOfMemory.h"
 #include "kvgen/Codegen/Emit.h"
+#include "kvgen/InitAll.h"
 #include "kvgen/ReadFile.h"
 #include "kvgen/TextBounds.h"
 
-#include "mlir/Tools/mlir-translate/MlirTranslateMain.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Support/FileUtilities.h"
+#include "mlir/Support/ToolUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <unistd.h>
 
+using namespace mlir;
+
 namespace {
+llvm::cl::opt<std::string> inputFilename(llvm::cl::Positional,
+                                         llvm::cl::desc("<input file>"),
+                                         llvm::cl::init("-"));
+llvm::cl::opt<std::string> outputFilename("o", llvm::cl::desc("Output file"),
+                                          llvm::cl::value_desc("filename"),
+                                          llvm::cl::init("-"));
+llvm::cl::opt<bool> toKernelSource(
+    "mlir-to-kernel-source",
+    llvm::cl::desc("Print converted kv kernels (emitc) as one self-contained "
+                   "source for their planned target: HIP (gfx*), CUDA for "
+                   "NVRTC (sm_*) or C++ (host); the only translation, also "
+                   "without this flag"));
+llvm::cl::opt<bool> splitInputFile(
+    "split-input-file",
+    llvm::cl::desc("Split the input at '// -----' lines and translate each "
+                   "chunk on its own"));
+llvm::cl::opt<bool> verifyDiagnostics(
+    "verify-diagnostics",
+    llvm::cl::desc("Check that emitted diagnostics match expected-* lines "
+                   "in the input"));
+
 /// Standard input, at most `maxBytes` (nullopt and *error beyond).
 std::optional<std::string> readStdin(uint64_t maxBytes, std::string *error) {
   std::string data;
@@ -49,70 +84,71 @@ std::optional<std::string> readStdin(uint64_t maxBytes, std::string *error) {
   }
 }
 
-/// Makes `text` the process's standard input: an unlinked temporary file.
-bool replaceStdin(const std::string &text, std::string *error) {
-  const char *dir = std::getenv("TMPDIR");
-  std::string path = std::string(dir && *dir ? dir : "/tmp") +
-                     "/kvgen-translate-XXXXXX";
-  int fd = ::mkstemp(path.data());
-  if (fd < 0) {
-    *error = "cannot create a temporary file for standard input";
-    return false;
+/// Parses one chunk and prints its kernels' source.
+LogicalResult translateChunk(std::unique_ptr<llvm::MemoryBuffer> chunk,
+                             raw_ostream &os, DialectRegistry &registry) {
+  MLIRContext context(registry);
+  context.printOpOnDiagnostic(!verifyDiagnostics);
+  auto sourceMgr = std::make_shared<llvm::SourceMgr>();
+  sourceMgr->AddNewSourceBuffer(std::move(chunk), llvm::SMLoc());
+  auto run = [&]() -> LogicalResult {
+    OwningOpRef<ModuleOp> module =
+        parseSourceFile<ModuleOp>(sourceMgr, &context);
+    if (!module)
+      return failure();
+    return kvgen::printSource(*module, os);
+  };
+  if (!verifyDiagnostics) {
+    SourceMgrDiagnosticHandler handler(*sourceMgr, &context);
+    return run();
   }
-  ::unlink(path.c_str());
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) {
-      ::close(fd);
-      *error = "cannot write a temporary file for standard input";
-      return false;
-    }
-    done += size_t(n);
-  }
-  if (::lseek(fd, 0, SEEK_SET) != 0 || ::dup2(fd, 0) < 0) {
-    ::close(fd);
-    *error = "cannot replace standard input";
-    return false;
-  }
-  ::close(fd);
-  return true;
+  SourceMgrDiagnosticVerifierHandler handler(*sourceMgr, &context);
+  (void)run();
+  return handler.verify();
 }
 } // namespace
 
 int main(int argc, char **argv) {
-  std::string input = "-";
-  for (int i = 1; i < argc; ++i) {
-    const char *a = argv[i];
-    if (std::strcmp(a, "--") == 0) {
-      if (i + 1 < argc)
-        input = argv[i + 1];
-      break;
-    }
-    if (std::strcmp(a, "-o") == 0 || std::strcmp(a, "--o") == 0) {
-      ++i; // its value
-      continue;
-    }
-    if (a[0] == '-' && a[1] != '\0')
-      continue;
-    input = a;
-    break;
-  }
+  llvm::InitLLVM y(argc, argv);
+  kvgen::cli::exitOneOnOutOfMemory("kvgen-translate");
+  registerAsmPrinterCLOptions();
+  registerMLIRContextCLOptions();
+  llvm::cl::ParseCommandLineOptions(argc, argv, "kvgen translation driver\n");
+
   std::string error;
+  const bool fromStdin = inputFilename == "-";
   std::optional<std::string> text =
-      input == "-" ? readStdin(kvgen::kMaxMlirInputBytes, &error)
-                   : kvgen::readRegularFile(input, kvgen::kMaxMlirInputBytes,
-                                            "the input file", &error);
-  if (text && !kvgen::checkMlirText(*text, input == "-" ? "<stdin>" : input,
-                                    &error))
-    text.reset();
-  if (text && input == "-" && !replaceStdin(*text, &error))
+      fromStdin ? readStdin(kvgen::kMaxMlirInputBytes, &error)
+                : kvgen::readRegularFile(inputFilename,
+                                         kvgen::kMaxMlirInputBytes,
+                                         "the input file", &error);
+  if (text && !kvgen::checkMlirText(
+                  *text, fromStdin ? "<stdin>" : std::string(inputFilename),
+                  &error))
     text.reset();
   if (!text) {
     llvm::errs() << "kvgen-translate: error: " << error << "\n";
     return 1;
   }
-  kvgen::registerKernelSourceTranslation();
-  return mlir::failed(
-      mlir::mlirTranslateMain(argc, argv, "kvgen translation driver\n"));
+  std::string openError;
+  std::unique_ptr<llvm::ToolOutputFile> output =
+      openOutputFile(outputFilename, &openError);
+  if (!output) {
+    llvm::errs() << "kvgen-translate: error: " << openError << "\n";
+    return 1;
+  }
+  DialectRegistry registry;
+  kvgen::registerAllDialects(registry);
+  auto chunkFn = [&](std::unique_ptr<llvm::MemoryBuffer> chunk,
+                     raw_ostream &os) {
+    return translateChunk(std::move(chunk), os, registry);
+  };
+  if (failed(splitAndProcessBuffer(
+          llvm::MemoryBuffer::getMemBufferCopy(
+              *text, fromStdin ? "<stdin>" : std::string(inputFilename)),
+          chunkFn, output->os(), splitInputFile ? kDefaultSplitMarker : "",
+          "")))
+    return 1;
+  output->keep();
+  return 0;
 }

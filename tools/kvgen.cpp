@@ -20,6 +20,10 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Diagnostics.h"
+#ifdef KVGEN_HAVE_MLIR
+#define KVGEN_HAVE_LLVM_HANDLERS
+#endif
+#include "OutOfMemory.h"
 #include "RunJob.h"
 
 #include "kvgen/Bundle.h"
@@ -643,6 +647,7 @@ int cmdRun(const Flags &flags) {
 } // namespace
 
 int main(int argc, char **argv) {
+  kvgen::cli::exitOneOnOutOfMemory("kvgen");
   if (argc < 2) {
     std::fputs(usage().c_str(), stderr);
     return 2;

@@ -18,14 +18,21 @@ bool isIdentChar(char c) {
 template <class F> size_t scanCode(std::string_view text, F visit) {
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
-    if (c == '"') { // a string literal: skip to its closing quote
-      for (++i; i < text.size() && text[i] != '"'; ++i)
+    // As MLIR's lexer (mlir/lib/AsmParser/Lexer.cpp): a string literal
+    // ends at its closing quote, and the lexer stops with an error at a
+    // line break inside it; a `//` comment ends at '\n' or '\r'.
+    if (c == '"') {
+      for (++i; i < text.size() && text[i] != '"'; ++i) {
+        if (text[i] == '\n' || text[i] == '\r' || text[i] == '\v' ||
+            text[i] == '\f')
+          break;
         if (text[i] == '\\')
           ++i;
+      }
       continue;
     }
     if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
-      while (i < text.size() && text[i] != '\n')
+      while (i < text.size() && text[i] != '\n' && text[i] != '\r')
         ++i;
       continue;
     }
@@ -81,24 +88,61 @@ size_t findLongDigitRun(std::string_view text, size_t maxDigits) {
 }
 
 size_t findDeepNesting(std::string_view text, size_t maxDepth) {
-  size_t depth = 0;
+  // The open brackets, innermost last. A closer pops only its own opener
+  // (a stray one changes nothing), and the '>' of an arrow "->" closes
+  // nothing: each arrow had cancelled an opener, so `() -> (` repeated
+  // nested without bound (SIGSEGV at 20,000 levels).
+  std::string open;
   return scanCode(text, [&](size_t i) {
-    switch (text[i]) {
+    const char c = text[i];
+    char opener = 0;
+    switch (c) {
     case '(':
     case '[':
     case '{':
     case '<':
-      return ++depth > maxDepth;
+      open.push_back(c);
+      return open.size() > maxDepth;
     case ')':
+      opener = '(';
+      break;
     case ']':
+      opener = '[';
+      break;
     case '}':
+      opener = '{';
+      break;
     case '>':
-      if (depth > 0)
-        --depth;
-      return false;
+      if (i > 0 && text[i - 1] == '-')
+        return false;
+      opener = '<';
+      break;
     default:
       return false;
     }
+    if (!open.empty() && open.back() == opener)
+      open.pop_back();
+    return false;
+  });
+}
+
+size_t findWideIntegerType(std::string_view text, size_t maxBits) {
+  // i<N>, si<N>, ui<N> as a whole word: the N-bit APInts of its values.
+  return scanCode(text, [&](size_t i) {
+    if (text[i] != 'i' || (i > 0 && isIdentChar(text[i - 1]) &&
+                           !((text[i - 1] == 's' || text[i - 1] == 'u') &&
+                             (i == 1 || !isIdentChar(text[i - 2])))))
+      return false;
+    size_t j = i + 1, bits = 0;
+    while (j < text.size() && isDigit(text[j]) && bits <= maxBits)
+      bits = bits * 10 + size_t(text[j++] - '0');
+    if (j == i + 1)
+      return false;
+    while (j < text.size() && isDigit(text[j]))
+      ++j;
+    if (j < text.size() && isIdentChar(text[j]))
+      return false;
+    return bits > maxBits;
   });
 }
 
@@ -110,6 +154,14 @@ bool checkMlirText(std::string_view text, const std::string &what,
                std::to_string(kMaxLiteralDigits) +
                " digits (MLIR's parser takes time quadratic in a literal's "
                "digits; no kvgen field has more than 19)";
+    return false;
+  }
+  if (size_t at = findWideIntegerType(text); at != std::string::npos) {
+    if (error)
+      *error = what + ": " + position(text, at) + ": an integer type wider "
+               "than " + std::to_string(kMaxIntegerTypeBits) +
+               " bits (each of its values is that wide in memory: 3,000 "
+               "values of i16777215 exhausted 4 GB)";
     return false;
   }
   if (size_t at = findDeepNesting(text); at != std::string::npos) {

@@ -32,23 +32,37 @@ constexpr size_t kMaxNestingDepth = 256;
 
 /// The offset of the first literal of more than `maxDigits` digits in
 /// `text` (a run of decimal digits, or of hexadecimal digits after "0x" /
-/// "0X"), outside string literals ("...", with backslash escapes: the
-/// digits of a hex string such as dense<"0x..."> are data, not a number
-/// MLIR converts) and outside `//` comments; std::string::npos when there
-/// is none. Linear in the text.
+/// "0X"), outside string literals ("...", with backslash escapes, ending
+/// at a line break as MLIR's lexer does: the digits of a hex string such
+/// as dense<"0x..."> are data, not a number MLIR converts) and outside
+/// `//` comments (ending at '\n' or '\r', as MLIR's); std::string::npos
+/// when there is none. Linear in the text.
 size_t findLongDigitRun(std::string_view text,
                         size_t maxDigits = kMaxLiteralDigits);
 
 /// The offset of the first opening bracket ('(', '[', '{', '<') at a
 /// nesting depth above `maxDepth`, outside string literals and comments;
-/// std::string::npos when there is none. Closing brackets of any kind
-/// lower the depth (not below 0), so "->" and comparisons cannot raise it.
+/// std::string::npos when there is none. A closing bracket closes only an
+/// opener of its own kind on top of the stack, and the '>' of "->" closes
+/// nothing.
 size_t findDeepNesting(std::string_view text,
                        size_t maxDepth = kMaxNestingDepth);
 
-/// When `text` has a literal of more than kMaxLiteralDigits digits or a
-/// nesting deeper than kMaxNestingDepth: "WHAT: line L, column C: ..." in
-/// *error and false; else true.
+/// The widest integer type (i<N>, si<N>, ui<N>) accepted: MLIR keeps every
+/// value of such a type as an N-bit APInt (up to 2^24 - 1 bits), so a
+/// 53 KB list of i16777215 values exhausted 4 GB. kvgen's modules use i32
+/// and i64.
+constexpr size_t kMaxIntegerTypeBits = 1024;
+
+/// The offset of the first integer type wider than `maxBits`, outside
+/// string literals and comments; std::string::npos when there is none.
+size_t findWideIntegerType(std::string_view text,
+                           size_t maxBits = kMaxIntegerTypeBits);
+
+/// When `text` has a literal of more than kMaxLiteralDigits digits, an
+/// integer type wider than kMaxIntegerTypeBits or a nesting deeper than
+/// kMaxNestingDepth: "WHAT: line L, column C: ..." in *error and false;
+/// else true.
 bool checkMlirText(std::string_view text, const std::string &what,
                    std::string *error);
 
