@@ -892,6 +892,12 @@ def _options_text(op, options):
             value = "1" if _flag(name, value) else "0"
         value = str(value)
         _capi.cstr(f"option {name}", value)  # ValueError for a NUL
+        # The options text is "k = v, k = v": a value holding ',' or '='
+        # would add options of its own (io="bf16, unchecked = 1" returned
+        # an unchecked kernel past _flag's bool-only rule).
+        if "," in value or "=" in value:
+            raise ValueError(f"option {name}: {value!r} is not one value "
+                             "(it holds ',' or '=')")
         parts.append(f"{name} = {value}")
     return ", ".join(parts)
 

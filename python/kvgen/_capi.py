@@ -347,6 +347,44 @@ _ARG_TYPES = {
 }
 
 
+_INT_RANGES = {ctypes.c_int64: (-(1 << 63), (1 << 63) - 1),
+               ctypes.c_uint64: (0, (1 << 64) - 1),
+               ctypes.c_void_p: (0, (1 << 64) - 1)}
+
+
+class _ArgsStruct(ctypes.Structure):
+    """Base of the ops' argument structs: an integer field given a Python
+    int outside its C type's range raises ValueError naming the field.
+    ctypes itself keeps the low bits silently (sliding_window = 2**64 + 3
+    ran with a window of 3)."""
+
+    def _check_field(self, name, value):
+        t = dict(self._fields_).get(name)
+        rng = _INT_RANGES.get(t)
+        if rng is None or value is None or isinstance(value, bool):
+            return
+        try:
+            v = value.__index__()
+        except (AttributeError, TypeError):
+            return
+        if not rng[0] <= v <= rng[1]:
+            kind = {ctypes.c_int64: "int64_t", ctypes.c_uint64: "uint64_t",
+                    ctypes.c_void_p: "a pointer"}[t]
+            raise ValueError(f"{type(self).__name__}.{name} = {v} is outside "
+                             f"{kind} ([{rng[0]}, {rng[1]}])")
+        if t is ctypes.c_int64 and v < 0 and name.endswith("_bytes"):
+            raise ValueError(f"{type(self).__name__}.{name} = {v} < 0")
+
+    def __init__(self, *args, **kw):
+        for name, value in kw.items():
+            self._check_field(name, value)
+        super().__init__(*args, **kw)
+
+    def __setattr__(self, name, value):
+        self._check_field(name, value)
+        super().__setattr__(name, value)
+
+
 class Arg:
     """One field of an op's argument struct (kvgen_arg_info)."""
     __slots__ = ("name", "type", "role", "which", "need", "offset", "size",
@@ -404,7 +442,7 @@ class Op:
                               f"{last_error()}")
             self.options.append(Option(o))
         fields = [(a.name, _ARG_TYPES[a.type]) for a in self.args]
-        self.args_struct = type(self.args_type, (ctypes.Structure,),
+        self.args_struct = type(self.args_type, (_ArgsStruct,),
                                 {"_fields_": fields,
                                  "__doc__": f"{self.args_type} "
                                             "(kvgen/Ops.def)"})

@@ -407,6 +407,12 @@ def _cache_dtype(what, cache, kv_cache_dtype, rows_dtype):
                     "uint8 or a float8 dtype")
 
 
+def _scale_sig(s):
+    """A scale tensor's part of a plan signature: None for None ("auto"
+    reads no scale, and vLLM's callers may pass None then)."""
+    return None if s is None else (s.dtype, s.device, tuple(s.shape))
+
+
 def _scale_kind(kv_cache_dtype, heads, **scales):
     if kv_cache_dtype == "auto":
         return "none"
@@ -593,8 +599,7 @@ def _write_impl(key, value, key_cache, value_cache, slot_mapping,
            value_cache.shape, value_cache.stride(),
            delta == key.shape[-1] * key_cache.element_size(),
            slot_mapping.dtype, slot_mapping.device, kv_cache_dtype,
-           k_scale.dtype, k_scale.device, k_scale.shape, v_scale.dtype,
-           v_scale.device, v_scale.shape)
+           _scale_sig(k_scale), _scale_sig(v_scale))
     p = _plans.get(sig)
     if p is None:
         p = _plan(sig, lambda: _write_plan(key, value, key_cache,
@@ -751,8 +756,7 @@ def _gather_impl(key_cache, value_cache, slot_mapping, key_out, value_out,
            value_cache.stride(),
            delta == key_cache.shape[-1] * key_cache.element_size(),
            slot_mapping.dtype, slot_mapping.device, kv_cache_dtype,
-           k_scale.dtype, k_scale.device, k_scale.shape, v_scale.dtype,
-           v_scale.device, v_scale.shape)
+           _scale_sig(k_scale), _scale_sig(v_scale))
     p = _plans.get(sig)
     if p is None:
         p = _plan(sig, lambda: _gather_plan(key_cache, value_cache,
@@ -912,7 +916,7 @@ def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
            k_pe.dtype, k_pe.device, k_pe.shape[1:], k_pe.stride(),
            kv_cache.dtype, kv_cache.device, kv_cache.shape,
            kv_cache.stride(), slot_mapping.dtype, slot_mapping.device,
-           kv_cache_dtype, scale.dtype, scale.device, scale.shape)
+           kv_cache_dtype, _scale_sig(scale))
     p = _plans.get(sig)
     if p is None:
         p = _plan(sig, lambda: _mla_plan(kv_c, k_pe, kv_cache, slot_mapping,
@@ -1095,7 +1099,7 @@ def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
            src_cache.stride(), dst.dtype, dst.device, dst.shape[1:],
            dst.stride(), kv_cache_dtype) + (
                () if kv_cache_dtype == "auto" or scale is None else
-               (scale.dtype, scale.device, scale.shape))
+               _scale_sig(scale))
     plan = _plans.get(sig)
     if plan is None:
         plan = _plan(sig, lambda: _mla_gather_plan(src_cache, dst, slots,

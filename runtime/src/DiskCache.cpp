@@ -181,7 +181,7 @@ DiskCache::Lock DiskCache::lock(const Digest &key,
   if (!enabled())
     return l;
   const std::string path = lockPath(key);
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0)
     return l;
   auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -198,7 +198,7 @@ DiskCache::Lock DiskCache::lock(const Digest &key,
         return l;
       }
       ::close(fd);
-      fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
       if (fd < 0)
         return l;
       continue;

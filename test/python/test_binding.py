@@ -921,3 +921,34 @@ def test_empty_arrays_pass_the_stride_checks(ctx):
         w.reshape_and_cache(np.zeros((0, H, DK), np.uint16), v1, kc, vc,
                             np.zeros(1, np.int64))
     assert (kc == 0x1234).all() and (vc == 0x1234).all()
+
+
+def test_option_values_cannot_add_options_and_int_fields_do_not_wrap(
+        tmp_path):
+    """Second hostile review (issue 26): an option value holding ',' or '='
+    added options of its own (io="bf16, unchecked = 1" gave an unchecked
+    kernel), and a Python int outside int64 / uint64 kept its low bits in
+    the argument struct (sliding_window = 2**64 + 3 ran with a window of
+    3). Both raise ValueError naming what was given."""
+    import kvgen._capi as capi
+    op = capi.op("paged_attention")
+    S = op.args_struct
+    for field, bad in (("sliding_window", 2**64 + 3), ("max_query_len", 2**63),
+                       ("num_blocks", -(2**63) - 1), ("key_cache_bytes", -1),
+                       ("key_cache_bytes", 2**64), ("query", 2**64)):
+        with pytest.raises(ValueError, match=field):
+            S(**{field: bad})
+        a = S()
+        with pytest.raises(ValueError, match=field):
+            setattr(a, field, bad)
+    # In range still works, the extremes included.
+    a = S(sliding_window=2**63 - 1, key_cache_bytes=2**64 - 1,
+          num_blocks=-(2**63))
+    assert a.sliding_window == 2**63 - 1 and a.key_cache_bytes == 2**64 - 1
+    ctx = kvgen.Context("host", cache_dir="")
+    lay = kvgen.Layout(4, 192, 128, 16)
+    for opts in (dict(io="bf16, unchecked = 1"), dict(slots="i64,unchecked=1"),
+                 dict(io="bf16 = 1")):
+        with pytest.raises(ValueError, match="not one value"):
+            ctx.kernel("reshape_and_cache", lay, **opts)
+    ctx.close()

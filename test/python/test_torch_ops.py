@@ -1543,3 +1543,26 @@ def test_cuda_graph_capture_and_replay():
         torch_ref.write(key, value, wk, wv, slots, "auto", one, one)
         torch.cuda.synchronize()
         assert torch.equal(kc, wk) and torch.equal(vc, wv), step
+
+
+@pytest.mark.parametrize("entry", ["torch.ops", "python"])
+def test_write_accepts_none_scales_for_auto(entry):
+    """Second hostile review (issue 26): reshape_and_cache_flash(...,
+    "auto", None, None) raised AttributeError ('NoneType' object has no
+    attribute 'dtype') while planning; "auto" reads no scale, so None is
+    accepted and the rows are written exactly."""
+    f = (torch.ops.kvgen.reshape_and_cache_flash if entry == "torch.ops"
+         else kt.reshape_and_cache_flash)
+    gen = torch.Generator().manual_seed(5)
+    k = torch.randn(3, 4, 64, generator=gen).bfloat16()
+    v = torch.randn(3, 4, 64, generator=gen).bfloat16()
+    kc = torch.zeros(8, 16, 4, 64).bfloat16()
+    vc = torch.zeros(8, 16, 4, 64).bfloat16()
+    slots = torch.tensor([0, 5, 17])
+    f(k, v, kc, vc, slots, "auto", None, None)
+    assert torch.equal(kc.view(-1, 4, 64)[slots], k)
+    assert torch.equal(vc.view(-1, 4, 64)[slots], v)
+    others = torch.ones(128, dtype=torch.bool)
+    others[slots] = False
+    assert not kc.view(-1, 4, 64)[others].any()
+    assert not vc.view(-1, 4, 64)[others].any()

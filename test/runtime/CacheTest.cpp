@@ -505,3 +505,25 @@ TEST_F(HostCacheTest, EightProcessesOnAColdKeyCompileOnce) {
 }
 
 } // namespace
+
+// Second hostile review (issue 26): a lock file that is a symlink made
+// open(O_CREAT) create the link's target outside the cache. The lock is
+// opened with O_NOFOLLOW: nothing is created, the compile goes on unlocked.
+TEST(DiskCacheEntries, ALockFileSymlinkCreatesNothingOutside) {
+  test::TempDir tmp, outside;
+  rt::DiskCache cache(tmp.path(), nullptr);
+  ASSERT_TRUE(cache.enabled());
+  const rt::Digest key = rt::sha256("lock", 4);
+  const std::string target = outside.path() + "/created";
+  ASSERT_EQ(::symlink(target.c_str(), cache.lockPath(key).c_str()), 0);
+  bool timedOut = true;
+  {
+    rt::DiskCache::Lock l =
+        cache.lock(key, std::chrono::milliseconds(100), &timedOut);
+    (void)l;
+  }
+  EXPECT_FALSE(timedOut);
+  struct stat st;
+  EXPECT_NE(::lstat(target.c_str(), &st), 0) << "created outside the cache";
+  EXPECT_TRUE(cache.enabled());
+}
