@@ -76,6 +76,7 @@ given anything but a bool (TypeError).
 """
 
 import ctypes
+import re
 import threading
 from pathlib import Path
 
@@ -194,6 +195,16 @@ class Layout:
             raise ValueError("Layout: block_size is required")
         if scale is None:
             scale = "per_tensor" if dtype in FP8_DTYPES else "none"
+        # Each keyword goes into the layout text as one word: a value such
+        # as packing='separate, k_strides = [...]' added fields of its own.
+        words = dict(dtype=dtype, order=order, packing=packing, scale=scale)
+        for name, size in components or ():
+            words[f"component name {name!r}"] = name
+        for what, value in words.items():
+            if not (isinstance(value, str) and
+                    re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value)):
+                raise ValueError(f"Layout: {what} = {value!r} is not one "
+                                 "word (letters, digits, '_')")
         parts = [f"num_kv_heads = {int(num_kv_heads)}"]
         strides = dict(strides or {})
         if components is None:

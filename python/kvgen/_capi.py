@@ -360,6 +360,19 @@ class _ArgsStruct(ctypes.Structure):
 
     def _check_field(self, name, value):
         t = dict(self._fields_).get(name)
+        if t is _I64x3 and value is not None:
+            # [block, token, head] strides: each element an int64 (ctypes
+            # kept the low bits of 2**64 + 3 as 3 here as well).
+            try:
+                items = list(value)
+            except TypeError:
+                return
+            for k, v in enumerate(items):
+                self._check_int(f"{name}[{k}]", ctypes.c_int64, v)
+            return
+        self._check_int(name, t, value)
+
+    def _check_int(self, name, t, value):
         rng = _INT_RANGES.get(t)
         if rng is None or value is None or isinstance(value, bool):
             return

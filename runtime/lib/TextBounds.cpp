@@ -129,9 +129,17 @@ size_t findDeepNesting(std::string_view text, size_t maxDepth) {
 size_t findWideIntegerType(std::string_view text, size_t maxBits) {
   // i<N>, si<N>, ui<N> as a whole word: the N-bit APInts of its values.
   return scanCode(text, [&](size_t i) {
-    if (text[i] != 'i' || (i > 0 && isIdentChar(text[i - 1]) &&
-                           !((text[i - 1] == 's' || text[i - 1] == 'u') &&
-                             (i == 1 || !isIdentChar(text[i - 2])))))
+    // The element type of a shape (tensor<4xi64>, vector<?xi8>) follows an
+    // 'x' after a dimension: a word start too.
+    auto wordStart = [&](size_t k) {
+      return k == 0 || !isIdentChar(text[k - 1]) ||
+             (text[k - 1] == 'x' && k >= 2 &&
+              (isDigit(text[k - 2]) || text[k - 2] == '?' ||
+               text[k - 2] == '*'));
+    };
+    if (text[i] != 'i' ||
+        !(wordStart(i) || ((text[i - 1] == 's' || text[i - 1] == 'u') &&
+                           wordStart(i - 1))))
       return false;
     size_t j = i + 1, bits = 0;
     while (j < text.size() && isDigit(text[j]) && bits <= maxBits)

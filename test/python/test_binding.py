@@ -856,7 +856,8 @@ def test_strings_with_a_nul_are_refused(ctx, bundle, tmp_path):
     ValueError naming the argument, and nothing changes."""
     with pytest.raises(ValueError, match="layout text.*NUL.*index 1"):
         kvgen.Layout.parse(BF16.text + "\0, k_strides = [1, 1, 1]")
-    with pytest.raises(ValueError, match="layout text.*NUL"):
+    with pytest.raises(ValueError, match="dtype = 'bf16.x00f32' is not one "
+                       "word"):
         kvgen.Layout(H, DK, DV, BS, dtype="bf16\0f32")
     with pytest.raises(ValueError, match="cache_dir.*NUL"):
         kvgen.Context("host", cache_dir=f"{tmp_path}/x\0/etc")
@@ -952,3 +953,26 @@ def test_option_values_cannot_add_options_and_int_fields_do_not_wrap(
         with pytest.raises(ValueError, match="not one value"):
             ctx.kernel("reshape_and_cache", lay, **opts)
     ctx.close()
+
+
+def test_layout_keywords_are_words_and_stride_triples_do_not_wrap():
+    """Third hostile review (issue 26): Layout(..., packing='separate,
+    k_strides = [?, ?, ?]') added a field through a keyword, and the
+    [block, token, head] stride fields kept the low bits of 2**64 + 3."""
+    import kvgen._capi as capi
+    for kw in (dict(packing="separate, k_strides = [?, ?, ?]"),
+               dict(order="nhd, dtype = f32"), dict(dtype="bf16 "),
+               dict(scale="none,")):
+        with pytest.raises(ValueError, match="is not one word"):
+            kvgen.Layout(4, 128, 128, 16, **kw)
+    with pytest.raises(ValueError, match="component name"):
+        kvgen.Layout(1, components=[("kv_c, x", 512)], block_size=64)
+    assert kvgen.Layout(4, 128, 128, 16, packing="packed").packed
+    S = capi.op("paged_attention").args_struct
+    with pytest.raises(ValueError, match=r"k_cache_strides\[0\]"):
+        S(k_cache_strides=(2**64 + 3, 0, 0))
+    a = S()
+    with pytest.raises(ValueError, match=r"v_cache_strides\[2\]"):
+        a.v_cache_strides = (1, 2, -(2**63) - 1)
+    a.v_cache_strides = (1, 2, 3)
+    assert list(a.v_cache_strides) == [1, 2, 3]
