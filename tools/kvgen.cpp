@@ -583,7 +583,14 @@ int cmdEmit(const Flags &flags) {
   }
   auto out = flags.find("-o");
   if (out == flags.end()) {
-    fmt::print("{}", k->source);
+    // Written with stdio and checked: a full or closed stdout (/dev/full)
+    // is an error and exit 1 (fmt::print threw std::system_error: abort).
+    if (std::fwrite(k->source.data(), 1, k->source.size(), stdout) !=
+            k->source.size() ||
+        std::fflush(stdout) != 0) {
+      cli::error("cannot write the kernel source to standard output");
+      return 1;
+    }
     return 0;
   }
   std::ofstream f(out->second, std::ios::binary);
