@@ -1,4 +1,5 @@
-//===- OutOfMemory.h - Exit status 1 when memory or stack runs out -*- C++ -*-===//
+//===- OutOfMemory.h - Exit status 1 when memory or stack runs out -*- C++
+//-*-===//
 //
 // kvgen's tools exit with status 1 and one line on stderr when an
 // allocation fails (README, "Using the CLI"), instead of aborting (status
@@ -43,8 +44,8 @@ inline char *outOfMemoryMessage() {
 }
 
 struct StackGuard {
-  char *top = nullptr;   ///< an address in main()'s frame
-  size_t size = 0;       ///< RLIMIT_STACK (8 MiB when unlimited)
+  char *top = nullptr; ///< an address in main()'s frame
+  size_t size = 0;     ///< RLIMIT_STACK (8 MiB when unlimited)
   char message[128] = {};
   struct sigaction previous;
 };

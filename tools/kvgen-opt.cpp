@@ -20,32 +20,6 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <cstdio>
-#include <unistd.h>
-
-namespace {
-/// Standard input, at most `maxBytes` (nullopt and *error beyond).
-std::optional<std::string> readStdin(uint64_t maxBytes, std::string *error) {
-  std::string data;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(0, buf, sizeof buf);
-    if (n < 0) {
-      *error = "cannot read standard input";
-      return std::nullopt;
-    }
-    if (n == 0)
-      return data;
-    data.append(buf, size_t(n));
-    if (data.size() > maxBytes) {
-      *error = "standard input holds more than the limit of " +
-               std::to_string(maxBytes) + " bytes";
-      return std::nullopt;
-    }
-  }
-}
-} // namespace
-
 int main(int argc, char **argv) {
   llvm::InitLLVM y(argc, argv);
   kvgen::cli::exitOneOnOutOfMemory("kvgen-opt");
@@ -54,15 +28,16 @@ int main(int argc, char **argv) {
   kvgen::registerAllPasses();
   auto [inputFilename, outputFilename] = mlir::registerAndParseCLIOptions(
       argc, argv, "kvgen optimizer driver\n", registry);
-  mlir::MlirOptMainConfig config = mlir::MlirOptMainConfig::createFromCLOptions();
+  mlir::MlirOptMainConfig config =
+      mlir::MlirOptMainConfig::createFromCLOptions();
   if (config.shouldShowDialects() || config.shouldListPasses())
-    return mlir::asMainReturnCode(mlir::MlirOptMain(
-        argc, argv, inputFilename, outputFilename, registry));
+    return mlir::asMainReturnCode(
+        mlir::MlirOptMain(argc, argv, inputFilename, outputFilename, registry));
 
   std::string error;
   std::optional<std::string> text =
       inputFilename == "-"
-          ? readStdin(kvgen::kMaxMlirInputBytes, &error)
+          ? kvgen::readStandardInput(kvgen::kMaxMlirInputBytes, &error)
           : kvgen::readRegularFile(inputFilename, kvgen::kMaxMlirInputBytes,
                                    "the input file", &error);
   if (text &&

@@ -63,27 +63,6 @@ llvm::cl::opt<bool> verifyDiagnostics(
     llvm::cl::desc("Check that emitted diagnostics match expected-* lines "
                    "in the input"));
 
-/// Standard input, at most `maxBytes` (nullopt and *error beyond).
-std::optional<std::string> readStdin(uint64_t maxBytes, std::string *error) {
-  std::string data;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(0, buf, sizeof buf);
-    if (n < 0) {
-      *error = "cannot read standard input";
-      return std::nullopt;
-    }
-    if (n == 0)
-      return data;
-    data.append(buf, size_t(n));
-    if (data.size() > maxBytes) {
-      *error = "standard input holds more than the limit of " +
-               std::to_string(maxBytes) + " bytes";
-      return std::nullopt;
-    }
-  }
-}
-
 /// Parses one chunk and prints its kernels' source.
 LogicalResult translateChunk(std::unique_ptr<llvm::MemoryBuffer> chunk,
                              raw_ostream &os, DialectRegistry &registry) {
@@ -118,13 +97,13 @@ int main(int argc, char **argv) {
   std::string error;
   const bool fromStdin = inputFilename == "-";
   std::optional<std::string> text =
-      fromStdin ? readStdin(kvgen::kMaxMlirInputBytes, &error)
-                : kvgen::readRegularFile(inputFilename,
-                                         kvgen::kMaxMlirInputBytes,
-                                         "the input file", &error);
-  if (text && !kvgen::checkMlirText(
-                  *text, fromStdin ? "<stdin>" : std::string(inputFilename),
-                  &error))
+      fromStdin
+          ? kvgen::readStandardInput(kvgen::kMaxMlirInputBytes, &error)
+          : kvgen::readRegularFile(inputFilename, kvgen::kMaxMlirInputBytes,
+                                   "the input file", &error);
+  if (text &&
+      !kvgen::checkMlirText(
+          *text, fromStdin ? "<stdin>" : std::string(inputFilename), &error))
     text.reset();
   if (!text) {
     llvm::errs() << "kvgen-translate: error: " << error << "\n";

@@ -75,8 +75,8 @@ size_t findLongDigitRun(std::string_view text, size_t maxDigits) {
       return false;
     start = i;
     if (c == '0' && i + 2 < text.size() &&
-        (text[i + 1] == 'x' || text[i + 1] == 'X') &&
-        isHexDigit(text[i + 2]) && (i == 0 || !isIdentChar(text[i - 1]))) {
+        (text[i + 1] == 'x' || text[i + 1] == 'X') && isHexDigit(text[i + 2]) &&
+        (i == 0 || !isIdentChar(text[i - 1]))) {
       hex = true;
       skip = i + 1;
       return false;
@@ -138,8 +138,8 @@ size_t findWideIntegerType(std::string_view text, size_t maxBits) {
                text[k - 2] == '*'));
     };
     if (text[i] != 'i' ||
-        !(wordStart(i) || ((text[i - 1] == 's' || text[i - 1] == 'u') &&
-                           wordStart(i - 1))))
+        !(wordStart(i) ||
+          ((text[i - 1] == 's' || text[i - 1] == 'u') && wordStart(i - 1))))
       return false;
     size_t j = i + 1, bits = 0;
     while (j < text.size() && isDigit(text[j]) && bits <= maxBits)
@@ -166,16 +166,20 @@ bool checkMlirText(std::string_view text, const std::string &what,
   }
   if (size_t at = findWideIntegerType(text); at != std::string::npos) {
     if (error)
-      *error = what + ": " + position(text, at) + ": an integer type wider "
-               "than " + std::to_string(kMaxIntegerTypeBits) +
+      *error = what + ": " + position(text, at) +
+               ": an integer type wider "
+               "than " +
+               std::to_string(kMaxIntegerTypeBits) +
                " bits (each of its values is that wide in memory: 3,000 "
                "values of i16777215 exhausted 4 GB)";
     return false;
   }
   if (size_t at = findDeepNesting(text); at != std::string::npos) {
     if (error)
-      *error = what + ": " + position(text, at) + ": brackets nested more "
-               "than " + std::to_string(kMaxNestingDepth) +
+      *error = what + ": " + position(text, at) +
+               ": brackets nested more "
+               "than " +
+               std::to_string(kMaxNestingDepth) +
                " deep (MLIR's parser recurses per level; kvgen's modules "
                "nest fewer than 10)";
     return false;

@@ -49,6 +49,33 @@ const char *fileTypeName(mode_t mode) {
 }
 } // namespace
 
+std::optional<std::string> readStandardInput(uint64_t maxBytes,
+                                             std::string *error) {
+  std::string data;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(0, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (error)
+        *error = fmt::format("cannot read standard input: {}",
+                             rt::errnoText(errno));
+      return std::nullopt;
+    }
+    if (n == 0)
+      return data;
+    data.append(buf, size_t(n));
+    if (data.size() > maxBytes) {
+      if (error)
+        *error = fmt::format("standard input holds more than the limit of "
+                             "{} bytes",
+                             maxBytes);
+      return std::nullopt;
+    }
+  }
+}
+
 std::optional<std::string> readRegularFile(const std::string &path,
                                            uint64_t maxBytes,
                                            const std::string &what,

@@ -621,15 +621,11 @@ def test_cache_over_4gib_uses_64bit_offsets(ctx):
     c.check()
 
 
-def test_runtime_checks_by_role(ctx):
-    """The runtime's role-driven checks on a raw argument struct: a NULL
-    sinks pointer (need OPTION), a max_query_len of 0 (WORK_ROWS), a
-    misaligned block table (BLOCK_TABLES: 4 bytes)."""
-    g = GEOS["mimo_hnd_sinks_window"]
-    rng = np.random.default_rng(6)
-    c = Case(g, [20, 5], [1, 1], rng)
-    k = kernel_for(ctx, g)
-    good = dict(query=c.query.ctypes.data, output=c.output.ctypes.data,
+def _raw_args(c, g):
+    """The fields of a raw paged_attention argument struct for Case c (two
+    decode sequences of 20 and 5 tokens), filled by hand as a C caller
+    would."""
+    return dict(query=c.query.ctypes.data, output=c.output.ctypes.data,
                 key_cache=c.kc.ctypes.data, value_cache=c.vc.ctypes.data,
                 block_tables=c.table.ctypes.data,
                 seq_lens=c.seq_lens.ctypes.data,
@@ -643,6 +639,17 @@ def test_runtime_checks_by_role(ctx):
                 output_stride_head=c.output.strides[1] // 2,
                 softmax_scale=float(c.scale), key_cache_bytes=c.kc.nbytes,
                 value_cache_bytes=c.vc.nbytes)
+
+
+def test_runtime_checks_by_role(ctx):
+    """The runtime's role-driven checks on a raw argument struct: a NULL
+    sinks pointer (need OPTION), a max_query_len of 0 (WORK_ROWS), a
+    misaligned block table (BLOCK_TABLES: 4 bytes)."""
+    g = GEOS["mimo_hnd_sinks_window"]
+    rng = np.random.default_rng(6)
+    c = Case(g, [20, 5], [1, 1], rng)
+    k = kernel_for(ctx, g)
+    good = _raw_args(c, g)
     S = k._op.args_struct
     k.launch_raw(S(**good))
     want = c.reference()
@@ -674,20 +681,7 @@ def test_launch_rule_inputs_are_bounded(ctx):
     rng = np.random.default_rng(7)
     c = Case(g, [20, 5], [1, 1], rng)
     k = kernel_for(ctx, g)
-    good = dict(query=c.query.ctypes.data, output=c.output.ctypes.data,
-                key_cache=c.kc.ctypes.data, value_cache=c.vc.ctypes.data,
-                block_tables=c.table.ctypes.data,
-                seq_lens=c.seq_lens.ctypes.data,
-                query_start_loc=c.qsl.ctypes.data,
-                sinks=c.sinks.ctypes.data, num_seqs=2, num_tokens=2,
-                max_query_len=1, max_seq_len=20, num_blocks=c.num_blocks,
-                max_blocks_per_seq=c.max_blocks,
-                block_tables_stride=c.table.shape[1],
-                query_stride_token=g.q_heads * g.dk, query_stride_head=g.dk,
-                output_stride_token=c.output.strides[0] // 2,
-                output_stride_head=c.output.strides[1] // 2,
-                softmax_scale=float(c.scale), key_cache_bytes=c.kc.nbytes,
-                value_cache_bytes=c.vc.nbytes)
+    good = _raw_args(c, g)
     S = k._op.args_struct
     before = c.out_buf.copy()
     for bad, words in (

@@ -111,9 +111,9 @@ TEST(Manifest, LaunchShapeFollowsTheSmallBound) {
   EXPECT_EQ(block, 320);
 }
 
-TEST(Manifest, LaunchShapeSplitsRowTiledWork) {
-  // A paged-attention-like geometry: 16 rows per CTA, GQA group 16, 4 kv
-  // heads, split-KV to fill 264 CTAs with >= 256 tokens per split.
+/// A paged-attention-like geometry: 16 rows per CTA, GQA group 16, 4 kv
+/// heads, split-KV to fill 264 CTAs with >= 256 tokens per split.
+LaunchGeometry attentionGeometry() {
   LaunchGeometry g;
   g.threads = 128;
   g.tokensPerCta = 1;
@@ -125,6 +125,11 @@ TEST(Manifest, LaunchShapeSplitsRowTiledWork) {
   g.splitMinTokens = 256;
   g.splitAlign = 64;
   g.partialBytes = 16 * 130 * 4;
+  return g;
+}
+
+TEST(Manifest, LaunchShapeSplitsRowTiledWork) {
+  const LaunchGeometry g = attentionGeometry();
   LaunchInputs in;
   in.work = 1;
   in.rows = 1;
@@ -185,15 +190,7 @@ TEST(Manifest, LaunchShapeSplitsRowTiledWork) {
 // started right after the launch's own units' counters, so a launch of few
 // units wrote partials where a later launch of more units kept counters.
 TEST(LaunchShape, SplitWorkspaceLayoutIsShapeIndependent) {
-  LaunchGeometry g;
-  g.threads = 128;
-  g.rowsPerCta = 16;
-  g.rowGroup = 16;
-  g.itemCtas = 4;
-  g.splitCtas = 264;
-  g.splitMinTokens = 256;
-  g.splitAlign = 64;
-  g.partialBytes = 16 * 130 * 4;
+  const LaunchGeometry g = attentionGeometry();
   const uint64_t counters = splitCounterBytes(g);
   const uint64_t most = maxWorkspaceBytes(g);
   EXPECT_EQ(most, counters + 264u * uint64_t(g.partialBytes));
@@ -231,15 +228,7 @@ TEST(LaunchShape, SplitWorkspaceLayoutIsShapeIndependent) {
 // Near INT64_MAX rows x row_group and work x item_ctas x row tiles wrapped
 // (SIGFPE in the kernel, or a launch of no row that returned success).
 TEST(LaunchShape, ProductsBeyondTheGridLimitDoNotFit) {
-  LaunchGeometry g;
-  g.threads = 128;
-  g.rowsPerCta = 16;
-  g.rowGroup = 16;
-  g.itemCtas = 4;
-  g.splitCtas = 264;
-  g.splitMinTokens = 256;
-  g.splitAlign = 64;
-  g.partialBytes = 16 * 130 * 4;
+  const LaunchGeometry g = attentionGeometry();
   LaunchInputs in;
   in.work = 1;
   in.span = 1000;

@@ -68,6 +68,13 @@ std::optional<std::string> readRegularFile(const std::string &path,
                                            std::string *error,
                                            ReadFileError *kind = nullptr);
 
+/// Standard input read to its end when it holds at most `maxBytes` (what
+/// a pipe or /dev/zero gives cannot be sized first: reading stops at
+/// maxBytes + 1). On failure std::nullopt and "standard input holds more
+/// than the limit of N bytes" (or why it could not be read) in *error.
+std::optional<std::string> readStandardInput(uint64_t maxBytes,
+                                             std::string *error);
+
 } // namespace kvgen
 
 #endif // KVGEN_READFILE_H
