@@ -35,15 +35,7 @@ int main(int argc, char **argv) {
         mlir::MlirOptMain(argc, argv, inputFilename, outputFilename, registry));
 
   std::string error;
-  std::optional<std::string> text =
-      inputFilename == "-"
-          ? kvgen::readStandardInput(kvgen::kMaxMlirInputBytes, &error)
-          : kvgen::readRegularFile(inputFilename, kvgen::kMaxMlirInputBytes,
-                                   "the input file", &error);
-  if (text &&
-      !kvgen::checkMlirText(
-          *text, inputFilename == "-" ? "<stdin>" : inputFilename, &error))
-    text.reset();
+  std::optional<std::string> text = kvgen::readMlirInput(inputFilename, &error);
   if (!text) {
     llvm::errs() << "kvgen-opt: error: " << error << "\n";
     return 1;

@@ -96,15 +96,7 @@ int main(int argc, char **argv) {
 
   std::string error;
   const bool fromStdin = inputFilename == "-";
-  std::optional<std::string> text =
-      fromStdin
-          ? kvgen::readStandardInput(kvgen::kMaxMlirInputBytes, &error)
-          : kvgen::readRegularFile(inputFilename, kvgen::kMaxMlirInputBytes,
-                                   "the input file", &error);
-  if (text &&
-      !kvgen::checkMlirText(
-          *text, fromStdin ? "<stdin>" : std::string(inputFilename), &error))
-    text.reset();
+  std::optional<std::string> text = kvgen::readMlirInput(inputFilename, &error);
   if (!text) {
     llvm::errs() << "kvgen-translate: error: " << error << "\n";
     return 1;

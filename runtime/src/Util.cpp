@@ -1,6 +1,7 @@
 //===- Util.cpp - Files, processes and dlopen helpers ---------------------===//
 #include "Util.h"
 #include "kvgen/ReadFile.h"
+#include "kvgen/TextBounds.h"
 
 #include <fmt/format.h>
 
@@ -59,8 +60,8 @@ std::optional<std::string> readStandardInput(uint64_t maxBytes,
       if (errno == EINTR)
         continue;
       if (error)
-        *error = fmt::format("cannot read standard input: {}",
-                             rt::errnoText(errno));
+        *error =
+            fmt::format("cannot read standard input: {}", rt::errnoText(errno));
       return std::nullopt;
     }
     if (n == 0)
@@ -74,6 +75,18 @@ std::optional<std::string> readStandardInput(uint64_t maxBytes,
       return std::nullopt;
     }
   }
+}
+
+std::optional<std::string> readMlirInput(const std::string &path,
+                                         std::string *error) {
+  const bool fromStdin = path == "-";
+  std::optional<std::string> text =
+      fromStdin
+          ? readStandardInput(kMaxMlirInputBytes, error)
+          : readRegularFile(path, kMaxMlirInputBytes, "the input file", error);
+  if (text && !checkMlirText(*text, fromStdin ? "<stdin>" : path, error))
+    return std::nullopt;
+  return text;
 }
 
 std::optional<std::string> readRegularFile(const std::string &path,

@@ -75,6 +75,13 @@ std::optional<std::string> readRegularFile(const std::string &path,
 std::optional<std::string> readStandardInput(uint64_t maxBytes,
                                              std::string *error);
 
+/// The MLIR input of kvgen-opt / kvgen-translate: `path` ("-": standard
+/// input) read bounded by kMaxMlirInputBytes (kvgen/ReadFile.h: a regular
+/// file only) and checked by checkMlirText (kvgen/TextBounds.h); std::nullopt
+/// and the reason in *error otherwise.
+std::optional<std::string> readMlirInput(const std::string &path,
+                                         std::string *error);
+
 } // namespace kvgen
 
 #endif // KVGEN_READFILE_H
