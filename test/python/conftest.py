@@ -69,5 +69,24 @@ def kvgen_translate() -> Path:
 
 
 @pytest.fixture(scope="session")
+def kvgen_cli() -> Path:
+    """The built `kvgen` CLI, for fixtures that emit kernels with it;
+    skips (with the reason) when it is not built or the runtime library it
+    goes with does not load."""
+    import sys
+    sys.path.insert(0, str(REPO_ROOT / "python"))
+    import kvgen
+    tool = kvgen_build_dir() / "bin" / "kvgen"
+    if not (tool.is_file() and os.access(tool, os.X_OK)):
+        pytest.skip(f"{tool} not found: build it (ninja -C build kvgen) "
+                    "or set KVGEN_BUILD_DIR")
+    try:
+        kvgen.library_path()
+    except OSError as e:
+        pytest.skip(f"runtime library not loadable: {e}")
+    return tool
+
+
+@pytest.fixture(scope="session")
 def kvgen_session_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("kvgen")

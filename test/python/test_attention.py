@@ -125,14 +125,8 @@ GEOS = {
 
 def host_context(tmp_path_factory, plan_options=None, names=None):
     """A host context with every GEOS kernel (or those in `names`), emitted
-    by `kvgen emit` (with KVGEN_PLAN_OPTIONS = plan_options when given)."""
-    if not (KVGEN.is_file() and os.access(KVGEN, os.X_OK)):
-        pytest.skip(f"{KVGEN} not found: build it (ninja -C build kvgen) "
-                    "or set KVGEN_BUILD_DIR")
-    try:
-        kvgen.library_path()
-    except OSError as e:
-        pytest.skip(f"runtime library not loadable: {e}")
+    by `kvgen emit` (with KVGEN_PLAN_OPTIONS = plan_options when given);
+    its fixtures take kvgen_cli (skipped without a build)."""
     env = dict(os.environ)
     env.pop("KVGEN_PLAN_OPTIONS", None)
     if plan_options:
@@ -160,14 +154,14 @@ def host_context(tmp_path_factory, plan_options=None, names=None):
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory):
+def ctx(tmp_path_factory, kvgen_cli):
     c, _ = host_context(tmp_path_factory)
     yield c
     c.close()
 
 
 @pytest.fixture(scope="module")
-def ctx_mfma(tmp_path_factory):
+def ctx_mfma(tmp_path_factory, kvgen_cli):
     """The same kernels planned with mfma (kv-plan option mfma=1): the AMD
     kernels' MFMA path - both warps of a 64-lane wavefront in step, the
     operand permutes and accumulator layout of amdgpu_mfma.h - on the host
@@ -183,7 +177,7 @@ def ctx_mfma(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def ctx_wide_split(tmp_path_factory):
+def ctx_wide_split(tmp_path_factory, kvgen_cli):
     """mimo_nhd and a checked kernel planned with split_ctas = 264 (an
     H200's 2 x 132 SMs; the host plan's default is 8): a launch splits
     while it has fewer than 264 units, so launches of 2 to 200 units all

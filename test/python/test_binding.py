@@ -52,14 +52,7 @@ SPECS = [
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
-    if not (KVGEN.is_file() and os.access(KVGEN, os.X_OK)):
-        pytest.skip(f"{KVGEN} not found: build it (ninja -C build kvgen) "
-                    "or set KVGEN_BUILD_DIR")
-    try:
-        kvgen.library_path()
-    except OSError as e:
-        pytest.skip(f"runtime library not loadable: {e}")
+def bundle(tmp_path_factory, kvgen_cli):
     d = tmp_path_factory.mktemp("binding")
     for i, (op, lay, io, slots, checked, dq) in enumerate(SPECS):
         lf = d / f"layout{i}.mlir"

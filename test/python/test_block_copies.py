@@ -56,14 +56,7 @@ KERNELS = [(f"{op}_{k}", op, k) for op in OPS for k in LAYOUTS]
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory):
-    if not (KVGEN.is_file() and os.access(KVGEN, os.X_OK)):
-        pytest.skip(f"{KVGEN} not found: build it (ninja -C build kvgen) "
-                    "or set KVGEN_BUILD_DIR")
-    try:
-        kvgen.library_path()
-    except OSError as e:
-        pytest.skip(f"runtime library not loadable: {e}")
+def ctx(tmp_path_factory, kvgen_cli):
     d = tmp_path_factory.mktemp("copy_blocks")
     for name, op, key in KERNELS:
         lf = d / f"{name}.mlir"

@@ -48,15 +48,8 @@ KERNELS = {
 
 
 @pytest.fixture(scope="module")
-def emitted(tmp_path_factory):
+def emitted(tmp_path_factory, kvgen_cli):
     """{key: (bundle dir, kernel name)}: one single-kernel bundle each."""
-    if not (KVGEN.is_file() and os.access(KVGEN, os.X_OK)):
-        pytest.skip(f"{KVGEN} not found: build it (ninja -C build kvgen) "
-                    "or set KVGEN_BUILD_DIR")
-    try:
-        kvgen.library_path()
-    except OSError as e:
-        pytest.skip(f"runtime library not loadable: {e}")
     d = tmp_path_factory.mktemp("manifests")
     out = {}
     for key, (preset, op, extra) in KERNELS.items():

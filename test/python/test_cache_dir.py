@@ -28,14 +28,7 @@ LAYOUT = kvgen.Layout(2, 64, 32, 16, dtype="bf16")
 
 
 @pytest.fixture
-def bundle(tmp_path):
-    if not (KVGEN.is_file() and os.access(KVGEN, os.X_OK)):
-        pytest.skip(f"{KVGEN} not found: build it (ninja -C build kvgen) "
-                    "or set KVGEN_BUILD_DIR")
-    try:
-        kvgen.library_path()
-    except OSError as e:
-        pytest.skip(f"runtime library not loadable: {e}")
+def bundle(tmp_path, kvgen_cli):
     lf = tmp_path / "layout.mlir"
     lf.write_text(f"#kv.layout<{LAYOUT.text}>\n")
     r = subprocess.run([str(KVGEN), "emit", "--layout", str(lf), "--target",

@@ -39,10 +39,7 @@ HND = kvgen.Layout(H, D, D, BS, dtype="bf16", order="hnd")
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory):
-    if not (KVGEN.is_file() and os.access(KVGEN, os.X_OK)):
-        pytest.skip(f"{KVGEN} not found: build it (ninja -C build kvgen) "
-                    "or set KVGEN_BUILD_DIR")
+def ctx(tmp_path_factory, kvgen_cli):
     d = tmp_path_factory.mktemp("views")
     for i, lay in enumerate((DENSE, HALVES, DYNAMIC, HND)):
         lf = d / f"layout{i}.mlir"

@@ -56,14 +56,7 @@ WRITES = [(k, "bf16") for k in LAYOUTS] + [("deepseek_fp8", "f32"),
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory):
-    if not (KVGEN.is_file() and os.access(KVGEN, os.X_OK)):
-        pytest.skip(f"{KVGEN} not found: build it (ninja -C build kvgen) "
-                    "or set KVGEN_BUILD_DIR")
-    try:
-        kvgen.library_path()
-    except OSError as e:
-        pytest.skip(f"runtime library not loadable: {e}")
+def ctx(tmp_path_factory, kvgen_cli):
     d = tmp_path_factory.mktemp("mla")
     specs = set()
     for key, io in WRITES:
