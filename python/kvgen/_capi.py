@@ -353,49 +353,54 @@ _INT_RANGES = {ctypes.c_int64: (-(1 << 63), (1 << 63) - 1),
 
 
 class _ArgsStruct(ctypes.Structure):
-    """Base of the ops' argument structs: an integer field given a Python
-    int outside its C type's range raises ValueError naming the field.
-    ctypes itself keeps the low bits silently (sliding_window = 2**64 + 3
-    ran with a window of 3)."""
+    """Base of the ops' argument structs: an integer field (or an element
+    of a stride triple) given a Python int outside its C type's range
+    raises ValueError naming the field. ctypes itself keeps the low bits
+    silently (sliding_window = 2**64 + 3 ran with a window of 3). Checked
+    in __setattr__, which ctypes' keyword __init__ goes through too; an
+    int in range costs one dict lookup and a comparison (launch() fills a
+    struct per call)."""
 
-    def _check_field(self, name, value):
-        t = dict(self._fields_).get(name)
-        if t is _I64x3 and value is not None:
-            # [block, token, head] strides: each element an int64 (ctypes
-            # kept the low bits of 2**64 + 3 as 3 here as well).
-            try:
-                items = list(value)
-            except TypeError:
-                return
-            for k, v in enumerate(items):
-                self._check_int(f"{name}[{k}]", ctypes.c_int64, v)
-            return
-        self._check_int(name, t, value)
+    @classmethod
+    def _ranges(cls):
+        r = cls.__dict__.get("_range_of")
+        if r is None:
+            r = {name: (_INT_RANGES.get(t), t) for name, t in cls._fields_
+                 if t in _INT_RANGES or t is _I64x3}
+            cls._range_of = r
+        return r
 
-    def _check_int(self, name, t, value):
-        rng = _INT_RANGES.get(t)
-        if rng is None or value is None or isinstance(value, bool):
+    def __setattr__(self, name, value):
+        spec = self._ranges().get(name)
+        if spec is not None and value is not None:
+            rng, t = spec
+            if rng is not None:
+                if not (type(value) is int and rng[0] <= value <= rng[1]):
+                    self._check_int(name, t, rng, value)
+            else:  # a stride triple: each element an int64
+                r64 = _INT_RANGES[ctypes.c_int64]
+                try:
+                    items = list(value)
+                except TypeError:
+                    items = []
+                for k, v in enumerate(items):
+                    if not (type(v) is int and r64[0] <= v <= r64[1]):
+                        self._check_int(f"{name}[{k}]", ctypes.c_int64, r64,
+                                        v)
+        super().__setattr__(name, value)
+
+    def _check_int(self, name, t, rng, value):
+        if isinstance(value, bool):
             return
         try:
             v = value.__index__()
         except (AttributeError, TypeError):
-            return
+            return  # ctypes raises its own TypeError
         if not rng[0] <= v <= rng[1]:
             kind = {ctypes.c_int64: "int64_t", ctypes.c_uint64: "uint64_t",
                     ctypes.c_void_p: "a pointer"}[t]
             raise ValueError(f"{type(self).__name__}.{name} = {v} is outside "
                              f"{kind} ([{rng[0]}, {rng[1]}])")
-        if t is ctypes.c_int64 and v < 0 and name.endswith("_bytes"):
-            raise ValueError(f"{type(self).__name__}.{name} = {v} < 0")
-
-    def __init__(self, *args, **kw):
-        for name, value in kw.items():
-            self._check_field(name, value)
-        super().__init__(*args, **kw)
-
-    def __setattr__(self, name, value):
-        self._check_field(name, value)
-        super().__setattr__(name, value)
 
 
 class Arg:
