@@ -1274,10 +1274,11 @@ kvgen_status kvgen_kernel_workspace_bytes(kvgen_kernel k, const void *args,
     return fail(KVGEN_ERROR_INVALID_ARGUMENT,
                 "kernel, args or bytes is NULL");
   LaunchInputs in;
-  Status st = launchInputs(k->entry, args, argsSize, &in);
+  LaunchShape shape;
+  Status st = launchInputs(k->entry, args, argsSize, &in, &shape);
   if (!st.isOk())
     return report(st);
-  *bytes = in.work > 0 ? launchShape(k->entry.geometry, in).workspaceBytes : 0;
+  *bytes = shape.workspaceBytes;
   return succeed();
 }
 

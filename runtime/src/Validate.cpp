@@ -55,8 +55,10 @@ std::string componentName(const LayoutDesc &l, int c) {
 } // namespace
 
 Status launchInputs(const KernelEntry &e, const void *args,
-                    uint64_t argsSize, LaunchInputs *in) {
+                    uint64_t argsSize, LaunchInputs *in, LaunchShape *shape) {
   *in = LaunchInputs();
+  if (shape)
+    *shape = LaunchShape();
   const OpDesc &op = opDesc(e.spec.op);
   if (!args)
     return invalid(fmt::format("{}: args is NULL", op.name));
@@ -105,6 +107,8 @@ Status launchInputs(const KernelEntry &e, const void *args,
     }
   if (in->work > 0) {
     const LaunchShape sh = launchShape(e.geometry, *in);
+    if (shape)
+      *shape = sh;
     if (!sh.fits) {
       const ArgDesc *w = op.argWithRole(ArgRole::Work);
       const ArgDesc *r = op.argWithRole(ArgRole::WorkRows);
@@ -129,12 +133,12 @@ Status validateLaunch(const KernelEntry &e, const void *args,
   const LayoutDesc &l = s.layout;
   const bool packed = l.packing == Packing::Packed;
   LaunchInputs in;
-  if (Status st = launchInputs(e, args, argsSize, &in); !st.isOk())
+  LaunchShape sh;
+  if (Status st = launchInputs(e, args, argsSize, &in, &sh); !st.isOk())
     return st;
   const ArgDesc *end = op.args + op.numArgs;
   if (in.work == 0)
     return Status::ok();
-  const LaunchShape sh = launchShape(e.geometry, in);
 
   // The blocks of each cache set; counts of rows and table entries.
   int64_t numBlocks[2] = {0, 0};

@@ -22,9 +22,12 @@ struct StrideMemo {
 /// The launch rule's inputs (Launch.h) from the fields of roles WORK,
 /// WORK_ROWS, WORK_SPAN and WORK_WINDOW of the argument struct at `args`,
 /// after the size check; each must be >= 0 (WORK_ROWS >= 1 unless WORK is
-/// 0).
+/// 0, and at most ROW_COUNT), and the launch they make must fit the grid
+/// (LaunchShape::fits). *shape, when given, receives that launch's shape
+/// (an empty one for WORK = 0).
 Status launchInputs(const KernelEntry &e, const void *args,
-                    uint64_t argsSize, LaunchInputs *in);
+                    uint64_t argsSize, LaunchInputs *in,
+                    LaunchShape *shape = nullptr);
 
 /// Checks the launch of kernel `e` with the argument struct at `args` (the
 /// list is kvgen_launch's in kvgen.h; each check follows a field's role in
