@@ -16,14 +16,16 @@
 // goes to the Python op, whose exceptions reach the caller unchanged.
 //
 // An op is described by one role letter per schema argument:
-//   R  rows: pointer per call; dim 0 is the token count T (the first R's),
-//      every other dimension, all strides, dtype and device in the signature
+//   R  rows: pointer per call; dim 0 must hold at least T rows (rows past T,
+//      e.g. CUDA-graph padding, are not read); every other dimension, all
+//      strides, dtype and device in the signature
 //   F  a fixed tensor (a cache): pointer, sizes, strides, dtype, device in
 //      the signature; its pointer is in the remembered struct
-//   S  slot_mapping: pointer per call; 1-D of T elements, contiguous when
-//      T > 1 (per call); dtype and device in the signature
-//   K  kv_cache_dtype (str): in the signature; "auto" makes the C tensors
-//      unread
+//   S  slot_mapping: pointer per call; 1-D, its length is the token count T
+//      (as vLLM takes it), contiguous when T > 1 (per call); dtype and
+//      device in the signature
+//   K  kv_cache_dtype (str): in the signature; an unquantized one ("auto",
+//      "bfloat16", "float16") makes the C tensors unread
 //   C  a scale: like F unless kv_cache_dtype is "auto" (then not read)
 //   P  pdl (bool): per call, kvgen_launch_ex with the PDL options
 
@@ -105,7 +107,11 @@ struct Pending {
 };
 thread_local Pending tPending;
 
-const char *const kKvDtypes[] = {"auto", "fp8", "fp8_e4m3", "fp8_e5m2"};
+// kv_cache_dtype names; those from kFirstFp8 on read the scales.
+const char *const kKvDtypes[] = {"auto",     "bfloat16", "float16",
+                                 "fp8",      "fp8_e4m3", "fp8_e5m2"};
+constexpr int64_t kNumKvDtypes = 6;
+constexpr int64_t kFirstFp8 = 3;
 
 class FastKernel final : public c10::OperatorKernel {
 public:
@@ -203,13 +209,26 @@ private:
         return false;
       const std::string &k = a[i].toStringRef();
       int64_t id = -1;
-      for (int64_t j = 0; j < 4; ++j)
+      for (int64_t j = 0; j < kNumKvDtypes; ++j)
         if (k == kKvDtypes[j])
           id = j;
       if (id < 0 || !s->push(id))
         return false;
-      scaled = id != 0;
+      scaled = id >= kFirstFp8;
     }
+    // The token count: slot_mapping's length.
+    for (size_t i = 0; i < n; ++i) {
+      if (roles_[i] != 'S')
+        continue;
+      if (!a[i].isTensor())
+        return false;
+      const at::Tensor &t = a[i].toTensor();
+      if (t.dim() != 1 || (t.size(0) > 1 && t.stride(0) != 1))
+        return false;
+      *tokens = t.size(0);
+    }
+    if (*tokens < 0)
+      return false;
     for (size_t i = 0; i < n; ++i) {
       const char r = roles_[i];
       if (r == 'K')
@@ -226,11 +245,7 @@ private:
         return false;
       const at::Tensor &t = a[i].toTensor();
       if (r == 'R') {
-        if (t.dim() < 1)
-          return false;
-        if (*tokens < 0)
-          *tokens = t.size(0);
-        else if (t.size(0) != *tokens)
+        if (t.dim() < 1 || t.size(0) < *tokens)
           return false;
         if (!meta(s, t, 1))
           return false;
@@ -244,16 +259,6 @@ private:
             !s->push(reinterpret_cast<intptr_t>(t.data_ptr())))
           return false;
       }
-    }
-    if (*tokens < 0)
-      return false;
-    for (size_t i = 0; i < n; ++i) {
-      if (roles_[i] != 'S')
-        continue;
-      const at::Tensor &t = a[i].toTensor();
-      if (t.dim() != 1 || t.size(0) != *tokens ||
-          (*tokens > 1 && t.stride(0) != 1))
-        return false;
     }
     return true;
   }

@@ -77,6 +77,7 @@ every slot < num_blocks * block_size". See docs/torch.md.
 """
 
 import ctypes
+import math
 import os
 import threading
 import warnings
@@ -90,7 +91,9 @@ from ._views import (FLOAT_DTYPES, FP8_TORCH, KV_CACHE_DTYPES, CacheGeometry,
 
 __all__ = ["context", "reshape_and_cache_flash", "gather_cache",
            "concat_and_cache_mla", "gather_and_maybe_dequant_cache",
-           "copy_blocks", "copy_blocks_mla", "swap_blocks", "plan_count",
+           "gather_and_maybe_dequant_cache_batch", "cp_gather_cache",
+           "convert_fp8", "copy_blocks", "copy_blocks_mla", "swap_blocks",
+           "swap_blocks_device_mapping", "plan_count",
            "check_errors", "set_unchecked", "unchecked", "fast_path_info"]
 
 _lock = threading.Lock()
@@ -351,6 +354,8 @@ def _same_device(anchor, **tensors):
 
 
 def _rows(name, t, heads=None, tokens=None):
+    """A [rows, H, D] tensor of token rows; tokens: it must hold at least
+    that many rows (slot_mapping's length: rows past it are not read)."""
     if t.dim() != 3:
         raise ValueError(f"kvgen: {name} has shape {list(t.shape)}, need "
                          "[num_tokens, num_kv_heads, head_size]")
@@ -363,38 +368,79 @@ def _rows(name, t, heads=None, tokens=None):
     if heads is not None and t.shape[1] != heads:
         raise ValueError(f"kvgen: {name} has {t.shape[1]} heads, the cache "
                          f"{heads}")
-    if tokens is not None and t.shape[0] != tokens:
-        raise ValueError(f"kvgen: {name} has {t.shape[0]} tokens, need "
-                         f"{tokens}")
+    _enough_rows(name, t, tokens)
 
 
-def _slots(slot_mapping, tokens):
-    if slot_mapping.dim() != 1 or slot_mapping.shape[0] != tokens:
+def _enough_rows(name, t, tokens):
+    if tokens is not None and t.shape[0] < tokens:
+        raise ValueError(f"kvgen: {name} has {t.shape[0]} tokens, "
+                         f"slot_mapping {tokens}: need at least {tokens} "
+                         "(the token count is slot_mapping's length; rows "
+                         "past it are not read)")
+
+
+def _slots(slot_mapping):
+    """slot_mapping's checks; returns the token count T (its length, as
+    vLLM takes it: the rows may be padded past T for CUDA graphs)."""
+    if slot_mapping.dim() != 1:
         raise ValueError(f"kvgen: slot_mapping has shape "
-                         f"{list(slot_mapping.shape)}, need [{tokens}]")
+                         f"{list(slot_mapping.shape)}, need [num_tokens]")
     if slot_mapping.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"kvgen: slot_mapping has dtype {slot_mapping.dtype},"
                         " need int32 or int64")
+    tokens = slot_mapping.shape[0]
     if tokens > 1 and slot_mapping.stride(0) != 1:
         raise ValueError("kvgen: slot_mapping must be contiguous")
+    return tokens
+
+
+def _tokens(slot_mapping):
+    """The token count of a call whose checks passed for the same
+    metadata but the length (-1 when slot_mapping is not a contiguous 1-D
+    tensor: the checks then run and raise)."""
+    if slot_mapping.dim() != 1:
+        return -1
+    t = slot_mapping.shape[0]
+    return t if t < 2 or slot_mapping.stride(0) == 1 else -1
+
+
+#: kv_cache_dtype names of an unquantized cache (vLLM's CacheDType), with
+#: the torch dtype the name asks of the cache (None: "auto", the rows'):
+#: the rows are stored unconverted and the scales are not read.
+_UNQUANTIZED = {"auto": None, "bfloat16": torch.bfloat16,
+                "float16": torch.float16}
+_KV_CACHE_DTYPE_NAMES = ("'auto', 'bfloat16', 'float16', 'fp8', 'fp8_e4m3' "
+                         "or 'fp8_e5m2'")
+
+
+def _quantized(kv_cache_dtype):
+    """True for an fp8 kv_cache_dtype (its scales are read)."""
+    return kv_cache_dtype not in _UNQUANTIZED
 
 
 def _cache_dtype(what, cache, kv_cache_dtype, rows_dtype):
-    """The kvgen dtype of a cache tensor under vLLM's kv_cache_dtype."""
+    """The kvgen dtype of a cache tensor under vLLM's kv_cache_dtype;
+    rows_dtype (writers): the dtype an unquantized cache must have."""
     name = dtype_name(cache)
-    if kv_cache_dtype == "auto":
+    if kv_cache_dtype in _UNQUANTIZED:
+        named = _UNQUANTIZED[kv_cache_dtype]
+        if named is not None and cache.dtype != named:
+            raise TypeError(f"kvgen: {what} has dtype {cache.dtype}; "
+                            f"kv_cache_dtype {kv_cache_dtype!r} is a {named} "
+                            "cache")
         if rows_dtype is not None and cache.dtype != rows_dtype:
             raise TypeError(f"kvgen: {what} has dtype {cache.dtype}; with "
-                            f"kv_cache_dtype 'auto' it must be "
-                            f"{rows_dtype} (the key's)")
+                            f"kv_cache_dtype {kv_cache_dtype!r} it must be "
+                            f"{rows_dtype} (the key's: an unquantized cache "
+                            "stores the rows unconverted)")
         if name not in FLOAT_DTYPES:
             raise TypeError(f"kvgen: {what} has dtype {cache.dtype}; with "
-                            "kv_cache_dtype 'auto' it must be bfloat16, "
-                            "float16 or float32")
+                            f"kv_cache_dtype {kv_cache_dtype!r} it must be "
+                            "bfloat16, float16 or float32")
         return FLOAT_DTYPES[name]
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise ValueError(f"kvgen: kv_cache_dtype {kv_cache_dtype!r} must be "
-                         "'auto', 'fp8', 'fp8_e4m3' or 'fp8_e5m2'")
+                         + _KV_CACHE_DTYPE_NAMES)
     family, raw = KV_CACHE_DTYPES[kv_cache_dtype]
     if name in FP8_TORCH:
         if family not in name:
@@ -408,13 +454,14 @@ def _cache_dtype(what, cache, kv_cache_dtype, rows_dtype):
 
 
 def _scale_sig(s):
-    """A scale tensor's part of a plan signature: None for None ("auto"
-    reads no scale, and vLLM's callers may pass None then)."""
+    """A scale tensor's part of a plan signature: None for None (an
+    unquantized cache reads no scale, and vLLM's callers may pass None
+    then)."""
     return None if s is None else (s.dtype, s.device, tuple(s.shape))
 
 
 def _scale_kind(kv_cache_dtype, heads, **scales):
-    if kv_cache_dtype == "auto":
+    if not _quantized(kv_cache_dtype):
         return "none"
     kinds = set()
     for name, s in scales.items():
@@ -442,68 +489,123 @@ def _scale_kind(kv_cache_dtype, heads, **scales):
     return kinds.pop()
 
 
-def _check_write(key, value, key_cache, value_cache, slot_mapping,
-                 kv_cache_dtype, k_scale, v_scale):
+#---------------------------------------------------------------------------
+# The slot-mapped K/V ops (reshape_and_cache_flash, gather_cache): one
+# check, one plan and one launch, for rows written into the caches ("w") or
+# read out of them ("g")
+#---------------------------------------------------------------------------
+
+#: tag -> (kvgen op, the names of the rows (arguments and struct fields))
+_KV_OPS = {"w": ("reshape_and_cache", ("key", "value")),
+           "g": ("gather", ("key_out", "value_out"))}
+
+
+def _check_kv(tag, k_rows, v_rows, key_cache, value_cache, slot_mapping,
+              kv_cache_dtype, k_scale, v_scale):
     """Everything but what needs data pointers; returns (dtype, scale)."""
+    kn, vn = _KV_OPS[tag][1]
     for name, t in (("key_cache", key_cache), ("value_cache", value_cache)):
         if t.dim() != 4:
             raise ValueError(f"kvgen: {name} has shape {list(t.shape)}, need "
                              "[num_blocks, block_size, num_kv_heads, "
                              "head_size]")
     heads = key_cache.shape[2]
-    _rows("key", key, heads)
-    _rows("value", value, heads, key.shape[0])
-    if value.dtype != key.dtype:
-        raise TypeError(f"kvgen: value has dtype {value.dtype}, key "
-                        f"{key.dtype}")
-    if key.shape[2] != key_cache.shape[3]:
-        raise ValueError(f"kvgen: key has head_size {key.shape[2]}, "
-                         f"key_cache {key_cache.shape[3]}")
-    if value.shape[2] != value_cache.shape[3]:
-        raise ValueError(f"kvgen: value has head_size {value.shape[2]}, "
-                         f"value_cache {value_cache.shape[3]} (K and V head "
-                         "sizes are independent: each cache must match its "
-                         "own rows)")
-    _slots(slot_mapping, key.shape[0])
-    _same_device(key, value=value, key_cache=key_cache,
+    tokens = _slots(slot_mapping)
+    _rows(kn, k_rows, heads, tokens)
+    _rows(vn, v_rows, heads, tokens)
+    if v_rows.dtype != k_rows.dtype:
+        raise TypeError(f"kvgen: {vn} has dtype {v_rows.dtype}, {kn} "
+                        f"{k_rows.dtype}")
+    for rn, r, cn, c in ((kn, k_rows, "key_cache", key_cache),
+                         (vn, v_rows, "value_cache", value_cache)):
+        if r.shape[2] != c.shape[3]:
+            raise ValueError(f"kvgen: {rn} has head_size {r.shape[2]}, {cn} "
+                             f"{c.shape[3]} (K and V head sizes are "
+                             "independent: each cache must match its own "
+                             "rows)")
+    _same_device(k_rows, **{vn: v_rows}, key_cache=key_cache,
                  value_cache=value_cache, slot_mapping=slot_mapping)
-    dtype = _cache_dtype("key_cache", key_cache, kv_cache_dtype,
-                         key.dtype if kv_cache_dtype == "auto" else None)
-    vdtype = _cache_dtype("value_cache", value_cache, kv_cache_dtype,
-                          key.dtype if kv_cache_dtype == "auto" else None)
-    if vdtype != dtype:
+    # A write stores unquantized rows unconverted; a gather converts.
+    tie = k_rows.dtype if tag == "w" else None
+    dtype = _cache_dtype("key_cache", key_cache, kv_cache_dtype, tie)
+    if _cache_dtype("value_cache", value_cache, kv_cache_dtype,
+                    tie) != dtype:
         raise TypeError(f"kvgen: key_cache ({key_cache.dtype}) and "
                         f"value_cache ({value_cache.dtype}) differ")
     scale = _scale_kind(kv_cache_dtype, heads, k_scale=k_scale,
                         v_scale=v_scale)
     if scale != "none":
-        _same_device(key, k_scale=k_scale, v_scale=v_scale)
+        _same_device(k_rows, k_scale=k_scale, v_scale=v_scale)
     return dtype, scale
 
+
+def _kv_plan(tag, k_rows, v_rows, key_cache, value_cache, slot_mapping,
+             kv_cache_dtype, k_scale, v_scale):
+    op, (kn, vn) = _KV_OPS[tag]
+    dtype, scale = _check_kv(tag, k_rows, v_rows, key_cache, value_cache,
+                             slot_mapping, kv_cache_dtype, k_scale, v_scale)
+    geo = CacheGeometry(key_cache, value_cache, dtype, scale)
+    io = FLOAT_DTYPES[dtype_name(k_rows)]
+    options = {"io": io,
+               "slots": "i32" if slot_mapping.dtype == torch.int32 else "i64"}
+    if tag == "g":
+        options["dequantize"] = io != dtype
+    k = _kernel(k_rows.device, op, geo.layout, **options)
+    p = _Plan(k, k_rows.device, num_blocks=geo.num_blocks,
+              key_cache_bytes=geo.key_bytes,
+              value_cache_bytes=geo.value_bytes,
+              **{f"{kn}_stride_token": k_rows.stride(0),
+                 f"{kn}_stride_head": k_rows.stride(1),
+                 f"{vn}_stride_token": v_rows.stride(0),
+                 f"{vn}_stride_head": v_rows.stride(1)})
+    p.geo = geo
+    return p
+
+
+def _kv_launch(tag, k_rows, v_rows, key_cache, value_cache, slot_mapping,
+               kv_cache_dtype, k_scale, v_scale, pdl=False):
+    """The op's implementation (see the module doc): the plan of the call's
+    metadata (made and checked on first use), this call's checks, the
+    launch of slot_mapping.numel() tokens. Returns (plan, args struct)."""
+    kn, vn = _KV_OPS[tag][1]
+    delta = value_cache.data_ptr() - key_cache.data_ptr()
+    sig = (tag, k_rows.dtype, k_rows.device, k_rows.shape[1:],
+           k_rows.stride(), v_rows.dtype, v_rows.device, v_rows.shape[1:],
+           v_rows.stride(), key_cache.dtype, key_cache.device,
+           key_cache.shape, key_cache.stride(), value_cache.dtype,
+           value_cache.device, value_cache.shape, value_cache.stride(),
+           delta == key_cache.shape[-1] * key_cache.element_size(),
+           slot_mapping.dtype, slot_mapping.device, kv_cache_dtype,
+           _scale_sig(k_scale), _scale_sig(v_scale))
+    p = _plans.get(sig)
+    if p is None:
+        p = _plan(sig, lambda: _kv_plan(tag, k_rows, v_rows, key_cache,
+                                        value_cache, slot_mapping,
+                                        kv_cache_dtype, k_scale, v_scale))
+    # K and V sharing memory (the plan was built for other pointers): this
+    # call's, before anything is written; the C++ kernel and the identity
+    # table launch only plans that got here for the same cache pointers.
+    p.geo.check_disjoint(key_cache.data_ptr(), value_cache.data_ptr())
+    t = _tokens(slot_mapping)
+    if t < 0 or k_rows.shape[0] < t or v_rows.shape[0] < t:
+        _check_kv(tag, k_rows, v_rows, key_cache, value_cache, slot_mapping,
+                  kv_cache_dtype, k_scale, v_scale)
+    a = p.args()
+    setattr(a, kn, k_rows.data_ptr())
+    setattr(a, vn, v_rows.data_ptr())
+    a.key_cache = key_cache.data_ptr()
+    a.value_cache = value_cache.data_ptr()
+    a.slot_mapping = slot_mapping.data_ptr()
+    if _quantized(kv_cache_dtype):
+        a.k_scale = k_scale.data_ptr()
+        a.v_scale = v_scale.data_ptr()
+    a.num_tokens = t
+    p.launch(a, pdl)
+    return p, a
 
 #---------------------------------------------------------------------------
 # reshape_and_cache_flash
 #---------------------------------------------------------------------------
-
-def _write_plan(key, value, key_cache, value_cache, slot_mapping,
-                kv_cache_dtype, k_scale, v_scale):
-    dtype, scale = _check_write(key, value, key_cache, value_cache,
-                                slot_mapping, kv_cache_dtype, k_scale,
-                                v_scale)
-    geo = CacheGeometry(key_cache, value_cache, dtype, scale)
-    io = FLOAT_DTYPES[dtype_name(key)]
-    slots = "i32" if slot_mapping.dtype == torch.int32 else "i64"
-    k = _kernel(key.device, "reshape_and_cache", geo.layout, io=io,
-                slots=slots)
-    p = _Plan(k, key.device, num_blocks=geo.num_blocks,
-              key_stride_token=key.stride(0), key_stride_head=key.stride(1),
-              value_stride_token=value.stride(0),
-              value_stride_head=value.stride(1),
-              key_cache_bytes=geo.key_bytes,
-              value_cache_bytes=geo.value_bytes)
-    p.geo = geo
-    return p
-
 
 def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping,
                             kv_cache_dtype, k_scale, v_scale, pdl=False):
@@ -530,8 +632,8 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
     # strides (_tensor_meta: a tensor changed in place by set_ / resize_
     # goes through the checks again), what is left to check per call is
     # the rows' and slots' metadata.
-    # With "auto" the scales are not read: any tensors will do.
-    scaled = kv_cache_dtype != "auto"
+    # Unquantized ("auto", ...) the scales are not read: any tensors will do.
+    scaled = _quantized(kv_cache_dtype)
     key_ = (id(key_cache), id(value_cache),
             id(k_scale) if scaled else 0, id(v_scale) if scaled else 0,
             kv_cache_dtype, key.stride(), value.stride(), key.dtype,
@@ -544,14 +646,14 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
             f.meta == _tensor_meta(key_cache, value_cache, k_scale, v_scale,
                                    scaled):
         # 3-D rows (their strides are in the key); heads, head sizes,
-        # tokens, slots, devices (f.device: the CUDA index, -1 for the CPU,
-        # where get_device() cannot tell the CPU from meta).
+        # tokens (T = slot_mapping's length, rows >= T), slots, devices
+        # (f.device: the CUDA index, -1 for the CPU, where get_device()
+        # cannot tell the CPU from meta).
         ks, vs, want = key.shape, value.shape, f.shapes
-        t = ks[0]
-        if ks[1] == want[0] and ks[2] == want[1] and vs[0] == t and \
+        t = _tokens(slot_mapping)
+        if ks[1] == want[0] and ks[2] == want[1] and t >= 0 and \
+                ks[0] >= t and vs[0] >= t and \
                 vs[1] == want[0] and vs[2] == want[2] and \
-                slot_mapping.shape == (t,) and \
-                (t < 2 or slot_mapping.stride(0) == 1) and \
                 ((key.is_cpu and value.is_cpu and slot_mapping.is_cpu)
                  if f.device < 0 else
                  (key.get_device() == f.device and
@@ -583,50 +685,16 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
               (key.shape[1], key.shape[2], value.shape[2]),
               key.get_device(),
               (k_scale.data_ptr(), v_scale.data_ptr())
-              if kv_cache_dtype != "auto" else (None, None),
+              if scaled else (None, None),
               _tensor_meta(key_cache, value_cache, k_scale, v_scale, scaled))
 
 
 def _write_impl(key, value, key_cache, value_cache, slot_mapping,
                 kv_cache_dtype, k_scale, v_scale, pdl=False):
     """torch.ops.kvgen.reshape_and_cache_flash's implementation (see the
-    module doc). Returns the plan it launched."""
-    delta = value_cache.data_ptr() - key_cache.data_ptr()
-    sig = ("w", key.dtype, key.device, key.shape[1:], key.stride(),
-           value.dtype, value.device, value.shape[1:], value.stride(),
-           key_cache.dtype, key_cache.device, key_cache.shape,
-           key_cache.stride(), value_cache.dtype, value_cache.device,
-           value_cache.shape, value_cache.stride(),
-           delta == key.shape[-1] * key_cache.element_size(),
-           slot_mapping.dtype, slot_mapping.device, kv_cache_dtype,
-           _scale_sig(k_scale), _scale_sig(v_scale))
-    p = _plans.get(sig)
-    if p is None:
-        p = _plan(sig, lambda: _write_plan(key, value, key_cache,
-                                           value_cache, slot_mapping,
-                                           kv_cache_dtype, k_scale,
-                                           v_scale))
-    # K and V sharing memory (the plan was built for other pointers): this
-    # call's, before anything is written; the C++ kernel and the identity
-    # table launch only plans that got here for the same cache pointers.
-    p.geo.check_disjoint(key_cache.data_ptr(), value_cache.data_ptr())
-    t = key.shape[0]
-    if value.shape[0] != t or slot_mapping.shape != (t,) or \
-            (t > 1 and slot_mapping.stride(0) != 1):
-        _check_write(key, value, key_cache, value_cache, slot_mapping,
-                     kv_cache_dtype, k_scale, v_scale)
-    a = p.args()
-    a.key = key.data_ptr()
-    a.value = value.data_ptr()
-    a.key_cache = key_cache.data_ptr()
-    a.value_cache = value_cache.data_ptr()
-    a.slot_mapping = slot_mapping.data_ptr()
-    if kv_cache_dtype != "auto":
-        a.k_scale = k_scale.data_ptr()
-        a.v_scale = v_scale.data_ptr()
-    a.num_tokens = t
-    p.launch(a, pdl)
-    return p, a
+    module doc). Returns the plan it launched and its args struct."""
+    return _kv_launch("w", key, value, key_cache, value_cache, slot_mapping,
+                      kv_cache_dtype, k_scale, v_scale, pdl)
 
 
 def _write_slow(key, value, key_cache, value_cache, slot_mapping,
@@ -668,68 +736,13 @@ def _cpp_set_launch():
 
 def _write_fake(key, value, key_cache, value_cache, slot_mapping,
                 kv_cache_dtype, k_scale, v_scale, pdl=False):
-    _check_write(key, value, key_cache, value_cache, slot_mapping,
-                 kv_cache_dtype, k_scale, v_scale)
+    _check_kv("w", key, value, key_cache, value_cache, slot_mapping,
+              kv_cache_dtype, k_scale, v_scale)
 
 
 #---------------------------------------------------------------------------
 # gather_cache (slot_mapping based; kvgen's gather op)
 #---------------------------------------------------------------------------
-
-def _check_gather(key_cache, value_cache, slot_mapping, key_out, value_out,
-                  kv_cache_dtype, k_scale, v_scale):
-    for name, t in (("key_cache", key_cache), ("value_cache", value_cache)):
-        if t.dim() != 4:
-            raise ValueError(f"kvgen: {name} has shape {list(t.shape)}, need "
-                             "[num_blocks, block_size, num_kv_heads, "
-                             "head_size]")
-    heads = key_cache.shape[2]
-    _rows("key_out", key_out, heads)
-    _rows("value_out", value_out, heads, key_out.shape[0])
-    if value_out.dtype != key_out.dtype:
-        raise TypeError(f"kvgen: value_out has dtype {value_out.dtype}, "
-                        f"key_out {key_out.dtype}")
-    if key_out.shape[2] != key_cache.shape[3]:
-        raise ValueError(f"kvgen: key_out has head_size {key_out.shape[2]}, "
-                         f"key_cache {key_cache.shape[3]}")
-    if value_out.shape[2] != value_cache.shape[3]:
-        raise ValueError(f"kvgen: value_out has head_size "
-                         f"{value_out.shape[2]}, value_cache "
-                         f"{value_cache.shape[3]}")
-    _slots(slot_mapping, key_out.shape[0])
-    _same_device(key_out, value_out=value_out, key_cache=key_cache,
-                 value_cache=value_cache, slot_mapping=slot_mapping)
-    dtype = _cache_dtype("key_cache", key_cache, kv_cache_dtype, None)
-    if _cache_dtype("value_cache", value_cache, kv_cache_dtype,
-                    None) != dtype:
-        raise TypeError("kvgen: key_cache and value_cache differ in dtype")
-    scale = _scale_kind(kv_cache_dtype, heads, k_scale=k_scale,
-                        v_scale=v_scale)
-    if scale != "none":
-        _same_device(key_out, k_scale=k_scale, v_scale=v_scale)
-    return dtype, scale
-
-
-def _gather_plan(key_cache, value_cache, slot_mapping, key_out, value_out,
-                 kv_cache_dtype, k_scale, v_scale):
-    dtype, scale = _check_gather(key_cache, value_cache, slot_mapping,
-                                 key_out, value_out, kv_cache_dtype, k_scale,
-                                 v_scale)
-    geo = CacheGeometry(key_cache, value_cache, dtype, scale)
-    io = FLOAT_DTYPES[dtype_name(key_out)]
-    slots = "i32" if slot_mapping.dtype == torch.int32 else "i64"
-    k = _kernel(
-        key_out.device, "gather", geo.layout, io=io, slots=slots, dequantize=io != dtype)
-    p = _Plan(k, key_out.device, num_blocks=geo.num_blocks,
-              key_out_stride_token=key_out.stride(0),
-              key_out_stride_head=key_out.stride(1),
-              value_out_stride_token=value_out.stride(0),
-              value_out_stride_head=value_out.stride(1),
-              key_cache_bytes=geo.key_bytes,
-              value_cache_bytes=geo.value_bytes)
-    p.geo = geo
-    return p
-
 
 def gather_cache(key_cache, value_cache, slot_mapping, key_out, value_out,
                  kv_cache_dtype, k_scale, v_scale):
@@ -747,45 +760,14 @@ def _gather_impl(key_cache, value_cache, slot_mapping, key_out, value_out,
                  kv_cache_dtype, k_scale, v_scale):
     """torch.ops.kvgen.gather_cache's implementation (see the module
     doc)."""
-    delta = value_cache.data_ptr() - key_cache.data_ptr()
-    sig = ("g", key_out.dtype, key_out.device, key_out.shape[1:],
-           key_out.stride(), value_out.dtype, value_out.device,
-           value_out.shape[1:], value_out.stride(), key_cache.dtype,
-           key_cache.device, key_cache.shape, key_cache.stride(),
-           value_cache.dtype, value_cache.device, value_cache.shape,
-           value_cache.stride(),
-           delta == key_cache.shape[-1] * key_cache.element_size(),
-           slot_mapping.dtype, slot_mapping.device, kv_cache_dtype,
-           _scale_sig(k_scale), _scale_sig(v_scale))
-    p = _plans.get(sig)
-    if p is None:
-        p = _plan(sig, lambda: _gather_plan(key_cache, value_cache,
-                                            slot_mapping, key_out, value_out,
-                                            kv_cache_dtype, k_scale,
-                                            v_scale))
-    p.geo.check_disjoint(key_cache.data_ptr(), value_cache.data_ptr())
-    t = key_out.shape[0]
-    if value_out.shape[0] != t or slot_mapping.shape != (t,) or \
-            (t > 1 and slot_mapping.stride(0) != 1):
-        _check_gather(key_cache, value_cache, slot_mapping, key_out,
-                      value_out, kv_cache_dtype, k_scale, v_scale)
-    a = p.args()
-    a.key_cache = key_cache.data_ptr()
-    a.value_cache = value_cache.data_ptr()
-    a.slot_mapping = slot_mapping.data_ptr()
-    a.key_out = key_out.data_ptr()
-    a.value_out = value_out.data_ptr()
-    if kv_cache_dtype != "auto":
-        a.k_scale = k_scale.data_ptr()
-        a.v_scale = v_scale.data_ptr()
-    a.num_tokens = t
-    p.launch(a)
+    _kv_launch("g", key_out, value_out, key_cache, value_cache,
+               slot_mapping, kv_cache_dtype, k_scale, v_scale)
 
 
 def _gather_fake(key_cache, value_cache, slot_mapping, key_out, value_out,
                  kv_cache_dtype, k_scale, v_scale):
-    _check_gather(key_cache, value_cache, slot_mapping, key_out, value_out,
-                  kv_cache_dtype, k_scale, v_scale)
+    _check_kv("g", key_out, value_out, key_cache, value_cache, slot_mapping,
+              kv_cache_dtype, k_scale, v_scale)
 
 
 #---------------------------------------------------------------------------
@@ -851,13 +833,11 @@ def _latent_rows(name, t, tokens=None):
     if t.shape[1] > 1 and t.stride(1) != 1:
         raise ValueError(f"kvgen: {name}'s last dimension must be contiguous "
                          f"(stride {t.stride(1)}, need 1)")
-    if tokens is not None and t.shape[0] != tokens:
-        raise ValueError(f"kvgen: {name} has {t.shape[0]} tokens, need "
-                         f"{tokens}")
+    _enough_rows(name, t, tokens)
 
 
 def _mla_shapes(kv_c, k_pe, kv_cache):
-    if kv_c.dim() != 2 or k_pe.dim() != 2 or kv_c.shape[0] != k_pe.shape[0]:
+    if kv_c.dim() != 2 or k_pe.dim() != 2:
         raise ValueError(f"kvgen: kv_c {list(kv_c.shape)} and k_pe "
                          f"{list(k_pe.shape)} must be [num_tokens, L] and "
                          "[num_tokens, R]")
@@ -872,16 +852,15 @@ def _check_mla_write(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
                      scale):
     """Everything but what needs data pointers; returns (dtype, scale)."""
     _mla_shapes(kv_c, k_pe, kv_cache)
-    _latent_rows("kv_c", kv_c)
-    _latent_rows("k_pe", k_pe, kv_c.shape[0])
+    tokens = _slots(slot_mapping)
+    _latent_rows("kv_c", kv_c, tokens)
+    _latent_rows("k_pe", k_pe, tokens)
     if k_pe.dtype != kv_c.dtype:
         raise TypeError(f"kvgen: k_pe has dtype {k_pe.dtype}, kv_c "
                         f"{kv_c.dtype}")
-    _slots(slot_mapping, kv_c.shape[0])
     _same_device(kv_c, k_pe=k_pe, kv_cache=kv_cache,
                  slot_mapping=slot_mapping)
-    dtype = _cache_dtype("kv_cache", kv_cache, kv_cache_dtype,
-                         kv_c.dtype if kv_cache_dtype == "auto" else None)
+    dtype = _cache_dtype("kv_cache", kv_cache, kv_cache_dtype, kv_c.dtype)
     kind = _scale_kind(kv_cache_dtype, 1, scale=scale)
     if kind != "none":
         _same_device(kv_c, scale=scale)
@@ -909,9 +888,11 @@ def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
     """torch.ops.kvgen.concat_and_cache_mla's implementation (kvgen's
     kv.concat_and_cache_mla): kv_cache[slot, :L] = kv_c[t], kv_cache[slot,
     L:] = k_pe[t] for slot = slot_mapping[t] >= 0 (fp8: saturate(x /
-    scale), one scale for both). kv_c [T, L], k_pe [T, R] (any token
-    stride, last dim contiguous: e.g. column ranges of one tensor);
-    kv_cache [num_blocks, block_size, L + R] (any block / token strides)."""
+    scale), one scale for both). T = slot_mapping.numel() (vLLM's token
+    count: rows of kv_c / k_pe past T, e.g. CUDA-graph padding, are not
+    read). kv_c [>= T, L], k_pe [>= T, R] (any token stride, last dim
+    contiguous: e.g. column ranges of one tensor); kv_cache [num_blocks,
+    block_size, L + R] (any block / token strides)."""
     sig = ("m", kv_c.dtype, kv_c.device, kv_c.shape[1:], kv_c.stride(),
            k_pe.dtype, k_pe.device, k_pe.shape[1:], k_pe.stride(),
            kv_cache.dtype, kv_cache.device, kv_cache.shape,
@@ -921,9 +902,8 @@ def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
     if p is None:
         p = _plan(sig, lambda: _mla_plan(kv_c, k_pe, kv_cache, slot_mapping,
                                          kv_cache_dtype, scale))
-    t = kv_c.shape[0]
-    if k_pe.shape[0] != t or slot_mapping.shape != (t,) or \
-            (t > 1 and slot_mapping.stride(0) != 1):
+    t = _tokens(slot_mapping)
+    if t < 0 or kv_c.shape[0] < t or k_pe.shape[0] < t:
         _check_mla_write(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
                          scale)
     a = p.args()
@@ -931,7 +911,7 @@ def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
     a.k_pe = k_pe.data_ptr()
     a.kv_cache = kv_cache.data_ptr()
     a.slot_mapping = slot_mapping.data_ptr()
-    if kv_cache_dtype != "auto":
+    if _quantized(kv_cache_dtype):
         a.scale = scale.data_ptr()
     a.num_tokens = t
     p.launch(a, pdl)
@@ -975,16 +955,54 @@ def _mla_gather_plan(src_cache, dst, slots, kv_cache_dtype, scale):
     return p
 
 
+def _mla_gather_launch(src_cache, out, slots, kv_cache_dtype, scale):
+    """kv.gather_mla of out.shape[0] rows: out[t] = dequant(src_cache at
+    slot slots[t]) for slots[t] >= 0 (int64, on out's device); the plan
+    of the call's metadata, made and checked on first use."""
+    # scale is read for an fp8 cache only (unquantized: vLLM passes one,
+    # unused; None is accepted then).
+    sig = ("gm", src_cache.dtype, src_cache.device, src_cache.shape,
+           src_cache.stride(), out.dtype, out.device, out.shape[1:],
+           out.stride(), kv_cache_dtype) + (
+               () if not _quantized(kv_cache_dtype) or scale is None else
+               _scale_sig(scale))
+    plan = _plans.get(sig)
+    if plan is None:
+        plan = _plan(sig, lambda: _mla_gather_plan(src_cache, out, slots,
+                                                   kv_cache_dtype, scale))
+    a = plan.args()
+    a.kv_cache = src_cache.data_ptr()
+    a.slot_mapping = slots.data_ptr()
+    a.kv_c_out = out.data_ptr()
+    a.k_pe_out = out.data_ptr() + plan.out_offset
+    if _quantized(kv_cache_dtype):
+        a.scale = scale.data_ptr()
+    a.num_tokens = out.shape[0]
+    plan.launch(a)
+
+
+def _index_tensor(name, t, dims):
+    if t.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"kvgen: {name} has dtype {t.dtype}, need int32 "
+                        "(or int64)")
+    if t.dim() != dims:
+        raise ValueError(f"kvgen: {name} has shape {list(t.shape)}, need "
+                         f"{dims} dimension(s)")
+
+
+def _int_arg(name, v):
+    if isinstance(v, (bool, float)) or not hasattr(v, "__index__"):
+        raise TypeError(f"kvgen: {name} {v!r} must be an int")
+    if v < 0:
+        raise ValueError(f"kvgen: {name} {v} must be >= 0")
+
+
 def _check_mla_tables(dst, block_table, cu_seq_lens, batch_size,
                       seq_starts):
-    """The gather's index tensors as far as the host sees them without
+    """The batch form's index tensors as far as the host sees them without
     reading their values: integer dtypes, shapes that hold batch_size
     sequences, dst's device (ValueError / TypeError naming the argument)."""
-    if isinstance(batch_size, bool) or isinstance(batch_size, float) or \
-            not hasattr(batch_size, "__index__"):
-        raise TypeError(f"kvgen: batch_size {batch_size!r} must be an int")
-    if batch_size < 0:
-        raise ValueError(f"kvgen: batch_size {batch_size} must be >= 0")
+    _int_arg("batch_size", batch_size)
     for name, t, dims, need in (
             ("block_table", block_table, 2,
              f"[>= {batch_size}, max_blocks_per_seq]"),
@@ -992,20 +1010,18 @@ def _check_mla_tables(dst, block_table, cu_seq_lens, batch_size,
             ("seq_starts", seq_starts, 1, f"[>= {batch_size}]")):
         if t is None:
             continue
-        if t.dtype not in (torch.int32, torch.int64):
-            raise TypeError(f"kvgen: {name} has dtype {t.dtype}, need int32 "
-                            "(or int64)")
         rows = batch_size + (1 if name == "cu_seq_lens" else 0)
-        if t.dim() != dims or t.shape[0] < rows:
+        _index_tensor(name, t, dims)
+        if t.shape[0] < rows:
             raise ValueError(f"kvgen: {name} has shape {list(t.shape)}, need "
                              f"{need} (batch_size = {batch_size})")
     _same_device(dst, block_table=block_table, cu_seq_lens=cu_seq_lens,
                  seq_starts=seq_starts)
 
 
-def _mla_gather_slots(nb, bs, rows, dst_rows, block_table, cu_seq_lens,
-                      batch_size, seq_starts, bad_slot):
-    """int64 [rows] slots of the gather by block table, computed on the
+def _batch_slots(nb, bs, rows, dst_rows, block_table, cu_seq_lens,
+                 batch_size, seq_starts, bad_slot):
+    """int64 [rows] slots of the batch form, computed on the
     device without a host synchronization: the cache slot of dst row t =
     cu_seq_lens[b] + i (token i of sequence b) at position p = i +
     seq_starts[b], i.e. block_table[b, p // bs] * bs + p % bs; -1 (row
@@ -1016,7 +1032,7 @@ def _mla_gather_slots(nb, bs, rows, dst_rows, block_table, cu_seq_lens,
     dst_rows (`rows` may be 1 where dst_rows is 0, to carry that
     report)."""
     dev = block_table.device
-    B, W = batch_size, block_table.shape[1]
+    B = batch_size
     cu = cu_seq_lens[:B + 1].to(torch.int64)
     t = torch.arange(rows, device=dev, dtype=torch.int64)
     # Not served as a whole: nothing is written, every row reports.
@@ -1026,25 +1042,54 @@ def _mla_gather_slots(nb, bs, rows, dst_rows, block_table, cu_seq_lens,
     p = t - cu[b]
     if seq_starts is not None:
         p = p + seq_starts.to(torch.int64)[:B][b]
-    col = torch.div(p, bs, rounding_mode="floor")
-    ok = (p >= 0) & (col < W)
-    if W > 0:
-        blk = block_table.to(torch.int64)[b, col.clamp(0, W - 1)]
-        ok &= (blk >= 0) & (blk < nb)
-        slot = blk.clamp(0, max(nb - 1, 0)) * bs + p.remainder(bs)
-    else:
-        ok = torch.zeros_like(ok)
-        slot = torch.zeros_like(t)
+    ok, slot = _table_slots(nb, bs, block_table, b, p)
     bad = bad_all | (inside & ~ok)
     return torch.where(bad, torch.full_like(t, bad_slot),
                        torch.where(inside, slot, torch.full_like(t, -1)))
 
 
-def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
-                                   batch_size, kv_cache_dtype, scale,
-                                   seq_starts=None):
-    """vLLM's MLA gather: for each sequence b < batch_size and each of its
-    tokens i < cu_seq_lens[b+1] - cu_seq_lens[b], dst[cu_seq_lens[b] + i] =
+def _table_slots(nb, bs, block_table, b, p):
+    """(ok, slot) of position p of sequence b (int64 tensors; b a valid
+    row of block_table): slot = block_table[b, p // bs] * bs + p % bs, ok
+    where p >= 0, p // bs < block_table.shape[1] and the block id is in
+    [0, nb) (slot is in range but meaningless elsewhere)."""
+    W = block_table.shape[1]
+    col = torch.div(p, bs, rounding_mode="floor")
+    ok = (p >= 0) & (col < W)
+    if W == 0:
+        return torch.zeros_like(ok), torch.zeros_like(p)
+    blk = block_table.to(torch.int64)[b, col.clamp(0, W - 1)]
+    ok &= (blk >= 0) & (blk < nb)
+    return ok, blk.clamp(0, max(nb - 1, 0)) * bs + p.remainder(bs)
+
+
+def _batch_gather(src_cache, dst, block_table, cu_seq_lens, batch_size,
+                  kv_cache_dtype, scale, seq_starts):
+    """The batch form's gather (see gather_and_maybe_dequant_cache_batch);
+    src_cache and dst checked but for their dtypes and scale."""
+    _check_mla_tables(dst, block_table, cu_seq_lens, batch_size, seq_starts)
+    if batch_size == 0:
+        return  # no sequence: nothing to gather
+    nb, bs = src_cache.shape[0], src_cache.shape[1]
+    T = dst.shape[0]
+    # A dst of 0 rows still reports tokens claimed by cu_seq_lens: through
+    # one row of scratch that is never written (its slot is -1 or bad).
+    out = dst if T > 0 else torch.empty((1,) + tuple(dst.shape[1:]),
+                                        dtype=dst.dtype, device=dst.device)
+    slots = _batch_slots(nb, bs, out.shape[0], T, block_table, cu_seq_lens,
+                         batch_size, seq_starts,
+                         -1 if _unchecked else nb * bs)
+    _mla_gather_launch(src_cache, out, slots, kv_cache_dtype, scale)
+
+
+def gather_and_maybe_dequant_cache_batch(src_cache, dst, block_table,
+                                         cu_seq_lens, batch_size,
+                                         kv_cache_dtype, scale,
+                                         seq_starts=None):
+    """kvgen's own form of the MLA gather (vLLM's before it took
+    token_to_seq; see gather_and_maybe_dequant_cache for vLLM's current
+    one): for each sequence b < batch_size and each of its tokens i <
+    cu_seq_lens[b+1] - cu_seq_lens[b], dst[cu_seq_lens[b] + i] =
     dequant(src_cache[block_table[b, p // block_size], p % block_size]),
     p = i + seq_starts[b] (0 without seq_starts); rows of dst outside
     [cu_seq_lens[0], cu_seq_lens[batch_size]) are untouched.
@@ -1054,11 +1099,9 @@ def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
     device; batch_size an int (a bool or float: TypeError; torch.ops
     converts a bool to an int before this runs): ValueError / TypeError
     otherwise, before any launch. scale: float32 [1] for an fp8
-    kv_cache_dtype (None: TypeError); unread for "auto", where None is
-    accepted. A
-    seq_starts entry that is a multiple of block_size (what vLLM passes)
-    gives vLLM's result; another one starts at that token (vLLM's kernel
-    would start at its block's first token).
+    kv_cache_dtype (None: TypeError); unread for an unquantized one
+    ("auto", "bfloat16", "float16"), where None is accepted. A seq_starts
+    entry starts sequence b at that token (vLLM's kernels do the same).
 
     Values the gather cannot serve are reported as the other ops report an
     out-of-range slot (no host synchronization: check_errors() raises
@@ -1081,44 +1124,264 @@ def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
     gather."""
     if src_cache.dim() != 3 or dst.dim() != 2:
         _check_mla_gather(src_cache, dst, kv_cache_dtype, scale)
-    _check_mla_tables(dst, block_table, cu_seq_lens, batch_size, seq_starts)
-    if batch_size == 0:
-        return  # no sequence: nothing to gather
-    nb, bs = src_cache.shape[0], src_cache.shape[1]
-    T = dst.shape[0]
-    # A dst of 0 rows still reports tokens claimed by cu_seq_lens: through
-    # one row of scratch that is never written (its slot is -1 or bad).
-    out = dst if T > 0 else torch.empty((1,) + tuple(dst.shape[1:]),
-                                        dtype=dst.dtype, device=dst.device)
-    slots = _mla_gather_slots(nb, bs, out.shape[0], T, block_table,
-                              cu_seq_lens, batch_size, seq_starts,
-                              -1 if _unchecked else nb * bs)
-    # scale is read for an fp8 cache only ("auto": vLLM passes one, unused;
-    # None is accepted then).
-    sig = ("gm", src_cache.dtype, src_cache.device, src_cache.shape,
-           src_cache.stride(), dst.dtype, dst.device, dst.shape[1:],
-           dst.stride(), kv_cache_dtype) + (
-               () if kv_cache_dtype == "auto" or scale is None else
-               _scale_sig(scale))
-    plan = _plans.get(sig)
-    if plan is None:
-        plan = _plan(sig, lambda: _mla_gather_plan(src_cache, dst, slots,
-                                                   kv_cache_dtype, scale))
-    a = plan.args()
-    a.kv_cache = src_cache.data_ptr()
-    a.slot_mapping = slots.data_ptr()
-    a.kv_c_out = out.data_ptr()
-    a.k_pe_out = out.data_ptr() + plan.out_offset
-    if kv_cache_dtype != "auto":
-        a.scale = scale.data_ptr()
-    a.num_tokens = out.shape[0]
-    plan.launch(a)
+    _batch_gather(src_cache, dst, block_table, cu_seq_lens, batch_size,
+                  kv_cache_dtype, scale, seq_starts)
 
 
-def _mla_gather_fake(src_cache, dst, block_table, cu_seq_lens, batch_size,
-                     kv_cache_dtype, scale, seq_starts=None):
+def _mla_gather_batch_fake(src_cache, dst, block_table, cu_seq_lens,
+                           batch_size, kv_cache_dtype, scale,
+                           seq_starts=None):
     _check_mla_gather(src_cache, dst, kv_cache_dtype, scale)
     _check_mla_tables(dst, block_table, cu_seq_lens, batch_size, seq_starts)
+
+
+def _check_token_tables(dst, block_table, cu_seq_lens, token_to_seq,
+                        num_tokens, seq_starts):
+    """vLLM's current gather's index tensors and num_tokens as far as the
+    host sees them without reading their values."""
+    _int_arg("num_tokens", num_tokens)
+    _index_tensor("block_table", block_table, 2)
+    _index_tensor("cu_seq_lens", cu_seq_lens, 1)
+    _index_tensor("token_to_seq", token_to_seq, 1)
+    if seq_starts is not None:
+        _index_tensor("seq_starts", seq_starts, 1)
+    if cu_seq_lens.shape[0] < 1:
+        raise ValueError("kvgen: cu_seq_lens has no element, need [num_seqs "
+                         "+ 1]")
+    for name, n in (("dst", dst.shape[0]),
+                    ("token_to_seq", token_to_seq.shape[0])):
+        if num_tokens > n:
+            raise ValueError(f"kvgen: num_tokens {num_tokens} exceeds "
+                             f"{name}'s {n} rows")
+    _same_device(dst, block_table=block_table, cu_seq_lens=cu_seq_lens,
+                 token_to_seq=token_to_seq, seq_starts=seq_starts)
+
+
+def _token_slots(nb, bs, num_tokens, block_table, cu_seq_lens, token_to_seq,
+                 seq_starts, bad_slot):
+    """int64 [num_tokens] slots of vLLM's current gather, computed on the
+    device without a host synchronization: row t of sequence b =
+    token_to_seq[t] is token t - cu_seq_lens[b] of b, at position p = that
+    + seq_starts[b]; its slot is block_table[b, p // bs] * bs + p % bs.
+    -1 (row untouched, as vLLM's kernel skips it) for t >=
+    cu_seq_lens[b + 1]; bad_slot for a row it cannot serve: b outside the
+    sequences (cu_seq_lens, block_table and seq_starts rows), t <
+    cu_seq_lens[b], p < 0, p // bs past b's block_table row, a block id
+    outside [0, nb)."""
+    dev = block_table.device
+    t = torch.arange(num_tokens, device=dev, dtype=torch.int64)
+    B = min(cu_seq_lens.shape[0] - 1, block_table.shape[0])
+    if seq_starts is not None:
+        B = min(B, seq_starts.shape[0])
+    if B <= 0:
+        return torch.full_like(t, bad_slot)
+    cu = cu_seq_lens.to(torch.int64)
+    b = token_to_seq[:num_tokens].to(torch.int64)
+    valid = (b >= 0) & (b < B)
+    b = b.clamp(0, B - 1)
+    lo, hi = cu[b], cu[b + 1]
+    p = t - lo
+    if seq_starts is not None:
+        p = p + seq_starts.to(torch.int64)[b]
+    ok, slot = _table_slots(nb, bs, block_table, b, p)
+    ok &= valid & (t >= lo)
+    skip = valid & (t >= hi)
+    return torch.where(skip, torch.full_like(t, -1),
+                       torch.where(ok, slot, torch.full_like(t, bad_slot)))
+
+
+def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
+                                   token_to_seq, num_tokens, kv_cache_dtype,
+                                   scale, seq_starts=None):
+    """vLLM's MLA gather (its current schema): for each row t <
+    num_tokens, with b = token_to_seq[t] and p = t - cu_seq_lens[b] +
+    seq_starts[b] (0 without seq_starts), dst[t] =
+    dequant(src_cache[block_table[b, p // block_size], p % block_size])
+    (fp8: q * scale, to dst's dtype; unquantized: converted to dst's
+    dtype). A row with t >= cu_seq_lens[b + 1] is left untouched, as vLLM's
+    kernel leaves it; rows of dst from num_tokens on are untouched.
+
+    src_cache [num_blocks, block_size, entry], dst [>= num_tokens, entry]
+    (any entry >= 2: vLLM's kernel takes 576 and 320 only); block_table
+    [num_seqs, M], cu_seq_lens [num_seqs + 1], token_to_seq [>=
+    num_tokens], seq_starts [num_seqs] (int32, int64 accepted), all on
+    dst's device; num_tokens an int <= dst's and token_to_seq's rows
+    (ValueError / TypeError otherwise, before any launch). scale: float32
+    [1] for an fp8 kv_cache_dtype; unread (None accepted) for "auto",
+    "bfloat16", "float16".
+
+    Rows the gather cannot serve are skipped (dst row untouched) and
+    reported through the device's error word (check_errors(); no host
+    synchronization; set_unchecked(True): unreported): token_to_seq[t]
+    outside the sequences, t < cu_seq_lens[b], p < 0, p // block_size past
+    b's block_table row, a block id outside [0, num_blocks). (vLLM's kernel
+    reads outside the cache or the tables for them.)
+
+    Like the batch form, this computes each row's slot with torch ops on
+    the device (O(num_tokens) temporaries, allocated per call) and runs
+    kvgen's slot-based kv.gather_mla."""
+    _check_mla_gather(src_cache, dst, kv_cache_dtype, scale)
+    _check_token_tables(dst, block_table, cu_seq_lens, token_to_seq,
+                        num_tokens, seq_starts)
+    if num_tokens == 0:
+        return
+    nb, bs = src_cache.shape[0], src_cache.shape[1]
+    slots = _token_slots(nb, bs, num_tokens, block_table, cu_seq_lens,
+                         token_to_seq, seq_starts,
+                         -1 if _unchecked else nb * bs)
+    _mla_gather_launch(src_cache, dst[:num_tokens], slots, kv_cache_dtype,
+                       scale)
+
+
+def _mla_gather_fake(src_cache, dst, block_table, cu_seq_lens, token_to_seq,
+                     num_tokens, kv_cache_dtype, scale, seq_starts=None):
+    _check_mla_gather(src_cache, dst, kv_cache_dtype, scale)
+    _check_token_tables(dst, block_table, cu_seq_lens, token_to_seq,
+                        num_tokens, seq_starts)
+
+
+#: torch dtype of the same element size whose kvgen gather is a bit copy
+#: (cp_gather_cache's raw copy of any dtype).
+_RAW_FLOAT = {2: torch.bfloat16, 4: torch.float32}
+
+
+def _raw_float_view(name, t):
+    """t (any dtype of 1, 2 or 4 bytes) as a float tensor of the same
+    bytes: itself for bf16 / f16 / f32, a view otherwise (1-byte elements
+    in pairs: the last dimension even and contiguous, the other strides
+    even)."""
+    if dtype_name(t) in FLOAT_DTYPES:
+        return t
+    esz = t.element_size()
+    if esz not in (1, 2, 4):
+        raise TypeError(f"kvgen: {name} has dtype {t.dtype}: elements of 1, "
+                        "2 or 4 bytes are supported")
+    if esz == 1:
+        if t.shape[-1] % 2 or any(s % 2 for s in t.stride()[:-1]):
+            raise ValueError(f"kvgen: {name} ({t.dtype}, shape "
+                             f"{list(t.shape)}, strides {list(t.stride())}) "
+                             "is copied in 2-byte units: its last dimension "
+                             "and its other strides must be even")
+        return t.view(torch.bfloat16)
+    return t.view(_RAW_FLOAT[esz])
+
+
+def _check_cp_gather(src_cache, dst):
+    if src_cache.dtype != dst.dtype:
+        raise TypeError(f"kvgen: src_cache ({src_cache.dtype}) and dst "
+                        f"({dst.dtype}) must have the same dtype (a raw "
+                        "copy)")
+    if src_cache.dim() != 3 or dst.dim() != 2 or \
+            dst.shape[1] != src_cache.shape[2]:
+        raise ValueError(f"kvgen: src_cache {list(src_cache.shape)} and dst "
+                         f"{list(dst.shape)} must be [num_blocks, "
+                         "block_size, entry] and [num_tokens, entry]")
+    for name, t in (("src_cache", src_cache), ("dst", dst)):
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"kvgen: {name}'s last dimension must be "
+                             f"contiguous (stride {t.stride(-1)}, need 1)")
+    _same_device(dst, src_cache=src_cache)
+
+
+def cp_gather_cache(src_cache, dst, block_table, cu_seq_lens, batch_size,
+                    seq_starts=None):
+    """vLLM's cp_gather_cache: the batch form's gather as a raw copy
+    (src_cache and dst of one dtype, any of 1, 2 or 4 bytes: dst row
+    cu_seq_lens[b] + i = src_cache[block_table[b, p // block_size], p %
+    block_size], p = i + seq_starts[b]); the same checks and reports as
+    gather_and_maybe_dequant_cache_batch."""
+    _check_cp_gather(src_cache, dst)
+    _batch_gather(_raw_float_view("src_cache", src_cache),
+                  _raw_float_view("dst", dst), block_table, cu_seq_lens,
+                  batch_size, "auto", None, seq_starts)
+
+
+def _cp_gather_fake(src_cache, dst, block_table, cu_seq_lens, batch_size,
+                    seq_starts=None):
+    _check_cp_gather(src_cache, dst)
+    _check_mla_tables(dst, block_table, cu_seq_lens, batch_size, seq_starts)
+
+
+#: [n] int64 0, 1, ... per device (convert_fp8's slots), grown on demand.
+_iota = {}
+
+
+def _arange(n, device):
+    a = _iota.get(device)
+    if a is None or a.shape[0] < n:
+        a = torch.arange(max(n, 1024), dtype=torch.int64, device=device)
+        _iota[device] = a
+    return a[:n]
+
+
+_FP8_NAMES = ("fp8", "fp8_e4m3", "fp8_e5m2")
+
+
+def _check_convert(dst_cache, src_cache, scale, kv_cache_dtype):
+    """(quantize?, row width): convert_fp8's checks."""
+    if kv_cache_dtype not in _FP8_NAMES:
+        raise ValueError(f"kvgen: convert_fp8's kv_cache_dtype "
+                         f"{kv_cache_dtype!r} must be 'fp8', 'fp8_e4m3' or "
+                         "'fp8_e5m2' (vLLM's kernel has no 'auto' "
+                         "conversion)")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or \
+            not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"kvgen: convert_fp8's scale {scale!r} must be a "
+                         "finite float > 0")
+    _same_device(dst_cache, src_cache=src_cache)
+    if dst_cache.shape != src_cache.shape:
+        raise ValueError(f"kvgen: dst_cache has shape "
+                         f"{list(dst_cache.shape)}, src_cache "
+                         f"{list(src_cache.shape)}: need the same")
+    for name, t in (("dst_cache", dst_cache), ("src_cache", src_cache)):
+        if not t.is_contiguous():
+            raise ValueError(f"kvgen: {name} must be contiguous (strides "
+                             f"{list(t.stride())})")
+    quantize = dtype_name(src_cache) in FLOAT_DTYPES
+    fp8, flt = (dst_cache, src_cache) if quantize else (src_cache, dst_cache)
+    if dtype_name(flt) not in FLOAT_DTYPES:
+        raise TypeError(f"kvgen: convert_fp8 converts between a float cache "
+                        f"(bfloat16, float16, float32) and an fp8 one; "
+                        f"src_cache is {src_cache.dtype}, dst_cache "
+                        f"{dst_cache.dtype}")
+    _cache_dtype("dst_cache" if quantize else "src_cache", fp8,
+                 kv_cache_dtype, None)
+    W = src_cache.shape[-1] if src_cache.dim() else 1
+    if src_cache.numel() and W < 2:
+        raise ValueError(f"kvgen: convert_fp8 needs a last dimension of >= 2 "
+                         f"elements (shape {list(src_cache.shape)})")
+    return quantize, W
+
+
+def convert_fp8(dst_cache, src_cache, scale, kv_cache_dtype="fp8"):
+    """vLLM's convert_fp8 (a test helper there): every element of
+    src_cache converted into dst_cache (same shape, contiguous, one
+    device): a float src_cache (bf16 / f16 / f32) quantized into an fp8
+    dst_cache (uint8 or the float8 dtype of kv_cache_dtype) as
+    saturate(x / scale), an fp8 src_cache dequantized into a float
+    dst_cache as q * scale. kv_cache_dtype "fp8" / "fp8_e4m3" (e4m3fn) or
+    "fp8_e5m2" (vLLM's kernel: e4m3 only); scale a float > 0. Runs kvgen's
+    MLA write / gather kernels over rows of the last dimension (>= 2
+    elements), so the bits are the ones kvgen's writes store."""
+    quantize, W = _check_convert(dst_cache, src_cache, scale, kv_cache_dtype)
+    if src_cache.numel() == 0:
+        return
+    src = src_cache.reshape(-1, W)
+    dst = dst_cache.view(-1, W)
+    n = src.shape[0]
+    slots = _arange(n, src.device)
+    s = torch.full((1,), float(scale), dtype=torch.float32,
+                   device=src.device)
+    L = _mla_split(W)[0]
+    if quantize:
+        concat_and_cache_mla(src[:, :L], src[:, L:], dst.view(n, 1, W),
+                             slots, kv_cache_dtype, s)
+    else:
+        _mla_gather_launch(src.view(n, 1, W), dst, slots, kv_cache_dtype, s)
+
+
+def _convert_fake(dst_cache, src_cache, scale, kv_cache_dtype="fp8"):
+    _check_convert(dst_cache, src_cache, scale, kv_cache_dtype)
 
 
 #---------------------------------------------------------------------------
@@ -1278,12 +1541,14 @@ def _swap_plan(src_k, src_v, dst_k, dst_v, block_mapping):
     return p
 
 
-def swap_blocks(src, dst, block_mapping):
-    """torch.ops.kvgen.swap_blocks's implementation: for each row (s, d) of
-    block_mapping, block s of src to block d of dst (raw bits; src and dst
-    of one layout, each [num_blocks, block_size, H, D] or [num_blocks,
-    block_size, entry], on one device or a pinned CPU tensor and a CUDA
-    one)."""
+def swap_blocks_device_mapping(src, dst, block_mapping):
+    """torch.ops.kvgen.swap_blocks_device_mapping's implementation (kvgen's
+    own form; vLLM's is swap_blocks): for each row (s, d) of block_mapping,
+    block s of src to block d of dst (raw bits; src and dst of one layout,
+    each [num_blocks, block_size, H, D] or [num_blocks, block_size, entry],
+    on one device or a pinned CPU tensor and a CUDA one). block_mapping
+    [N, 2] int64 on the kernel's device or pinned: no copy of it, no
+    allocation, so CUDA graphs can capture the call."""
     # Between the CPU and a GPU, pageable CPU memory is refused (the GPU
     # reads it through unified addressing): pinned-ness is part of the key.
     # block_mapping's shape, dtype and strides are not: checked every call.
@@ -1314,6 +1579,96 @@ def _swap_fake(src, dst, block_mapping):
     _block_mapping(block_mapping, dst)
 
 
+#: element size -> the float dtype of swap_blocks' raw block views
+_RAW_VIEW = {4: torch.float32, 2: torch.bfloat16, 1: torch.uint8}
+
+
+def _check_swap(src, dst, block_size_in_bytes, block_mapping):
+    """vLLM's swap_blocks' arguments as far as they need no data pointer:
+    block_size_in_bytes is each tensor's block stride in bytes,
+    block_mapping a CPU [N, 2] int64."""
+    _int_arg("block_size_in_bytes", block_size_in_bytes)
+    for name, t in (("src", src), ("dst", dst)):
+        if t.dim() < 1:
+            raise ValueError(f"kvgen: {name} has no block dimension")
+        want = t.element_size() * t.stride(0)
+        if block_size_in_bytes != want:
+            raise ValueError(f"kvgen: block_size_in_bytes "
+                             f"{block_size_in_bytes} is not {name}'s block "
+                             f"stride in bytes ({want} = element size "
+                             f"{t.element_size()} x stride(0) {t.stride(0)})"
+                             ": kvgen swaps whole blocks of the tensors")
+    if block_size_in_bytes == 0:
+        raise ValueError("kvgen: block_size_in_bytes is 0 (blocks of no "
+                         "bytes)")
+    if block_mapping.device.type != "cpu":
+        raise ValueError(f"kvgen: block_mapping is on "
+                         f"{block_mapping.device}; vLLM's swap_blocks takes "
+                         "it on the CPU (swap_blocks_device_mapping takes "
+                         "it on the device)")
+    if block_mapping.dtype != torch.int64 or block_mapping.dim() != 2 or \
+            block_mapping.shape[1] != 2:
+        raise ValueError(f"kvgen: block_mapping has shape "
+                         f"{list(block_mapping.shape)} and dtype "
+                         f"{block_mapping.dtype}, need [N, 2] int64")
+    if src.device.type != "cpu" and dst.device.type != "cpu" and \
+            src.device != dst.device:
+        raise ValueError(f"kvgen: src is on {src.device}, dst on "
+                         f"{dst.device}: one GPU, or a CPU and a GPU")
+
+
+def _raw_blocks(name, t, block_bytes, esz):
+    """t's memory as [num_blocks, rows, width] raw elements of esz bytes
+    with a block stride of block_bytes (a block's bytes, padding between
+    blocks included, as vLLM's byte copy moves them), within t's
+    storage."""
+    nb = t.shape[0]
+    start = t.storage_offset() * t.element_size()
+    if nb and start + nb * block_bytes > t.untyped_storage().nbytes():
+        raise ValueError(f"kvgen: {name}'s {nb} blocks of {block_bytes} "
+                         f"bytes from byte {start} run past its storage "
+                         f"({t.untyped_storage().nbytes()} bytes)")
+    n = block_bytes // esz
+    width = next((w for w in (512, 256, 128, 64, 32, 16, 8, 4, 2)
+                  if n % w == 0), n)
+    if width < 2:
+        raise ValueError(f"kvgen: blocks of {block_bytes} byte(s) are too "
+                         "small to swap")
+    raw = torch.empty(0, dtype=_RAW_VIEW[esz], device=t.device)
+    return raw.set_(t.untyped_storage(), start // esz,
+                    (nb, n // width, width), (n, width, 1))
+
+
+def swap_blocks(src, dst, block_size_in_bytes, block_mapping):
+    """torch.ops.kvgen.swap_blocks's implementation, vLLM's current op: for
+    each row (s, d) of block_mapping, the block_size_in_bytes bytes of
+    block s of src to block d of dst. src, dst: caches of any shape and
+    dtype whose dimension 0 is the block (each a CPU or a CUDA tensor; the
+    CPU side pinned when the other is on a GPU: kvgen's kernel reaches it
+    through unified addressing); block_size_in_bytes: their block stride
+    in bytes (element_size() * stride(0), what vLLM's callers pass;
+    another value: ValueError); block_mapping [N, 2] int64 on the CPU (any
+    strides; copied to the GPU per call for a CUDA kernel). Block ids
+    outside either tensor's blocks are skipped and reported
+    (check_errors)."""
+    _check_swap(src, dst, block_size_in_bytes, block_mapping)
+    # The widest element that divides the block and both start addresses:
+    # one raw layout for both sides.
+    esz = next(e for e in (4, 2, 1) if block_size_in_bytes % e == 0 and
+               all(t.data_ptr() % e == 0 for t in (src, dst)))
+    raw_src = _raw_blocks("src", src, block_size_in_bytes, esz)
+    raw_dst = _raw_blocks("dst", dst, block_size_in_bytes, esz)
+    dev = dst.device if dst.device.type != "cpu" else src.device
+    m = block_mapping.contiguous()
+    if dev.type != "cpu":
+        m = m.to(dev)
+    swap_blocks_device_mapping(raw_src, raw_dst, m)
+
+
+def _swap_vllm_fake(src, dst, block_size_in_bytes, block_mapping):
+    _check_swap(src, dst, block_size_in_bytes, block_mapping)
+
+
 #---------------------------------------------------------------------------
 # Registration
 #---------------------------------------------------------------------------
@@ -1336,9 +1691,22 @@ _SCHEMAS = {
         concat_and_cache_mla, _mla_fake),
     "gather_and_maybe_dequant_cache": (
         "(Tensor src_cache, Tensor(a!) dst, Tensor block_table, "
+        "Tensor cu_seq_lens, Tensor token_to_seq, int num_tokens, "
+        "str kv_cache_dtype, Tensor scale, Tensor? seq_starts=None) -> ()",
+        gather_and_maybe_dequant_cache, _mla_gather_fake),
+    "gather_and_maybe_dequant_cache_batch": (
+        "(Tensor src_cache, Tensor(a!) dst, Tensor block_table, "
         "Tensor cu_seq_lens, int batch_size, str kv_cache_dtype, "
         "Tensor scale, Tensor? seq_starts=None) -> ()",
-        gather_and_maybe_dequant_cache, _mla_gather_fake),
+        gather_and_maybe_dequant_cache_batch, _mla_gather_batch_fake),
+    "cp_gather_cache": (
+        "(Tensor src_cache, Tensor(a!) dst, Tensor block_table, "
+        "Tensor cu_seq_lens, int batch_size, Tensor? seq_starts=None) -> ()",
+        cp_gather_cache, _cp_gather_fake),
+    "convert_fp8": (
+        "(Tensor(a!) dst_cache, Tensor src_cache, float scale, "
+        "str kv_cache_dtype) -> ()",
+        convert_fp8, _convert_fake),
     "copy_blocks": (
         "(Tensor(a!)[] key_caches, Tensor(b!)[] value_caches, "
         "Tensor block_mapping) -> ()",
@@ -1348,8 +1716,12 @@ _SCHEMAS = {
         copy_blocks_mla,
         lambda kv_caches, block_mapping: _block_mapping(block_mapping, None)),
     "swap_blocks": (
+        "(Tensor src, Tensor(a!) dst, int block_size_in_bytes, "
+        "Tensor block_mapping) -> ()",
+        swap_blocks, _swap_vllm_fake),
+    "swap_blocks_device_mapping": (
         "(Tensor src, Tensor(a!) dst, Tensor block_mapping) -> ()",
-        swap_blocks, _swap_fake),
+        swap_blocks_device_mapping, _swap_fake),
 }
 
 #: Ops whose CPU / CUDA kernel is the C++ one (_torch_fast.cpp): name ->

@@ -676,10 +676,10 @@ def test_mla_write_and_gather(kv_dtype, device):
     starts = torch.tensor([0, 7], dtype=torch.int32, device=dev)
     dst = torch.full((36, L + R), 7.0, dtype=torch.bfloat16, device=dev)
     want_dst = dst.clone()
-    torch.ops.kvgen.gather_and_maybe_dequant_cache(cache, dst, block_table,
+    torch.ops.kvgen.gather_and_maybe_dequant_cache_batch(cache, dst, block_table,
                                                    cu, 2, kv_dtype, scale,
                                                    starts)
-    torch_ref.gather_and_maybe_dequant_cache(cache, want_dst, block_table,
+    torch_ref.gather_and_maybe_dequant_cache_batch(cache, want_dst, block_table,
                                              cu, 2, kv_dtype, scale, starts)
     assert torch.equal(dst, want_dst)
 
@@ -695,7 +695,7 @@ def test_block_mapping_checked_on_every_call():
     dst = torch.zeros(9, 16, 2, 64, dtype=torch.bfloat16)
     mla = torch.randn(6, 16, 576, generator=gen).to(torch.bfloat16)
     good = torch.tensor([[0, 1]])
-    kt.swap_blocks(src, dst, good)
+    kt.swap_blocks_device_mapping(src, dst, good)
     torch.ops.kvgen.copy_blocks_mla([mla], good)
     assert torch.equal(dst[1], src[0]) and torch.equal(mla[1], mla[0])
     dst_before, mla_before = dst.clone(), mla.clone()
@@ -703,9 +703,9 @@ def test_block_mapping_checked_on_every_call():
                 torch.tensor([[2, 7, 3, 7]])[:, ::2],
                 torch.tensor([2, 3])):
         with pytest.raises(ValueError, match="block_mapping"):
-            kt.swap_blocks(src, dst, bad)
+            kt.swap_blocks_device_mapping(src, dst, bad)
         with pytest.raises(ValueError, match="block_mapping"):
-            torch.ops.kvgen.swap_blocks(src, dst, bad)
+            torch.ops.kvgen.swap_blocks_device_mapping(src, dst, bad)
         with pytest.raises(ValueError, match="block_mapping"):
             torch.ops.kvgen.copy_blocks_mla([mla], bad)
         assert torch.equal(dst, dst_before) and torch.equal(mla, mla_before)
@@ -737,12 +737,12 @@ def test_copy_blocks_and_swap_blocks(device):
     m = torch.tensor([[0, 8], [5, 2], [2, 0]], device=dev)
     want = dst.clone()
     torch_ref.swap_blocks(src, want, m)
-    torch.ops.kvgen.swap_blocks(src, dst, m)
+    torch.ops.kvgen.swap_blocks_device_mapping(src, dst, m)
     assert torch.equal(dst, want)
     # A block id outside dst (9 blocks): skipped, reported, nothing moved.
     kt.check_errors(dev)
     before = dst.clone()
-    torch.ops.kvgen.swap_blocks(src, dst, torch.tensor([[0, 9]], device=dev))
+    torch.ops.kvgen.swap_blocks_device_mapping(src, dst, torch.tensor([[0, 9]], device=dev))
     with pytest.raises(kvgen.KvgenError, match="INDEX_OUT_OF_RANGE"):
         kt.check_errors(dev)
     assert torch.equal(dst, before)
@@ -773,9 +773,13 @@ def test_eager_entry_checks_every_call():
         kt.check_errors("cpu")
     assert torch.equal(vc.view(-1, 2, 32)[:4], value[:4])
     before = vc.clone()
+    # More slots than rows (vLLM's token count is slot_mapping's length).
+    with pytest.raises(ValueError, match="key has 5 tokens, slot_mapping 6"):
+        kt.reshape_and_cache_flash(key, value, kc, vc,
+                                   torch.arange(6), "auto", ks, vs)
     with pytest.raises(ValueError, match="slot_mapping has shape"):
-        kt.reshape_and_cache_flash(key, value, kc, vc, slots[:3], "auto",
-                                   ks, vs)
+        kt.reshape_and_cache_flash(key, value, kc, vc, slots.view(5, 1),
+                                   "auto", ks, vs)
     with pytest.raises(ValueError, match="slot_mapping must be contiguous"):
         kt.reshape_and_cache_flash(key, value, kc, vc, torch.arange(10)[::2],
                                    "auto", ks, vs)
@@ -933,10 +937,10 @@ def test_mla_ops_strided_views_bit_exact(kind, cache, device):
     starts = torch.tensor([3, 0], dtype=torch.int32, device=dev)
     dst = torch.full((44, L + R), 7.0, dtype=torch.bfloat16, device=dev)
     want_dst = dst.clone()
-    torch.ops.kvgen.gather_and_maybe_dequant_cache(view(base), dst,
+    torch.ops.kvgen.gather_and_maybe_dequant_cache_batch(view(base), dst,
                                                    block_table, cu, 2, kvd,
                                                    scale, starts)
-    torch_ref.gather_and_maybe_dequant_cache(view(want), want_dst,
+    torch_ref.gather_and_maybe_dequant_cache_batch(view(want), want_dst,
                                              block_table, cu, 2, kvd, scale,
                                              starts)
     kt.check_errors(dev)  # every slot in range: nothing reported
@@ -1024,7 +1028,7 @@ def test_mla_gather_by_block_table_refuses_what_it_cannot_serve(device):
         want = dst.clone()
         if cu == sorted(cu) and cu[0] >= 0 and cu[-1] <= rows:
             want = _mla_gather_want(cache, want, tab, cu, 2, starts)
-        torch.ops.kvgen.gather_and_maybe_dequant_cache(
+        torch.ops.kvgen.gather_and_maybe_dequant_cache_batch(
             cache, dst[:rows], tab, cu_t, 2, "auto", scale, st)
         if reported:
             with pytest.raises(kvgen.KvgenError) as e:
@@ -1051,7 +1055,7 @@ def test_mla_gather_by_block_table_refuses_what_it_cannot_serve(device):
             ((table[0], cu_t, 2, None), ValueError,
              r"block_table has shape \[2\]")):
         with pytest.raises(err, match=msg):
-            torch.ops.kvgen.gather_and_maybe_dequant_cache(
+            torch.ops.kvgen.gather_and_maybe_dequant_cache_batch(
                 cache, dst, args[0], args[1], args[2], "auto", scale,
                 args[3])
         assert (dst == canary).all()
@@ -1062,7 +1066,7 @@ def test_mla_gather_by_block_table_refuses_what_it_cannot_serve(device):
     try:
         bad = i32([[1, 2], [-1, 1 << 20]])
         want = _mla_gather_want(cache, dst, bad, [0, 5, 9], 2, None)
-        torch.ops.kvgen.gather_and_maybe_dequant_cache(
+        torch.ops.kvgen.gather_and_maybe_dequant_cache_batch(
             cache, dst, bad, cu_t, 2, "auto", scale)
         kt.check_errors(dev)
         assert torch.equal(dst.cpu(), want.cpu())
@@ -1086,8 +1090,8 @@ def test_mla_gather_scale_none_and_batch_size_checks():
     cu = torch.tensor([0, 5, 9], dtype=torch.int32)
     canary = 7.0
     kt.check_errors()
-    for call in (torch.ops.kvgen.gather_and_maybe_dequant_cache,
-                 kt.gather_and_maybe_dequant_cache):
+    for call in (torch.ops.kvgen.gather_and_maybe_dequant_cache_batch,
+                 kt.gather_and_maybe_dequant_cache_batch):
         dst = torch.full((14, E), canary, dtype=torch.bfloat16)
         want = _mla_gather_want(cache, dst.clone(), table, [0, 5, 9], 2,
                                 None)
@@ -1098,12 +1102,12 @@ def test_mla_gather_scale_none_and_batch_size_checks():
     fp8 = torch.zeros(nb, bs, E, dtype=torch.uint8)
     dst = torch.full((12, E), canary, dtype=torch.bfloat16)
     with pytest.raises(TypeError, match="scale is None.*fp8"):
-        torch.ops.kvgen.gather_and_maybe_dequant_cache(
+        torch.ops.kvgen.gather_and_maybe_dequant_cache_batch(
             fp8, dst, table, cu, 2, "fp8", None, None)
     assert (dst == canary).all()
     for bad in (True, 2.0):
         with pytest.raises(TypeError, match="batch_size .* must be an int"):
-            kt.gather_and_maybe_dequant_cache(cache, dst, table, cu, bad,
+            kt.gather_and_maybe_dequant_cache_batch(cache, dst, table, cu, bad,
                                               "auto", torch.ones(1))
     assert (dst == canary).all()
     kt.check_errors()
@@ -1499,17 +1503,17 @@ def test_cuda_swap_with_a_pinned_host_cache():
         torch.bfloat16).pin_memory()
     gpu = torch.zeros(10, 16, 4, 128, dtype=torch.bfloat16, device=dev)
     m = torch.tensor([[0, 9], [11, 0], [4, 5]], device=dev)
-    torch.ops.kvgen.swap_blocks(host, gpu, m)
+    torch.ops.kvgen.swap_blocks_device_mapping(host, gpu, m)
     torch.cuda.synchronize()
     mc = m.cpu()
     assert torch.equal(gpu[mc[:, 1]].cpu(), host[mc[:, 0]])
     back = torch.zeros_like(host).pin_memory()
-    torch.ops.kvgen.swap_blocks(gpu, back, torch.tensor([[9, 1]],
+    torch.ops.kvgen.swap_blocks_device_mapping(gpu, back, torch.tensor([[9, 1]],
                                                         device=dev))
     torch.cuda.synchronize()
     assert torch.equal(back[1], host[0])
     with pytest.raises(ValueError, match="pinned"):
-        torch.ops.kvgen.swap_blocks(host.clone(), gpu, m)
+        torch.ops.kvgen.swap_blocks_device_mapping(host.clone(), gpu, m)
 
 
 @cuda

@@ -78,7 +78,7 @@ def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
           slot_mapping, kv_cache_dtype, scale, scale)
 
 
-def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
+def gather_and_maybe_dequant_cache_batch(src_cache, dst, block_table, cu_seq_lens,
                                    batch_size, kv_cache_dtype, scale,
                                    seq_starts=None):
     bs = src_cache.shape[1]
