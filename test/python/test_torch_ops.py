@@ -1570,3 +1570,463 @@ def test_write_accepts_none_scales_for_auto(entry):
     others[slots] = False
     assert not kc.view(-1, 4, 64)[others].any()
     assert not vc.view(-1, 4, 64)[others].any()
+
+
+# -- vLLM's current cache-op schemas (issue 24) -----------------------------
+#
+# Each op: torch.library.opcheck (schema, fake, aot dispatch) and a torch
+# reference (torch_ref.py, plain torch indexing), on the CPU (kvgen's host
+# backend) and, where torch sees a GPU, on CUDA.
+
+def _opcheck(op, args):
+    """torch.library.opcheck of a kvgen op; what failed in its report."""
+    res = torch.library.opcheck(op, args, raise_exception=False)
+    bad = {k: v for k, v in res.items() if v != "SUCCESS"}
+    assert not bad, bad
+
+
+def _padded_rows(T, pad, H, d, gen, dev):
+    """[T + pad, H, d] bf16 rows whose padding rows are NaN (a read of
+    them would show in the cache)."""
+    r = make_rows(T + pad, H, d, gen)
+    r[T:] = float("nan")
+    return r.to(dev)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("entry", ["torch.ops", "kvgen.torch"])
+@pytest.mark.parametrize("kv_dtype", ["auto", "bfloat16", "fp8"])
+def test_write_token_count_is_slot_mappings_length(kv_dtype, entry, device):
+    """vLLM pads key / value for CUDA graphs and passes the real tokens'
+    slot_mapping: T = slot_mapping.numel() <= key rows; the padding rows
+    are not read. Twice per call site: the second call is launched from the
+    remembered plan (C++ kernel or the identity table)."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(31)
+    H, D, bs, nb, T, pad = 2, 64, 16, 4, 7, 5
+    cdt = torch.uint8 if kv_dtype == "fp8" else torch.bfloat16
+    write = torch.ops.kvgen.reshape_and_cache_flash if entry == "torch.ops" \
+        else kt.reshape_and_cache_flash
+    kc = torch.zeros(nb, bs, H, D, dtype=cdt, device=dev)
+    vc = torch.zeros_like(kc)
+    ks = torch.tensor([0.5], device=dev)
+    vs = torch.tensor([0.25], device=dev)
+    for step in range(2):
+        key = _padded_rows(T, pad, H, D, gen, dev)
+        value = _padded_rows(T, pad, H, D, gen, dev)
+        slots = make_slots(T, nb, bs, gen, torch.int64).to(dev)
+        wk, wv = kc.clone(), vc.clone()
+        torch_ref.write(key, value, wk, wv, slots, kv_dtype, ks, vs)
+        write(key, value, kc, vc, slots, kv_dtype, ks, vs)
+        assert torch.equal(kc, wk) and torch.equal(vc, wv), step
+    # and the MLA writer
+    L, R = 32, 16
+    cache = torch.zeros(nb, bs, L + R, dtype=cdt, device=dev)
+    want = cache.clone()
+    kv_c = _padded_rows(T, pad, 1, L, gen, dev)[:, 0]
+    k_pe = _padded_rows(T, pad, 1, R, gen, dev)[:, 0]
+    slots = make_slots(T, nb, bs, gen, torch.int64).to(dev)
+    torch.ops.kvgen.concat_and_cache_mla(kv_c, k_pe, cache, slots, kv_dtype,
+                                         ks)
+    torch_ref.concat_and_cache_mla(kv_c, k_pe, want, slots, kv_dtype, ks)
+    assert torch.equal(cache, want)
+    kt.check_errors(dev)
+
+
+@pytest.mark.parametrize("entry", ["torch.ops", "kvgen.torch"])
+def test_write_fewer_rows_than_slots_is_refused(entry):
+    """The other direction: rows must hold T tokens (ValueError naming
+    both, nothing written), also after a remembered plan."""
+    write = torch.ops.kvgen.reshape_and_cache_flash if entry == "torch.ops" \
+        else kt.reshape_and_cache_flash
+    key, value, kc, vc, slots, ks, vs = _setup_bad()
+    slots[4] = 9
+    write(key, value, kc, vc, slots, "auto", ks, vs)
+    before = kc.clone(), vc.clone()
+    for k, v, name in ((key[:3], value, "key"), (key, value[:4], "value")):
+        with pytest.raises(ValueError,
+                           match=f"{name} has \\d tokens, slot_mapping 5"):
+            write(k, v, kc, vc, slots, "auto", ks, vs)
+    assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
+    with pytest.raises(ValueError, match="kv_c has 3 tokens, slot_mapping 5"):
+        torch.ops.kvgen.concat_and_cache_mla(
+            key[:3, 0], key[:5, 1, :16], torch.zeros(4, 16, 80,
+                                                     dtype=torch.bfloat16),
+            slots, "auto", ks)
+
+
+@pytest.mark.parametrize("entry", ["torch.ops", "kvgen.torch"])
+def test_unquantized_cache_dtype_names(entry):
+    """kv_cache_dtype "bfloat16" / "float16" (vLLM's CacheDType): an
+    unquantized cache of that dtype, the rows stored unconverted as with
+    "auto"; a cache or rows of another dtype is refused (TypeError, nothing
+    written); the scales are not read (None accepted)."""
+    write = torch.ops.kvgen.reshape_and_cache_flash if entry == "torch.ops" \
+        else kt.reshape_and_cache_flash
+    gen = torch.Generator().manual_seed(37)
+    for name, dt in (("bfloat16", torch.bfloat16),
+                     ("float16", torch.float16)):
+        key = make_rows(6, 2, 32, gen, dt)
+        value = make_rows(6, 2, 32, gen, dt)
+        slots = torch.tensor([3, -1, 17, 40, 2, 63])
+        kc = torch.zeros(4, 16, 2, 32, dtype=dt)
+        vc = torch.zeros_like(kc)
+        wk, wv = kc.clone(), vc.clone()
+        torch_ref.write(key, value, wk, wv, slots, "auto", None, None)
+        write(key, value, kc, vc, slots, name, None, None)
+        assert torch.equal(kc, wk) and torch.equal(vc, wv)
+        other = torch.bfloat16 if dt == torch.float16 else torch.float16
+        with pytest.raises(TypeError, match=f"kv_cache_dtype '{name}' is a "):
+            write(key.to(other), value.to(other), kc.to(other),
+                  vc.to(other), slots, name, None, None)
+        before = kc.clone()
+        with pytest.raises(TypeError, match=f"with kv_cache_dtype '{name}' "
+                           "it must be"):
+            write(key.to(other), value.to(other), kc, vc, slots, name,
+                  None, None)
+        assert torch.equal(kc, before)
+        # the gather reads them the same way
+        ko, vo = torch.zeros_like(key), torch.zeros_like(value)
+        torch.ops.kvgen.gather_cache(kc, vc, slots, ko, vo, name, None,
+                                     None)
+        ok = slots >= 0
+        assert torch.equal(ko[ok], key[ok]) and torch.equal(vo[ok], value[ok])
+
+
+def _token_gather_case(dev, gen, cdt):
+    """A cache of 8 blocks of 16 rows of 48, two sequences (the second
+    starting at token 5 of its block table, not a block boundary), a
+    token_to_seq whose rows past the sequences' end are left alone."""
+    nb, bs, E = 8, 16, 48
+    if cdt == torch.uint8:
+        cache = torch.randint(0, 120, (nb, bs, E), dtype=torch.uint8,
+                              generator=gen)
+    else:
+        cache = torch.randn(nb, bs, E, generator=gen).to(cdt)
+    table = torch.tensor([[6, 1, 7], [2, 0, 5]], dtype=torch.int32)
+    cu = torch.tensor([0, 20, 31], dtype=torch.int32)
+    # rows 31, 32 say sequence 1 but lie past its end: untouched
+    token_to_seq = torch.tensor([0] * 20 + [1] * 13, dtype=torch.int32)
+    starts = torch.tensor([0, 5], dtype=torch.int32)
+    return [t.to(dev) for t in (cache, table, cu, token_to_seq, starts)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kv_dtype", ["auto", "fp8"])
+def test_gather_and_maybe_dequant_cache_current_schema(kv_dtype, device):
+    """vLLM's current gather (token_to_seq, num_tokens) against the torch
+    reference: rows < num_tokens gathered (fp8 dequantized), rows whose
+    token lies past its sequence's end and rows from num_tokens on
+    untouched."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(41)
+    cdt = torch.uint8 if kv_dtype == "fp8" else torch.bfloat16
+    cache, table, cu, tts, starts = _token_gather_case(dev, gen, cdt)
+    scale = torch.tensor([0.5], device=dev)
+    for seq_starts, num_tokens in ((None, 33), (starts, 33), (starts, 25)):
+        dst = torch.full((36, 48), 7.0, dtype=torch.float32, device=dev)
+        want = dst.clone()
+        torch.ops.kvgen.gather_and_maybe_dequant_cache(
+            cache, dst, table, cu, tts, num_tokens, kv_dtype, scale,
+            seq_starts)
+        torch_ref.gather_and_maybe_dequant_cache(
+            cache, want, table, cu, tts, num_tokens, kv_dtype, scale,
+            seq_starts)
+        assert torch.equal(dst, want)
+        assert torch.equal(dst[num_tokens:], torch.full_like(
+            dst[num_tokens:], 7.0))
+    kt.check_errors(dev)
+
+
+def test_gather_current_schema_refuses_what_it_cannot_serve():
+    """Host-checked arguments raise before anything is written; values on
+    the device that it cannot serve (a sequence id outside the tables, a
+    row before its sequence's start, a block id outside the cache) leave
+    their row untouched and are reported, the other rows gathered."""
+    gen = torch.Generator().manual_seed(43)
+    cache, table, cu, tts, starts = _token_gather_case("cpu", gen,
+                                                       torch.bfloat16)
+    one = torch.ones(1)
+    dst = torch.zeros(33, 48, dtype=torch.bfloat16)
+    call = torch.ops.kvgen.gather_and_maybe_dequant_cache
+    for args, exc, msg in (
+            ((tts, 34), ValueError, "num_tokens 34 exceeds dst's 33 rows"),
+            ((tts[:10], 11), ValueError,
+             "num_tokens 11 exceeds token_to_seq's 10 rows"),
+            ((tts.float(), 3), TypeError, "token_to_seq has dtype"),
+            ((tts.view(3, 11), 3), ValueError, "token_to_seq has shape")):
+        with pytest.raises(exc, match=msg):
+            call(cache, dst, table, cu, args[0], args[1], "auto", one, None)
+    assert not dst.any()
+    with pytest.raises(ValueError, match="kv_cache_dtype 'fp4'"):
+        call(cache, dst, table, cu, tts, 3, "fp4", one, None)
+    kt.check_errors("cpu")
+    bad_tts = tts.clone()
+    bad_tts[2] = 2          # no sequence 2
+    bad_tts[25] = 0         # row 25 lies past sequence 0's end: skipped
+    bad_tts[21] = -1        # no sequence -1
+    bad_table = table.clone()
+    bad_table[0, 1] = 8     # block 8 of 8 (rows 16..19)
+    want = dst.clone()
+    torch_ref.gather_and_maybe_dequant_cache(
+        cache, want, table, cu, tts, 33, "auto", one, None)
+    for r in (2, 21, 25, 16, 17, 18, 19):
+        want[r] = 0
+    call(cache, dst, bad_table, cu, bad_tts, 33, "auto", one, None)
+    with pytest.raises(kvgen.KvgenError, match="INDEX_OUT_OF_RANGE"):
+        kt.check_errors("cpu")
+    assert torch.equal(dst, want)
+
+
+RAW_DTYPES = [torch.bfloat16, torch.float32, torch.uint8,
+              torch.float8_e4m3fn, torch.int16]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", RAW_DTYPES, ids=str)
+def test_cp_gather_cache_raw_copy(dtype, device):
+    """cp_gather_cache copies raw bits of any 1/2/4-byte dtype (random
+    bits: NaN patterns included) by block table, against the torch
+    reference, bit for bit; dst rows of no sequence untouched."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(47)
+    nb, bs, E = 8, 16, 40
+    esz = torch.empty((), dtype=dtype).element_size()
+    raw = torch.randint(0, 256, (nb * bs * E * esz,), dtype=torch.uint8,
+                        generator=gen)
+    cache = raw.view(dtype).view(nb, bs, E).to(dev)
+    table = torch.tensor([[6, 1, 7], [2, 0, 5]], dtype=torch.int32,
+                         device=dev)
+    cu = torch.tensor([0, 20, 31], dtype=torch.int32, device=dev)
+    for starts in (None, torch.tensor([3, 16], dtype=torch.int32,
+                                      device=dev)):
+        dst = torch.zeros(34, E, dtype=dtype, device=dev)
+        want = dst.clone()
+        torch.ops.kvgen.cp_gather_cache(cache, dst, table, cu, 2, starts)
+        torch_ref.cp_gather_cache(cache, want, table, cu, 2, starts)
+        assert same_bits(dst.cpu().view(torch.uint8),
+                         want.cpu().view(torch.uint8))
+    with pytest.raises(TypeError, match="must have the same dtype"):
+        torch.ops.kvgen.cp_gather_cache(cache, dst.to(torch.float64), table,
+                                        cu, 2, None)
+    kt.check_errors(dev)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kv_dtype", ["fp8", "fp8_e5m2"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16,
+                                   torch.float32], ids=str)
+def test_convert_fp8(dtype, kv_dtype, device):
+    """convert_fp8 both ways (into a uint8 and a float8 cache) against the
+    torch reference, bit for bit; refused arguments write nothing."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(53)
+    src = (torch.randn(3, 4, 16, 24, generator=gen) * 300).to(dtype).to(dev)
+    fp8 = torch_ref.FP8[kv_dtype]
+    for cdt in (torch.uint8, fp8):
+        q = torch.zeros(src.shape, dtype=cdt, device=dev)
+        want = q.clone()
+        torch.ops.kvgen.convert_fp8(q, src, 0.75, kv_dtype)
+        torch_ref.convert_fp8(want, src, 0.75, kv_dtype)
+        assert same_bits(q.view(torch.uint8).cpu(),
+                         want.view(torch.uint8).cpu())
+        back = torch.zeros_like(src)
+        want_back = back.clone()
+        torch.ops.kvgen.convert_fp8(back, q, 0.75, kv_dtype)
+        torch_ref.convert_fp8(want_back, q, 0.75, kv_dtype)
+        assert torch.equal(back, want_back)
+    q = torch.zeros(src.shape, dtype=torch.uint8, device=dev)
+    for args, exc, msg in (
+            ((q, src, 0.0, kv_dtype), ValueError, "scale 0.0 must be"),
+            ((q, src, float("nan"), kv_dtype), ValueError, "scale nan"),
+            ((q, src, 1.0, "auto"), ValueError, "kv_cache_dtype 'auto'"),
+            ((q[:2], src, 1.0, kv_dtype), ValueError, "same"),
+            ((q.transpose(0, 1), src.transpose(0, 1), 1.0, kv_dtype),
+             ValueError, "must be contiguous"),
+            ((src.clone(), src, 1.0, kv_dtype), TypeError,
+             "an fp8 cache is uint8")):
+        with pytest.raises(exc, match=msg):
+            torch.ops.kvgen.convert_fp8(*args)
+    assert not q.any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_swap_blocks_current_schema(device):
+    """vLLM's swap_blocks(src, dst, block_size_in_bytes, block_mapping on
+    the CPU): each block's block_size_in_bytes bytes, padding between
+    blocks included (as vLLM's byte copy), against the torch reference;
+    a strided CPU mapping accepted; the K half of a [nb, 2, ...] cache
+    moves the whole block stride (K and V), as vLLM's; a block id outside
+    either cache skipped and reported; bad arguments refused with nothing
+    written."""
+    dev = torch.device(device)
+    other = torch.device("cpu") if dev.type == "cuda" else dev
+    gen = torch.Generator().manual_seed(59)
+
+    def alloc(shape, d):
+        t = torch.randn(shape, generator=gen).to(torch.bfloat16)
+        return t.pin_memory() if d.type == "cpu" and dev.type == "cuda" \
+            else t.to(d)
+
+    # padded blocks: [nb, bs, H, D] views of [nb, bs + 1, H, D]
+    src = alloc((6, 17, 2, 64), other)[:, :16]
+    dst = alloc((9, 17, 2, 64), dev)[:, :16]
+    bsb = src.element_size() * src.stride(0)
+    m = torch.tensor([[0, 8, 5, 2, 2, 0]]).view(3, 2)
+    want = dst.clone()
+    want_base = dst.as_strided((9, 17, 2, 64), dst.stride()).clone()
+    torch_ref.swap_blocks_bytes(src, want_base, bsb, m)
+    torch.ops.kvgen.swap_blocks(src, dst, bsb, m)
+    assert torch.equal(dst.as_strided((9, 17, 2, 64), dst.stride()),
+                       want_base)
+    # strided mapping (a column pair of a wider tensor)
+    wide = torch.tensor([[1, 9, 3], [4, 9, 4]])[:, ::2]
+    torch_ref.swap_blocks_bytes(src, want_base, bsb, wide)
+    torch.ops.kvgen.swap_blocks(src, dst, bsb, wide)
+    assert torch.equal(dst.as_strided((9, 17, 2, 64), dst.stride()),
+                       want_base)
+    # [nb, 2, bs, H, D] halves
+    kv_src = alloc((4, 2, 16, 2, 32), other)
+    kv_dst = alloc((4, 2, 16, 2, 32), dev)
+    want_kv = kv_dst.clone()
+    bsb2 = kv_src[:, 0].element_size() * kv_src[:, 0].stride(0)
+    m2 = torch.tensor([[3, 0], [0, 3]])
+    torch.ops.kvgen.swap_blocks(kv_src[:, 0], kv_dst[:, 0], bsb2, m2)
+    torch_ref.swap_blocks_bytes(kv_src, want_kv, bsb2, m2)
+    assert torch.equal(kv_dst, want_kv)
+    kt.check_errors(dev)
+    before = dst.as_strided((9, 17, 2, 64), dst.stride()).clone()
+    torch.ops.kvgen.swap_blocks(src, dst, bsb, torch.tensor([[0, 9]]))
+    with pytest.raises(kvgen.KvgenError, match="INDEX_OUT_OF_RANGE"):
+        kt.check_errors(dev)
+    for args, msg in (
+            ((bsb - 2, m), f"block_size_in_bytes {bsb - 2} is not src's "
+             f"block stride in bytes \\({bsb} "),
+            ((bsb, m.int()), "need \\[N, 2\\] int64"),
+            ((bsb, m.view(-1)), "need \\[N, 2\\] int64"),
+            ((bsb, m.to("meta")), "block_mapping is on meta")):
+        with pytest.raises(ValueError, match=msg):
+            torch.ops.kvgen.swap_blocks(src, dst, *args)
+    with pytest.raises(TypeError, match="block_size_in_bytes"):
+        kt.swap_blocks(src, dst, float(bsb), m)
+    assert torch.equal(dst.as_strided((9, 17, 2, 64), dst.stride()), before)
+
+
+def test_swap_blocks_storage_bound():
+    """A view whose last block's block_size_in_bytes would run past its
+    storage (vLLM's byte copy would read or write beyond the allocation:
+    here the last block has no padding row) is refused, nothing
+    written."""
+    stride = 17 * 2 * 64
+    base = torch.zeros(3 * stride + 16 * 2 * 64, dtype=torch.bfloat16)
+    view = base.as_strided((4, 16, 2, 64), (stride, 128, 64, 1))
+    src = torch.ones(4, 17, 2, 64, dtype=torch.bfloat16)[:, :16]
+    for a, b, name in ((src, view, "dst"), (view, src, "src")):
+        with pytest.raises(ValueError, match=f"{name}'s 4 blocks of 4352 "
+                           "bytes from byte 0 run past its storage"):
+            torch.ops.kvgen.swap_blocks(a, b, 2 * stride,
+                                        torch.tensor([[0, 3]]))
+    assert not base.any()
+
+
+def _opcheck_cases():
+    """(name, op, args builder) for every kvgen.torch op, on the CPU."""
+    gen = torch.Generator().manual_seed(61)
+    one = torch.tensor([0.5])
+    H, D, bs, nb = 2, 64, 16, 4
+
+    def write(kvd):
+        cdt = torch.uint8 if kvd == "fp8" else torch.bfloat16
+        return lambda: (make_rows(9, H, D, gen), make_rows(9, H, D, gen),
+                        torch.zeros(nb, bs, H, D, dtype=cdt),
+                        torch.zeros(nb, bs, H, D, dtype=cdt),
+                        torch.tensor([5, -1, 40, 2, 63, 9]), kvd, one, one)
+
+    def gather():
+        kc = torch.randn(nb, bs, H, D, generator=gen).to(torch.bfloat16)
+        return (kc, kc.clone(), torch.tensor([5, -1, 40, 2]),
+                torch.zeros(4, H, D), torch.zeros(4, H, D), "auto", one, one)
+
+    def mla():
+        return (make_rows(8, 1, 48, gen)[:, 0], make_rows(8, 1, 16, gen)[:, 0],
+                torch.zeros(nb, bs, 64, dtype=torch.uint8),
+                torch.tensor([5, -1, 40, 2, 63]), "fp8", one)
+
+    def token_gather():
+        cache, table, cu, tts, starts = _token_gather_case(
+            "cpu", gen, torch.uint8)
+        return (cache, torch.zeros(33, 48), table, cu, tts, 33, "fp8", one,
+                starts)
+
+    def batch_gather():
+        cache, table, cu, _, starts = _token_gather_case(
+            "cpu", gen, torch.bfloat16)
+        return (cache, torch.zeros(33, 48, dtype=torch.bfloat16), table, cu,
+                2, "auto", one, starts)
+
+    def cp_gather():
+        cache, table, cu, _, starts = _token_gather_case(
+            "cpu", gen, torch.uint8)
+        return (cache, torch.zeros(33, 48, dtype=torch.uint8), table, cu, 2,
+                starts)
+
+    def convert():
+        return (torch.zeros(2, 16, 32, dtype=torch.uint8),
+                torch.randn(2, 16, 32, generator=gen), 0.5, "fp8")
+
+    def swap():
+        src = torch.randn(6, bs, H, D, generator=gen).to(torch.bfloat16)
+        return (src, torch.zeros(5, bs, H, D, dtype=torch.bfloat16),
+                src.element_size() * src.stride(0),
+                torch.tensor([[0, 4], [5, 1]]))
+
+    def swap_device_mapping():
+        return swap()[:2] + (torch.tensor([[0, 4], [5, 1]]),)
+
+    def copy():
+        c = [torch.randn(nb, bs, H, D, generator=gen).to(torch.bfloat16)
+             for _ in range(4)]
+        return (c[:2], c[2:], torch.tensor([[0, 3], [1, 2]]))
+
+    def copy_mla():
+        return ([torch.randn(nb, bs, 64, generator=gen).to(torch.bfloat16)],
+                torch.tensor([[0, 3]]))
+
+    return [("reshape_and_cache_flash-auto", write("auto")),
+            ("reshape_and_cache_flash-bfloat16", write("bfloat16")),
+            ("reshape_and_cache_flash-fp8", write("fp8")),
+            ("gather_cache", gather),
+            ("concat_and_cache_mla", mla),
+            ("gather_and_maybe_dequant_cache", token_gather),
+            ("gather_and_maybe_dequant_cache_batch", batch_gather),
+            ("cp_gather_cache", cp_gather),
+            ("convert_fp8", convert),
+            ("swap_blocks", swap),
+            ("swap_blocks_device_mapping", swap_device_mapping),
+            ("copy_blocks", copy),
+            ("copy_blocks_mla", copy_mla)]
+
+
+OPCHECK = _opcheck_cases()
+
+
+@pytest.mark.parametrize("name,build", OPCHECK, ids=[n for n, _ in OPCHECK])
+def test_opcheck(name, build):
+    """torch.library.opcheck of every op on CPU tensors: the schema's
+    mutations are the ones the op makes, the fake implementation agrees,
+    AOT dispatch (dynamic shapes) traces it."""
+    _opcheck(getattr(torch.ops.kvgen, name.split("-")[0]).default, build())
+    kt.check_errors("cpu")
+
+
+@cuda
+def test_cuda_opcheck():
+    """The same on CUDA tensors (needs a GPU)."""
+    for name, build in OPCHECK:
+        args = [a.cuda() if isinstance(a, torch.Tensor) else
+                [x.cuda() for x in a] if isinstance(a, list) else a
+                for a in build()]
+        if name == "swap_blocks":
+            args[3] = args[3].cpu()
+        _opcheck(getattr(torch.ops.kvgen, name.split("-")[0]).default, args)
+    kt.check_errors("cuda")

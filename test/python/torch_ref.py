@@ -11,6 +11,8 @@ import torch
 
 FP8 = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn,
        "fp8_e5m2": torch.float8_e5m2}
+#: kv_cache_dtype names of an unquantized cache (vLLM's CacheDType)
+UNQUANTIZED = ("auto", "bfloat16", "float16")
 
 
 def _fp8_type(cache, kv_cache_dtype):
@@ -27,15 +29,17 @@ def _scale(s, heads):
 
 def write(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
           k_scale, v_scale):
-    """reshape_and_cache_flash: cache[slot // bs, slot % bs] = row
-    (quantized as saturate(x / scale) for fp8)."""
+    """reshape_and_cache_flash: cache[slot // bs, slot % bs] = row for
+    the first T = slot_mapping.numel() rows (quantized as saturate(x /
+    scale) for fp8)."""
     bs = key_cache.shape[1]
+    T = slot_mapping.numel()
     ok = slot_mapping >= 0
     s = slot_mapping[ok].long()
     for rows, cache, scale in ((key, key_cache, k_scale),
                                (value, value_cache, v_scale)):
-        r = rows[ok]
-        if kv_cache_dtype != "auto":
+        r = rows[:T][ok]
+        if kv_cache_dtype not in UNQUANTIZED:
             t = _fp8_type(cache, kv_cache_dtype)
             m = torch.finfo(t).max
             q = (r.float() / _scale(scale, r.shape[1])).clamp(-m, m).to(t)
@@ -53,7 +57,7 @@ def gather(key_cache, value_cache, slot_mapping, key_out, value_out,
     for out, cache, scale in ((key_out, key_cache, k_scale),
                               (value_out, value_cache, v_scale)):
         c = cache[s // bs, s % bs]
-        if kv_cache_dtype != "auto":
+        if kv_cache_dtype not in UNQUANTIZED:
             t = _fp8_type(cache, kv_cache_dtype)
             c = (c.view(t).float() * _scale(scale, c.shape[1]))
         out[ok] = c.to(out.dtype)
@@ -73,6 +77,8 @@ def swap_blocks(src, dst, block_mapping):
 def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
                          scale):
     L = kv_c.shape[1]
+    T = slot_mapping.numel()
+    kv_c, k_pe = kv_c[:T], k_pe[:T]
     write(kv_c.unsqueeze(1), k_pe.unsqueeze(1),
           kv_cache[..., :L].unsqueeze(2), kv_cache[..., L:].unsqueeze(2),
           slot_mapping, kv_cache_dtype, scale, scale)
@@ -88,7 +94,70 @@ def gather_and_maybe_dequant_cache_batch(src_cache, dst, block_table, cu_seq_len
         for i in range(hi - lo):
             p = start + i
             row = src_cache[int(block_table[b, p // bs]), p % bs]
-            if kv_cache_dtype != "auto":
-                t = _fp8_type(src_cache, kv_cache_dtype)
-                row = row.view(t).float() * scale.float()
-            dst[lo + i] = row.to(dst.dtype)
+            dst[lo + i] = _dequant(row, kv_cache_dtype, scale, dst.dtype)
+
+
+def _dequant(row, kv_cache_dtype, scale, dtype):
+    if kv_cache_dtype not in UNQUANTIZED:
+        t = FP8[kv_cache_dtype]
+        row = row.view(t).float() * scale.float()
+    return row.to(dtype)
+
+
+def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
+                                   token_to_seq, num_tokens, kv_cache_dtype,
+                                   scale, seq_starts=None):
+    """vLLM's current form: dst row t < num_tokens of sequence b =
+    token_to_seq[t], position p = t - cu_seq_lens[b] + seq_starts[b];
+    rows with t >= cu_seq_lens[b + 1] untouched."""
+    bs = src_cache.shape[1]
+    for t in range(num_tokens):
+        b = int(token_to_seq[t])
+        lo, hi = int(cu_seq_lens[b]), int(cu_seq_lens[b + 1])
+        if t >= hi:
+            continue
+        p = t - lo + (int(seq_starts[b]) if seq_starts is not None else 0)
+        row = src_cache[int(block_table[b, p // bs]), p % bs]
+        dst[t] = _dequant(row, kv_cache_dtype, scale, dst.dtype)
+
+
+def cp_gather_cache(src_cache, dst, block_table, cu_seq_lens, batch_size,
+                    seq_starts=None):
+    """The batch form as a raw copy (src_cache and dst of one dtype)."""
+    bs = src_cache.shape[1]
+    for b in range(batch_size):
+        lo, hi = int(cu_seq_lens[b]), int(cu_seq_lens[b + 1])
+        start = int(seq_starts[b]) if seq_starts is not None else 0
+        for i in range(hi - lo):
+            p = start + i
+            dst[lo + i] = src_cache[int(block_table[b, p // bs]), p % bs]
+
+
+def convert_fp8(dst_cache, src_cache, scale, kv_cache_dtype):
+    """Float -> fp8: saturate(x / scale); fp8 -> float: q * scale (fp8
+    caches uint8 or float8)."""
+    t = FP8[kv_cache_dtype]
+    if src_cache.dtype in (torch.bfloat16, torch.float16, torch.float32):
+        m = torch.finfo(t).max
+        q = (src_cache.float() / scale).clamp(-m, m).to(t)
+        dst_cache.copy_(q.view(dst_cache.dtype) if dst_cache.dtype != t
+                        else q)
+    else:
+        dst_cache.copy_((src_cache.view(t).float() * scale)
+                        .to(dst_cache.dtype))
+
+
+def swap_blocks_bytes(src, dst, block_size_in_bytes, block_mapping):
+    """vLLM's swap_blocks: for each (s, d), block_size_in_bytes bytes at
+    byte s * block_size_in_bytes of src's memory to d * ... of dst's
+    (through their storages: padding between blocks included)."""
+    def raw(t):
+        u = torch.empty(0, dtype=torch.uint8, device=t.device)
+        return u.set_(t.untyped_storage(),
+                      t.storage_offset() * t.element_size(),
+                      (t.untyped_storage().nbytes()
+                       - t.storage_offset() * t.element_size(),))
+    rs, rd = raw(src), raw(dst)
+    n = block_size_in_bytes
+    for s, d in block_mapping.tolist():
+        rd[d * n:(d + 1) * n] = rs[s * n:(s + 1) * n].to(rd.device)
