@@ -8,43 +8,67 @@ signatures engines already call.
 Ops (namespace `kvgen`; CPU tensors run through kvgen's host backend, CUDA
 tensors through NVRTC-compiled kernels on torch.cuda.current_stream()):
 
+The ops at vLLM's schemas (vLLM's _C_cache_ops; docs/torch.md's table
+says what differs):
+
   reshape_and_cache_flash(key, value, key_cache!, value_cache!,
       slot_mapping, kv_cache_dtype, k_scale, v_scale, pdl=False)
-      key [T, H, Dk], value [T, H, Dv] (bf16 / f16 / f32, last dim
+      T = slot_mapping.numel() tokens (vLLM's count: key / value may hold
+      more rows, e.g. padding for CUDA graphs, which are not read);
+      key [>= T, H, Dk], value [>= T, H, Dv] (bf16 / f16 / f32, last dim
       contiguous); caches [num_blocks, block_size, H, D] views (any strides
       kvgen can express: NHD, HND via permute, K/V halves of one packed
       tensor, a [num_blocks, 2, ...] allocation, padded blocks);
       slot_mapping [T] int32/int64, < 0 = padding; kv_cache_dtype "auto"
-      (cache dtype = key dtype, scales ignored) | "fp8" | "fp8_e4m3" |
-      "fp8_e5m2" (uint8 or float8 caches, stored value saturate(x / scale));
-      k_scale / v_scale float32 with 1 (per tensor) or H (per head)
-      elements. pdl (optional, default False): a programmatic dependent
-      launch (CUDA, sm_90: the write starts while the kernel before it on
-      the stream finishes and waits for its writes on the GPU; the kernel
-      before should call griddepcontrol.launch_dependents); refused with
-      KvgenError where the kernel has no dependent_launch (e.g. the CPU).
+      (cache dtype = key dtype, scales not read) | "bfloat16" | "float16"
+      (a cache of that dtype, which must also be the key's; scales not
+      read) | "fp8" | "fp8_e4m3" | "fp8_e5m2" (uint8 or float8 caches,
+      stored value saturate(x / scale)); k_scale / v_scale float32 with 1
+      (per tensor) or H (per head) elements. pdl (kvgen's, optional,
+      default False): a programmatic dependent launch (CUDA, sm_90: the
+      write starts while the kernel before it on the stream finishes and
+      waits for its writes on the GPU; the kernel before should call
+      griddepcontrol.launch_dependents); refused with KvgenError where the
+      kernel has no dependent_launch (e.g. the CPU).
+  concat_and_cache_mla(kv_c, k_pe, kv_cache!, slot_mapping, kv_cache_dtype,
+      scale, pdl=False) (T = slot_mapping.numel(), kv_c [>= T, L], k_pe
+      [>= T, R], kv_cache [num_blocks, block_size, L + R]): the MLA writer,
+      kvgen's kv.concat_and_cache_mla over the layout components = [kv_c:
+      L, k_pe: R], packing = packed; pdl as for reshape_and_cache_flash.
+  gather_and_maybe_dequant_cache(src_cache, dst!, block_table, cu_seq_lens,
+      token_to_seq, num_tokens, kv_cache_dtype, scale, seq_starts=None):
+      vLLM's MLA gather by block table, dst[t] for t < num_tokens from
+      sequence token_to_seq[t] (see its doc string for what it
+      allocates).
+  cp_gather_cache(src_cache, dst!, block_table, cu_seq_lens, batch_size,
+      seq_starts=None): the gather by batch as a raw copy (one dtype).
+  convert_fp8(dst_cache!, src_cache, scale: float, kv_cache_dtype): float
+      <-> fp8 conversion of a whole cache (vLLM: a test helper).
+  swap_blocks(src, dst!, block_size_in_bytes, block_mapping): blocks of
+      src into dst by bytes (e.g. a pinned CPU cache and a CUDA cache: the
+      kernel reaches host memory through unified addressing),
+      block_mapping [N, 2] int64 on the CPU.
+
+kvgen's own ops (no vLLM counterpart, or kvgen's earlier form):
+
   gather_cache(key_cache, value_cache, slot_mapping, key_out!, value_out!,
       kv_cache_dtype, k_scale, v_scale)
-      the inverse: key_out[t] = cache[slot_mapping[t]] (rows of negative
-      slots untouched); fp8 caches are dequantized (q * scale) to key_out's
-      dtype, other caches copied or converted to it.
-  concat_and_cache_mla(kv_c, k_pe, kv_cache!, slot_mapping, kv_cache_dtype,
-      scale, pdl=False) (kv_c [T, L], k_pe [T, R], kv_cache [num_blocks, block_size,
-      L + R]): the MLA writer, kvgen's kv.concat_and_cache_mla over the
-      layout components = [kv_c: L, k_pe: R], packing = packed; pdl as
-      for reshape_and_cache_flash.
-  gather_and_maybe_dequant_cache(src_cache, dst!, block_table, cu_seq_lens,
-      batch_size, kv_cache_dtype, scale, seq_starts=None): vLLM's MLA
-      gather by block table through kv.gather_mla (see its doc string for
-      what it allocates).
+      the inverse of the write: key_out[t] = cache[slot_mapping[t]] for t <
+      slot_mapping.numel() (rows of negative slots untouched); fp8 caches
+      are dequantized (q * scale) to key_out's dtype, other caches copied
+      or converted to it.
+  gather_and_maybe_dequant_cache_batch(src_cache, dst!, block_table,
+      cu_seq_lens, batch_size, kv_cache_dtype, scale, seq_starts=None):
+      the MLA gather by batch (vLLM's form before token_to_seq), fp8
+      dequantized.
   copy_blocks(key_caches![], value_caches![], block_mapping),
   copy_blocks_mla(kv_caches![], block_mapping): block copies within each
       layer's caches, block_mapping [N, 2] int64 (src, dst) on the caches'
       device.
-  swap_blocks(src, dst!, block_mapping): blocks of src into dst (e.g. a
-      pinned CPU cache and a CUDA cache: the kernel reaches host memory
-      through unified addressing, so block_mapping must be device memory or
-      pinned), one cache tensor of either side at a time.
+  swap_blocks_device_mapping(src, dst!, block_mapping): swap_blocks with
+      block_mapping on the kernel's device (or pinned) and no
+      block_size_in_bytes: nothing copied or allocated per call, so CUDA
+      graphs can capture it; one cache tensor of either side at a time.
 
 Layouts are derived from the tensors (kvgen/_views.py) and validated; a
 view kvgen cannot express raises ValueError naming its strides. Bad
@@ -55,7 +79,9 @@ of a key JIT-generates (libkvgen-generator.so) and compiles the kernel
 (disk cache: $KVGEN_CACHE_DIR, else ~/.cache/kvgen), later calls only fill
 the argument struct and launch: no allocation, no host synchronization, so
 the ops can be captured in CUDA graphs (run each shape once before
-capture). Fake (meta) implementations check shapes, dtypes and devices, so
+capture). Exceptions: the gathers by block table allocate their slot
+temporaries per call, convert_fp8 a scale tensor, and swap_blocks copies
+its CPU block_mapping to the GPU (swap_blocks_device_mapping does not). Fake (meta) implementations check shapes, dtypes and devices, so
 torch.compile(fullgraph=True) traces the ops.
 
 reshape_and_cache_flash's CPU / CUDA kernel is a C++ one
@@ -353,30 +379,33 @@ def _same_device(anchor, **tensors):
                              f"tensors on {anchor.device}")
 
 
-def _rows(name, t, heads=None, tokens=None):
-    """A [rows, H, D] tensor of token rows; tokens: it must hold at least
-    that many rows (slot_mapping's length: rows past it are not read)."""
-    if t.dim() != 3:
+def _float_rows(name, t, shape, tokens):
+    """A float tensor of token rows of len(shape) dimensions (shape: their
+    names, for the message), last dimension contiguous; tokens: it must
+    hold at least that many rows (slot_mapping's length: rows past it are
+    not read)."""
+    if t.dim() != len(shape):
         raise ValueError(f"kvgen: {name} has shape {list(t.shape)}, need "
-                         "[num_tokens, num_kv_heads, head_size]")
+                         f"[{', '.join(shape)}]")
     if dtype_name(t) not in FLOAT_DTYPES:
         raise TypeError(f"kvgen: {name} has dtype {t.dtype}, need bfloat16, "
                         "float16 or float32")
-    if t.shape[2] > 1 and t.stride(2) != 1:
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
         raise ValueError(f"kvgen: {name}'s last dimension must be contiguous "
-                         f"(stride {t.stride(2)}, need 1)")
-    if heads is not None and t.shape[1] != heads:
-        raise ValueError(f"kvgen: {name} has {t.shape[1]} heads, the cache "
-                         f"{heads}")
-    _enough_rows(name, t, tokens)
-
-
-def _enough_rows(name, t, tokens):
+                         f"(stride {t.stride(-1)}, need 1)")
     if tokens is not None and t.shape[0] < tokens:
         raise ValueError(f"kvgen: {name} has {t.shape[0]} tokens, "
                          f"slot_mapping {tokens}: need at least {tokens} "
                          "(the token count is slot_mapping's length; rows "
                          "past it are not read)")
+
+
+def _rows(name, t, heads=None, tokens=None):
+    """[rows, H, D] token rows of a K/V op (see _float_rows)."""
+    _float_rows(name, t, ("num_tokens", "num_kv_heads", "head_size"), tokens)
+    if heads is not None and t.shape[1] != heads:
+        raise ValueError(f"kvgen: {name} has {t.shape[1]} heads, the cache "
+                         f"{heads}")
 
 
 def _slots(slot_mapping):
@@ -824,16 +853,8 @@ class _MlaGeometry:
 
 
 def _latent_rows(name, t, tokens=None):
-    if t.dim() != 2:
-        raise ValueError(f"kvgen: {name} has shape {list(t.shape)}, need "
-                         "[num_tokens, width]")
-    if dtype_name(t) not in FLOAT_DTYPES:
-        raise TypeError(f"kvgen: {name} has dtype {t.dtype}, need bfloat16, "
-                        "float16 or float32")
-    if t.shape[1] > 1 and t.stride(1) != 1:
-        raise ValueError(f"kvgen: {name}'s last dimension must be contiguous "
-                         f"(stride {t.stride(1)}, need 1)")
-    _enough_rows(name, t, tokens)
+    """[rows, width] latent rows of an MLA op (see _float_rows)."""
+    _float_rows(name, t, ("num_tokens", "width"), tokens)
 
 
 def _mla_shapes(kv_c, k_pe, kv_cache):

@@ -124,13 +124,9 @@ def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
 def cp_gather_cache(src_cache, dst, block_table, cu_seq_lens, batch_size,
                     seq_starts=None):
     """The batch form as a raw copy (src_cache and dst of one dtype)."""
-    bs = src_cache.shape[1]
-    for b in range(batch_size):
-        lo, hi = int(cu_seq_lens[b]), int(cu_seq_lens[b + 1])
-        start = int(seq_starts[b]) if seq_starts is not None else 0
-        for i in range(hi - lo):
-            p = start + i
-            dst[lo + i] = src_cache[int(block_table[b, p // bs]), p % bs]
+    gather_and_maybe_dequant_cache_batch(src_cache, dst, block_table,
+                                         cu_seq_lens, batch_size, "auto",
+                                         None, seq_starts)
 
 
 def convert_fp8(dst_cache, src_cache, scale, kv_cache_dtype):
