@@ -1617,8 +1617,12 @@ def test_write_token_count_is_slot_mappings_length(kv_dtype, entry, device):
         slots = make_slots(T, nb, bs, gen, torch.int64).to(dev)
         wk, wv = kc.clone(), vc.clone()
         torch_ref.write(key, value, wk, wv, slots, kv_dtype, ks, vs)
+        hits = kt.fast_path_info()["hits"]
         write(key, value, kc, vc, slots, kv_dtype, ks, vs)
         assert torch.equal(kc, wk) and torch.equal(vc, wv), step
+    if kt.fast_path_info()["kernel"] == "c++":
+        # the second call was the C++ kernel's (its token count check)
+        assert kt.fast_path_info()["hits"] == hits + 1
     # and the MLA writer
     L, R = 32, 16
     cache = torch.zeros(nb, bs, L + R, dtype=cdt, device=dev)
@@ -1873,7 +1877,6 @@ def test_swap_blocks_current_schema(device):
     dst = alloc((9, 17, 2, 64), dev)[:, :16]
     bsb = src.element_size() * src.stride(0)
     m = torch.tensor([[0, 8, 5, 2, 2, 0]]).view(3, 2)
-    want = dst.clone()
     want_base = dst.as_strided((9, 17, 2, 64), dst.stride()).clone()
     torch_ref.swap_blocks_bytes(src, want_base, bsb, m)
     torch.ops.kvgen.swap_blocks(src, dst, bsb, m)
