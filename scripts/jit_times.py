@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""Where the JIT time of each preset kernel goes (NVRTC and ptxas, no GPU).
+
+For every kernel `kvgen run --preset NAME` JIT-compiles (the kernels of
+scripts/compare_ptx.py --presets), `kvgen emit --target sm_90` prints the
+source and this script measures, in CPU milliseconds of this process (user
++ system, all threads; robust against other processes on a shared
+machine, unlike wall time):
+
+  ptx_ms     NVRTC to PTX only (--gpu-architecture=compute_90): front end
+             and NVVM;
+  cubin_ms   NVRTC to a cubin with the runtime's options
+             (runtime/src/BackendCuda.cpp options()), what a cold
+             kvgen_context_get_kernel compiles before cuModuleLoadData;
+  one_ms     the same with the source's `_pdl` entry removed (the cost of
+             the programmatic-dependent-launch twin is cubin_ms - one_ms);
+  fe/opt/ptxas  NVRTC's own --time phases of the cubin compile (ms of wall
+             time, so inflated on a loaded machine);
+  ptx_kb, cubin_kb, regs/spills per entry (ptxas -v on the PTX).
+
+The smallest of --repeat compiles is reported. NVRTC's compute cache (the
+CUDA driver's, used by NVRTC 13 when libcuda is present) is disabled with
+CUDA_CACHE_DISABLE=1 so that a compile is never served from an earlier
+process's result.
+
+  python3 scripts/jit_times.py --kvgen build/bin/kvgen --presets all \\
+      --repeat 3 [--options '--split-compile=0 ...'] [--json out.json]
+
+--check-options OPTS instead compiles each kernel to a cubin without and
+with the extra NVRTC options OPTS and compares the SASS of every function
+(cuobjdump -sass from --cuobjdump, else the raw .text sections through
+objcopy): exit status 1 when any differs. With --extra the kernels of
+compare_ptx.py --extra (every attention geometry of test_attention.py,
+copy/swap and MLA of every preset) are checked too.
+"""
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ["CUDA_CACHE_DISABLE"] = "1"  # before NVRTC is loaded
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import compare_ptx as C  # noqa: E402  (scripts/compare_ptx.py)
+
+PDL_ENTRY = re.compile(r'^extern "C" __global__[^\n]*_pdl\([^\n]*\{\n'
+                       r'(?:.*\n)*?\}\n', re.M)
+
+
+def cpu_ms():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return (r.ru_utime + r.ru_stime) * 1e3
+
+
+def nvrtc_cpu(nv, src, opts):
+    """(CPU ms, result dict) of one nvrtcCompileProgram."""
+    t0 = cpu_ms()
+    ptx, log, _ = nv.compile(src, "kernel.cu", opts)
+    return cpu_ms() - t0, ptx, log
+
+
+def phases(nv, src, opts):
+    """NVRTC's --time CSV of one compile: {phase: ms}."""
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "time.csv"
+        nv.compile(src, "kernel.cu", opts + [f"--time={f}"])
+        out = {}
+        for line in f.read_text().splitlines()[1:]:
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) >= 3:
+                out[parts[1]] = out.get(parts[1], 0.0) + float(parts[2])
+        return out
+
+
+def ptxas_v(ptx, target):
+    """(cubin bytes, {entry: 'R regs, S spill'}) of ptxas -v on `ptx`."""
+    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "k.ptx"
+        p.write_text(ptx)
+        r = subprocess.run([f"{home}/bin/ptxas", f"-arch={target}", "-v",
+                            str(p), "-o", str(Path(d) / "k.cubin")],
+                           capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(r.stderr)
+        regs, entry = {}, None
+        for line in r.stderr.splitlines():
+            m = re.search(r"Compiling entry function '(\w+)'|Function "
+                          r"properties for (\w+)", line)
+            if m:
+                entry = m.group(1) or m.group(2)
+            m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads",
+                          line)
+            if m and entry:
+                regs[entry] = f"{m.group(1)}/{m.group(2)} spill"
+            m = re.search(r"Used (\d+) registers", line)
+            if m and entry:
+                regs[entry] = f"{m.group(1)} regs, " + regs.get(entry, "")
+        return (Path(d) / "k.cubin").stat().st_size, regs
+
+
+def cubin_of(nv, src, opts):
+    """The cubin NVRTC makes of `src` (compare_ptx.Nvrtc returns PTX)."""
+    import ctypes
+    L = nv.lib
+    prog = ctypes.c_void_p()
+    if L.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"kernel.cu", 0,
+                            None, None):
+        raise RuntimeError("nvrtcCreateProgram failed")
+    arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
+    try:
+        if L.nvrtcCompileProgram(prog, len(opts), arr):
+            raise RuntimeError(f"NVRTC failed with {opts}")
+        n = ctypes.c_size_t()
+        L.nvrtcGetCUBINSize(prog, ctypes.byref(n))
+        buf = ctypes.create_string_buffer(n.value)
+        L.nvrtcGetCUBIN(prog, buf)
+        return buf.raw
+    finally:
+        L.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+def sass_of(cubin, cuobjdump):
+    """{function: its SASS text} (cuobjdump -sass), or {section: bytes} of
+    the cubin's .text sections when no cuobjdump is given."""
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "k.cubin"
+        p.write_bytes(cubin)
+        if cuobjdump:
+            out = subprocess.run([cuobjdump, "-sass", str(p)],
+                                 capture_output=True, text=True,
+                                 check=True).stdout
+            funcs, name = {}, None
+            for line in out.splitlines():
+                m = re.match(r"\s*Function : (\S+)", line)
+                if m:
+                    name = m.group(1)
+                    funcs[name] = []
+                elif name:
+                    funcs[name].append(line)
+            return {k: "\n".join(v) for k, v in funcs.items()}
+        heads = subprocess.run(["readelf", "-S", "-W", str(p)],
+                               capture_output=True, text=True,
+                               check=True).stdout
+        secs = re.findall(r"\s(\.text\.\S+)", heads)
+        out = {}
+        for sec in secs:
+            b = Path(d) / "sec.bin"
+            subprocess.run(["objcopy", "-O", "binary", f"--only-section={sec}",
+                            str(p), str(b)], check=True)
+            out[sec] = b.read_bytes()
+        return out
+
+
+def check_options(args, nv, specs, extra):
+    """Exit status: 0 when OPTS leaves every function's SASS unchanged."""
+    base = [f"--gpu-architecture={args.target}", "-std=c++17"]
+    differ = 0
+    with tempfile.TemporaryDirectory() as work:
+        for label, eargs in specs:
+            src = C.emit(args.kvgen, args.lib, args.target, eargs, work)
+            a = sass_of(cubin_of(nv, src, base), args.cuobjdump)
+            b = sass_of(cubin_of(nv, src, base + extra), args.cuobjdump)
+            same = a == b and len(a) > 0
+            differ += not same
+            print(f"{'same' if same else 'DIFFERS'}: {label} ({len(a)} "
+                  f"functions)", flush=True)
+    print(f"jit_times: {len(specs)} kernels, {differ} with different SASS "
+          f"under {' '.join(extra)}")
+    return 1 if differ else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kvgen", default=str(HERE.parent / "build/bin/kvgen"))
+    ap.add_argument("--lib", default="", help="LD_LIBRARY_PATH entry")
+    ap.add_argument("--presets", default="all")
+    ap.add_argument("--target", default="sm_90")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--options", default="",
+                    help="extra NVRTC options (space separated) for every "
+                    "cubin compile")
+    ap.add_argument("--json")
+    ap.add_argument("--check-options", default="",
+                    help="compare SASS without / with these NVRTC options")
+    ap.add_argument("--cuobjdump", default="",
+                    help="cuobjdump for --check-options (else .text bytes)")
+    ap.add_argument("--extra", action="store_true",
+                    help="--check-options: also compare_ptx.py --extra's "
+                    "kernels")
+    args = ap.parse_args()
+    env = C.env_for(args.lib)
+    names = [p for p in args.presets.split(",") if p]
+    if names == ["all"]:
+        out = subprocess.run([args.kvgen, "presets"], capture_output=True,
+                             text=True, check=True, env=env).stdout
+        names = [l.split()[0] for l in out.splitlines()
+                 if l and not l[0].isspace()]
+    specs = C.preset_specs(args.kvgen, env, names)
+    nv = C.Nvrtc()
+    if args.check_options:
+        if args.extra:
+            specs += C.extra_specs(args.kvgen, env)
+        return check_options(args, nv, specs, args.check_options.split())
+    base = ["-std=c++17"] + args.options.split()
+    cubin_opts = [f"--gpu-architecture={args.target}"] + base
+    ptx_opts = ["--gpu-architecture=compute_" + args.target[3:]] + base
+    rows = []
+    print(f"{'kernel':44s} {'ptx':>6s} {'cubin':>6s} {'one':>6s} "
+          f"{'fe':>5s} {'opt':>5s} {'ptxas':>5s} {'src':>5s} {'ptx':>5s} "
+          f"{'cubin':>5s}  regs (plain entry)")
+    with tempfile.TemporaryDirectory() as work:
+        for label, eargs in specs:
+            src = C.emit(args.kvgen, args.lib, args.target, eargs, work)
+            one = PDL_ENTRY.sub("", src)
+            nvrtc_cpu(nv, src, ptx_opts)  # page in / warm NVRTC
+            t = {"ptx": [], "cubin": [], "one": []}
+            ptx = None
+            for _ in range(max(1, args.repeat)):
+                dt, ptx, _ = nvrtc_cpu(nv, src, ptx_opts)
+                t["ptx"].append(dt)
+                t["cubin"].append(nvrtc_cpu(nv, src, cubin_opts)[0])
+                if one != src:
+                    t["one"].append(nvrtc_cpu(nv, one, cubin_opts)[0])
+            ph = phases(nv, src, cubin_opts)
+            cubin_bytes, regs = ptxas_v(ptx, args.target)
+            entry = re.search(r"kvgen-kernel: name=(\w+)", src).group(1)
+            row = {"kernel": label, "entry": entry,
+                   "ptx_ms": min(t["ptx"]), "cubin_ms": min(t["cubin"]),
+                   "one_entry_ms": min(t["one"]) if t["one"] else None,
+                   "phases_ms": ph, "source_bytes": len(src),
+                   "ptx_bytes": len(ptx), "cubin_bytes": cubin_bytes,
+                   "entries": len(regs), "regs": regs}
+            rows.append(row)
+            one_s = f"{row['one_entry_ms']:6.0f}" if t["one"] else "     -"
+            print(f"{label:44s} {row['ptx_ms']:6.0f} {row['cubin_ms']:6.0f} "
+                  f"{one_s} {ph.get('CUDA C++ Frontend', 0):5.0f} "
+                  f"{ph.get('NVVM Optimizer', 0):5.0f} "
+                  f"{ph.get('PTX Translation', 0):5.0f} "
+                  f"{len(src) / 1024:5.0f} {len(ptx) / 1024:5.0f} "
+                  f"{cubin_bytes / 1024:5.0f}  {regs.get(entry, '?')}",
+                  flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
