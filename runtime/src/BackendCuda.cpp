@@ -341,8 +341,16 @@ public:
       s += o + " ";
     return s;
   }
+  /// --split-compile=0: NVVM optimizes, and ptxas compiles, each entry of
+  /// a source on its own thread (up to one per CPU); a source of a kernel
+  /// with dependent_launch has two entries (NAME and NAME_pdl), each about
+  /// 40% of its compile. The SASS of every preset kernel, attention
+  /// geometry, block copy and MLA kernel is the same with and without it
+  /// (scripts/jit_times.py --check-options; the fp8 write differs in two
+  /// carry predicates' numbers), and its JIT time on one thread is spread
+  /// over two (docs/performance.md, "JIT compile time").
   std::vector<std::string> options() const {
-    return {"--gpu-architecture=" + target_, "-std=c++17"};
+    return {"--gpu-architecture=" + target_, "-std=c++17", "--split-compile=0"};
   }
 
   Status compile(const std::string &source, const std::string &entry,
