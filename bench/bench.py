@@ -35,9 +35,9 @@ GOALS = {
     "bandwidth": 0.92,       # T >= 4096: kernel GB/s >= 92% of copy GB/s
     "graph": 1.2,            # T <= 64: graph replay <= 1.2x empty kernel
     "launch_overhead_us": 2.0,
-    "jit_cold_ms": 100.0,
-    "disk_hit_ms": 1.0,
-    "memory_hit_ns": 200.0,
+    "jit_cold_ms": 60.0,     # issue 25: every kernel of every preset
+    "disk_hit_ms": 0.5,
+    "memory_hit_ns": 100.0,
 }
 ESIZE = {"bf16": 2, "f16": 2, "f32": 4, "f8E4M3FN": 1, "f8E4M3FNUZ": 1,
          "f8E5M2": 1, "f8E5M2FNUZ": 1}
@@ -530,6 +530,22 @@ def bench_jit(torch, shim, bundle, args, log):
         c2.kernel("reshape_and_cache", lay, "bf16")
         disk.append((time.perf_counter() - t0) * 1e3)
     s2 = c2.stats()
+    # Cold JIT of every kernel `kvgen run --preset` gets, for every preset
+    # (issue 25's goal), in fresh processes with the driver's compute cache
+    # off (jit_cold.py): the loop above is not cold for a source that an
+    # earlier process compiled, since NVRTC 13 reads PTX and cubins back
+    # from the driver's cache (seen on the H200 as 38-64 ms "cold" kernels).
+    presets = []
+    try:
+        cmd = [sys.executable, str(HERE / "jit_cold.py"), "--kvgen",
+               args.kvgen, "--device", str(args.device), "--bundle", bundle,
+               "--out", str(Path(cold_dir) / "presets.json")]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        log("  " + "\n  ".join((r.stdout + r.stderr).strip().splitlines()))
+        if r.returncode == 0:
+            presets = json.loads((Path(cold_dir) / "presets.json").read_text())
+    except Exception as e:  # noqa: BLE001
+        log(f"  jit_cold.py failed: {e}")
     # Memory hits: C loop over get_by_spec / get_kernel on c2.
     lay = specs[0]
     # The spec the binding builds for this kernel (op id, layout text,
@@ -557,7 +573,7 @@ def bench_jit(torch, shim, bundle, args, log):
         "cold_ms_all": cold, "cold_compile_ms": cold_compile,
         "cold_load_ms": cold_load, "cold_stats": s1,
         "disk_hit_ms_median": med(disk), "disk_hit_ms_all": disk,
-        "disk_stats": s2,
+        "disk_stats": s2, "presets": presets,
         "memory_hit_by_spec_ns": med(by_spec),
         "memory_hit_by_name_ns": med(by_name),
         "binding_memo_hit_ns": py_memo})
@@ -607,12 +623,23 @@ def goals(rows, ovh, jit):
                     f"({ovh['c_loop_capi_us']:.2f} vs "
                     f"{ovh['c_loop_raw_us']:.2f} us per call, C loops)",
                     ovh["c_api_overhead_us"] <= GOALS["launch_overhead_us"]))
-    if jit and "cold_ms_median_rest" in jit:
-        out.append(("JIT cold compile + load per kernel",
+    if jit and jit.get("presets"):
+        rest = [r for r in jit["presets"] if not r["first_in_process"]]
+        worst = max(rest or jit["presets"], key=lambda r: r["cold_ms"])
+        out.append(("JIT cold generate + compile + load, every kernel of "
+                    "every preset (jit_cold.py)",
+                    f"<= {GOALS['jit_cold_ms']:.0f} ms",
+                    f"max {worst['cold_ms']:.1f} ms ({worst['preset']} "
+                    f"{worst['kernel']}; a process's first kernel, which "
+                    f"loads NVRTC, left out)",
+                    worst["cold_ms"] <= GOALS["jit_cold_ms"]))
+    elif jit and "cold_ms_median_rest" in jit:
+        out.append(("JIT cold compile + load per kernel (driver compute "
+                    "cache not off: jit_cold.py failed)",
                     f"<= {GOALS['jit_cold_ms']:.0f} ms",
                     f"median {jit['cold_ms_median_rest']:.1f} ms (first "
                     f"{jit['cold_ms_first']:.1f} ms incl. NVRTC load)",
-                    jit["cold_ms_median_rest"] <= GOALS["jit_cold_ms"]))
+                    False))
         out.append(("JIT disk-cache hit (new context)",
                     f"<= {GOALS['disk_hit_ms']} ms",
                     f"median {jit['disk_hit_ms_median']:.3f} ms",
@@ -789,6 +816,11 @@ def main():
     ap.add_argument("--bundle", default=str(G.DEFAULT_BUNDLE))
     ap.add_argument("--lib", help="libkvgen-runtime.so (sets KVGEN_LIB)")
     ap.add_argument("--out", default="out/bench")
+    ap.add_argument("--kvgen", default=str(
+        next((p for p in (REPO / "build-dev" / "bin" / "kvgen",
+                          REPO / "build" / "bin" / "kvgen") if p.exists()),
+             "kvgen")),
+        help="the kvgen CLI, for `kvgen presets` (jit section)")
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--quick", action="store_true",
