@@ -1778,6 +1778,8 @@ def _register():
         if cpp is None or name not in _CPP_OPS:
             lib.impl(name, impl, "CPU")
             lib.impl(name, impl, "CUDA")
+    from ._torch_attention import register as register_attention
+    globals().update(register_attention(lib))  # kvgen/_torch_attention.py
     return lib, cpp, why
 
 

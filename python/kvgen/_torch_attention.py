@@ -1,0 +1,438 @@
+"""torch.ops.kvgen.unified_attention: vLLM's Triton `unified_attention`
+arguments on kvgen's paged attention kernel (kv.paged_attention,
+docs/attention.md). Registered by kvgen.torch (its _register); the public
+functions are kvgen.torch.unified_attention and
+kvgen.torch.unified_attention_workspace_bytes.
+
+    ws = torch.zeros(kvgen.torch.unified_attention_workspace_bytes(
+        q, k, v, softcap=0.0, sinks=None), dtype=torch.uint8,
+        device=q.device)                      # once per stream, zeroed
+    torch.ops.kvgen.unified_attention(
+        q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+        softmax_scale, True, [-1, -1], block_table, 0.0, None, k_descale,
+        v_descale, sinks, workspace=ws)
+
+Arguments (the names and order of vLLM's
+vllm/attention/ops/triton_unified_attention.py, then kvgen's workspace):
+  q [num_tokens, num_q_heads, Dk] bf16 / f16, last dim contiguous (any
+      token / head strides)
+  k [num_blocks, block_size, num_kv_heads, Dk], v [..., Dv]: the caches.
+      Their layout comes from the views (kvgen/_views.py): NHD, HND (a
+      permute of [nb, H, bs, D]), the K and V column ranges of one packed
+      [nb, bs, H, Dk + Dv] allocation (vLLM's DiffKV backends; same
+      strides, V starting Dk elements after K), the halves of an
+      [nb, 2, ...] allocation, padded blocks. dtype bf16 / f16 / f32, or a
+      torch float8 dtype (e4m3fn, e5m2, and their fnuz variants) for an fp8
+      cache; a uint8 cache is refused (view it as the float8 dtype it
+      holds, as vLLM's Triton backend does).
+  out! [num_tokens, num_q_heads, Dv], q's dtype; rows of tokens that no
+      sequence's query covers are not written.
+  cu_seqlens_q [>= num_seqs + 1] int32, contiguous: query start of each
+      sequence (vLLM's query_start_loc).
+  max_seqlen_q: the longest query (>= every cu_seqlens_q[s+1] -
+      cu_seqlens_q[s]; it sizes the grid: a smaller value leaves rows
+      unwritten). Values above num_tokens are taken as num_tokens (no
+      query is longer). Must be >= 1 when there are tokens.
+  seqused_k [num_seqs] int32, contiguous: context length of each sequence,
+      its new tokens included; num_seqs = seqused_k.shape[0].
+  max_seqlen_k: the longest context (a hint that sizes split-KV: longer
+      contexts are still attended in full).
+  softmax_scale: multiplies q . k.
+  causal: must be True (vLLM's Triton kernel asserts it too): query token i
+      of a sequence with n query tokens and context L sits at position
+      L - n + i and attends keys j <= that position.
+  window_size [left, right]: left >= 0 attends keys j > p - left - 1 (left
+      + 1 keys, the query's own included: kvgen's sliding_window = left +
+      1), -1 = no window; right must be -1 or 0 (causal).
+  block_table [>= num_seqs, max_blocks] int32, last dim contiguous (any
+      row stride).
+  softcap: > 0 turns logits x into softcap * tanh(x / softcap); 0 = off.
+  q_descale: must be None (fp8 queries are not supported; vLLM's kernel
+      asserts the same).
+  k_descale, v_descale: float32 dequantization scales of an fp8 cache:
+      per tensor (one element, or any shape whose strides are all 0, e.g.
+      vLLM's layer._k_scale.expand(num_seqs, num_kv_heads)) or per kv head
+      ([num_kv_heads], or [..., num_kv_heads] with stride 1 there and 0
+      elsewhere). Ignored (may be None) for bf16 / f16 / f32 caches.
+  sinks [num_q_heads] float32, contiguous, or None: per-head sink logits
+      that join the softmax denominator (gpt-oss, MiMo-V2).
+  workspace! (keyword): kvgen's split-KV workspace, a contiguous tensor of
+      at least unified_attention_workspace_bytes(...) bytes on q's device,
+      zeroed once (torch.zeros) and then left alone; the kernel leaves its
+      counters zero after every launch. One per stream (launches that can
+      run at the same time must not share one; on the CPU, one per
+      thread); the same one serves every batch shape and every CUDA graph
+      captured on that stream (docs/attention.md, "The workspace
+      contract").
+
+No fp32 LSE output: kv.paged_attention has no log-sum-exp output (its
+merge keeps (m, l) in the workspace's partials only), so the op has no
+such argument.
+
+Nothing reads a tensor's values on the host: no synchronization, so the op
+can be captured in CUDA graphs (call it once per shape before capturing:
+that call JIT-compiles the kernel). Bad arguments raise ValueError /
+TypeError before the launch (nothing written). Index values (cu_seqlens_q,
+seqused_k, block_table entries) are checked on the device by kvgen's
+checked kernels and reported through kvgen.torch.check_errors (see
+docs/torch.md).
+"""
+
+import torch
+
+from . import torch as _kt
+from ._views import FLOAT_DTYPES, FP8_TORCH, CacheGeometry, dtype_name
+
+SCHEMA = (
+    "(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor cu_seqlens_q, "
+    "int max_seqlen_q, Tensor seqused_k, int max_seqlen_k, "
+    "float softmax_scale, bool causal, int[] window_size, "
+    "Tensor block_table, float softcap, Tensor? q_descale, "
+    "Tensor? k_descale, Tensor? v_descale, Tensor? sinks=None, *, "
+    "Tensor(b!) workspace) -> ()")
+
+_FP8 = tuple(getattr(torch, n) for n in FP8_TORCH if hasattr(torch, n))
+
+
+def _err(msg):
+    return f"kvgen.unified_attention: {msg}"
+
+
+class _AttnPlan:
+    """A kvgen.torch _Plan of kv.paged_attention and what the op checks
+    against per call: need (the kernel's max_workspace_bytes), scaled (an
+    fp8 cache: the descales are read)."""
+    __slots__ = ("plan", "need", "scaled")
+
+
+def _descale_kind(name, s, heads):
+    """'per_tensor' or 'per_head' for a descale tensor (see the module
+    doc), from its shape and strides only."""
+    if s.dtype != torch.float32:
+        raise TypeError(_err(f"{name} has dtype {s.dtype}, need float32"))
+    if s.numel() == 1 or all(st == 0 for st in s.stride()):
+        return "per_tensor"
+    if s.dim() >= 1 and s.shape[-1] == heads and s.stride(-1) == 1 and \
+            all(st == 0 for st in s.stride()[:-1]):
+        return "per_head"
+    raise ValueError(_err(
+        f"{name} has shape {list(s.shape)} and strides {list(s.stride())}: "
+        f"need one scale (1 element, or all strides 0, e.g. "
+        f"scale.expand(num_seqs, num_kv_heads)) or one per kv head "
+        f"([{heads}], or [..., {heads}] with strides 0 before the last)"))
+
+
+def _check_cache_dtypes(k, v):
+    """The kvgen dtype of the caches (ValueError / TypeError otherwise)."""
+    if k.dtype != v.dtype:
+        raise TypeError(_err(f"k has dtype {k.dtype}, v {v.dtype}"))
+    name = dtype_name(k)
+    if name in FLOAT_DTYPES:
+        return FLOAT_DTYPES[name]
+    if name in FP8_TORCH:
+        return FP8_TORCH[name]
+    if k.dtype in (torch.uint8, torch.int8):
+        raise TypeError(_err(
+            f"k has dtype {k.dtype}: view an fp8 cache as the float8 dtype "
+            "it holds (k.view(torch.float8_e4m3fn) or float8_e5m2)"))
+    raise TypeError(_err(f"k has dtype {k.dtype}, need bfloat16, float16, "
+                         "float32 or a float8 dtype"))
+
+
+def _check_kernel_args(q, k, v, softcap, sinks, k_descale, v_descale):
+    """What the kernel depends on: returns (cache dtype, scale kind)."""
+    for name, t in (("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(_err(
+                f"{name} has shape {list(t.shape)}, need [num_blocks, "
+                "block_size, num_kv_heads, head_size]"))
+    if q.dim() != 3:
+        raise ValueError(_err(f"q has shape {list(q.shape)}, need "
+                              "[num_tokens, num_q_heads, head_size_k]"))
+    if q.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(_err(f"q has dtype {q.dtype}, need bfloat16 or "
+                             "float16"))
+    if q.shape[2] > 1 and q.stride(2) != 1:
+        raise ValueError(_err(f"q's last dimension must be contiguous "
+                              f"(stride {q.stride(2)}, need 1)"))
+    heads = k.shape[2]
+    if v.shape[:3] != k.shape[:3]:
+        raise ValueError(_err(
+            f"k {list(k.shape)} and v {list(v.shape)} differ in [num_blocks,"
+            " block_size, num_kv_heads]"))
+    if q.shape[2] != k.shape[3]:
+        raise ValueError(_err(f"q has head_size {q.shape[2]}, k "
+                              f"{k.shape[3]}"))
+    if heads < 1 or q.shape[1] % heads:
+        raise ValueError(_err(
+            f"q has {q.shape[1]} heads, not a multiple of the caches' "
+            f"{heads} kv heads"))
+    if not isinstance(softcap, (int, float)) or not softcap >= 0:
+        raise ValueError(_err(f"softcap = {softcap!r}: need >= 0 (0 = "
+                              "off)"))
+    dtype = _check_cache_dtypes(k, v)
+    _kt._same_device(q, k=k, v=v, sinks=sinks)
+    if sinks is not None:
+        if sinks.dtype != torch.float32:
+            raise TypeError(_err(f"sinks has dtype {sinks.dtype}, need "
+                                 "float32 (sinks.float(), once)"))
+        if sinks.shape != (q.shape[1],) or \
+                (q.shape[1] > 1 and sinks.stride(0) != 1):
+            raise ValueError(_err(
+                f"sinks has shape {list(sinks.shape)}, need a contiguous "
+                f"[{q.shape[1]}] (one per query head)"))
+    if k.dtype not in _FP8:
+        return dtype, "none"
+    kinds = set()
+    for name, s in (("k_descale", k_descale), ("v_descale", v_descale)):
+        if s is None:
+            raise TypeError(_err(
+                f"{name} is None, but the cache is {k.dtype}: pass its "
+                "float32 dequantization scale"))
+        kinds.add(_descale_kind(name, s, heads))
+    if len(kinds) > 1:
+        raise ValueError(_err("k_descale and v_descale must both be per "
+                              "tensor or both per kv head"))
+    _kt._same_device(q, k_descale=k_descale, v_descale=v_descale)
+    return dtype, kinds.pop()
+
+
+def _window(window_size):
+    """kvgen's sliding_window (keys per query, 0 = all) of vLLM's
+    window_size [left, right]."""
+    if len(window_size) != 2:
+        raise ValueError(_err(f"window_size = {list(window_size)}: need "
+                              "[left, right]"))
+    left, right = (int(x) for x in window_size)
+    if left < -1 or right not in (-1, 0):
+        raise ValueError(_err(
+            f"window_size = [{left}, {right}]: left must be >= -1 (-1 = no "
+            "window) and right -1 or 0 (the attention is causal)"))
+    return left + 1 if left >= 0 else 0
+
+
+def _index(name, t, dims, anchor):
+    if t.dtype != torch.int32:
+        raise TypeError(_err(f"{name} has dtype {t.dtype}, need int32"))
+    if t.dim() != dims:
+        raise ValueError(_err(f"{name} has shape {list(t.shape)}, need "
+                              f"{dims} dimension{'s' if dims > 1 else ''}"))
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(_err(f"{name}'s last dimension must be contiguous "
+                              f"(stride {t.stride(-1)})"))
+    if t.device != anchor.device:
+        raise ValueError(_err(f"{name} is on {t.device}, q on "
+                              f"{anchor.device}"))
+
+
+def _check(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+           softmax_scale, causal, window_size, block_table, softcap,
+           q_descale, k_descale, v_descale, sinks, workspace):
+    """Every check that needs no kernel (the fake implementation; the real
+    one runs it when its per-call test fails, for the message). Returns
+    (cache dtype, scale kind, sliding_window)."""
+    if not causal:
+        raise ValueError(_err("causal=False is not supported (kvgen's "
+                              "kernel is causal, as vLLM's Triton kernel)"))
+    if q_descale is not None:
+        raise ValueError(_err("q_descale must be None (fp8 queries are not "
+                              "supported, as in vLLM's Triton kernel)"))
+    dtype, scale = _check_kernel_args(q, k, v, softcap, sinks, k_descale,
+                                      v_descale)
+    if out.dim() != 3 or out.shape[0] != q.shape[0] or \
+            out.shape[1] != q.shape[1] or out.shape[2] != v.shape[3]:
+        raise ValueError(_err(
+            f"out has shape {list(out.shape)}, need [{q.shape[0]}, "
+            f"{q.shape[1]}, {v.shape[3]}] (q's tokens and heads, v's head "
+            "size)"))
+    if out.dtype != q.dtype:
+        raise TypeError(_err(f"out has dtype {out.dtype}, q {q.dtype}"))
+    if out.shape[2] > 1 and out.stride(2) != 1:
+        raise ValueError(_err(f"out's last dimension must be contiguous "
+                              f"(stride {out.stride(2)}, need 1)"))
+    _kt._same_device(q, out=out)
+    _index("seqused_k", seqused_k, 1, q)
+    _index("cu_seqlens_q", cu_seqlens_q, 1, q)
+    _index("block_table", block_table, 2, q)
+    ns = seqused_k.shape[0]
+    if cu_seqlens_q.shape[0] < ns + 1:
+        raise ValueError(_err(
+            f"cu_seqlens_q has {cu_seqlens_q.shape[0]} entries, need >= "
+            f"num_seqs + 1 = {ns + 1} (num_seqs = seqused_k.shape[0])"))
+    if block_table.shape[0] < ns:
+        raise ValueError(_err(
+            f"block_table has {block_table.shape[0]} rows, need >= num_seqs "
+            f"= {ns}"))
+    if max_seqlen_k < 0:
+        raise ValueError(_err(f"max_seqlen_k = {max_seqlen_k}: need >= 0"))
+    if max_seqlen_q < 1 and q.shape[0] > 0 and ns > 0:
+        raise ValueError(_err(
+            f"max_seqlen_q = {max_seqlen_q}: need >= 1 (the longest query; "
+            "a smaller value leaves output rows unwritten)"))
+    window = _window(window_size)
+    if workspace.device != q.device:
+        raise ValueError(_err(f"workspace is on {workspace.device}, q on "
+                              f"{q.device}"))
+    if not workspace.is_contiguous():
+        raise ValueError(_err("workspace must be contiguous"))
+    return dtype, scale, window
+
+
+def _kernel_plan(q, k, v, softcap, sinks, k_descale, v_descale):
+    """The kernel of these arguments and its CacheGeometry."""
+    dtype, scale = _check_kernel_args(q, k, v, softcap, sinks, k_descale,
+                                      v_descale)
+    geo = CacheGeometry(k, v, dtype, scale)
+    opts = dict(io=FLOAT_DTYPES[dtype_name(q)], num_q_heads=q.shape[1])
+    if sinks is not None:
+        opts["sinks"] = True
+    if softcap > 0:
+        opts["logits_soft_cap"] = True
+    return _kt._kernel(q.device, "paged_attention", geo.layout, **opts), geo
+
+
+def _build(q, k, v, out, block_table, softcap, sinks, k_descale, v_descale):
+    kern, geo = _kernel_plan(q, k, v, softcap, sinks, k_descale, v_descale)
+    p = _kt._Plan(kern, q.device, num_blocks=geo.num_blocks,
+                  key_cache_bytes=geo.key_bytes,
+                  value_cache_bytes=geo.value_bytes,
+                  query_stride_token=q.stride(0),
+                  query_stride_head=q.stride(1),
+                  output_stride_token=out.stride(0),
+                  output_stride_head=out.stride(1),
+                  max_blocks_per_seq=block_table.shape[1],
+                  block_tables_stride=block_table.stride(0))
+    p.geo = geo
+    ap = _AttnPlan()
+    ap.plan, ap.need = p, kern.max_workspace_bytes
+    ap.scaled = k.dtype in _FP8
+    return ap
+
+
+def _tsig(t):
+    return None if t is None else (t.dtype, t.device, t.shape, t.stride())
+
+
+def unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
+                      max_seqlen_k, softmax_scale, causal, window_size,
+                      block_table, softcap, q_descale, k_descale, v_descale,
+                      sinks=None, *, workspace):
+    """torch.ops.kvgen.unified_attention's implementation (CPU and CUDA;
+    also kvgen.torch.unified_attention, which skips torch's dispatcher in
+    eager mode). See the module doc for the arguments."""
+    if _kt._compiling():
+        return _op(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
+                   max_seqlen_k, softmax_scale, causal, window_size,
+                   block_table, softcap, q_descale, k_descale, v_descale,
+                   sinks, workspace=workspace)
+    fp8 = k.dtype in _FP8
+    sig = ("ua", q.dtype, q.device, q.shape[1:], q.stride(), out.dtype,
+           out.device, out.shape[1:], out.stride(), k.dtype, k.device,
+           k.shape, k.stride(), v.dtype, v.device, v.shape, v.stride(),
+           v.data_ptr() - k.data_ptr() == k.shape[-1] * k.element_size(),
+           block_table.dtype, block_table.device, block_table.shape[1:],
+           block_table.stride(), cu_seqlens_q.dtype, cu_seqlens_q.device,
+           cu_seqlens_q.dim(), seqused_k.dtype, seqused_k.device,
+           seqused_k.dim(), _tsig(sinks), softcap > 0, causal,
+           q_descale is None, workspace.device) + (
+               (_tsig(k_descale), _tsig(v_descale)) if fp8 else ())
+    ap = _kt._plans.get(sig)
+    if ap is None:
+        _check(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
+               max_seqlen_k, softmax_scale, causal, window_size, block_table,
+               softcap, q_descale, k_descale, v_descale, sinks, workspace)
+        ap = _kt._plan(sig, lambda: _build(q, k, v, out, block_table,
+                                           softcap, sinks, k_descale,
+                                           v_descale))
+    p = ap.plan
+    t = q.shape[0]
+    ns = seqused_k.shape[0]
+    # What the signature leaves open, tested at once; the full checks
+    # (for their messages) when a test fails.
+    ok = (out.shape[0] == t and cu_seqlens_q.shape[0] > ns and
+          block_table.shape[0] >= ns and len(window_size) == 2 and
+          window_size[0] >= -1 and window_size[1] in (-1, 0) and
+          max_seqlen_k >= 0 and softcap >= 0 and
+          (max_seqlen_q >= 1 or t == 0 or ns == 0) and
+          (ns < 2 or seqused_k.stride(0) == 1) and
+          cu_seqlens_q.stride(0) == 1 and workspace.is_contiguous())
+    if not ok:
+        _check(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
+               max_seqlen_k, softmax_scale, causal, window_size, block_table,
+               softcap, q_descale, k_descale, v_descale, sinks, workspace)
+    ws_bytes = workspace.numel() * workspace.element_size()
+    if ws_bytes < ap.need:
+        raise ValueError(_err(
+            f"workspace holds {ws_bytes} bytes, this kernel needs "
+            f"{ap.need}: allocate kvgen.torch.unified_attention_workspace_"
+            f"bytes(q, k, v, softcap=..., sinks=...) bytes zeroed "
+            "(torch.zeros(n, dtype=torch.uint8)) once per stream"))
+    kp, vp = k.data_ptr(), v.data_ptr()
+    p.geo.check_disjoint(kp, vp)
+    if t == 0 or ns == 0:
+        return  # no query row: nothing to write
+    a = p.args()
+    a.query = q.data_ptr()
+    a.output = out.data_ptr()
+    a.key_cache = kp
+    a.value_cache = vp
+    a.block_tables = block_table.data_ptr()
+    a.seq_lens = seqused_k.data_ptr()
+    a.query_start_loc = cu_seqlens_q.data_ptr()
+    if ap.scaled:
+        a.k_scale = k_descale.data_ptr()
+        a.v_scale = v_descale.data_ptr()
+    if sinks is not None:
+        a.sinks = sinks.data_ptr()
+    a.workspace = workspace.data_ptr()
+    a.workspace_bytes = ws_bytes
+    a.num_seqs = ns
+    a.num_tokens = t
+    a.max_query_len = min(max_seqlen_q, t)
+    a.max_seq_len = max_seqlen_k
+    a.sliding_window = window_size[0] + 1 if window_size[0] >= 0 else 0
+    a.softmax_scale = softmax_scale
+    a.logits_soft_cap = softcap
+    p.launch(a)
+
+
+def _fake(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+          softmax_scale, causal, window_size, block_table, softcap, q_descale,
+          k_descale, v_descale, sinks=None, *, workspace):
+    _check(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+           softmax_scale, causal, window_size, block_table, softcap,
+           q_descale, k_descale, v_descale, sinks, workspace)
+
+
+def unified_attention_workspace_bytes(q, k, v, softcap=0.0, sinks=None,
+                                      k_descale=None, v_descale=None):
+    """Bytes of the `workspace` that unified_attention needs for these
+    arguments (q's dtype, heads, head size and device; the caches' layout
+    and dtype; sinks / softcap > 0 / the descales' kind as the op will get
+    them): the kernel's max_workspace_bytes, which holds every launch of
+    it whatever the batch (docs/attention.md, "The workspace contract").
+    Compiles the kernel when it is not cached yet (the op's first call
+    would). Allocate it zeroed, once per stream; the counter area at its
+    start has one size for every attention kernel of one device (the
+    target's split_ctas), so layers of different geometries on one stream
+    may share one workspace of the largest of their sizes. Raises as the
+    op does for arguments it refuses."""
+    return _kernel_plan(q, k, v, softcap, sinks, k_descale,
+                        v_descale)[0].max_workspace_bytes
+
+
+_op = None
+
+
+def register(lib):
+    """Defines kvgen::unified_attention on `lib` (its fake, CPU and CUDA
+    kernels); returns the public functions for kvgen.torch's namespace."""
+    global _op
+    lib.define("unified_attention" + SCHEMA)
+    torch.library.register_fake("kvgen::unified_attention", _fake, lib=lib)
+    lib.impl("unified_attention", unified_attention, "CPU")
+    lib.impl("unified_attention", unified_attention, "CUDA")
+    _op = torch.ops.kvgen.unified_attention.default
+    return {"unified_attention": unified_attention,
+            "unified_attention_workspace_bytes":
+                unified_attention_workspace_bytes}

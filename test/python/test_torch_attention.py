@@ -1,0 +1,621 @@
+"""torch.ops.kvgen.unified_attention (kvgen/_torch_attention.py): vLLM's
+Triton unified_attention arguments on kvgen's kv.paged_attention kernel.
+
+On the CPU (kvgen's host backend, the kernel JIT-generated through
+libkvgen-generator.so) against a float64 torch reference written here from
+the definition (gather each sequence's keys and values through its block
+table, dequantize, causal / windowed softmax with soft-cap and sinks):
+decode, speculative verification (query lengths 2-8), a short prefill and
+mixed batches; GQA; K / V head sizes 192 / 128 and 128 / 192; separate,
+packed ([nb, bs, H, Dk + Dv], K and V column ranges of one tensor), HND
+(a permute) and [nb, 2, ...] caches; fp8 caches (e4m3fn, e5m2) with per
+tensor (vLLM's expand()ed scale) and per kv head descales. Cache rows past
+each context and the blocks of unused block-table entries hold NaN (read
+once, the output would be NaN); output rows are checked in full.
+Also: torch.library.opcheck, the fake on meta tensors, torch.compile, the
+errors (raised before anything is written), that the op runs no torch op
+at all on the host (so no synchronization: it reads no tensor values), one
+workspace through a sequence of batch shapes, max_seqlen_q above the token
+count.
+
+On CUDA (skipped without a GPU, with the reason): the same reference cases,
+no synchronization under torch.cuda.set_sync_debug_mode("error"), and CUDA
+graphs captured at several batch sizes, replayed after other batches ran,
+bit for bit against eager launches.
+
+Tolerance: |out - ref| <= tol + tol |ref|, tol 1e-2 (bf16 output) and 4e-3
+(f16), as test_attention.py: the kernel rounds P to the MMA type and the
+output to its dtype, the reference uses the same cache values exactly.
+"""
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed "
+                            "(scripts/install-deps.sh installs it)")
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python"))
+
+import kvgen  # noqa: E402
+
+
+def _setup():
+    try:
+        kvgen.library_path()
+    except OSError as e:
+        return f"runtime library not loadable: {e}"
+    if kvgen.generator_path() is None:
+        return "no generator library (libkvgen-generator.so) found"
+    return None
+
+
+_WHY = _setup()
+pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+
+import kvgen.torch as kt  # noqa: E402  (registers torch.ops.kvgen)
+from kvgen import _torch_attention as _ta  # noqa: E402
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                          reason="no CUDA device visible to torch (the "
+                          "CUDA tests need a GPU)")
+DEVICES = ["cpu", pytest.param("cuda", marks=cuda)]
+OP = torch.ops.kvgen.unified_attention
+
+
+#---------------------------------------------------------------------------
+# Reference
+#---------------------------------------------------------------------------
+
+def reference(q, k, v, cu, seqused, bt, scale, window_left, softcap, sinks,
+              k_descale, v_descale):
+    """float64 attention from the definition (docs/attention.md "What it
+    computes"): query token i of sequence s (n query tokens, context L)
+    at position p = L - n + i attends keys j in [lo, p], lo = max(0, p -
+    window_left) with a window, else 0; logits scale * q . k_j, soft-capped
+    when softcap > 0; the sink's exp joins the denominator; no keys -> 0."""
+    q, cu, seqused, bt = (x.cpu() for x in (q, cu, seqused, bt))
+    k, v = k.cpu(), v.cpu()
+    T, Hq, _ = q.shape
+    H, bs = k.shape[2], k.shape[1]
+    G = Hq // H
+    out = torch.zeros(T, Hq, v.shape[3], dtype=torch.float64)
+
+    def scales(s):
+        if s is None or k.dtype in (torch.bfloat16, torch.float16,
+                                    torch.float32):
+            return 1.0
+        s = s.cpu().double()
+        if s.numel() == 1 or all(x == 0 for x in s.stride()):
+            return s.reshape(-1)[0].item()
+        return s.reshape(-1, H)[0].reshape(1, H, 1)
+
+    ks, vs = scales(k_descale), scales(v_descale)
+    for s in range(seqused.shape[0]):
+        L = int(seqused[s])
+        q0, q1 = int(cu[s]), int(cu[s + 1])
+        n = q1 - q0
+        pos = torch.arange(L)
+        blocks = bt[s, pos // bs].long()
+        K = k[blocks, pos % bs].to(torch.float64) * ks  # [L, H, Dk]
+        V = v[blocks, pos % bs].to(torch.float64) * vs
+        K = K.repeat_interleave(G, dim=1)
+        V = V.repeat_interleave(G, dim=1)
+        for i in range(n):
+            p = L - n + i
+            lo = max(0, p - window_left) if window_left >= 0 else 0
+            if p < 0:
+                continue
+            x = torch.einsum("hd,khd->hk", q[q0 + i].double(),
+                             K[lo:p + 1]) * scale
+            if softcap > 0:
+                x = softcap * torch.tanh(x / softcap)
+            if sinks is not None:
+                x = torch.cat([x, sinks.cpu().double()[:, None]], 1)
+            w = torch.softmax(x, -1)
+            if sinks is not None:
+                w = w[:, :-1]
+            out[q0 + i] = torch.einsum("hk,khd->hd", w, V[lo:p + 1])
+    return out
+
+
+#---------------------------------------------------------------------------
+# Cases
+#---------------------------------------------------------------------------
+
+class Geo:
+    def __init__(self, H, Hq, dk, dv, bs, cache=torch.bfloat16,
+                 io=torch.bfloat16, arrangement="nhd", descale="none"):
+        self.H, self.Hq, self.dk, self.dv, self.bs = H, Hq, dk, dv, bs
+        self.cache, self.io = cache, io
+        self.arrangement, self.descale = arrangement, descale
+
+
+GEOS = {
+    "gqa4_nhd": Geo(2, 8, 128, 128, 16),
+    "mimo_192_128_packed": Geo(2, 8, 192, 128, 16, arrangement="packed"),
+    "wide_v_128_192_hnd": Geo(2, 4, 128, 192, 16, arrangement="hnd"),
+    "wide_v_128_192_packed_hnd": Geo(2, 4, 128, 192, 8,
+                                     arrangement="packed_hnd"),
+    "nb2_f16": Geo(2, 4, 64, 64, 16, cache=torch.float16, io=torch.float16,
+                   arrangement="nb2"),
+    "fp8_e4m3_tensor": Geo(2, 8, 128, 128, 16, cache=torch.float8_e4m3fn,
+                           descale="expand"),
+    "fp8_e4m3_head_packed": Geo(2, 4, 192, 128, 16,
+                                cache=torch.float8_e4m3fn,
+                                arrangement="packed", descale="head"),
+    "fp8_e5m2_tensor_hnd": Geo(1, 2, 64, 64, 32, cache=torch.float8_e5m2,
+                               arrangement="hnd", descale="one"),
+}
+
+
+class Case:
+    """Caches filled with NaN, valid rows written through random block
+    tables; q, out (canary 7.25) and the index tensors."""
+
+    def __init__(self, g, seq_lens, q_lens, seed, device="cpu", window=-1,
+                 softcap=0.0, sinks=False, spare=3):
+        gen = torch.Generator().manual_seed(seed)
+        self.g, self.window, self.softcap = g, window, softcap
+        bs = g.bs
+        need = [max(1, -(-L // bs)) for L in seq_lens]
+        self.nb = nb = sum(need) + spare
+        width = max(need) + 2
+        perm = torch.randperm(nb - 1, generator=gen) + 1  # block 0: NaN
+        bt = torch.zeros(len(seq_lens), width + 1, dtype=torch.int32)
+        at = 0
+        for s, n in enumerate(need):
+            bt[s, :n] = perm[at:at + n]
+            at += n
+        self.block_table = bt[:, :width].to(device)  # row stride > width
+        self.seqused = torch.tensor(seq_lens, dtype=torch.int32,
+                                    device=device)
+        cu = [0]
+        for n in q_lens:
+            cu.append(cu[-1] + n)
+        self.cu = torch.tensor(cu, dtype=torch.int32, device=device)
+        self.T = cu[-1]
+        self.max_q = max(q_lens) if q_lens else 0
+        self.max_k = max(seq_lens) if seq_lens else 0
+        self.k, self.v = self._caches(gen, device)
+        fp8 = g.cache in (torch.float8_e4m3fn, torch.float8_e5m2)
+        valid_k = (torch.randn(nb, bs, g.H, g.dk, generator=gen) *
+                   (4 if fp8 else 1)).to(g.cache)
+        valid_v = (torch.randn(nb, bs, g.H, g.dv, generator=gen) *
+                   (4 if fp8 else 1)).to(g.cache)
+        # Only the rows of each context get values; the rest stay NaN.
+        for s, L in enumerate(seq_lens):
+            pos = torch.arange(L)
+            blk = bt[s, pos // bs].long()
+            self.k[blk.to(device), (pos % bs).to(device)] = \
+                valid_k[blk, pos % bs].to(device)
+            self.v[blk.to(device), (pos % bs).to(device)] = \
+                valid_v[blk, pos % bs].to(device)
+        self.q = torch.randn(self.T, g.Hq, g.dk, generator=gen).to(
+            g.io).to(device)
+        self.out = torch.full((self.T, g.Hq, g.dv), 7.25, dtype=g.io,
+                              device=device)
+        self.scale = 1.0 / math.sqrt(g.dk)
+        self.sinks = ((torch.randn(g.Hq, generator=gen) * 2).to(device)
+                      if sinks else None)
+        self.k_descale = self.v_descale = None
+        if g.descale == "expand":  # vLLM: layer._k_scale.expand(B, H)
+            self.k_descale = torch.tensor(0.05, device=device).expand(
+                len(seq_lens), g.H)
+            self.v_descale = torch.tensor(0.03, device=device).expand(
+                len(seq_lens), g.H)
+        elif g.descale == "one":
+            self.k_descale = torch.tensor([0.07], device=device)
+            self.v_descale = torch.tensor([0.02], device=device)
+        elif g.descale == "head":
+            self.k_descale = (torch.rand(g.H, generator=gen) * 0.1 +
+                              0.02).to(device)
+            self.v_descale = (torch.rand(g.H, generator=gen) * 0.1 +
+                              0.02).to(device)
+        self.device = device
+
+    def _caches(self, gen, device):
+        g = self.g
+        nb, bs, H = self.nb, g.bs, g.H
+        hnd = g.arrangement in ("hnd", "packed_hnd")
+
+        def alloc(d, lead=()):
+            shape = (nb, *lead, H, bs, d) if hnd else (nb, *lead, bs, H, d)
+            return torch.full(shape, float("nan"), dtype=g.cache,
+                              device=device)
+
+        def view(t):  # -> [nb, bs, H, d]
+            return t.transpose(-3, -2) if hnd else t
+
+        if g.arrangement.startswith("packed"):
+            kv = view(alloc(g.dk + g.dv))
+            self.allocs = [kv]
+            return kv[..., :g.dk], kv[..., g.dk:]
+        if g.arrangement == "nb2":
+            kv = alloc(g.dk, (2,))
+            self.allocs = [kv]
+            return view(kv[:, 0]), view(kv[:, 1])
+        kc, vc = alloc(g.dk), alloc(g.dv)
+        self.allocs = [kc, vc]
+        return view(kc), view(vc)
+
+    def args(self, **kw):
+        a = dict(q=self.q, k=self.k, v=self.v, out=self.out,
+                 cu_seqlens_q=self.cu, max_seqlen_q=self.max_q,
+                 seqused_k=self.seqused, max_seqlen_k=self.max_k,
+                 softmax_scale=self.scale, causal=True,
+                 window_size=[self.window, 0 if self.window >= 0 else -1],
+                 block_table=self.block_table, softcap=self.softcap,
+                 q_descale=None, k_descale=self.k_descale,
+                 v_descale=self.v_descale, sinks=self.sinks)
+        a.update(kw)
+        return a
+
+    def workspace(self):
+        n = kt.unified_attention_workspace_bytes(
+            self.q, self.k, self.v, softcap=self.softcap, sinks=self.sinks,
+            k_descale=self.k_descale, v_descale=self.v_descale)
+        assert n > 0
+        return torch.zeros(n, dtype=torch.uint8, device=self.device)
+
+    def run(self, ws=None, **kw):
+        OP(**self.args(**kw),
+           workspace=self.workspace() if ws is None else ws)
+
+    def want(self):
+        return reference(self.q, self.k, self.v, self.cu, self.seqused,
+                         self.block_table, self.scale, self.window,
+                         self.softcap, self.sinks, self.k_descale,
+                         self.v_descale)
+
+    def check(self):
+        got = self.out.cpu().double()
+        assert torch.isfinite(got).all(), \
+            "NaN in the output: a row past a context or an unused block " \
+            "was read"
+        tol = 4e-3 if self.g.io == torch.float16 else 1e-2
+        torch.testing.assert_close(got, self.want(), atol=tol, rtol=tol)
+
+
+BATCHES = {
+    # name: (seq_lens, q_lens)
+    "decode": ([37, 1, 16, 17, 90, 0], [1, 1, 1, 1, 1, 0]),
+    "verify": ([40, 8, 70, 33], [2, 8, 5, 3]),
+    "prefill": ([45, 20, 9], [45, 12, 9]),
+    "mixed": ([1, 60, 29, 64, 18], [1, 4, 29, 2, 7]),
+    "split_decode": ([300], [1]),
+}
+
+
+@pytest.mark.parametrize("batch", list(BATCHES))
+@pytest.mark.parametrize("device", DEVICES)
+def test_gqa_batches_match_reference(device, batch):
+    """Decode (a 0-length context included: zeros), speculative
+    verification (q_len 2-8), a short prefill (q_len = context), a mixed
+    batch and a split decode, GQA 4, NHD."""
+    lens, qs = BATCHES[batch]
+    c = Case(GEOS["gqa4_nhd"], lens, qs, seed=len(batch), device=device)
+    c.run()
+    c.check()
+
+
+FEATURES = {
+    "window": dict(window=23),
+    "sinks": dict(sinks=True),
+    "softcap": dict(softcap=5.0),
+    "window_sinks_softcap": dict(window=9, sinks=True, softcap=3.0),
+}
+
+
+@pytest.mark.parametrize("feature", list(FEATURES))
+@pytest.mark.parametrize("device", DEVICES)
+def test_window_sinks_softcap(device, feature):
+    lens, qs = BATCHES["mixed"]
+    c = Case(GEOS["gqa4_nhd"], lens, qs, seed=7, device=device,
+             **FEATURES[feature])
+    c.run()
+    c.check()
+
+
+@pytest.mark.parametrize("geo", [n for n in GEOS if n != "gqa4_nhd"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_layouts_head_sizes_and_fp8(device, geo):
+    """Dk != Dv both ways, packed / HND / [nb, 2, ...] caches, f16, fp8
+    caches with per-tensor (expand()ed and 1-element) and per-head
+    descales; a mixed batch with sinks and a window."""
+    lens, qs = BATCHES["mixed"]
+    c = Case(GEOS[geo], lens, qs, seed=11, device=device, window=40,
+             sinks=True)
+    c.run()
+    c.check()
+
+
+def test_layout_is_taken_from_the_views():
+    """The kernel's layout is the views': packed for K / V column ranges of
+    one tensor, hnd for a permute, explicit strides for [nb, 2, ...]."""
+    want = {"mimo_192_128_packed": ("nhd", "packed"),
+            "wide_v_128_192_hnd": ("hnd", "separate"),
+            "wide_v_128_192_packed_hnd": ("hnd", "packed"),
+            "gqa4_nhd": ("nhd", "separate")}
+    for name, (order, packing) in want.items():
+        c = Case(GEOS[name], [5], [1], seed=1)
+        k, _ = _ta._kernel_plan(c.q, c.k, c.v, 0.0, None,
+                                                None, None)
+        assert (k.layout.order, k.layout.packing) == (order, packing), name
+    c = Case(GEOS["nb2_f16"], [5], [1], seed=1)
+    k, _ = _ta._kernel_plan(c.q, c.k, c.v, 0.0, None, None,
+                                            None)
+    assert k.layout.k_strides is not None, k.layout.text
+
+
+def test_one_workspace_serves_every_batch_shape():
+    """One zeroed workspace (an engine's, per stream) through a sequence
+    of batch shapes, split and unsplit, each against the reference; the
+    kernel leaves its counters zero, so the order does not matter."""
+    g = GEOS["gqa4_nhd"]
+    first = Case(g, [5], [1], seed=0)
+    ws = first.workspace()
+    for i, (lens, qs) in enumerate([([300], [3]), ([300] * 3, [1] * 3),
+                                    ([300] * 3, [3] * 3), ([200], [1]),
+                                    ([40, 7], [2, 7]), ([400], [1])]):
+        c = Case(g, lens, qs, seed=100 + i)
+        c.run(ws=ws)
+        c.check()
+
+
+def test_max_seqlen_q_above_the_tokens_is_clamped():
+    """vLLM may pass a padded max_seqlen_q: no query is longer than q's
+    rows, so the op takes min(max_seqlen_q, num_tokens) (the runtime
+    refuses max_query_len > num_tokens)."""
+    lens, qs = BATCHES["verify"]
+    c = Case(GEOS["gqa4_nhd"], lens, qs, seed=3)
+    c.run(max_seqlen_q=10 ** 6, max_seqlen_k=10 ** 6)
+    c.check()
+
+
+def test_rows_past_the_queries_are_not_written():
+    """q / out padded for a CUDA graph (more rows than cu_seqlens_q[-1]):
+    the padding rows keep their contents."""
+    lens, qs = BATCHES["decode"]
+    c = Case(GEOS["gqa4_nhd"], lens, qs, seed=5)
+    T = c.T
+    q = torch.cat([c.q, torch.randn(3, *c.q.shape[1:]).to(c.q.dtype)])
+    out = torch.full((T + 3, *c.out.shape[1:]), 7.25, dtype=c.out.dtype)
+    OP(**c.args(q=q, out=out), workspace=c.workspace())
+    assert (out[T:] == 7.25).all()
+    c.out = out[:T]
+    c.check()
+
+
+def test_no_torch_op_runs_on_the_host():
+    """The op reads no tensor values on the host (no .item(), .max(),
+    .cpu(): each would be a synchronization on CUDA): under a dispatch
+    mode that records every torch op, the implementation runs none."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    lens, qs = BATCHES["mixed"]
+    c = Case(GEOS["fp8_e4m3_tensor"], lens, qs, seed=9, sinks=True)
+    ws = c.workspace()
+    c.run(ws=ws)  # plan made (its first call may allocate nothing either)
+    c.out.fill_(7.25)
+    with Record() as r:
+        kt.unified_attention(**c.args(), workspace=ws)
+    assert r.ops == [], r.ops
+    c.check()
+
+
+#---------------------------------------------------------------------------
+# torch.library: opcheck, fake, compile
+#---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("geo", ["gqa4_nhd", "fp8_e4m3_head_packed"])
+def test_opcheck(geo):
+    lens, qs = BATCHES["verify"]
+    c = Case(GEOS[geo], lens, qs, seed=13, sinks=True, window=30)
+    ws = c.workspace()
+    args = c.args()
+    tests = None
+    if c.k.element_size() == 1:
+        # torch's test_schema compares the inputs before and after with
+        # arithmetic that CPU float8 tensors lack ("mul_cpu_reduced_float"
+        # not implemented for 'Float8_e4m3fn'): the other three run.
+        tests = ("test_autograd_registration", "test_faketensor",
+                 "test_aot_dispatch_dynamic")
+    torch.library.opcheck(OP.default, tuple(args.values()),
+                          {"workspace": ws},
+                          **({} if tests is None else
+                             {"test_utils": tests}))
+
+
+def test_fake_on_meta_tensors():
+    """The fake checks shapes, dtypes and devices without a kernel."""
+    lens, qs = BATCHES["verify"]
+    c = Case(GEOS["mimo_192_128_packed"], lens, qs, seed=2)
+    meta = {n: (x.to("meta") if isinstance(x, torch.Tensor) else x)
+            for n, x in c.args().items()}
+    # The packed views stay views of one tensor on meta.
+    kv = c.allocs[0].to("meta")
+    meta["k"], meta["v"] = kv[..., :192], kv[..., 192:]
+    ws = torch.empty(1 << 20, dtype=torch.uint8, device="meta")
+    OP(**meta, workspace=ws)
+    with pytest.raises(ValueError, match="out has shape"):
+        OP(**{**meta, "out": meta["out"][:, :, :64]}, workspace=ws)
+
+
+def test_torch_compile_fullgraph():
+    lens, qs = BATCHES["mixed"]
+    c = Case(GEOS["gqa4_nhd"], lens, qs, seed=4, sinks=True)
+    ws = c.workspace()
+
+    def step(q, out, cu, seqused, bt):
+        kt.unified_attention(q, c.k, c.v, out, cu, c.max_q, seqused,
+                             c.max_k, c.scale, True, [-1, -1], bt, 0.0,
+                             None, None, None, c.sinks, workspace=ws)
+        return out * 2
+
+    f = torch.compile(step, fullgraph=True, backend="aot_eager")
+    got = f(c.q, c.out, c.cu, c.seqused, c.block_table)
+    c.check()
+    assert torch.equal(got, c.out * 2)
+
+
+#---------------------------------------------------------------------------
+# Errors: raised before the launch, nothing written
+#---------------------------------------------------------------------------
+
+def _bad(c):
+    lens = c.seqused.tolist()
+    return [
+        (dict(causal=False), ValueError, "causal=False"),
+        (dict(q_descale=torch.ones(1)), ValueError, "q_descale"),
+        (dict(window_size=[4, 2]), ValueError, "window_size"),
+        (dict(window_size=[4]), ValueError, "window_size"),
+        (dict(window_size=[-2, 0]), ValueError, "window_size"),
+        (dict(softcap=-1.0), ValueError, "softcap"),
+        (dict(max_seqlen_q=0), ValueError, "max_seqlen_q"),
+        (dict(max_seqlen_k=-1), ValueError, "max_seqlen_k"),
+        (dict(cu_seqlens_q=c.cu[:-1]), ValueError, "cu_seqlens_q has"),
+        (dict(cu_seqlens_q=c.cu.long()), TypeError, "int32"),
+        (dict(seqused_k=c.seqused[::2] if len(lens) > 2 else
+              c.seqused.long()), (ValueError, TypeError), "seqused_k"),
+        (dict(block_table=c.block_table[:1]), ValueError, "block_table has"),
+        (dict(block_table=c.block_table.t()), ValueError,
+         "block_table('s last dimension| has shape)"),
+        (dict(sinks=torch.zeros(c.g.Hq, dtype=torch.bfloat16)), TypeError,
+         "sinks has dtype"),
+        (dict(sinks=torch.zeros(c.g.Hq + 1)), ValueError, "sinks has shape"),
+        (dict(out=c.out[:, :, :-1]), ValueError, "out has shape"),
+        (dict(out=c.out.float()), TypeError, "out has dtype"),
+        (dict(q=c.q.float()), TypeError, "q has dtype"),
+        (dict(q=c.q[:, :3]), ValueError, "multiple"),
+        (dict(k=c.k.view(torch.uint8) if c.k.element_size() == 1 else
+              c.k.view(torch.int16)), TypeError, "k has dtype"),
+        (dict(v=c.k, k=c.k), (ValueError,), "overlap|head|differ"),
+    ]
+
+
+@pytest.mark.parametrize("geo", ["gqa4_nhd", "fp8_e4m3_tensor"])
+def test_bad_arguments_raise_and_write_nothing(geo):
+    lens, qs = BATCHES["verify"]
+    c = Case(GEOS[geo], lens, qs, seed=21, sinks=True)
+    ws = c.workspace()
+    c.run(ws=ws)  # a plan for the good signature exists
+    for kw, exc, words in _bad(c):
+        c.out.fill_(7.25)
+        with pytest.raises(exc, match=words):
+            OP(**c.args(**kw), workspace=ws)
+        assert (c.out == 7.25).all(), kw
+    if geo.startswith("fp8"):
+        for name in ("k_descale", "v_descale"):
+            with pytest.raises(TypeError, match=f"{name} is None"):
+                OP(**c.args(**{name: None}), workspace=ws)
+        with pytest.raises(ValueError, match="k_descale has shape"):
+            OP(**c.args(k_descale=torch.ones(3)), workspace=ws)
+        with pytest.raises(ValueError, match="both be per tensor"):
+            OP(**c.args(k_descale=torch.ones(c.g.H)), workspace=ws)
+    assert (c.out == 7.25).all()
+
+
+def test_workspace_too_small_or_strided_is_refused():
+    lens, qs = BATCHES["split_decode"]
+    c = Case(GEOS["gqa4_nhd"], lens, qs, seed=22)
+    ws = c.workspace()
+    with pytest.raises(ValueError, match=r"workspace holds 64 bytes.*"
+                       r"unified_attention_workspace_bytes"):
+        c.run(ws=ws[:64])
+    with pytest.raises(ValueError, match="workspace must be contiguous"):
+        c.run(ws=torch.zeros(2 * ws.numel(), dtype=torch.uint8)[::2])
+    assert (c.out == 7.25).all()
+    c.run(ws=ws)
+    c.check()
+
+
+def test_descales_are_ignored_for_a_bf16_cache():
+    """vLLM's Triton backend passes expand()ed descales whatever the cache;
+    a bf16 cache reads none (as vLLM's kernel)."""
+    lens, qs = BATCHES["decode"]
+    c = Case(GEOS["gqa4_nhd"], lens, qs, seed=23)
+    c.run(k_descale=torch.tensor(9.0).expand(6, 2),
+          v_descale=torch.tensor(9.0).expand(6, 2))
+    c.check()
+
+
+#---------------------------------------------------------------------------
+# CUDA only
+#---------------------------------------------------------------------------
+
+def _decode_case(B, q_len, seed, device="cuda", lens=None):
+    lens = lens or [int(x) for x in torch.randint(
+        q_len, 700, (B,), generator=torch.Generator().manual_seed(seed))]
+    return Case(GEOS["mimo_192_128_packed"], lens, [q_len] * B, seed=seed,
+                device=device, sinks=True)
+
+
+@cuda
+def test_cuda_no_synchronization():
+    c = _decode_case(4, 1, 30)
+    ws = c.workspace()
+    c.run(ws=ws)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        c.run(ws=ws)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    c.check()
+
+
+@cuda
+@pytest.mark.parametrize("q_len", [1, 3])
+def test_cuda_graphs_at_several_batch_sizes(q_len):
+    """Graphs captured at batch sizes 1, 4 and 16 (decode or a 3-token
+    verification) with one workspace, replayed in a different order after
+    eager launches of other batch shapes, each replay bit for bit equal to
+    an eager launch of the same inputs (and to the reference)."""
+    dev = torch.device("cuda")
+    sizes = [1, 4, 16]
+    cases = {B: _decode_case(B, q_len, 40 + B) for B in sizes}
+    ws = cases[1].workspace()
+    eager = {}
+    for B, c in cases.items():
+        c.run(ws=ws)  # compiles; the eager result
+        eager[B] = c.out.clone()
+    torch.cuda.synchronize()
+    graphs = {}
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for B, c in cases.items():
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=stream):
+                c.run(ws=ws)
+            graphs[B] = g
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(stream):
+        for B in [16, 1, 4, 1, 16]:
+            # Other shapes run eagerly in between (a long split decode, a
+            # prefill), on the workspace's stream.
+            other = _decode_case(2, 5, 90 + B, lens=[650, 400])
+            other.run(ws=ws)
+            c = cases[B]
+            c.out.fill_(7.25)
+            graphs[B].replay()
+            stream.synchronize()
+            assert torch.equal(c.out, eager[B]), f"batch {B}"
+            other.check()
+    for c in cases.values():
+        c.check()
+    del dev
