@@ -78,6 +78,8 @@ checked kernels and reported through kvgen.torch.check_errors (see
 docs/torch.md).
 """
 
+import ctypes
+
 import torch
 
 from . import torch as _kt
@@ -317,14 +319,27 @@ def unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
                       max_seqlen_k, softmax_scale, causal, window_size,
                       block_table, softcap, q_descale, k_descale, v_descale,
                       sinks=None, *, workspace):
-    """torch.ops.kvgen.unified_attention's implementation (CPU and CUDA;
-    also kvgen.torch.unified_attention, which skips torch's dispatcher in
-    eager mode). See the module doc for the arguments."""
-    if _kt._compiling():
+    """torch.ops.kvgen.unified_attention as a Python function (see the
+    module doc for the arguments): where kvgen's C++ kernel is in use
+    (kvgen.torch.fast_path_info()) and under torch.compile it calls the op
+    (torch.ops.kvgen.unified_attention.default), else it runs the Python
+    implementation without torch's dispatcher."""
+    if _cpp is not None or _kt._compiling():
         return _op(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
                    max_seqlen_k, softmax_scale, causal, window_size,
                    block_table, softcap, q_descale, k_descale, v_descale,
                    sinks, workspace=workspace)
+    _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+          softmax_scale, causal, window_size, block_table, softcap,
+          q_descale, k_descale, v_descale, sinks, workspace)
+
+
+def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+          softmax_scale, causal, window_size, block_table, softcap,
+          q_descale, k_descale, v_descale, sinks, workspace):
+    """The checks, the plan (JIT on first use) and the launch; returns the
+    plan and the argument struct it launched (None when there is no query
+    row or no sequence: nothing is launched)."""
     fp8 = k.dtype in _FP8
     sig = ("ua", q.dtype, q.device, q.shape[1:], q.stride(), out.dtype,
            out.device, out.shape[1:], out.stride(), k.dtype, k.device,
@@ -370,7 +385,7 @@ def unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
     kp, vp = k.data_ptr(), v.data_ptr()
     p.geo.check_disjoint(kp, vp)
     if t == 0 or ns == 0:
-        return  # no query row: nothing to write
+        return None  # no query row: nothing to write
     a = p.args()
     a.query = q.data_ptr()
     a.output = out.data_ptr()
@@ -394,6 +409,61 @@ def unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
     a.softmax_scale = softmax_scale
     a.logits_soft_cap = softcap
     p.launch(a)
+    return ap, a
+
+
+def _impl_op(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
+             max_seqlen_k, softmax_scale, causal, window_size, block_table,
+             softcap, q_descale, k_descale, v_descale, sinks=None, *,
+             workspace):
+    """The op's CPU / CUDA kernel where the C++ one is not in use."""
+    _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+          softmax_scale, causal, window_size, block_table, softcap,
+          q_descale, k_descale, v_descale, sinks, workspace)
+
+
+#: The role of each schema argument for the C++ kernel (_torch_fast.cpp's
+#: role letters): q R, k F, v F, out R, cu_seqlens_q Q, max_seqlen_q M,
+#: seqused_k N, max_seqlen_k X, softmax_scale D, causal T, window_size W,
+#: block_table B, softcap Y, q_descale Z, k_descale / v_descale / sinks O,
+#: workspace F.
+ROLES = "RFFRQMNXDTWBYZOOOF"
+#: The struct field each argument's per-call value goes to (None: fixed in
+#: the remembered struct).
+_FIELDS = ("query", None, None, "output", "query_start_loc",
+           "max_query_len", "seq_lens", "max_seq_len", "softmax_scale",
+           None, "sliding_window", "block_tables", "logits_soft_cap", None,
+           None, None, None, None)
+_OFFSETS = ctypes.c_int32 * len(ROLES)
+_offsets = None  # (offsets, num_tokens offset, num_seqs offset)
+
+
+def _slow(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+          softmax_scale, causal, window_size, block_table, softcap,
+          q_descale, k_descale, v_descale, sinks=None, *, workspace):
+    """kvgen::_unified_attention_py, where the C++ kernel of
+    torch.ops.kvgen.unified_attention sends every call it has no plan for:
+    _impl, then the plan goes to the C++ kernel for later calls of the same
+    signature."""
+    global _offsets
+    r = _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
+              max_seqlen_k, softmax_scale, causal, window_size, block_table,
+              softcap, q_descale, k_descale, v_descale, sinks, workspace)
+    if r is None or _cpp is None:
+        return
+    ap, a = r
+    p = ap.plan
+    if not _kt._cpp_has_launch:
+        _kt._cpp_set_launch()
+    if _offsets is None:
+        t = type(a)
+        _offsets = (_OFFSETS(*(-1 if f is None else getattr(t, f).offset
+                               for f in _FIELDS)),
+                    t.num_tokens.offset, t.num_seqs.offset)
+    offs, tok, seqs = _offsets
+    _cpp.remember_ex(p.handle, ctypes.addressof(a), p.size, int(p.host),
+                     -1 if p.host else p.device_index, offs, len(ROLES),
+                     tok, seqs)
 
 
 def _fake(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
@@ -422,16 +492,31 @@ def unified_attention_workspace_bytes(q, k, v, softcap=0.0, sinks=None,
 
 
 _op = None
+_cpp = None
 
 
-def register(lib):
-    """Defines kvgen::unified_attention on `lib` (its fake, CPU and CUDA
-    kernels); returns the public functions for kvgen.torch's namespace."""
-    global _op
+def register(lib, cpp):
+    """Defines kvgen::unified_attention on `lib` with its fake and its CPU
+    and CUDA kernels: the C++ one of `cpp` (kvgen/_torch_fast.py's
+    FastPath, or None) falling back to kvgen::_unified_attention_py, else
+    the Python one. Returns the public functions for kvgen.torch's
+    namespace."""
+    global _op, _cpp
     lib.define("unified_attention" + SCHEMA)
     torch.library.register_fake("kvgen::unified_attention", _fake, lib=lib)
-    lib.impl("unified_attention", unified_attention, "CPU")
-    lib.impl("unified_attention", unified_attention, "CUDA")
+    if cpp is not None:
+        lib.define("_unified_attention_py" + SCHEMA)
+        for key in ("CPU", "CUDA"):
+            lib.impl("_unified_attention_py", _slow, key)
+        try:
+            cpp.register("kvgen", "unified_attention", "_unified_attention_py",
+                         ROLES)
+            _cpp = cpp
+        except RuntimeError:
+            _cpp = None  # kvgen.torch's write registered; this op: Python
+    if _cpp is None:
+        for key in ("CPU", "CUDA"):
+            lib.impl("unified_attention", _impl_op, key)
     _op = torch.ops.kvgen.unified_attention.default
     return {"unified_attention": unified_attention,
             "unified_attention_workspace_bytes":

@@ -16,9 +16,11 @@
 // goes to the Python op, whose exceptions reach the caller unchanged.
 //
 // An op is described by one role letter per schema argument:
-//   R  rows: pointer per call; dim 0 must hold at least T rows (rows past T,
-//      e.g. CUDA-graph padding, are not read); every other dimension, all
-//      strides, dtype and device in the signature
+//   R  rows: pointer per call; with an S argument dim 0 must hold at least
+//      T rows (rows past T, e.g. CUDA-graph padding, are not read); without
+//      one (unified_attention) the first R's dim 0 is T and every R has T
+//      rows; every other dimension, all strides, dtype and device in the
+//      signature
 //   F  a fixed tensor (a cache): pointer, sizes, strides, dtype, device in
 //      the signature; its pointer is in the remembered struct
 //   S  slot_mapping: pointer per call; 1-D, its length is the token count T
@@ -28,12 +30,32 @@
 //      "bfloat16", "float16") makes the C tensors unread
 //   C  a scale: like F unless kv_cache_dtype is "auto" (then not read)
 //   P  pdl (bool): per call, kvgen_launch_ex with the PDL options
+// and, for unified_attention (kvgen/_torch_attention.py), whose work count is
+// the number of sequences (num_seqs, the size of its N tensor):
+//   N  seqused_k: pointer per call; 1-D, contiguous when > 1 element, its
+//      size is num_seqs; dtype and device in the signature
+//   Q  cu_seqlens_q: pointer per call; 1-D, contiguous when > 1 element,
+//      >= num_seqs + 1 elements; dtype and device in the signature
+//   B  block_table: pointer per call; >= num_seqs rows; the other sizes,
+//      strides, dtype and device in the signature
+//   M  max_seqlen_q (int): per call, >= 1, taken as min(value, T)
+//   X  max_seqlen_k (int): per call, >= 0
+//   D  softmax_scale (float): per call, as float32
+//   Y  softcap (float): per call (float32), >= 0; > 0 in the signature
+//   T  causal (bool): must be true
+//   W  window_size (int[2]): per call, [left >= -1, right -1 or 0], set as
+//      sliding_window = left + 1 (0 for left = -1)
+//   Z  q_descale: must be None
+//   O  an optional fixed tensor: None, or as F
+// A call that breaks one of these rules goes to the Python op (its error);
+// so does one with T = 0 or num_seqs = 0 (nothing to launch).
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -59,7 +81,7 @@ const void *gPdlOptions = nullptr;
 std::atomic<uint64_t> gHits{0}, gMisses{0};
 
 constexpr size_t kMaxSig = 128;
-constexpr size_t kMaxArgs = 16;
+constexpr size_t kMaxArgs = 32;
 constexpr size_t kMaxStruct = 1024;
 
 struct Sig {
@@ -93,9 +115,31 @@ struct Plan {
   std::vector<unsigned char> args;   // the struct, fixed fields set
   int host = 0;                      // 1: stream 0 (host backend)
   int device = -1;                   // CUDA device index otherwise
-  std::array<int32_t, kMaxArgs> off; // per argument: its pointer's offset
+  std::array<int32_t, kMaxArgs> off; // per argument: its field's offset
   int32_t tokens_off = -1;           // num_tokens (int64)
+  int32_t seqs_off = -1;             // num_seqs (int64; N role), or -1
 };
+
+// What a call sets in the remembered struct: per argument the bytes of its
+// field (a pointer, an int64, or a float32 in the low 4 bytes; see width),
+// the token count and (N role) the sequence count.
+struct Call {
+  std::array<uint64_t, kMaxArgs> val{};
+  int64_t tokens = -1;
+  int64_t seqs = -1;
+  bool pdl = false;
+};
+
+// Bytes of the struct field that an argument of role r sets.
+int width(char r) { return r == 'D' || r == 'Y' ? 4 : 8; }
+
+// A float32 in the first 4 bytes of the value (what launch copies).
+uint64_t floatBits(double x) {
+  const float f = static_cast<float>(x);
+  uint64_t v = 0;
+  std::memcpy(&v, &f, sizeof f);
+  return v;
+}
 
 class FastKernel;
 
@@ -123,9 +167,8 @@ public:
     const size_t n = roles_.size();
     c10::IValue *a = stack->data() + (stack->size() - n);
     Sig sig;
-    int64_t tokens = -1;
-    bool pdl = false;
-    const bool known = signature(a, &sig, &tokens, &pdl);
+    Call call;
+    const bool known = signature(a, &sig, &call);
     if (known) {
       std::shared_ptr<const Plan> p;
       {
@@ -134,7 +177,7 @@ public:
         if (it != plans_.end())
           p = it->second;
       }
-      if (p && launch(*p, a, tokens, pdl)) {
+      if (p && launch(*p, call)) {
         gHits.fetch_add(1, std::memory_order_relaxed);
         torch::jit::drop(*stack, n);
         return;
@@ -171,6 +214,7 @@ public:
   }
 
   size_t numArgs() const { return roles_.size(); }
+  char role(size_t i) const { return roles_[i]; }
 
 private:
   static int64_t device(const at::Tensor &t) {
@@ -197,9 +241,69 @@ private:
     return true;
   }
 
+  // dim, dtype, device of a per-call index tensor.
+  static bool kind(Sig *s, const at::Tensor &t) {
+    return s->push(t.dim()) &&
+           s->push(static_cast<int64_t>(t.scalar_type())) &&
+           s->push(device(t));
+  }
+
+  // A 1-D tensor, contiguous when it has more than one element.
+  static bool vector(const at::Tensor &t) {
+    return t.dim() == 1 && (t.size(0) < 2 || t.stride(0) == 1);
+  }
+
+  // The arguments that are not tensors (roles P, M, X, D, Y, T, W, Z):
+  // their per-call value in c->val[i] (or c->pdl). False: the Python op
+  // decides.
+  static bool scalar(char r, const c10::IValue &v, size_t i, Sig *s,
+                     Call *c) {
+    switch (r) {
+    case 'P':
+      if (!v.isBool())
+        return false;
+      c->pdl = v.toBool();
+      return true;
+    case 'M':
+    case 'X': {
+      if (!v.isInt())
+        return false;
+      const int64_t x = v.toInt();
+      if (x < (r == 'M' ? 1 : 0))
+        return false;
+      c->val[i] = static_cast<uint64_t>(x); // M: clamped to T in signature
+      return true;
+    }
+    case 'D':
+    case 'Y': {
+      if (!v.isDouble())
+        return false;
+      const double x = v.toDouble();
+      if (r == 'Y' && (!(x >= 0) || !s->push(x > 0)))
+        return false;
+      c->val[i] = floatBits(x);
+      return true;
+    }
+    case 'T':
+      return v.isBool() && v.toBool();
+    case 'W': {
+      if (!v.isIntList())
+        return false;
+      const auto w = v.toIntList();
+      if (w.size() != 2 || w[0] < -1 || (w[1] != -1 && w[1] != 0))
+        return false;
+      c->val[i] = static_cast<uint64_t>(w[0] >= 0 ? w[0] + 1 : 0);
+      return true;
+    }
+    case 'Z':
+      return v.isNone();
+    default:
+      return false;
+    }
+  }
+
   // False: not a call this kernel launches (the Python op decides).
-  bool signature(const c10::IValue *a, Sig *s, int64_t *tokens,
-                 bool *pdl) const {
+  bool signature(const c10::IValue *a, Sig *s, Call *c) const {
     const size_t n = roles_.size();
     bool scaled = true;
     for (size_t i = 0; i < n; ++i) {
@@ -216,64 +320,94 @@ private:
         return false;
       scaled = id >= kFirstFp8;
     }
-    // The token count: slot_mapping's length.
+    // The token count T: slot_mapping's length for an op with an S role
+    // (its R tensors need at least T rows); else the first R's rows, which
+    // every R must have (unified_attention's q and out).
+    bool slots = false;
     for (size_t i = 0; i < n; ++i) {
       if (roles_[i] != 'S')
         continue;
       if (!a[i].isTensor())
         return false;
       const at::Tensor &t = a[i].toTensor();
-      if (t.dim() != 1 || (t.size(0) > 1 && t.stride(0) != 1))
+      if (!vector(t))
         return false;
-      *tokens = t.size(0);
+      c->tokens = t.size(0);
+      slots = true;
     }
-    if (*tokens < 0)
-      return false;
     for (size_t i = 0; i < n; ++i) {
       const char r = roles_[i];
-      if (r == 'K')
+      if (r == 'K' || (r == 'C' && !scaled))
         continue;
-      if (r == 'P') {
-        if (!a[i].isBool())
+      if (std::strchr("PMXDYTWZ", r)) {
+        if (!scalar(r, a[i], i, s, c))
           return false;
-        *pdl = a[i].toBool();
         continue;
       }
-      if (r == 'C' && !scaled)
-        continue;
+      if (r == 'O') {
+        if (!s->push(a[i].isNone()))
+          return false;
+        if (a[i].isNone())
+          continue;
+      }
       if (!a[i].isTensor())
         return false;
       const at::Tensor &t = a[i].toTensor();
       if (r == 'R') {
-        if (t.dim() < 1 || t.size(0) < *tokens)
+        if (t.dim() < 1)
+          return false;
+        if (c->tokens < 0)
+          c->tokens = t.size(0);
+        else if (slots ? t.size(0) < c->tokens : t.size(0) != c->tokens)
           return false;
         if (!meta(s, t, 1))
           return false;
-      } else if (r == 'S') {
-        if (!s->push(t.dim()) ||
-            !s->push(static_cast<int64_t>(t.scalar_type())) ||
-            !s->push(device(t)))
+      } else if (r == 'S' || r == 'Q' || r == 'N') {
+        if (!kind(s, t) || (r != 'S' && !vector(t)))
           return false;
-      } else { // F, C
+        if (r == 'N')
+          c->seqs = t.size(0);
+      } else if (r == 'B') {
+        if (t.dim() != 2 || !meta(s, t, 1))
+          return false;
+      } else { // F, C, O
         if (!meta(s, t, 0) ||
             !s->push(reinterpret_cast<intptr_t>(t.data_ptr())))
+          return false;
+        continue;
+      }
+      c->val[i] = reinterpret_cast<uintptr_t>(t.data_ptr());
+    }
+    if (c->tokens < 0)
+      return false;
+    for (size_t i = 0; i < n; ++i) {
+      const char r = roles_[i];
+      if (r == 'Q' || r == 'B' || r == 'M') {
+        // num_seqs is known now; no query row or no sequence: nothing to
+        // launch (the Python op returns).
+        if (c->seqs <= 0 || c->tokens == 0)
+          return false;
+        if (r == 'M') {
+          c->val[i] = std::min<uint64_t>(c->val[i], c->tokens);
+          continue;
+        }
+        const at::Tensor &t = a[i].toTensor();
+        if (t.size(0) < c->seqs + (r == 'Q'))
           return false;
       }
     }
     return true;
   }
 
-  bool launch(const Plan &p, const c10::IValue *a, int64_t tokens,
-              bool pdl) const {
+  bool launch(const Plan &p, const Call &c) const {
     alignas(16) unsigned char buf[kMaxStruct];
     std::memcpy(buf, p.args.data(), p.args.size());
-    for (size_t i = 0; i < roles_.size(); ++i) {
-      if (p.off[i] < 0)
-        continue;
-      void *ptr = a[i].toTensor().data_ptr();
-      std::memcpy(buf + p.off[i], &ptr, sizeof ptr);
-    }
-    std::memcpy(buf + p.tokens_off, &tokens, sizeof tokens);
+    for (size_t i = 0; i < roles_.size(); ++i)
+      if (p.off[i] >= 0)
+        std::memcpy(buf + p.off[i], &c.val[i], width(roles_[i]));
+    std::memcpy(buf + p.tokens_off, &c.tokens, sizeof c.tokens);
+    if (p.seqs_off >= 0)
+      std::memcpy(buf + p.seqs_off, &c.seqs, sizeof c.seqs);
     void *stream = nullptr;
     if (!p.host) {
       // torch.cuda.current_stream(device): c10's device-generic interface
@@ -285,7 +419,7 @@ private:
                           static_cast<c10::DeviceIndex>(p.device));
       stream = cuda->getStreamNativeHandle(cuda->getStream(d));
     }
-    if (pdl) {
+    if (c.pdl) {
       LaunchExFn ex = gLaunchEx.load(std::memory_order_relaxed);
       return ex && gPdlOptions &&
              ex(p.kernel, buf, p.args.size(), stream, gPdlOptions) == 0;
@@ -352,18 +486,24 @@ kvgen_torch_fast_set_launch(void *launch, void *launch_ex,
 
 // Called by the Python op after a successful launch: remembers the plan
 // under the signature of the call that this thread's kernel sent to it.
-// offsets: per schema argument, the byte offset of its pointer in `args`
-// (-1: fixed in `args`). Returns 1 when remembered, 0 when there was no such
-// call (the Python op called directly, or a signature this kernel cannot
-// hold).
+// offsets: per schema argument, the byte offset of the struct field its
+// per-call value goes to (a pointer, an int64, or a float32 for roles D and
+// Y; -1: fixed in `args`); tokens_offset: num_tokens (int64); seqs_offset:
+// num_seqs (int64) for an op with an N argument, else -1. Returns 1 when
+// remembered, 0 when there was no such call (the Python op called
+// directly, or a signature this kernel cannot hold).
 __attribute__((visibility("default"))) int
-kvgen_torch_fast_remember(void *kernel, const void *args, uint64_t size,
-                          int host, int device, const int32_t *offsets,
-                          int num_offsets, int32_t tokens_offset) {
+kvgen_torch_fast_remember_ex(void *kernel, const void *args, uint64_t size,
+                             int host, int device, const int32_t *offsets,
+                             int num_offsets, int32_t tokens_offset,
+                             int32_t seqs_offset) {
   Pending p = tPending;
+  auto fits = [size](int64_t off, int w) {
+    return off >= 0 && static_cast<uint64_t>(off) + w <= size;
+  };
   if (!p.kernel || !p.sig || size > kMaxStruct ||
       static_cast<size_t>(num_offsets) != p.kernel->numArgs() ||
-      tokens_offset < 0 || static_cast<uint64_t>(tokens_offset) + 8 > size)
+      !fits(tokens_offset, 8) || (seqs_offset >= 0 && !fits(seqs_offset, 8)))
     return 0;
   auto plan = std::make_unique<Plan>();
   plan->kernel = kernel;
@@ -373,14 +513,25 @@ kvgen_torch_fast_remember(void *kernel, const void *args, uint64_t size,
   plan->device = device;
   plan->off.fill(-1);
   for (int i = 0; i < num_offsets; ++i) {
-    if (offsets[i] >= 0 && static_cast<uint64_t>(offsets[i]) + 8 > size)
+    if (offsets[i] >= 0 && !fits(offsets[i], width(p.kernel->role(i))))
       return 0;
     plan->off[i] = offsets[i];
   }
   plan->tokens_off = tokens_offset;
+  plan->seqs_off = seqs_offset;
   p.kernel->remember(*p.sig, std::move(plan));
   tPending.sig = nullptr; // once per call
   return 1;
+}
+
+// kvgen_torch_fast_remember_ex without a sequence count.
+__attribute__((visibility("default"))) int
+kvgen_torch_fast_remember(void *kernel, const void *args, uint64_t size,
+                          int host, int device, const int32_t *offsets,
+                          int num_offsets, int32_t tokens_offset) {
+  return kvgen_torch_fast_remember_ex(kernel, args, size, host, device,
+                                      offsets, num_offsets, tokens_offset,
+                                      -1);
 }
 
 __attribute__((visibility("default"))) void kvgen_torch_fast_clear() {

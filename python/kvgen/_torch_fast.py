@@ -65,6 +65,11 @@ class FastPath:
         lib.kvgen_torch_fast_remember.argtypes = [
             v, v, ctypes.c_uint64, ctypes.c_int, ctypes.c_int,
             ctypes.POINTER(ctypes.c_int32), ctypes.c_int, ctypes.c_int32]
+        lib.kvgen_torch_fast_remember_ex.restype = ctypes.c_int
+        lib.kvgen_torch_fast_remember_ex.argtypes = [
+            v, v, ctypes.c_uint64, ctypes.c_int, ctypes.c_int,
+            ctypes.POINTER(ctypes.c_int32), ctypes.c_int, ctypes.c_int32,
+            ctypes.c_int32]
         lib.kvgen_torch_fast_clear.restype = None
         lib.kvgen_torch_fast_clear.argtypes = []
         u = ctypes.POINTER(ctypes.c_uint64)
@@ -72,6 +77,8 @@ class FastPath:
         lib.kvgen_torch_fast_stats.argtypes = [u, u, u]
         self.lib = lib
         self.remember_raw = lib.kvgen_torch_fast_remember
+        #: remember_raw plus the num_seqs field's offset (unified_attention)
+        self.remember_ex = lib.kvgen_torch_fast_remember_ex
         self.clear = lib.kvgen_torch_fast_clear
 
     def register(self, ns, op, slow, roles):

@@ -1779,7 +1779,7 @@ def _register():
             lib.impl(name, impl, "CPU")
             lib.impl(name, impl, "CUDA")
     from ._torch_attention import register as register_attention
-    globals().update(register_attention(lib))  # kvgen/_torch_attention.py
+    globals().update(register_attention(lib, cpp))  # _torch_attention.py
     return lib, cpp, why
 
 

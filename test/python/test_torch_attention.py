@@ -393,7 +393,9 @@ def test_rows_past_the_queries_are_not_written():
 def test_no_torch_op_runs_on_the_host():
     """The op reads no tensor values on the host (no .item(), .max(),
     .cpu(): each would be a synchronization on CUDA): under a dispatch
-    mode that records every torch op, the implementation runs none."""
+    mode that records every torch op, the Python implementation runs none
+    (the C++ kernel reads tensor metadata only, and sends every call it
+    does not launch to this implementation)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Record(TorchDispatchMode):
@@ -411,9 +413,49 @@ def test_no_torch_op_runs_on_the_host():
     c.run(ws=ws)  # plan made (its first call may allocate nothing either)
     c.out.fill_(7.25)
     with Record() as r:
-        kt.unified_attention(**c.args(), workspace=ws)
+        _ta._impl(*c.args().values(), ws)
     assert r.ops == [], r.ops
     c.check()
+
+
+def test_cpp_kernel_launches_repeat_calls_with_their_own_values():
+    """Where kvgen's C++ kernel is in use, a call whose tensor metadata it
+    has seen checked is launched from C++ (fast_path_info's hits) with this
+    call's pointers and scalars: another batch of the same layout, another
+    window, soft-cap, scale and max_seqlen_q each give the reference's
+    result and the same bits as the Python implementation."""
+    if kt.fast_path_info()["kernel"] != "c++":
+        pytest.skip("the C++ kernel is not in use: "
+                    + str(kt.fast_path_info()["reason"]))
+    g = GEOS["fp8_e4m3_head_packed"]
+    lens, qs = BATCHES["mixed"]
+    c = Case(g, lens, qs, seed=31, sinks=True, softcap=4.0, window=50)
+    ws = c.workspace()
+    c.run(ws=ws)  # the Python implementation; the plan goes to C++
+    c.check()
+    for i, kw in enumerate([dict(window=10), dict(softcap=2.5),
+                            dict(window=-1, softcap=1.5)]):
+        d = Case(g, [70, 3, 41, 22], [3, 3, 1, 8], seed=40 + i, sinks=True,
+                 softcap=4.0, window=50)
+        # The same caches, scales and sinks (the fixed tensors of the plan).
+        d.k, d.v, d.allocs = c.k, c.v, c.allocs
+        d.k_descale, d.v_descale, d.sinks = c.k_descale, c.v_descale, \
+            c.sinks
+        d.window = kw.get("window", d.window)
+        d.softcap = kw.get("softcap", d.softcap)
+        d.scale = 0.05 * (i + 1)
+        # c's sequences 1-4 (contexts 60, 29, 64, 18), some shorter; the
+        # block table's rows keep its strides (part of the signature).
+        d.block_table = c.block_table[1:]
+        d.seqused = torch.tensor([60, 29, 3, 18], dtype=torch.int32)
+        before = kt.fast_path_info()["hits"]
+        d.run(ws=ws, max_seqlen_q=d.max_q + 5)
+        assert kt.fast_path_info()["hits"] == before + 1, kw
+        d.check()
+        got = d.out.clone()
+        d.out.fill_(7.25)
+        _ta._impl(*d.args().values(), ws)  # the Python implementation
+        assert torch.equal(got, d.out), kw
 
 
 #---------------------------------------------------------------------------
