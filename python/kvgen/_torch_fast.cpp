@@ -243,8 +243,7 @@ private:
 
   // dim, dtype, device of a per-call index tensor.
   static bool kind(Sig *s, const at::Tensor &t) {
-    return s->push(t.dim()) &&
-           s->push(static_cast<int64_t>(t.scalar_type())) &&
+    return s->push(t.dim()) && s->push(static_cast<int64_t>(t.scalar_type())) &&
            s->push(device(t));
   }
 
@@ -256,8 +255,7 @@ private:
   // The arguments that are not tensors (roles P, M, X, D, Y, T, W, Z):
   // their per-call value in c->val[i] (or c->pdl). False: the Python op
   // decides.
-  static bool scalar(char r, const c10::IValue &v, size_t i, Sig *s,
-                     Call *c) {
+  static bool scalar(char r, const c10::IValue &v, size_t i, Sig *s, Call *c) {
     switch (r) {
     case 'P':
       if (!v.isBool())
@@ -529,9 +527,8 @@ __attribute__((visibility("default"))) int
 kvgen_torch_fast_remember(void *kernel, const void *args, uint64_t size,
                           int host, int device, const int32_t *offsets,
                           int num_offsets, int32_t tokens_offset) {
-  return kvgen_torch_fast_remember_ex(kernel, args, size, host, device,
-                                      offsets, num_offsets, tokens_offset,
-                                      -1);
+  return kvgen_torch_fast_remember_ex(kernel, args, size, host, device, offsets,
+                                      num_offsets, tokens_offset, -1);
 }
 
 __attribute__((visibility("default"))) void kvgen_torch_fast_clear() {
