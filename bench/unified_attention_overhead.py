@@ -6,15 +6,21 @@ Variants, each called N times in a loop, taking turns for R rounds; per
 variant the median and the best round in microseconds per call:
   c_api       kvgen_launch through ctypes with the argument struct built
               once (the raw launch, plus ctypes' call)
-  op          torch.ops.kvgen.unified_attention (its C++ kernel,
+  op          torch.ops.kvgen.unified_attention, arguments positional (its
+              C++ kernel,
               kvgen/_torch_fast.cpp, or the Python one where it is not in
               use: KVGEN_TORCH_FAST=0)
   op.default  torch.ops.kvgen.unified_attention.default
+  op.kw       op.default with every argument by keyword (as vLLM's Triton
+              backend calls unified_attention)
   python      kvgen.torch.unified_attention (the op where the C++ kernel is
               in use, else the Python implementation without the
               dispatcher)
   py_path     the Python implementation called directly (_torch_attention
               ._impl: signature, checks, struct fill, ctypes launch)
+  op_cpp_noop an op of the same schema whose C++ kernel returns at once
+              (torch's own cost of calling a C++ kernel with these 18
+              arguments; needs the C++ library)
 
 --no-kernel replaces kvgen_launch by a C function that returns 0 (the C++
 library's kvgen_torch_fast_no_launch; a Python function without it), in
@@ -72,11 +78,16 @@ def main():
                                                           sinks=sinks),
                      dtype=torch.uint8, device=dev)
     args = (q, k, v, out, cu, T, seqused, L, DK ** -0.5, True, [-1, -1], bt,
-            0.0, None, None, None, sinks)
+            0.0, None, None, None, sinks, ws)
+    names = ("q", "k", "v", "out", "cu_seqlens_q", "max_seqlen_q",
+             "seqused_k", "max_seqlen_k", "softmax_scale", "causal",
+             "window_size", "block_table", "softcap", "q_descale",
+             "k_descale", "v_descale", "sinks", "workspace")
+    kw = dict(zip(names, args))
     op = torch.ops.kvgen.unified_attention
-    op(*args, workspace=ws)  # JIT once; the C++ kernel remembers the plan
+    op(*args)  # JIT once; the C++ kernel remembers the plan
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    ap_, cargs = ta._impl(*args, ws)  # the struct of this call
+    ap_, cargs = ta._impl(*args)  # the struct of this call
     plan = ap_.plan
     launch = kvgen._capi.lib().kvgen_launch
     note = ""
@@ -96,13 +107,20 @@ def main():
     stream = 0 if dev.type == "cpu" else \
         torch.cuda.current_stream(dev).cuda_stream
     default = op.default
+    lib = torch.library.Library("kvgen_bench_ua", "DEF")
     variants = {
         "c_api": lambda: launch(handle, ref, size, stream),
-        "op": lambda: op(*args, workspace=ws),
-        "op.default": lambda: default(*args, workspace=ws),
-        "python": lambda: kt.unified_attention(*args, workspace=ws),
-        "py_path": lambda: ta._impl(*args, ws),
+        "op": lambda: op(*args),
+        "op.default": lambda: default(*args),
+        "op.kw": lambda: default(**kw),
+        "python": lambda: kt.unified_attention(*args),
+        "py_path": lambda: ta._impl(*args),
     }
+    if kt._cpp is not None:
+        lib.define("cpp_noop" + ta.SCHEMA)
+        kt._cpp.register_noop("kvgen_bench_ua", "cpp_noop")
+        noop = torch.ops.kvgen_bench_ua.cpp_noop.default
+        variants["op_cpp_noop"] = lambda: noop(*args)
     for f in variants.values():
         for _ in range(20):
             f()
@@ -129,7 +147,13 @@ def main():
     print(f"op - c_api: {res['op'] - res['c_api']:.2f} us (op.default - "
           f"c_api {res['op.default'] - res['c_api']:.2f}; best rounds "
           f"{best['op'] - best['c_api']:.2f}; goal <= 5 us)")
+    if "op_cpp_noop" in res:
+        print(f"parts: torch's call of a C++ kernel of this schema "
+              f"(op_cpp_noop) {res['op_cpp_noop']:.2f} us, kvgen's C++ "
+              f"kernel (op.default - op_cpp_noop) "
+              f"{res['op.default'] - res['op_cpp_noop']:.2f} us")
     print(f"hits {info['hits']}, misses {info['misses']}")
+    del lib
 
 
 if __name__ == "__main__":

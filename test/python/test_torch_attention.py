@@ -554,6 +554,7 @@ def _bad(c):
         (dict(k=c.k.view(torch.uint8) if c.k.element_size() == 1 else
               c.k.view(torch.int16)), TypeError, "k has dtype"),
         (dict(v=c.k, k=c.k), (ValueError,), "overlap|head|differ"),
+        (dict(workspace=None), ValueError, "workspace is required"),
     ]
 
 
@@ -566,7 +567,7 @@ def test_bad_arguments_raise_and_write_nothing(geo):
     for kw, exc, words in _bad(c):
         c.out.fill_(7.25)
         with pytest.raises(exc, match=words):
-            OP(**c.args(**kw), workspace=ws)
+            OP(**{"workspace": ws, **c.args(**kw)})
         assert (c.out == 7.25).all(), kw
     if geo.startswith("fp8"):
         for name in ("k_descale", "v_descale"):
