@@ -13,7 +13,11 @@
 #      the Python entry vs torch.ops, and the parts: torch's entry to a C++
 #      / Python kernel, kvgen's C++ kernel), with kvgen's C++ kernel (1 and
 #      64 tokens, then --no-kernel) and with its Python kernels
-#      (KVGEN_TORCH_FAST=0), for the before / after of issue 11.
+#      (KVGEN_TORCH_FAST=0), for the before / after of issue 11;
+#   5. test/python/test_torch_attention.py (unified_attention against the
+#      torch reference on CUDA, CUDA graphs at several batch sizes) and
+#      bench/unified_attention_overhead.py (issue 24: <= 5 us over a raw
+#      launch).
 #
 #   bash scripts/device_torch_check.sh [wheel] [out dir]
 set -u
@@ -66,3 +70,13 @@ echo "== 4. host overhead per call (cuda)"
   echo "-- the Python kernels (KVGEN_TORCH_FAST=0), as before issue 11:" &&
   KVGEN_TORCH_FAST=0 "$V/bin/python" "$REPO/bench/torch_overhead.py" \
     --device cuda)
+
+echo "== 5. torch.ops.kvgen.unified_attention: tests on cuda, host time"
+(cd "$REPO" && "$V/bin/python" -m pytest -q -rs \
+  test/python/test_torch_attention.py 2>&1 | tail -15)
+(cd "$OUT" && "$V/bin/python" "$REPO/bench/unified_attention_overhead.py" \
+    --device cuda &&
+  "$V/bin/python" "$REPO/bench/unified_attention_overhead.py" \
+    --device cuda --no-kernel &&
+  KVGEN_TORCH_FAST=0 "$V/bin/python" \
+    "$REPO/bench/unified_attention_overhead.py" --device cuda -n 5000)

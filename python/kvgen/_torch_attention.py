@@ -72,6 +72,15 @@ No fp32 LSE output: kv.paged_attention has no log-sum-exp output (its
 merge keeps (m, l) in the workspace's partials only), so the op has no
 such argument.
 
+The op's CPU / CUDA kernel is kvgen.torch's C++ one (_torch_fast.cpp, with
+this schema's roles, ROLES below) where it is in use: it launches a call
+whose tensor metadata it has seen checked, with the call's pointers, token
+and sequence counts and scalars, and sends every other call to
+kvgen::_unified_attention_py (_slow: _impl, then the plan goes to the C++
+kernel). Otherwise _impl is the kernel. Pass the arguments positionally:
+by keyword, torch's dispatcher spends several microseconds more per call
+(bench/unified_attention_overhead.py).
+
 Nothing reads a tensor's values on the host: no synchronization, so the op
 can be captured in CUDA graphs (call it once per shape before capturing:
 that call JIT-compiles the kernel). Bad arguments raise ValueError /
