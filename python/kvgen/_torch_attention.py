@@ -181,9 +181,10 @@ def _check_kernel_args(q, k, v, softcap, sinks, k_descale, v_descale):
         raise ValueError(_err(
             f"q has {q.shape[1]} heads, not a multiple of the caches' "
             f"{heads} kv heads"))
-    if not isinstance(softcap, (int, float)) or not softcap >= 0:
+    if not isinstance(softcap, (int, float)) or \
+            not 0 <= softcap <= _F32_MAX:
         raise ValueError(_err(f"softcap = {softcap!r}: need >= 0 (0 = "
-                              "off)"))
+                              "off) and a finite float32"))
     dtype = _check_cache_dtypes(k, v)
     _kt._same_device(q, k=k, v=v, sinks=sinks)
     if sinks is not None:
@@ -211,6 +212,13 @@ def _check_kernel_args(q, k, v, softcap, sinks, k_descale, v_descale):
     return dtype, kinds.pop()
 
 
+#: The largest window_size[0]: kvgen's sliding_window (left + 1) is an int64.
+_MAX_LEFT = (1 << 63) - 2
+#: The largest finite float32 (softmax_scale and softcap are float32
+#: fields): larger values, inf and NaN are refused.
+_F32_MAX = 3.4028234663852886e38
+
+
 def _window(window_size):
     """kvgen's sliding_window (keys per query, 0 = all) of vLLM's
     window_size [left, right]."""
@@ -218,10 +226,11 @@ def _window(window_size):
         raise ValueError(_err(f"window_size = {list(window_size)}: need "
                               "[left, right]"))
     left, right = (int(x) for x in window_size)
-    if left < -1 or right not in (-1, 0):
+    if not -1 <= left <= _MAX_LEFT or right not in (-1, 0):
         raise ValueError(_err(
             f"window_size = [{left}, {right}]: left must be >= -1 (-1 = no "
-            "window) and right -1 or 0 (the attention is causal)"))
+            "window) and at most 2^63 - 2 (left + 1 keys is an int64), "
+            "right -1 or 0 (the attention is causal)"))
     return left + 1 if left >= 0 else 0
 
 
@@ -277,6 +286,9 @@ def _check(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
         raise ValueError(_err(
             f"block_table has {block_table.shape[0]} rows, need >= num_seqs "
             f"= {ns}"))
+    if not -_F32_MAX <= softmax_scale <= _F32_MAX:
+        raise ValueError(_err(f"softmax_scale = {softmax_scale!r}: need a "
+                              "finite float32"))
     if max_seqlen_k < 0:
         raise ValueError(_err(f"max_seqlen_k = {max_seqlen_k}: need >= 0"))
     if max_seqlen_q < 1 and q.shape[0] > 0 and ns > 0:
@@ -389,8 +401,10 @@ def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
     # (for their messages) when a test fails.
     ok = (out.shape[0] == t and cu_seqlens_q.shape[0] > ns and
           block_table.shape[0] >= ns and len(window_size) == 2 and
-          window_size[0] >= -1 and window_size[1] in (-1, 0) and
-          max_seqlen_k >= 0 and softcap >= 0 and
+          -1 <= window_size[0] <= _MAX_LEFT and
+          window_size[1] in (-1, 0) and max_seqlen_k >= 0 and
+          0 <= softcap <= _F32_MAX and
+          -_F32_MAX <= softmax_scale <= _F32_MAX and
           (max_seqlen_q >= 1 or t == 0 or ns == 0) and
           (ns < 2 or seqused_k.stride(0) == 1) and
           cu_seqlens_q.stride(0) == 1 and workspace.is_contiguous())

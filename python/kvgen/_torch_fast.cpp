@@ -40,11 +40,12 @@
 //      strides, dtype and device in the signature
 //   M  max_seqlen_q (int): per call, >= 1, taken as min(value, T)
 //   X  max_seqlen_k (int): per call, >= 0
-//   D  softmax_scale (float): per call, as float32
-//   Y  softcap (float): per call (float32), >= 0; > 0 in the signature
+//   D  softmax_scale (float): per call, as float32 (finite)
+//   Y  softcap (float): per call (float32, finite), >= 0; > 0 in the
+//      signature
 //   T  causal (bool): must be true
-//   W  window_size (int[2]): per call, [left >= -1, right -1 or 0], set as
-//      sliding_window = left + 1 (0 for left = -1)
+//   W  window_size (int[2]): per call, [-1 <= left < INT64_MAX, right -1
+//      or 0], set as sliding_window = left + 1 (0 for left = -1)
 //   Z  q_descale: must be None
 //   O  an optional fixed tensor: None, or as F
 // A call that breaks one of these rules goes to the Python op (its error);
@@ -58,6 +59,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cfloat>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -277,7 +279,9 @@ private:
       if (!v.isDouble())
         return false;
       const double x = v.toDouble();
-      if (r == 'Y' && (!(x >= 0) || !s->push(x > 0)))
+      // A finite float32 (NaN fails both tests).
+      if (!(x >= (r == 'Y' ? 0 : -FLT_MAX) && x <= FLT_MAX) ||
+          (r == 'Y' && !s->push(x > 0)))
         return false;
       c->val[i] = floatBits(x);
       return true;
@@ -288,7 +292,8 @@ private:
       if (!v.isIntList())
         return false;
       const auto w = v.toIntList();
-      if (w.size() != 2 || w[0] < -1 || (w[1] != -1 && w[1] != 0))
+      if (w.size() != 2 || w[0] < -1 || w[0] == INT64_MAX ||
+          (w[1] != -1 && w[1] != 0))
         return false;
       c->val[i] = static_cast<uint64_t>(w[0] >= 0 ? w[0] + 1 : 0);
       return true;

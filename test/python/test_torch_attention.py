@@ -555,6 +555,15 @@ def _bad(c):
               c.k.view(torch.int16)), TypeError, "k has dtype"),
         (dict(v=c.k, k=c.k), (ValueError,), "overlap|head|differ"),
         (dict(workspace=None), ValueError, "workspace is required"),
+        # Bounds: left + 1 must fit int64; the scalars must be finite
+        # float32 values (inf gave NaN rows).
+        (dict(window_size=[2 ** 63 - 1, 0]), ValueError,
+         r"window_size.*at most 2\^63 - 2"),
+        (dict(softmax_scale=float("inf")), ValueError, "softmax_scale"),
+        (dict(softmax_scale=float("nan")), ValueError, "softmax_scale"),
+        (dict(softmax_scale=1e39), ValueError, "softmax_scale"),
+        (dict(softcap=float("inf")), ValueError, "softcap"),
+        (dict(softcap=float("nan")), ValueError, "softcap"),
     ]
 
 
