@@ -589,6 +589,42 @@ def test_bad_arguments_raise_and_write_nothing(geo):
     assert (c.out == 7.25).all()
 
 
+def test_index_values_out_of_range_are_reported_not_followed():
+    """Index values are read on the device only: a block id past the cache,
+    a query start past q's rows, a context longer than its block-table row
+    are not followed (nothing read or written outside the tensors: out sits
+    inside a canary buffer) and check_errors reports them; the other
+    sequences' rows are still right."""
+    lens, qs = BATCHES["verify"]
+    kt.check_errors("cpu")
+    for what in ("block", "cu", "seqused"):
+        c = Case(GEOS["gqa4_nhd"], lens, qs, seed=24)
+        ws = c.workspace()
+        buf = torch.full((c.T + 2, c.g.Hq, c.g.dv + 8), 7.25,
+                         dtype=c.g.io)
+        c.out = buf[1:1 + c.T, :, 4:4 + c.g.dv]
+        want = c.want()
+        bad = 0  # the sequence given a bad index
+        if what == "block":
+            c.block_table[0, 1] = c.nb + 5
+        elif what == "cu":
+            c.cu[1] = 1 << 30
+            bad = None  # every query start from there on is wrong
+        else:
+            c.seqused[0] = c.block_table.shape[1] * c.g.bs + 1
+        c.run(ws=ws)
+        with pytest.raises(kvgen.KvgenError) as e:
+            kt.check_errors("cpu")
+        assert e.value.status_name == "KVGEN_ERROR_INDEX_OUT_OF_RANGE"
+        mask = torch.ones(buf.shape, dtype=torch.bool)
+        mask[1:1 + c.T, :, 4:4 + c.g.dv] = False
+        assert (buf[mask] == 7.25).all(), what
+        if bad is not None:  # the other sequences' rows
+            lo = int(c.cu[1])
+            torch.testing.assert_close(c.out[lo:].double(), want[lo:],
+                                       atol=1e-2, rtol=1e-2)
+
+
 def test_workspace_too_small_or_strided_is_refused():
     lens, qs = BATCHES["split_decode"]
     c = Case(GEOS["gqa4_nhd"], lens, qs, seed=22)
