@@ -93,6 +93,48 @@ def reference_ops():
     return lib, ops
 
 
+def launcher(no_kernel):
+    """(kvgen_launch as a ctypes function, note): with no_kernel, a C
+    function that returns 0 (the C++ library's no-op launch; a Python
+    function without it), also installed as the launch of kvgen.torch's
+    C++ kernel and Python implementation."""
+    launch = kvgen._capi.lib().kvgen_launch
+    note = ""
+    if no_kernel:
+        if kt._cpp is not None:
+            fn, fn_ex = kt._cpp.no_launch()
+            launch = ctypes.CFUNCTYPE(
+                ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                ctypes.c_uint64, ctypes.c_void_p)(fn)
+            kt._cpp.set_launch(fn, fn_ex, ctypes.addressof(kt._PDL_OPTIONS))
+        else:
+            def launch(*_):
+                return 0
+            note = " (no C++ library: the no-op launch is a Python function)"
+        kt._launch = launch
+    return launch, note
+
+
+def time_variants(variants, n, rounds, sync):
+    """{name: [us per call of each round]}: the variants take turns, n
+    calls each per round, after a warm-up; sync() drains the device queue
+    around each timed loop."""
+    for f in variants.values():  # warm-up (plans, caches)
+        for _ in range(50):
+            f()
+    times = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, f in variants.items():
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                f()
+            t1 = time.perf_counter()
+            sync()
+            times[name].append((t1 - t0) / n * 1e6)
+    return times
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
@@ -123,20 +165,7 @@ def main():
     cargs.key, cargs.value = key.data_ptr(), value.data_ptr()
     cargs.key_cache, cargs.value_cache = kc.data_ptr(), vc.data_ptr()
     cargs.slot_mapping, cargs.num_tokens = slots.data_ptr(), T
-    launch = kvgen._capi.lib().kvgen_launch
-    note = ""
-    if a.no_kernel:
-        if kt._cpp is not None:
-            fn, fn_ex = kt._cpp.no_launch()
-            launch = ctypes.CFUNCTYPE(
-                ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                ctypes.c_uint64, ctypes.c_void_p)(fn)
-            kt._cpp.set_launch(fn, fn_ex, ctypes.addressof(kt._PDL_OPTIONS))
-        else:
-            def launch(*_):
-                return 0
-            note = " (no C++ library: the no-op launch is a Python function)"
-        kt._launch = launch
+    launch, note = launcher(a.no_kernel)
     handle, ref, size = plan.handle, ctypes.byref(cargs), plan.size
     stream = 0 if dev.type == "cpu" else \
         torch.cuda.current_stream(dev).cuda_stream
@@ -155,19 +184,7 @@ def main():
     }
     for name, f in refs.items():
         variants[name] = (lambda f=f: f(*args))
-    for f in variants.values():  # warm-up (plans, caches)
-        for _ in range(50):
-            f()
-    times = {name: [] for name in variants}
-    for _ in range(a.r):
-        for name, f in variants.items():
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(a.n):
-                f()
-            t1 = time.perf_counter()
-            sync()
-            times[name].append((t1 - t0) / a.n * 1e6)
+    times = time_variants(variants, a.n, a.r, sync)
     info = kt.fast_path_info()
     res = {n: statistics.median(t) for n, t in times.items()}
     tag = f"device={dev} tokens={T}" + (" no-kernel" if a.no_kernel else "")

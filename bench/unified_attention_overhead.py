@@ -39,16 +39,16 @@ import argparse
 import ctypes
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-import kvgen  # noqa: E402
 import kvgen.torch as kt  # noqa: E402
 from kvgen import _torch_attention as ta  # noqa: E402
+from torch_overhead import launcher, time_variants  # noqa: E402
 
 
 def main():
@@ -87,22 +87,8 @@ def main():
     op = torch.ops.kvgen.unified_attention
     op(*args)  # JIT once; the C++ kernel remembers the plan
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    ap_, cargs = ta._impl(*args)  # the struct of this call
-    plan = ap_.plan
-    launch = kvgen._capi.lib().kvgen_launch
-    note = ""
-    if a.no_kernel:
-        if kt._cpp is not None:
-            fn, fn_ex = kt._cpp.no_launch()
-            launch = ctypes.CFUNCTYPE(
-                ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                ctypes.c_uint64, ctypes.c_void_p)(fn)
-            kt._cpp.set_launch(fn, fn_ex, ctypes.addressof(kt._PDL_OPTIONS))
-        else:
-            def launch(*_):
-                return 0
-            note = " (no C++ library: the no-op launch is a Python function)"
-        kt._launch = launch
+    plan, cargs = ta._impl(*args)  # the plan and struct of this call
+    launch, note = launcher(a.no_kernel)
     handle, ref, size = plan.handle, ctypes.byref(cargs), plan.size
     stream = 0 if dev.type == "cpu" else \
         torch.cuda.current_stream(dev).cuda_stream
@@ -121,19 +107,7 @@ def main():
         kt._cpp.register_noop("kvgen_bench_ua", "cpp_noop")
         noop = torch.ops.kvgen_bench_ua.cpp_noop.default
         variants["op_cpp_noop"] = lambda: noop(*args)
-    for f in variants.values():
-        for _ in range(20):
-            f()
-    times = {name: [] for name in variants}
-    for _ in range(a.r):
-        for name, f in variants.items():
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(a.n):
-                f()
-            t1 = time.perf_counter()
-            sync()
-            times[name].append((t1 - t0) / a.n * 1e6)
+    times = time_variants(variants, a.n, a.r, sync)
     info = kt.fast_path_info()
     res = {n: statistics.median(t) for n, t in times.items()}
     best = {n: min(t) for n, t in times.items()}

@@ -112,11 +112,12 @@ def _err(msg):
     return f"kvgen.unified_attention: {msg}"
 
 
-class _AttnPlan:
-    """A kvgen.torch _Plan of kv.paged_attention and what the op checks
-    against per call: need (the kernel's max_workspace_bytes), scaled (an
-    fp8 cache: the descales are read)."""
-    __slots__ = ("plan", "need", "scaled")
+class _AttnPlan(_kt._Plan):
+    """kvgen.torch's _Plan of a kv.paged_attention kernel (kept in its
+    kernel table like the other ops' plans) and what the op checks against
+    per call: need (the kernel's max_workspace_bytes), scaled (an fp8
+    cache: the descales are read)."""
+    __slots__ = ("need", "scaled")
 
 
 def _descale_kind(name, s, heads):
@@ -328,7 +329,7 @@ def _kernel_plan(q, k, v, softcap, sinks, k_descale, v_descale):
 
 def _build(q, k, v, out, block_table, softcap, sinks, k_descale, v_descale):
     kern, geo = _kernel_plan(q, k, v, softcap, sinks, k_descale, v_descale)
-    p = _kt._Plan(kern, q.device, num_blocks=geo.num_blocks,
+    p = _AttnPlan(kern, q.device, num_blocks=geo.num_blocks,
                   key_cache_bytes=geo.key_bytes,
                   value_cache_bytes=geo.value_bytes,
                   query_stride_token=q.stride(0),
@@ -338,10 +339,9 @@ def _build(q, k, v, out, block_table, softcap, sinks, k_descale, v_descale):
                   max_blocks_per_seq=block_table.shape[1],
                   block_tables_stride=block_table.stride(0))
     p.geo = geo
-    ap = _AttnPlan()
-    ap.plan, ap.need = p, kern.max_workspace_bytes
-    ap.scaled = k.dtype in _FP8
-    return ap
+    p.need = kern.max_workspace_bytes
+    p.scaled = k.dtype in _FP8
+    return p
 
 
 def _tsig(t):
@@ -386,15 +386,14 @@ def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
            seqused_k.dim(), _tsig(sinks), softcap > 0, causal,
            q_descale is None, workspace.device) + (
                (_tsig(k_descale), _tsig(v_descale)) if fp8 else ())
-    ap = _kt._plans.get(sig)
-    if ap is None:
+    p = _kt._plans.get(sig)
+    if p is None:
         _check(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
                max_seqlen_k, softmax_scale, causal, window_size, block_table,
                softcap, q_descale, k_descale, v_descale, sinks, workspace)
-        ap = _kt._plan(sig, lambda: _build(q, k, v, out, block_table,
+        p = _kt._plan(sig, lambda: _build(q, k, v, out, block_table,
                                            softcap, sinks, k_descale,
                                            v_descale))
-    p = ap.plan
     t = q.shape[0]
     ns = seqused_k.shape[0]
     # What the signature leaves open, tested at once; the full checks
@@ -413,10 +412,10 @@ def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
                max_seqlen_k, softmax_scale, causal, window_size, block_table,
                softcap, q_descale, k_descale, v_descale, sinks, workspace)
     ws_bytes = workspace.numel() * workspace.element_size()
-    if ws_bytes < ap.need:
+    if ws_bytes < p.need:
         raise ValueError(_err(
             f"workspace holds {ws_bytes} bytes, this kernel needs "
-            f"{ap.need}: allocate kvgen.torch.unified_attention_workspace_"
+            f"{p.need}: allocate kvgen.torch.unified_attention_workspace_"
             f"bytes(q, k, v, softcap=..., sinks=...) bytes zeroed "
             "(torch.zeros(n, dtype=torch.uint8)) once per stream"))
     kp, vp = k.data_ptr(), v.data_ptr()
@@ -431,7 +430,7 @@ def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
     a.block_tables = block_table.data_ptr()
     a.seq_lens = seqused_k.data_ptr()
     a.query_start_loc = cu_seqlens_q.data_ptr()
-    if ap.scaled:
+    if p.scaled:
         a.k_scale = k_descale.data_ptr()
         a.v_scale = v_descale.data_ptr()
     if sinks is not None:
@@ -446,7 +445,7 @@ def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
     a.softmax_scale = softmax_scale
     a.logits_soft_cap = softcap
     p.launch(a)
-    return ap, a
+    return p, a
 
 
 def _impl_op(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
@@ -488,8 +487,7 @@ def _slow(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
               softcap, q_descale, k_descale, v_descale, sinks, workspace)
     if r is None or _cpp is None:
         return
-    ap, a = r
-    p = ap.plan
+    p, a = r
     if not _kt._cpp_has_launch:
         _kt._cpp_set_launch()
     if _offsets is None:

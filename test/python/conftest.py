@@ -68,6 +68,22 @@ def kvgen_translate() -> Path:
     return tool
 
 
+def jit_skip_reason():
+    """Why kvgen's JIT (the runtime library and libkvgen-generator.so, which
+    kvgen.torch's ops generate their kernels with) cannot run here, or None
+    when it can: the reason for a module's skipif."""
+    import sys
+    sys.path.insert(0, str(REPO_ROOT / "python"))
+    import kvgen
+    try:
+        kvgen.library_path()
+    except OSError as e:
+        return f"runtime library not loadable: {e}"
+    if kvgen.generator_path() is None:
+        return "no generator library (libkvgen-generator.so) found"
+    return None
+
+
 @pytest.fixture(scope="session")
 def kvgen_cli() -> Path:
     """The built `kvgen` CLI, for fixtures that emit kernels with it;

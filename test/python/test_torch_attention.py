@@ -39,21 +39,14 @@ torch = pytest.importorskip("torch", reason="torch is not installed "
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kvgen  # noqa: E402
 
 
-def _setup():
-    try:
-        kvgen.library_path()
-    except OSError as e:
-        return f"runtime library not loadable: {e}"
-    if kvgen.generator_path() is None:
-        return "no generator library (libkvgen-generator.so) found"
-    return None
+from conftest import jit_skip_reason  # noqa: E402
 
-
-_WHY = _setup()
+_WHY = jit_skip_reason()
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 
 import kvgen.torch as kt  # noqa: E402  (registers torch.ops.kvgen)
