@@ -548,6 +548,7 @@ def _bad(c):
               c.k.view(torch.int16)), TypeError, "k has dtype"),
         (dict(v=c.k, k=c.k), (ValueError,), "overlap|head|differ"),
         (dict(workspace=None), ValueError, "workspace is required"),
+        (dict(k=c.k[0, 0, 0, 0]), ValueError, "k has shape"),
         # Bounds: left + 1 must fit int64; the scalars must be finite
         # float32 values (inf gave NaN rows).
         (dict(window_size=[2 ** 63 - 1, 0]), ValueError,
