@@ -178,10 +178,10 @@ def _check_kernel_args(q, k, v, softcap, sinks, k_descale, v_descale):
     if q.shape[2] != k.shape[3]:
         raise ValueError(_err(f"q has head_size {q.shape[2]}, k "
                               f"{k.shape[3]}"))
-    if heads < 1 or q.shape[1] % heads:
+    if heads < 1 or q.shape[1] < 1 or q.shape[1] % heads:
         raise ValueError(_err(
-            f"q has {q.shape[1]} heads, not a multiple of the caches' "
-            f"{heads} kv heads"))
+            f"q has {q.shape[1]} heads, need a positive multiple of the "
+            f"caches' {heads} kv heads"))
     if not isinstance(softcap, (int, float)) or \
             not 0 <= softcap <= _F32_MAX:
         raise ValueError(_err(f"softcap = {softcap!r}: need >= 0 (0 = "

@@ -549,6 +549,7 @@ def _bad(c):
         (dict(v=c.k, k=c.k), (ValueError,), "overlap|head|differ"),
         (dict(workspace=None), ValueError, "workspace is required"),
         (dict(k=c.k[0, 0, 0, 0]), ValueError, "k has shape"),
+        (dict(q=c.q[:, :0], out=c.out[:, :0]), ValueError, "q has 0 heads"),
         # Bounds: left + 1 must fit int64; the scalars must be finite
         # float32 values (inf gave NaN rows).
         (dict(window_size=[2 ** 63 - 1, 0]), ValueError,
