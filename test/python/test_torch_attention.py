@@ -541,6 +541,11 @@ def _bad(c):
          "sinks has dtype"),
         (dict(sinks=torch.zeros(c.g.Hq + 1)), ValueError, "sinks has shape"),
         (dict(out=c.out[:, :, :-1]), ValueError, "out has shape"),
+        # out's rows must be q's (no slot_mapping: unlike the cache ops'
+        # rows, more rows than the tokens are refused, in C++ too).
+        (dict(out=torch.cat([c.out, c.out[:1]])), ValueError,
+         "out has shape"),
+        (dict(q=c.q[:-1]), ValueError, "out has shape"),
         (dict(out=c.out.float()), TypeError, "out has dtype"),
         (dict(q=c.q.float()), TypeError, "q has dtype"),
         (dict(q=c.q[:, :3]), ValueError, "multiple"),
