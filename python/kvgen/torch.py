@@ -70,6 +70,23 @@ kvgen's own ops (no vLLM counterpart, or kvgen's earlier form):
       block_size_in_bytes: nothing copied or allocated per call, so CUDA
       graphs can capture it; one cache tensor of either side at a time.
 
+Attention (the arguments of vLLM's Triton unified_attention, not a
+_C_cache_ops op; kvgen/_torch_attention.py's doc string and docs/torch.md
+"Attention: unified_attention" say more):
+
+  unified_attention(q, k, v, out!, cu_seqlens_q, max_seqlen_q, seqused_k,
+      max_seqlen_k, softmax_scale, causal, window_size, block_table,
+      softcap, q_descale, k_descale, v_descale, sinks=None,
+      workspace!=None)
+      paged attention (kvgen's kv.paged_attention) of q [num_tokens,
+      num_q_heads, Dk] over the caches k / v [num_blocks, block_size,
+      num_kv_heads, D] (bf16 / f16 / f32 / float8) into out [num_tokens,
+      num_q_heads, Dv]; num_seqs = seqused_k.shape[0]; causal must be True,
+      q_descale None. workspace (required: None raises ValueError; pass it
+      positionally) holds at least unified_attention_workspace_bytes(q, k,
+      v, softcap=..., sinks=...) bytes, zeroed once, one per stream. No
+      LSE output.
+
 Layouts are derived from the tensors (kvgen/_views.py) and validated; a
 view kvgen cannot express raises ValueError naming its strides. Bad
 arguments raise ValueError / TypeError before anything is launched, so
@@ -91,7 +108,8 @@ whose tensor metadata it has seen checked, about 2 us of host time per call
 above the C API instead of 7-9 us with a Python kernel, and sends every
 other call to the Python implementation (its errors unchanged). Without a
 compiler or torch's headers, or with KVGEN_TORCH_FAST=0, the Python kernels
-are used; fast_path_info() says which. See docs/torch.md.
+are used; fast_path_info() says which. unified_attention has such a C++
+kernel too (its host time: docs/torch.md). See docs/torch.md.
 
 The kernels are range-checked (issue 12): a slot >= num_blocks * block_size
 or a block id outside [0, num_blocks) is skipped (nothing written or read
@@ -119,7 +137,8 @@ __all__ = ["context", "reshape_and_cache_flash", "gather_cache",
            "concat_and_cache_mla", "gather_and_maybe_dequant_cache",
            "gather_and_maybe_dequant_cache_batch", "cp_gather_cache",
            "convert_fp8", "copy_blocks", "copy_blocks_mla", "swap_blocks",
-           "swap_blocks_device_mapping", "plan_count",
+           "swap_blocks_device_mapping", "unified_attention",
+           "unified_attention_workspace_bytes", "plan_count",
            "check_errors", "set_unchecked", "unchecked", "fast_path_info"]
 
 _lock = threading.Lock()
