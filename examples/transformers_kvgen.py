@@ -124,20 +124,27 @@ class PagedKVCache:
     def step(self, entries):
         """entries: [(sequence id, number of new tokens)], in the order
         their tokens are packed. Allocates blocks for the new tokens and
-        returns the Step (the cache's lengths include them from now on)."""
+        returns the Step (the cache's lengths include them from now on).
+        Not enough free blocks: RuntimeError, nothing allocated."""
         bs = self.block_size
-        slots, positions, lens, cu = [], [], [], [0]
+        seqs = [seq for seq, _ in entries]
+        if len(set(seqs)) != len(seqs):
+            raise ValueError(f"a sequence appears twice in {seqs}")
+        need = {}
         for seq, n in entries:
             if n < 1:
                 raise ValueError(f"sequence {seq}: {n} new tokens")
+            have = len(self.blocks.get(seq, ()))
+            need[seq] = -(-(self.lens.get(seq, 0) + n) // bs) - have
+        if sum(need.values()) > len(self.free):
+            raise RuntimeError(
+                f"the step needs {sum(need.values())} more blocks, "
+                f"{len(self.free)} of {self.num_blocks} are free")
+        slots, positions, lens, cu = [], [], [], [0]
+        for seq, n in entries:
             start = self.lens.get(seq, 0)
             blocks = self.blocks.setdefault(seq, [])
-            need = -(-(start + n) // bs) - len(blocks)
-            if need > len(self.free):
-                raise RuntimeError(
-                    f"sequence {seq} needs {need} more blocks, "
-                    f"{len(self.free)} of {self.num_blocks} are free")
-            blocks.extend(self.free.pop() for _ in range(need))
+            blocks.extend(self.free.pop() for _ in range(need[seq]))
             for p in range(start, start + n):
                 slots.append(blocks[p // bs] * bs + p % bs)
             positions.extend(range(start, start + n))
@@ -383,7 +390,8 @@ def compare(ref, attention=kvgen_attention, block_size=4, num_blocks=None,
     (positions whose reference top-2 margin exceeds 2 * tol: there, logits
     within tol cannot change the argmax), greedy_equal (of those, how many
     argmaxes agree), greedy_equal_all (agreeing argmaxes over every
-    position), forwards, seconds. `attention`: the function registered as
+    position), forwards, seconds, cache (the PagedKVCache used).
+    `attention`: the function registered as
     "kvgen" (the tests pass broken ones)."""
     register(attention)
     model = ref.model
@@ -416,7 +424,7 @@ def compare(ref, attention=kvgen_attention, block_size=4, num_blocks=None,
                 bf16_err=ref.bf16_err, tol=tol, positions=positions,
                 greedy_compared=compared, greedy_equal=equal,
                 greedy_equal_all=equal_all, forwards=forwards,
-                seconds=secs, reference_seconds=ref.seconds,
+                seconds=secs, reference_seconds=ref.seconds, cache=cache,
                 logit_absmax=max(float(b.abs().max()) for b in ref.logits))
 
 

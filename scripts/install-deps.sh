@@ -30,9 +30,12 @@ PIP_MODULES=(numpy ml_dtypes pytest)
 # ~3.5 GB of nvidia-* wheels (4.7 GB installed, ~1.5-2 min here) and does not
 # import without them, even on a CPU-only machine; the CPU-only wheels are
 # not on PyPI. KVGEN_SKIP_TORCH=1 leaves it out (those tests then skip).
+# transformers with it: test/python/test_transformers_attention.py runs its
+# models on kvgen's attention (docs/transformers.md; ~30 MB of wheels with
+# its dependencies).
 if [[ "${KVGEN_SKIP_TORCH:-0}" != 1 ]]; then
-  PIP_PACKAGES+=('torch==2.11.*')
-  PIP_MODULES+=(torch)
+  PIP_PACKAGES+=('torch==2.11.*' 'transformers==5.23.*')
+  PIP_MODULES+=(torch transformers)
 fi
 
 log() { echo "install-deps: $*"; }
