@@ -174,7 +174,8 @@ def test_refuses_transformers_cache_and_missing_step(ex):
     with pytest.raises(ValueError, match="kvgen_step"):
         ex.kvgen_attention(_Module(), q, kv[:, :, :1], kv[:, :, :1], None)
     two = torch.randn(1, 4, 2, 64)
-    with pytest.raises(ValueError, match=r"2 tokens \(1 x 2\), the step packs 1"):
+    with pytest.raises(ValueError,
+                       match=r"2 tokens \(1 x 2\), the step packs 1"):
         ex.kvgen_attention(_Module(), two, two[:, :2], two[:, :2], None,
                            kvgen_step=step)
     assert cache.layers == {}   # refused before any cache was made
