@@ -20,7 +20,7 @@ APT_PACKAGES=(
   cmake ninja-build g++ python3 python3-pip python3-venv git
   llvm-22-dev libmlir-22-dev mlir-22-tools clang-22
   libclang-rt-22-dev
-  libamd-comgr-dev libfmt-dev libgtest-dev libssl-dev
+  libamd-comgr-dev libfmt-dev libgtest-dev
 )
 PIP_PACKAGES=('numpy>=1.26,<3' 'ml_dtypes>=0.5,<0.7' 'pytest>=8,<10')
 # Import names of PIP_PACKAGES, in the same order.

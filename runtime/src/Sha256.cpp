@@ -1,22 +1,103 @@
-//===- Sha256.cpp - SHA-256 through OpenSSL EVP ---------------------------===//
+//===- Sha256.cpp - SHA-256 (FIPS 180-4), in-tree -------------------------===//
 #include "Sha256.h"
 
-#include <openssl/evp.h>
+#include <cstring>
 
 namespace kvgen {
 namespace rt {
 
-Sha256::Sha256() : ctx_(EVP_MD_CTX_new()), ok_(false) {
-  if (ctx_)
-    ok_ = EVP_DigestInit_ex(static_cast<EVP_MD_CTX *>(ctx_), EVP_sha256(),
-                            nullptr) == 1;
+namespace {
+
+// FIPS 180-4, 4.2.2: the first 32 bits of the fractional parts of the cube
+// roots of the first 64 primes.
+constexpr uint32_t kRound[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1,
+    0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3,
+    0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
+    0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147,
+    0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
+    0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
+    0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208,
+    0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+// FIPS 180-4, 5.3.3: the first 32 bits of the fractional parts of the square
+// roots of the first 8 primes.
+constexpr std::array<uint32_t, 8> kInitial = {
+    0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+
+inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+inline uint32_t loadBigEndian(const uint8_t *p) {
+  return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 |
+         uint32_t(p[3]);
 }
 
-Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX *>(ctx_)); }
+} // namespace
+
+Sha256::Sha256() : state_(kInitial), buffer_{} {}
+
+// FIPS 180-4, 6.2.2: one 512-bit block.
+void Sha256::compress(const uint8_t *block) {
+  uint32_t w[64];
+  for (int t = 0; t < 16; ++t)
+    w[t] = loadBigEndian(block + 4 * t);
+  for (int t = 16; t < 64; ++t) {
+    const uint32_t s0 = rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^
+                        (w[t - 15] >> 3);
+    const uint32_t s1 = rotr(w[t - 2], 17) ^ rotr(w[t - 2], 19) ^
+                        (w[t - 2] >> 10);
+    w[t] = w[t - 16] + s0 + w[t - 7] + s1;
+  }
+  uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3],
+           e = state_[4], f = state_[5], g = state_[6], h = state_[7];
+  for (int t = 0; t < 64; ++t) {
+    const uint32_t sum1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
+    const uint32_t ch = (e & f) ^ (~e & g);
+    const uint32_t t1 = h + sum1 + ch + kRound[t] + w[t];
+    const uint32_t sum0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22);
+    const uint32_t maj = (a & b) ^ (a & c) ^ (b & c);
+    const uint32_t t2 = sum0 + maj;
+    h = g;
+    g = f;
+    f = e;
+    e = d + t1;
+    d = c;
+    c = b;
+    b = a;
+    a = t1 + t2;
+  }
+  state_[0] += a;
+  state_[1] += b;
+  state_[2] += c;
+  state_[3] += d;
+  state_[4] += e;
+  state_[5] += f;
+  state_[6] += g;
+  state_[7] += h;
+}
 
 void Sha256::update(const void *data, size_t size) {
-  if (ok_ && size > 0)
-    ok_ = EVP_DigestUpdate(static_cast<EVP_MD_CTX *>(ctx_), data, size) == 1;
+  const uint8_t *p = static_cast<const uint8_t *>(data);
+  size_t have = size_t(bytes_ % 64);
+  bytes_ += size;
+  if (have > 0) {
+    const size_t take = size < 64 - have ? size : 64 - have;
+    std::memcpy(buffer_.data() + have, p, take);
+    p += take;
+    size -= take;
+    have += take;
+    if (have < 64)
+      return;
+    compress(buffer_.data());
+  }
+  for (; size >= 64; p += 64, size -= 64)
+    compress(p);
+  if (size > 0)
+    std::memcpy(buffer_.data(), p, size);
 }
 
 void Sha256::field(const std::string &s) {
@@ -28,15 +109,20 @@ void Sha256::field(const std::string &s) {
   update(s);
 }
 
+// FIPS 180-4, 5.1.1: a 1 bit, zeros up to 448 bits mod 512, then the
+// message length in bits as a 64-bit big-endian integer.
 Digest Sha256::finish() {
-  Digest d{};
-  unsigned int len = 0;
-  if (ok_)
-    ok_ = EVP_DigestFinal_ex(static_cast<EVP_MD_CTX *>(ctx_), d.data(), &len) ==
-              1 &&
-          len == d.size();
-  if (!ok_)
-    d.fill(0);
+  const uint64_t bits = bytes_ * 8;
+  uint8_t pad[72] = {0x80};
+  const size_t have = size_t(bytes_ % 64);
+  const size_t zeros = have < 56 ? 56 - have : 120 - have;
+  for (int i = 0; i < 8; ++i)
+    pad[zeros + i] = uint8_t(bits >> (56 - 8 * i));
+  update(pad, zeros + 8);
+  Digest d;
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 4; ++j)
+      d[4 * i + j] = uint8_t(state_[i] >> (24 - 8 * j));
   return d;
 }
 

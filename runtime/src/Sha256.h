@@ -1,4 +1,11 @@
-//===- Sha256.h - SHA-256 through OpenSSL EVP (internal) --------*- C++ -*-===//
+//===- Sha256.h - SHA-256 (FIPS 180-4), in-tree (internal) ------*- C++ -*-===//
+//
+// The digest of the runtime's cache keys (Context.cpp) and of the disk cache
+// entries' payloads (DiskCache.cpp). Written here, so that the runtime needs
+// no crypto library at run time (the wheel's only dependencies are glibc and
+// libstdc++; issue 24, item 6). Not constant-time: it hashes no secrets.
+//
+//===----------------------------------------------------------------------===//
 #ifndef KVGEN_RUNTIME_SHA256_H
 #define KVGEN_RUNTIME_SHA256_H
 
@@ -12,13 +19,11 @@ namespace rt {
 
 using Digest = std::array<uint8_t, 32>;
 
-/// Incremental SHA-256 (OpenSSL libcrypto EVP). Not copyable.
+/// Incremental SHA-256 (FIPS 180-4, section 6.2) of a message of fewer
+/// than 2^61 bytes fed through update() in pieces of any size.
 class Sha256 {
 public:
   Sha256();
-  ~Sha256();
-  Sha256(const Sha256 &) = delete;
-  Sha256 &operator=(const Sha256 &) = delete;
   void update(const void *data, size_t size);
   void update(const std::string &s) { update(s.data(), s.size()); }
   /// Appends the 8-byte little-endian length of `s`, then `s`: makes a
@@ -26,12 +31,13 @@ public:
   void field(const std::string &s);
   /// The digest; the object must not be updated afterwards.
   Digest finish();
-  /// False when OpenSSL could not set up SHA-256 (then finish() is zeros).
-  bool ok() const { return ok_; }
 
 private:
-  void *ctx_;
-  bool ok_;
+  void compress(const uint8_t *block);
+
+  std::array<uint32_t, 8> state_;
+  std::array<uint8_t, 64> buffer_; ///< The last partial block.
+  uint64_t bytes_ = 0;             ///< Message length so far, in bytes.
 };
 
 Digest sha256(const void *data, size_t size);

@@ -24,7 +24,9 @@ using namespace kvgen;
 namespace {
 
 TEST(Sha256, KnownAnswers) {
-  // FIPS 180-2, appendix B.1 ("abc") and the empty message.
+  // FIPS 180-2, appendix B.1 ("abc") and the empty message (the runtime's
+  // own SHA-256, Sha256.cpp; sha256_vs_hashlib.py compares it with Python's
+  // hashlib on random messages).
   EXPECT_EQ(rt::toHex(rt::sha256("abc", 3)),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   EXPECT_EQ(rt::toHex(rt::sha256("", 0)),
@@ -35,6 +37,24 @@ TEST(Sha256, KnownAnswers) {
   h.update("ijkljklmklmnlmnomnopnopq");
   EXPECT_EQ(rt::toHex(h.finish()),
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  // The 896-bit (two-block, padding in a third) message of NIST's example
+  // set, and FIPS 180-2 appendix B.3: one million 'a', fed 1000 at a time.
+  const std::string m896 = "abcdefghbcdefghicdefghijdefghijkefghijklfghijklm"
+                           "ghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrs"
+                           "mnopqrstnopqrstu";
+  EXPECT_EQ(rt::toHex(rt::sha256(m896.data(), m896.size())),
+            "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
+  rt::Sha256 million;
+  const std::string thousand(1000, 'a');
+  for (int i = 0; i < 1000; ++i)
+    million.update(thousand);
+  EXPECT_EQ(rt::toHex(million.finish()),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  // NIST CAVP SHA256ShortMsg.rsp, Len = 8 and Len = 16.
+  EXPECT_EQ(rt::toHex(rt::sha256("\xd3", 1)),
+            "28969cdfa74a12c82f3bad960b0b000aca2ac329deea5c2328ebc6f2ba9802c1");
+  EXPECT_EQ(rt::toHex(rt::sha256("\x11\xaf", 2)),
+            "5ca7133fa735326081558ac312c620eeca9970d1e70a4b95533d956f072d1f98");
 }
 
 TEST(DiskCacheFormat, EncodeDecodeAndCorruption) {
