@@ -708,20 +708,21 @@ def _check_cache_views(op, lay, bufs, dyn):
     return out
 
 
-def _check_cache_aliasing(op, lay, bufs, fields, dyn):
-    """Refuses K and V caches of one cache set whose elements may share
-    memory: their spans (the layout's extents from each pointer) intersect,
-    and either they start at the same byte or, with equal block strides,
-    block 0's spans meet modulo the block stride (then some blocks do).
-    Intersecting spans with different block strides are not decided here.
-    E.g. K and V passed as the same tensor, or V's pointer inside K's rows;
-    the halves of a [num_blocks, 2, ...] allocation pass."""
+def _cache_aliasing_checks(op, lay, bufs, fields, dyn, index):
+    """What _check_cache_aliasing tests per launch, computed from the
+    argument shapes once (a launch plan keeps it): for each cache set whose
+    K and V caches are both given (same kind of memory, num_blocks > 0),
+    a tuple (index of K in the launch's values, index of V, K's name, V's
+    name, K's extent in bytes, V's, the block stride in bytes when K and V
+    have equal block strides else None, block 0's K / V extents, nb,
+    layout text). index: argument name -> its position among the values."""
     if lay.packed:
-        return
+        return ()
     sets = {}
     for a in op.args:
         if a.role == "cache" and bufs.get(a.name) is not None:
             sets.setdefault(a.which >> 1, {})[a.which & 1] = a
+    out = []
     for cset, by_tensor in sets.items():
         if 0 not in by_tensor or 1 not in by_tensor:
             continue
@@ -735,28 +736,41 @@ def _check_cache_aliasing(op, lay, bufs, fields, dyn):
                 nb = fields.get(a.name)
         if not nb or nb <= 0:
             continue
-        es = lay.element_size
-        k_st = lay.strides(0, dyn[0])
-        v_st = lay.strides(1, dyn[min(1, len(dyn) - 1)])
-        k_ext = lay.extent_bytes(0, nb, dyn[0])
-        v_ext = lay.extent_bytes(1, nb, dyn[min(1, len(dyn) - 1)])
-        d = vb.ptr - kb.ptr  # bytes from K's first element to V's
+        kd, vd = dyn[0], dyn[min(1, len(dyn) - 1)]
+        k_st, v_st = lay.strides(0, kd), lay.strides(1, vd)
+        m = k_st[0] * lay.element_size if k_st[0] == v_st[0] else None
+        out.append((index[ka.name], index[va.name], ka.name, va.name,
+                    lay.extent_bytes(0, nb, kd), lay.extent_bytes(1, nb, vd),
+                    m, lay.extent_bytes(0, 1, kd), lay.extent_bytes(1, 1, vd),
+                    nb, lay.text))
+    return tuple(out)
+
+
+def _check_cache_aliasing(checks, ptrs):
+    """Refuses K and V caches of one cache set whose elements may share
+    memory: their spans (the layout's extents from each pointer) intersect,
+    and either they start at the same byte or, with equal block strides,
+    block 0's spans meet modulo the block stride (then some blocks do).
+    Intersecting spans with different block strides are not decided here.
+    E.g. K and V passed as the same tensor, or V's pointer inside K's rows;
+    the halves of a [num_blocks, 2, ...] allocation pass. checks: from
+    _cache_aliasing_checks; ptrs: the launch's pointers, by value index.
+    Runs every launch (pointers change between launches of one plan)."""
+    for ki, vi, kname, vname, k_ext, v_ext, m, k1, v1, nb, text in checks:
+        d = ptrs[vi] - ptrs[ki]  # bytes from K's first element to V's
         if d >= k_ext or -d >= v_ext:
             continue  # disjoint spans
         clash = d == 0
-        if not clash and k_st[0] == v_st[0]:
-            m = k_st[0] * es
-            k1 = lay.extent_bytes(0, 1, dyn[0])
-            v1 = lay.extent_bytes(1, 1, dyn[min(1, len(dyn) - 1)])
+        if not clash and m is not None:
             r = d % m
             # Block 0's spans as arcs modulo the block stride.
             clash = k1 > m or v1 > m or r < k1 or r + v1 > m
         if clash:
             raise ValueError(
-                f"{ka.name} and {va.name} overlap: {va.name} starts {d} "
-                f"bytes after {ka.name}, "
+                f"{kname} and {vname} overlap: {vname} starts {d} "
+                f"bytes after {kname}, "
                 f"inside its {k_ext}-byte span of {nb} blocks; K and V of "
-                f"layout {lay.text} need disjoint memory")
+                f"layout {text} need disjoint memory")
 
 
 # Field roles (kvgen/Ops.def) the binding fills from tensors, and from
@@ -818,6 +832,162 @@ def _dense_extent(a, t, lay, q_heads, slot_bytes):
 
 def _opt(x, what, writes=False):
     return None if x is None else _Buf(x, what, writes)
+
+
+#---------------------------------------------------------------------------
+# Launch plans: what launch() checked for one argument key, and the work
+# left for each launch with that key.
+#---------------------------------------------------------------------------
+
+#: Plans a Kernel keeps (the oldest is dropped first).
+_PLAN_LIMIT = 64
+
+
+class _NoKey(Exception):
+    """An argument launch() does not key plans by (checked every call)."""
+
+
+def _int_key(v, depth=0):
+    """v (None, an int, or tuples / lists of them, nested at most 3 deep)
+    as a hashable key; _NoKey for anything else (a float, a numpy int, a
+    bool), which launch() then checks on every call."""
+    if v is None or type(v) is int:
+        return v
+    if depth < 3 and type(v) in (tuple, list):
+        return tuple(_int_key(x, depth + 1) for x in v)
+    raise _NoKey
+
+
+_char_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+
+
+def _numpy_key(x):
+    """A numpy.ndarray's plan key (shape, byte strides, dtype, writeable)
+    and address. A writable C-contiguous array exports its buffer (the
+    quick way to its address); others are asked through x.ctypes."""
+    try:
+        return (x.shape, x.strides, x.dtype, True), \
+            _addressof(_char_from_buffer(x))
+    except (TypeError, ValueError, BufferError):
+        return (x.shape, x.strides, x.dtype, bool(x.flags.writeable)), \
+            x.ctypes.data
+
+
+def _torch_key(x):
+    """A torch.Tensor's plan key (shape, strides, dtype, device, pinned)
+    and address."""
+    dev = x.device
+    return (x.shape, x.stride(), x.dtype, dev,
+            dev.type == "cpu" and x.is_pinned()), x.data_ptr()
+
+
+def _type_key(x):
+    """A scalar's plan key: its type (its value is converted each launch)."""
+    return type(x), 0
+
+
+def _no_key(x):
+    raise _NoKey
+
+
+_KEYERS = {type(None): _type_key, int: _type_key, float: _type_key,
+           bool: _type_key}
+
+
+def _array_key(x):
+    """(plan key, address) of a launch argument (the keyer of its type, found
+    once per type: exact numpy.ndarray and torch.Tensor objects, None,
+    Python and numpy scalars); _NoKey for another type, which launch() then
+    checks on every call."""
+    tp = type(x)
+    f = _KEYERS.get(tp)
+    if f is None:
+        import sys
+        np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
+        if np is not None and tp is np.ndarray:
+            f = _numpy_key
+        elif np is not None and issubclass(tp, np.generic):
+            f = _type_key
+        elif torch is not None and tp is torch.Tensor:
+            f = _torch_key
+        else:
+            f = _no_key
+        _KEYERS[tp] = f
+    return f(x)
+
+
+_set_field = object.__setattr__  # a ctypes field, without the range check
+
+
+class _Plan:
+    """One checked launch of a Kernel (Kernel._make_plan): the argument
+    struct's bytes with every field that depends on shapes only, and what
+    each launch fills or checks itself. pointers: (field, value index);
+    scalars: (field, value index, (min, max) of an integer field, None for
+    a float one); derived: (field, value index
+    of query_start_loc / seq_lens, num_seqs, is max_query_len); aliasing:
+    _cache_aliasing_checks; device: torch device of the default stream
+    (None: stream 0); workspace: (field, *_bytes fields, given by the
+    caller, torch device to allocate on) or None; host: check after the
+    launch by default."""
+    __slots__ = ("struct", "template", "pointers", "scalars", "derived",
+                 "aliasing", "device", "workspace", "host")
+
+    def __init__(self, struct, template, pointers, scalars, derived,
+                 aliasing, device, workspace, host):
+        self.struct = struct
+        self.template = template
+        self.pointers = pointers
+        self.scalars = scalars
+        self.derived = derived
+        self.aliasing = aliasing
+        self.device = device
+        self.workspace = workspace
+        self.host = host
+
+    def run(self, kernel, values, ptrs, stream, check, pdl, prepare_only):
+        """Fills the struct for `values` (their addresses `ptrs`) and
+        launches it on `stream` (launch()'s rules); prepare_only: returns
+        (args, stream) instead."""
+        args = self.struct.from_buffer_copy(self.template)
+        for name, i in self.pointers:
+            _set_field(args, name, ptrs[i])
+        for name, i, rng in self.scalars:
+            v = values[i]
+            if rng is None:  # a float field
+                _set_field(args, name, float(v))
+                continue
+            v = int(v)
+            if rng[0] <= v <= rng[1]:
+                _set_field(args, name, v)
+            else:
+                setattr(args, name, v)  # ValueError naming the field
+        for name, i, t, rows in self.derived:
+            x = values[i]
+            if rows:
+                setattr(args, name, max(1, int((x[1:t + 1] - x[:t]).max())))
+            else:
+                setattr(args, name, max(0, int(x[:t].max())))
+        if self.aliasing:
+            _check_cache_aliasing(self.aliasing, ptrs)
+        if stream is None:
+            if self.device is None:
+                stream = 0
+            else:
+                import torch
+                stream = torch.cuda.current_stream(self.device).cuda_stream
+        elif hasattr(stream, "cuda_stream"):
+            stream = stream.cuda_stream
+        stream = int(stream)
+        if self.workspace is not None:
+            kernel._fill_workspace(self.workspace, args, stream)
+        if prepare_only:
+            return args, stream
+        kernel.launch_raw(args, stream=stream, pdl=pdl)
+        if check or (check is None and self.host):
+            kernel._ctx.check()
+        return None
 
 
 #---------------------------------------------------------------------------
@@ -1169,6 +1339,8 @@ class Kernel:
         # (array, bytes), guarded by the lock.
         self._workspaces = {}
         self._workspaces_lock = threading.Lock()
+        # Launch plans by argument key (see launch()).
+        self._plans = {}
         lib = self._lib
         self.name = lib.kvgen_kernel_name(handle).decode()
         self._op = _capi.op_by_id(lib.kvgen_kernel_op(handle))
@@ -1276,15 +1448,69 @@ class Kernel:
         it suits. pdl: programmatic dependent launch (kvgen_launch_ex with
         KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT; see the module doc): KvgenError
         (KVGEN_ERROR_INVALID_ARGUMENT), before anything else, for a kernel
-        without dependent_launch."""
+        without dependent_launch.
+
+        Plans: what depends only on the arguments' shapes, strides, dtypes
+        and kinds (and on num_blocks, cache_strides, cache_bytes and which
+        arguments are given) is checked once and remembered by this kernel
+        (a plan per such key, at most _PLAN_LIMIT): a later call with the
+        same key only takes the arrays' addresses, converts the scalars
+        (range-checked), derives max_query_len / max_seq_len when not given,
+        checks that K and V caches do not overlap, finds the workspace and
+        launches. Anything that changes the key (another shape, a read-only
+        array, another dtype) goes through every check again. Arrays of
+        other types than numpy.ndarray and torch.Tensor (their subclasses
+        too) are checked on every call."""
         if pdl:
             self._need_pdl()
+        if self._ctx._handle is None:
+            raise ValueError(f"kernel {self.name}: its kvgen.Context is "
+                             "closed")
+        values = positional + tuple(tensors.values()) if tensors else \
+            positional
+        # The plan key: each argument's (_array_key), the names given and
+        # the options that shape the checks.
+        try:
+            extra = None if num_blocks is None and cache_strides is None \
+                and cache_bytes is None else \
+                _int_key((num_blocks, cache_strides, cache_bytes))
+            keys, ptrs = zip(*[_KEYERS.get(type(x), _array_key)(x)
+                               for x in values]) if values else ((), ())
+            key = (len(positional), tuple(tensors), extra, keys)
+            plan = self._plans.get(key)
+        except _NoKey:
+            key = plan = None
+        if plan is None:
+            plan, ptrs = self._make_plan(positional, tensors, num_blocks,
+                                         cache_strides, cache_bytes)
+            if key is not None:
+                plans = self._plans
+                if len(plans) >= _PLAN_LIMIT:
+                    try:  # the oldest
+                        del plans[next(iter(plans))]
+                    except (KeyError, StopIteration, RuntimeError):
+                        pass
+                plans[key] = plan
+        return plan.run(self, values, ptrs, stream, check, pdl,
+                        _prepare_only)
+
+    def _make_plan(self, positional, tensors, num_blocks, cache_strides,
+                   cache_bytes):
+        """Every check of launch() that depends on the arguments' shapes
+        (raising as documented there); returns (a _Plan of the launch, the
+        arguments' pointers by value index)."""
+        tensors = dict(tensors)
         op = self._op
         lay = self.layout
         tensor_args = [a for a in op.args if a.role in _TENSOR_ROLES]
         if len(positional) > len(tensor_args):
             raise TypeError(f"{op.name} takes at most {len(tensor_args)} "
                             f"positional tensors ({', '.join(a.name for a in tensor_args)})")
+        # Value index of each argument: positional ones first, then the
+        # keywords in call order (launch()'s `values`).
+        index = {a.name: i for i, a in enumerate(tensor_args[:len(positional)])}
+        for name in tensors:
+            index[name] = len(index)
         for a, x in zip(tensor_args, positional):
             if a.name in tensors:
                 raise TypeError(f"{a.name} given twice")
@@ -1366,6 +1592,7 @@ class Kernel:
                     raise ValueError(f"{a.name}: {b.shape[0]} rows, another "
                                      f"view has {nrows}")
                 nrows = b.shape[0]
+        plan_scalars = []
         for a in op.args:
             b = bufs.get(a.name)
             if a.role == "qrows":
@@ -1412,8 +1639,16 @@ class Kernel:
                     raise TypeError(f"{a.name}: dtype {b.dtype}, need float32")
             elif a.role in _SCALAR_ROLES:
                 if a.name in scalars:
-                    v = scalars[a.name]
-                    fields[a.name] = float(v) if a.type == "f32" else int(v)
+                    # Converted (and range-checked) by each launch.
+                    spec = op.args_struct._ranges().get(a.name)
+                    if a.type != "f32" and (spec is None or
+                                            spec[0] is None):
+                        raise NotImplementedError(
+                            f"kvgen binding: scalar field {a.name} has type "
+                            f"{a.type}, which it does not know how to fill")
+                    plan_scalars.append((a.name, index[a.name],
+                                         None if a.type == "f32" else
+                                         spec[0]))
                 elif a.role == "param" and a.need != "never" and t > 0 and (
                         a.need == "always" or
                         self.options.get(a.name) == "1"):
@@ -1479,6 +1714,7 @@ class Kernel:
                 fields[a.name] = dyn[a.which] if 0 <= a.which < 2 else dyn[0]
         # The launch rule's maxima, when not given: from the index arrays
         # (a device tensor's .max() synchronizes with its stream).
+        derived = []
         for a in op.args:
             if a.role not in ("work_rows", "work_span") or a.name in scalars:
                 continue
@@ -1490,44 +1726,31 @@ class Kernel:
             if src is None or x is None or t == 0:
                 fields[a.name] = 1 if a.role == "work_rows" else 0
                 continue
-            if a.role == "work_rows":
-                d = x[1:t + 1] - x[:t]
-                fields[a.name] = max(1, int(d.max()))
-            else:
-                fields[a.name] = max(0, int(x[:t].max()))
-        # stream
-        if stream is None:
-            dev = next((b for b in bufs.values()
-                        if b is not None and b.kind == "torch" and
-                        b.is_device), None)
-            if dev is not None:
-                import torch
-                stream = torch.cuda.current_stream(dev.device).cuda_stream
-            else:
-                stream = 0
-        elif hasattr(stream, "cuda_stream"):
-            stream = stream.cuda_stream
+            # From the array's values: each launch (_Plan.run).
+            derived.append((a.name, index[src.what], t,
+                            a.role == "work_rows"))
+        # stream: the default is torch's current stream of the first
+        # device tensor (_Plan.run).
+        dev = next((b for b in bufs.values()
+                    if b is not None and b.kind == "torch" and
+                    b.is_device), None)
         # workspace: the caller's, else one kept by this kernel per stream
         # (and, on the host backend, per calling thread), zeroed when
         # allocated, max_workspace_bytes, so it serves every later shape
-        # and is never replaced; kernels leave its counters zero.
+        # and is never replaced; kernels leave its counters zero. Its need
+        # depends on max_query_len / max_seq_len: asked each launch.
         ws = next((a for a in op.args if a.role == "workspace"), None)
+        ws_plan = None
         if ws is not None:
-            probe = op.args_struct(**fields)
-            need = ctypes.c_uint64()
-            _check("kvgen_kernel_workspace_bytes",
-                   self._lib.kvgen_kernel_workspace_bytes(
-                       self._handle, ctypes.byref(probe),
-                       ctypes.sizeof(probe), ctypes.byref(need)))
             b = bufs.get(ws.name)
-            if b is None and need.value > 0:
-                b = bufs[ws.name] = _Buf(
-                    self._workspace_for(need.value, bufs, int(stream)),
-                    ws.name)
+            sizes = [r.name for r in op.args if r.role == "workspace_bytes"]
             if b is not None:
-                for r in op.args:
-                    if r.role == "workspace_bytes":
-                        fields[r.name] = b.span_bytes()
+                for r in sizes:
+                    fields[r] = b.span_bytes()
+            owner = next((x for x in bufs.values()
+                          if x is not None and x.kind == "torch"), None)
+            ws_plan = (ws.name, sizes, b is not None,
+                       None if owner is None else owner.device)
         # num_blocks per cache set
         for a in op.args:
             if a.role != "num_blocks":
@@ -1557,13 +1780,19 @@ class Kernel:
                         "num_blocks explicitly to get the runtime's check")
             fields[a.name] = int(nb)
         self._fill_pointers(bufs, fields, t, q_heads)
-        _check_cache_aliasing(op, lay, bufs, fields, dyn)
-        args = op.args_struct(**fields)
-        if _prepare_only:
-            return args, int(stream)
-        self.launch_raw(args, stream=int(stream), pdl=pdl)
-        if check or (check is None and backend == "host"):
-            self._ctx.check()
+        pointers = tuple((a.name, index[a.name]) for a in op.args
+                         if a.type in _POINTER_TYPES and
+                         bufs.get(a.name) is not None)
+        ptrs = [0] * len(index)
+        for name, i in pointers:
+            ptrs[i] = fields.pop(name)
+        aliasing = _cache_aliasing_checks(op, lay, bufs, fields, dyn, index)
+        template = op.args_struct(**fields)  # range-checks every field
+        plan = _Plan(op.args_struct, bytes(template), pointers,
+                     tuple(plan_scalars), tuple(derived), aliasing,
+                     None if dev is None else dev.device, ws_plan,
+                     backend == "host")
+        return plan, ptrs
 
     def _fill_pointers(self, bufs, fields, t, q_heads):
         """Where arrays become pointers, the one place: every pointer field
@@ -1611,8 +1840,28 @@ class Kernel:
                         "could address bytes past its end")
             fields[a.name] = b.ptr
 
-    def _workspace_for(self, nbytes, bufs, stream):
-        """A zeroed workspace of >= nbytes on the device of `bufs`, kept
+    def _fill_workspace(self, plan_ws, args, stream):
+        """The workspace fields of `args` for this launch: asks the runtime
+        how many bytes its shapes need (kvgen_kernel_workspace_bytes, which
+        also refuses launch shapes that do not fit); unless the caller gave
+        a workspace, points them at this kernel's one for `stream` (see
+        _workspace_for) when any is needed."""
+        name, sizes, given, device = plan_ws
+        need = ctypes.c_uint64()
+        _check("kvgen_kernel_workspace_bytes",
+               self._lib.kvgen_kernel_workspace_bytes(
+                   self._handle, ctypes.byref(args), ctypes.sizeof(args),
+                   ctypes.byref(need)))
+        if given or need.value == 0:
+            return
+        _, n, ptr = self._workspace_for(need.value, device, stream)
+        _set_field(args, name, ptr)
+        for r in sizes:
+            setattr(args, r, n)
+
+    def _workspace_for(self, nbytes, device, stream):
+        """A zeroed workspace of >= nbytes on `device` (the torch device of
+        the launch's first torch tensor; None: a numpy array), kept
         and reused by this kernel for launches on `stream` (a CUstream
         handle; 0 = the default stream): max_workspace_bytes (every
         shape's need), allocated on the first split launch of that key, so
@@ -1626,22 +1875,21 @@ class Kernel:
         So the key is the stream, and on the host backend the stream and
         the calling thread (threading.get_ident()); keys of host threads
         that have ended are dropped when a new key is added. A caller that
-        passes `workspace=` keeps that rule itself."""
+        passes `workspace=` keeps that rule itself. Returns (the array, its
+        bytes, its address)."""
         key = (stream, threading.get_ident()
                if self._ctx.backend == "host" else None)
         with self._workspaces_lock:
             have = self._workspaces.get(key)
             if have is not None and have[1] >= nbytes:
-                return have[0]
+                return have
             if getattr(self._lib, "kvgen_kernel_max_workspace_bytes",
                        None) is not None:
                 nbytes = max(nbytes, self.max_workspace_bytes)
-            dev = next((b for b in bufs.values()
-                        if b is not None and b.kind == "torch"), None)
             n = (nbytes + 255) // 256 * 256
-            if dev is not None:
+            if device is not None:
                 import torch
-                w = torch.zeros(n, dtype=torch.uint8, device=dev.device)
+                w = torch.zeros(n, dtype=torch.uint8, device=device)
             else:
                 import numpy
                 w = numpy.zeros(n, dtype=numpy.uint8)
@@ -1650,8 +1898,8 @@ class Kernel:
                 for old in [k for k in self._workspaces
                             if k[1] is not None and k[1] not in live]:
                     del self._workspaces[old]
-            self._workspaces[key] = (w, n)
-            return w
+            have = self._workspaces[key] = (w, n, _Buf(w, "workspace").ptr)
+            return have
 
     def launch_raw(self, args, stream=0, pdl=False):
         """Launches with a prebuilt argument struct (args_struct(); no
