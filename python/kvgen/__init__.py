@@ -76,11 +76,20 @@ given anything but a bool (TypeError).
 """
 
 import ctypes
+import logging
 import re
 import threading
+import time
 from pathlib import Path
 
 from . import _capi
+
+#: kvgen's logger: each kernel the runtime JIT-compiles for a
+#: Context.kernel() / kernel_by_name() call (INFO: kernel name, target,
+#: milliseconds), each one read from the disk cache (DEBUG), and the first
+#: import's build of kvgen.torch's C++ kernel (INFO). Silent unless the
+#: application configures logging (e.g. logging.basicConfig(level="INFO")).
+log = logging.getLogger("kvgen")
 
 __all__ = ["Context", "Kernel", "KvgenError", "Layout", "DTYPE_SIZES",
            "generator_path", "library_path", "set_generator_path", "version"]
@@ -1293,21 +1302,54 @@ class Context:
         spec = _capi.KernelSpecC(o.id, _capi.cstr("layout", lay.text),
                                  _capi.cstr("options", text))
         h = ctypes.c_void_p()
+        before = self._stats_logged()
         _check("kvgen_context_get_kernel_by_spec",
                self._lib.kvgen_context_get_kernel_by_spec(
                    self._h(), ctypes.byref(spec), ctypes.byref(h)))
         k = Kernel(self, h)
+        self._log_compile(k.name, before)
         self._kernels[key] = k
         return k
 
     def kernel_by_name(self, name):
         """The bundle kernel `name` (its extern "C" symbol)."""
         h = ctypes.c_void_p()
+        before = self._stats_logged()
         _check("kvgen_context_get_kernel",
                self._lib.kvgen_context_get_kernel(
                    self._h(), _capi.cstr("kernel_by_name: name", name),
                    ctypes.byref(h)))
-        return Kernel(self, h)
+        k = Kernel(self, h)
+        self._log_compile(k.name, before)
+        return k
+
+    def _stats_logged(self):
+        """(cache stats, start time) before a kernel lookup, for
+        _log_compile; None when the kvgen logger would drop both records
+        (then the lookup costs no extra C call)."""
+        if not log.isEnabledFor(logging.INFO):
+            return None
+        return self.stats(), time.perf_counter()
+
+    def _log_compile(self, name, before):
+        """Logs the lookup of kernel `name` that began at `before`: INFO
+        when it compiled a binary (kvgen_cache_stats.compiles grew; the
+        record gives the whole lookup's milliseconds, generation
+        included, and the compiler's), DEBUG when it read one from the disk
+        cache. A lookup that another thread's compile overlapped may be
+        counted as that one."""
+        if before is None:
+            return
+        stats, start = before
+        ms = (time.perf_counter() - start) * 1e3
+        now = self.stats()
+        if now["compiles"] > stats["compiles"]:
+            log.info("kvgen: JIT-compiled kernel %s for %s in %.0f ms "
+                     "(compiler %.0f ms)", name, self.target, ms,
+                     now["last_compile_ms"])
+        elif now["disk_hits"] > stats["disk_hits"]:
+            log.debug("kvgen: kernel %s for %s read from the disk cache %s "
+                      "in %.1f ms", name, self.target, self.cache_dir, ms)
 
 
 def ops():

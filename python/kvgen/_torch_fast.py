@@ -20,20 +20,25 @@ on the 2-core CI machine, once per cache directory and torch; a failure
 (no compiler, no torch headers) is remembered there too, and kvgen.torch
 then registers its Python kernels (the same results, more host time) and
 warns once (RuntimeWarning) with the reason.
-KVGEN_TORCH_FAST=0 in the environment at import skips all of this.
+KVGEN_TORCH_FAST=0 in the environment at import skips all of this. The
+build is logged on logger "kvgen" at INFO (its start, then its time in ms).
 """
 
 import ctypes
 import fcntl
 import hashlib
+import logging
 import os
 import shlex
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 _SOURCE = Path(__file__).resolve().with_name("_torch_fast.cpp")
 _TAG = "2"  # bump when the build command changes meaning
+# kvgen's logger (kvgen.log): the build is logged at INFO with its time.
+_log = logging.getLogger("kvgen")
 
 
 def _cache_root():
@@ -162,7 +167,16 @@ def load(torch):
             with open(d / f"kvgen_torch_fast-{digest}.lock", "w") as lk:
                 fcntl.flock(lk, fcntl.LOCK_EX)
                 if not so.is_file() and not failed.is_file():
+                    _log.info("kvgen.torch: building its C++ kernel %s "
+                              "(once per torch and cache directory)", so)
+                    start = time.perf_counter()
                     _compile(torch, so, failed)
+                    ms = (time.perf_counter() - start) * 1e3
+                    if so.is_file():
+                        _log.info("kvgen.torch: built %s in %.0f ms", so, ms)
+                    else:
+                        _log.info("kvgen.torch: building %s failed after "
+                                  "%.0f ms (%s)", so, ms, failed)
         if failed.is_file():
             return None, (failed.read_text(errors="replace").strip()
                           + f"\n(delete {failed} to try again)")
