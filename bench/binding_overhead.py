@@ -71,6 +71,21 @@ def report(title, times):
               "(launch - launch_raw, CPU medians)")
 
 
+def variants(ctx, k, args, kw):
+    """The prepare / launch / launch_raw variants of kernel k on args."""
+    raw, stream = k.prepare(*args, **kw)
+
+    def launch():  # kernel.<op>(...), as a caller writes it
+        getattr(k, k.op)(*args, **kw)
+
+    def launch_raw():
+        k.launch_raw(raw, stream)
+        ctx.check()
+
+    return {"prepare": lambda: k.prepare(*args, **kw), "launch": launch,
+            "launch_raw": launch_raw}
+
+
 def first_calls(make_call, count=50):
     """Median thread CPU time of a call whose argument shapes the kernel
     has not seen (make_call(i) builds the i-th call's arguments and returns
@@ -108,21 +123,8 @@ def main():
     val = np.zeros((1, 4, 128), np.uint16)
     slots = np.array([17], np.int64)
 
-    def write():
-        w.reshape_and_cache(key, val, kc, vc, slots)
-
-    def write_prepare():
-        w.prepare(key, val, kc, vc, slots)
-
-    wargs, wstream = w.prepare(key, val, kc, vc, slots)
-
-    def write_raw():
-        w.launch_raw(wargs, wstream)
-        ctx.check()
-
     report(f"reshape_and_cache (T = 1, {w.name})",
-           rounds({"prepare": write_prepare, "launch": write,
-                   "launch_raw": write_raw}, a.n, a.r))
+           rounds(variants(ctx, w, (key, val, kc, vc, slots), {}), a.n, a.r))
 
     def new_shape(i):
         t = i + 2  # a token count not seen before; slots -1: pads
@@ -143,21 +145,9 @@ def main():
     qsl = np.array([0, 1], np.int32)
     kw = dict(softmax_scale=0.07, max_query_len=1, max_seq_len=40)
 
-    def attend():
-        att.paged_attention(q, out, kc, vc, table, seq_lens, qsl, **kw)
-
-    def attend_prepare():
-        att.prepare(q, out, kc, vc, table, seq_lens, qsl, **kw)
-
-    aargs, astream = att.prepare(q, out, kc, vc, table, seq_lens, qsl, **kw)
-
-    def attend_raw():
-        att.launch_raw(aargs, astream)
-        ctx.check()
-
+    args = (q, out, kc, vc, table, seq_lens, qsl)
     report(f"paged_attention (1 query token, 40 cached, {att.name})",
-           rounds({"prepare": attend_prepare, "launch": attend,
-                   "launch_raw": attend_raw}, a.n, a.r))
+           rounds(variants(ctx, att, args, kw), a.n, a.r))
 
     def attend_derived():  # max_query_len / max_seq_len from the arrays
         att.prepare(q, out, kc, vc, table, seq_lens, qsl, softmax_scale=0.07)
