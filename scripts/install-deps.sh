@@ -20,11 +20,13 @@ APT_PACKAGES=(
   cmake ninja-build g++ python3 python3-pip python3-venv git
   llvm-22-dev libmlir-22-dev mlir-22-tools clang-22
   libclang-rt-22-dev
-  libamd-comgr-dev libfmt-dev libgtest-dev
+  libamd-comgr-dev libfmt-dev libgtest-dev patchelf
 )
-PIP_PACKAGES=('numpy>=1.26,<3' 'ml_dtypes>=0.5,<0.7' 'pytest>=8,<10')
+# auditwheel: scripts/check_wheel.sh (the wheel's manylinux check).
+PIP_PACKAGES=('numpy>=1.26,<3' 'ml_dtypes>=0.5,<0.7' 'pytest>=8,<10'
+              'auditwheel>=6,<7')
 # Import names of PIP_PACKAGES, in the same order.
-PIP_MODULES=(numpy ml_dtypes pytest)
+PIP_MODULES=(numpy ml_dtypes pytest auditwheel)
 # torch, for kvgen.torch and its tests (test/python/test_torch_ops.py), the
 # version the H200 image has. PyPI's Linux wheel is the CUDA build: it pulls
 # ~3.5 GB of nvidia-* wheels (4.7 GB installed, ~1.5-2 min here) and does not

@@ -4,7 +4,9 @@
 # the package index) into a fresh virtual environment, then, from outside the
 # repository, imports the installed package, checks that it loads the
 # installed libraries (not a build tree), JIT-generates a layout no bundle
-# has, and runs examples/torch_quickstart.py and examples/engine_swap.py.
+# has, and runs examples/torch_quickstart.py and examples/engine_swap.py;
+# then builds the wheel and checks it with auditwheel (manylinux tag, no
+# library beyond glibc / libstdc++: scripts/check_wheel.sh).
 #
 #   scripts/test_pip_install.sh [python]      (default: python3)
 #
@@ -51,6 +53,11 @@ assert kvgen.library_path().startswith(site + "/kvgen/lib/"), \
     kvgen.library_path()
 gen = kvgen.generator_path()
 assert gen == site + "/kvgen/lib/libkvgen-generator.so", gen
+# One version: the wheel's metadata (pyproject.toml reads CMakeLists.txt)
+# is the runtime's.
+import importlib.metadata
+assert importlib.metadata.version("kvgen") == kvgen.version(), \
+    (importlib.metadata.version("kvgen"), kvgen.version())
 import numpy as np
 lay = kvgen.Layout(3, 80, 48, 8, dtype="f16", order="hnd")
 ctx = kvgen.Context("host")
@@ -73,5 +80,16 @@ if "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
 else
   echo "pip-install: skipped the torch examples: torch is not installed"
 fi
+# The release wheel: built as docs/torch.md says (pip wheel; the build
+# directory is the install's, so only the packaging runs again), checked
+# with auditwheel and given its manylinux tag (scripts/check_wheel.sh).
+wheel_check() {
+  "$PYTHON" -m pip wheel --disable-pip-version-check --no-cache-dir \
+    --no-deps -w "$WORK/whl" "$REPO_ROOT" > "$WORK/wheel.log" 2>&1 ||
+    { tail -20 "$WORK/wheel.log"; return 1; }
+  bash "$REPO_ROOT/scripts/check_wheel.sh" "$WORK"/whl/kvgen-*.whl \
+    "$WORK/whl-manylinux" "$PYTHON"
+}
+check "wheel: auditwheel, manylinux tag (scripts/check_wheel.sh)" wheel_check
 echo "pip-install: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
