@@ -46,10 +46,10 @@ void Sha256::compress(const uint8_t *block) {
   for (int t = 0; t < 16; ++t)
     w[t] = loadBigEndian(block + 4 * t);
   for (int t = 16; t < 64; ++t) {
-    const uint32_t s0 = rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^
-                        (w[t - 15] >> 3);
-    const uint32_t s1 = rotr(w[t - 2], 17) ^ rotr(w[t - 2], 19) ^
-                        (w[t - 2] >> 10);
+    const uint32_t s0 =
+        rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);
+    const uint32_t s1 =
+        rotr(w[t - 2], 17) ^ rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
     w[t] = w[t - 16] + s0 + w[t - 7] + s1;
   }
   uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3],
