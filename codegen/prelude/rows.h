@@ -13,26 +13,48 @@
 
 namespace kvgen {
 
-/// Static description of one kernel specialization.
-template <class IO, class CACHE, class SLOT, int HEADS, int HEAD_K, int HEAD_V,
-          int BLOCK_SIZE, int VEC, int TOKENS_PER_CTA, int THREADS, int SCALE,
-          bool CHECKED, bool PACKED, bool STREAM>
-struct Spec {
-  typedef IO io;
-  typedef CACHE cache;
-  typedef SLOT slot;
+/// True when options struct O has a `dequantize` member (gathers), whose
+/// value is then `value`; writes have none.
+template <class T> struct VoidOf {
+  typedef void type;
+};
+template <class O, class = void> struct Dequantize {
+  enum { present = 0, value = 0 };
+};
+template <class O>
+struct Dequantize<O, typename VoidOf<decltype(O::dequantize)>::type> {
+  enum { present = 1, value = O::dequantize };
+};
+
+/// What a rows kernel body knows about its specialization, all derived
+/// from the structs convert-kv-to-emitc emits for the kernel: layout L
+/// (sizes, cache type, scale kind, packing), plan P (vector width, shapes,
+/// streaming stores, hardware fp8) and options O (io and slot types,
+/// unchecked, dequantize), for one of the plan's two launch shapes: SMALL
+/// (one token per CTA, SmallThreads<P> threads; launches of at most
+/// P::small_max_tokens tokens) or the bulk one (P::tokens_per_cta tokens,
+/// P::threads threads). Sizes are elements (head_k, head_v) or tokens.
+template <class L, class P, class O, bool SMALL> struct RowsSpec {
+  typedef typename O::io io;
+  /// The cache element tag the body converts with (ConvertTag): writes
+  /// always convert (fp8 caches quantize); gathers when they dequantize.
+  typedef typename ConvertTag<typename L::cache,
+                              P::hw_fp8 && (!Dequantize<O>::present ||
+                                            Dequantize<O>::value)>::type cache;
+  typedef typename O::slots slot;
   enum {
-    heads = HEADS,
-    head_k = HEAD_K,
-    head_v = HEAD_V,
-    block_size = BLOCK_SIZE,
-    vec = VEC,
-    tokens_per_cta = TOKENS_PER_CTA,
-    threads = THREADS,
-    scale = SCALE,
-    checked = CHECKED,
-    packed = PACKED, ///< K and V share key_cache; value_cache is ignored
-    streaming = STREAM ///< cache (write) / output (gather) streaming stores
+    heads = L::num_kv_heads,
+    head_k = L::k::head_size,
+    head_v = L::v::head_size,
+    block_size = L::block_size,
+    vec = P::vec,
+    tokens_per_cta = SMALL ? 1 : P::tokens_per_cta,
+    threads = SMALL ? int(SmallThreads<P>::value) : int(P::threads),
+    scale = L::scale,
+    checked = !O::unchecked,
+    packed = L::packed, ///< K and V share key_cache; value_cache is ignored
+    streaming = P::streaming_stores ///< cache (write) / output (gather)
+                                    ///< streaming stores
   };
 };
 
@@ -476,18 +498,6 @@ KVGEN_DEVICE inline void gatherSpec(const kvgen_gather_args &a,
     gatherCta<SP, 1, DEQUANT>(a, kMap, vMap, first);
 }
 
-/// The specialization of a kernel of layout L, plan P, options O (the
-/// structs convert-kv-to-emitc emits) with TOKENS tokens per CTA and
-/// THREADS threads: the bulk shape, or the small-launch shape (one token
-/// per CTA).
-template <class L, class P, class O, class CACHE, int TOKENS, int THREADS>
-struct SpecOf {
-  typedef Spec<typename O::io, CACHE, typename O::slots, L::num_kv_heads,
-               L::k::head_size, L::v::head_size, L::block_size, P::vec, TOKENS,
-               THREADS, L::scale, !O::unchecked, L::packed, P::streaming_stores>
-      type;
-};
-
 /// kv.reshape_and_cache over layout L with plan P and options O. A launch
 /// of T <= P::small_max_tokens tokens takes the small shape (one token per
 /// CTA, P::small_threads threads), any other the bulk shape
@@ -497,15 +507,12 @@ template <class L, class P, class O>
 KVGEN_DEVICE inline void reshape_and_cache(const kvgen_reshape_and_cache_args &a) {
   const SideMap kMap = sideMap<typename L::k>(a.k_cache_strides);
   const SideMap vMap = sideMap<typename L::v>(a.v_cache_strides);
-  typedef typename ConvertTag<typename L::cache, P::hw_fp8>::type cache;
   if (P::small_max_tokens > 0 && a.num_tokens <= P::small_max_tokens)
-    reshapeAndCacheSpec<
-        typename SpecOf<L, P, O, cache, 1, SmallThreads<P>::value>::type,
-        P::cache_proven>(a, kMap, vMap);
+    reshapeAndCacheSpec<RowsSpec<L, P, O, true>, P::cache_proven>(a, kMap,
+                                                                  vMap);
   else
-    reshapeAndCacheSpec<
-        typename SpecOf<L, P, O, cache, P::tokens_per_cta, P::threads>::type,
-        P::cache_proven>(a, kMap, vMap);
+    reshapeAndCacheSpec<RowsSpec<L, P, O, false>, P::cache_proven>(a, kMap,
+                                                                   vMap);
 }
 
 /// kv.gather over layout L with plan P and options O; shapes as above.
@@ -514,15 +521,12 @@ template <class L, class P, class O>
 KVGEN_DEVICE inline void gather(const kvgen_gather_args &a) {
   const SideMap kMap = sideMap<typename L::k>(a.k_cache_strides);
   const SideMap vMap = sideMap<typename L::v>(a.v_cache_strides);
-  typedef typename ConvertTag<typename L::cache,
-                              P::hw_fp8 && O::dequantize>::type cache;
   if (P::small_max_tokens > 0 && a.num_tokens <= P::small_max_tokens)
-    gatherSpec<typename SpecOf<L, P, O, cache, 1, SmallThreads<P>::value>::type,
-               P::cache_proven, O::dequantize>(a, kMap, vMap);
+    gatherSpec<RowsSpec<L, P, O, true>, P::cache_proven, O::dequantize>(
+        a, kMap, vMap);
   else
-    gatherSpec<
-        typename SpecOf<L, P, O, cache, P::tokens_per_cta, P::threads>::type,
-        P::cache_proven, O::dequantize>(a, kMap, vMap);
+    gatherSpec<RowsSpec<L, P, O, false>, P::cache_proven, O::dequantize>(
+        a, kMap, vMap);
 }
 
 /// The first two components of layout struct L under the names the K/V
