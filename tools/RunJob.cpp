@@ -18,6 +18,7 @@
 
 #include "Diagnostics.h"
 
+#include "kvgen/Ops.h"
 #include "kvgen/kvgen.h"
 #define KVGEN_HD
 #include "kvgen/Numerics.h"
@@ -167,27 +168,42 @@ double msSince(std::chrono::steady_clock::time_point t0) {
       .count();
 }
 
+/// The arguments of op `to` from those of op `from`, through their fields'
+/// Ops.def roles: each field of `to` takes the value of the field of `from`
+/// with the same ROLE and WHICH (the n-th such field of `from` for the n-th
+/// of `to`: a ROWS view's token stride, then its head stride); a field
+/// without one (or of another size) stays as it was. An MLA op's kv_c and
+/// k_pe rows, its one cache and its one scale are so the K/V op's key and
+/// value rows, key_cache and k_scale, as Ops.def declares them: nothing
+/// here names a field.
+void argsByRole(KernelOp fromOp, const void *from, KernelOp toOp, void *to) {
+  const OpDesc &src = opDesc(fromOp), &dst = opDesc(toOp);
+  for (size_t i = 0; i < dst.numArgs; ++i) {
+    const ArgDesc &d = dst.args[i];
+    size_t nth = 0; // earlier fields of `to` with this role and which
+    for (size_t j = 0; j < i; ++j)
+      nth += dst.args[j].role == d.role && dst.args[j].which == d.which;
+    for (size_t j = 0; j < src.numArgs; ++j) {
+      const ArgDesc &s = src.args[j];
+      if (s.role != d.role || s.which != d.which || nth-- != 0)
+        continue;
+      if (s.size == d.size)
+        std::memcpy(static_cast<char *>(to) + d.offset,
+                    static_cast<const char *>(from) + s.offset, d.size);
+      break;
+    }
+  }
+}
+
 /// Launches a write kernel with the fields of `a`: reshape_and_cache, or
-/// for an MLA layout concat_and_cache_mla (key -> kv_c, value -> k_pe, one
-/// cache tensor, k_scale as the scale).
+/// for an MLA layout concat_and_cache_mla (argsByRole: key -> kv_c, value
+/// -> k_pe, key_cache -> kv_cache, k_scale -> scale).
 kvgen_status launchWrite(kvgen_kernel k, bool mla,
                          const kvgen_reshape_and_cache_args &a) {
   if (!mla)
     return kvgen_launch_reshape_and_cache(k, &a, nullptr);
   kvgen_concat_and_cache_mla_args m{};
-  m.kv_c = a.key;
-  m.k_pe = a.value;
-  m.kv_cache = a.key_cache;
-  m.slot_mapping = a.slot_mapping;
-  m.scale = a.k_scale;
-  m.error_flag = a.error_flag;
-  m.num_tokens = a.num_tokens;
-  m.num_blocks = a.num_blocks;
-  m.kv_c_stride_token = a.key_stride_token;
-  m.kv_c_stride_head = a.key_stride_head;
-  m.k_pe_stride_token = a.value_stride_token;
-  m.k_pe_stride_head = a.value_stride_head;
-  m.kv_cache_bytes = a.key_cache_bytes;
+  argsByRole(KernelOp::ReshapeAndCache, &a, KernelOp::ConcatAndCacheMla, &m);
   return kvgen_launch_concat_and_cache_mla(k, &m, nullptr);
 }
 
@@ -198,19 +214,7 @@ kvgen_status launchGather(kvgen_kernel k, bool mla,
   if (!mla)
     return kvgen_launch_gather(k, &a, nullptr);
   kvgen_gather_mla_args m{};
-  m.kv_cache = a.key_cache;
-  m.slot_mapping = a.slot_mapping;
-  m.kv_c_out = a.key_out;
-  m.k_pe_out = a.value_out;
-  m.scale = a.k_scale;
-  m.error_flag = a.error_flag;
-  m.num_tokens = a.num_tokens;
-  m.num_blocks = a.num_blocks;
-  m.kv_c_out_stride_token = a.key_out_stride_token;
-  m.kv_c_out_stride_head = a.key_out_stride_head;
-  m.k_pe_out_stride_token = a.value_out_stride_token;
-  m.k_pe_out_stride_head = a.value_out_stride_head;
-  m.kv_cache_bytes = a.key_cache_bytes;
+  argsByRole(KernelOp::Gather, &a, KernelOp::GatherMla, &m);
   return kvgen_launch_gather_mla(k, &m, nullptr);
 }
 

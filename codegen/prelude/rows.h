@@ -545,7 +545,10 @@ KVGEN_DEVICE inline void copyStrides(int64_t *dst, const int64_t *src) {
 
 /// kv.concat_and_cache_mla: reshape_and_cache's body over the latent row,
 /// kv_c as its first and k_pe as its second component, both in kv_cache
-/// (the layout is packed), one scale for both.
+/// (the layout is packed), one scale for both. The only field-by-field
+/// mapping between the MLA and the K/V argument structs: host code that
+/// fills one from the other (kvgen run) goes through their Ops.def roles
+/// (RunJob.cpp argsByRole), which say the same.
 template <class L, class P, class O>
 KVGEN_DEVICE inline void
 concat_and_cache_mla(const kvgen_concat_and_cache_mla_args &m) {
