@@ -434,13 +434,8 @@ int cmdTargets() {
       if (on)
         caps += caps.empty() ? name : std::string(", ") + name;
     };
-    add(t.caps.hwFp8Convert, "hw_fp8_convert");
-    add(t.caps.streamingStores, "streaming_stores");
-    add(t.caps.mmaSync, "mma_sync");
-    add(t.caps.mfma, "mfma");
-    add(t.caps.gridDependencyControl, "grid_dependency_control");
-    add(t.caps.minCtasLaunchBound, "min_ctas_launch_bound");
-    add(t.caps.bulkCopy, "bulk_copy");
+    for (const CapabilityDesc &c : capabilities())
+      add(t.caps.*c.member, c.name);
     fmt::print("{:<8} {:<7} warp {:<3} {:<5} {}\n", t.name, toString(t.vendor),
                t.warpSize, t.sourceSuffix, caps.empty() ? "-" : caps);
   }

@@ -34,8 +34,9 @@ typedef uint4 kvgen_v16_t;
 typedef unsigned int kvgen_v8_t __attribute__((ext_vector_type(2)));
 typedef unsigned int kvgen_v16_t __attribute__((ext_vector_type(4)));
 #endif
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-// sm_89+ converts two floats to fp8 in one instruction (PTX ISA 7.8+,
+#ifdef KVGEN_TARGET_HW_FP8_CONVERT
+// sm_89+ (the target's hw_fp8_convert, emitted by kvgen from its target
+// table; runtime/lib/Target.cpp) converts two floats to fp8 in one instruction (PTX ISA 7.8+,
 // cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32): round to nearest even, overflow
 // and +-inf saturate to +-max finite, NaN -> 0x7f. kvgen keeps NaN's sign
 // (as Numerics.h and ml_dtypes do), so NaN is fixed up after the convert;
@@ -174,10 +175,12 @@ __device__ inline void kvgenStoreStreaming(kvgen_v16_t *p,
 /// programmatically has completed and its memory operations are visible;
 /// kvgenLaunchDependents lets the grids that depend on this one start
 /// once every CTA of this grid has executed it (or exited). Both are
-/// no-ops in a launch without programmatic stream serialization. Below
-/// sm_90 they do nothing and KVGEN_GRID_DEPENDENCY is undefined, so a
-/// plan that asks for them does not compile (core.h).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/// no-ops in a launch without programmatic stream serialization. On a
+/// target without grid_dependency_control (below sm_90; the
+/// KVGEN_TARGET_* macros kvgen emits from its target table) they do
+/// nothing and KVGEN_GRID_DEPENDENCY is undefined, so a plan that asks
+/// for them does not compile (core.h).
+#ifdef KVGEN_TARGET_GRID_DEPENDENCY_CONTROL
 #define KVGEN_GRID_DEPENDENCY 1
 __device__ inline void kvgenGridDependencyWait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -195,10 +198,10 @@ __device__ inline void kvgenLaunchDependents() {}
 /// "Data Movement and Conversion Instructions: cp.async.bulk" and
 /// "Parallel Synchronization and Communication Instructions: mbarrier").
 /// Shared-memory operands are 32-bit shared addresses (kvgenSharedAddress),
-/// sizes and addresses multiples of 16 bytes. Below sm_90
-/// KVGEN_BULK_COPY is undefined and a plan with bulk_copy does not compile
-/// (blocks.h).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/// sizes and addresses multiples of 16 bytes. On a target without
+/// bulk_copy (below sm_90) KVGEN_BULK_COPY is undefined and a plan with
+/// bulk_copy does not compile (blocks.h).
+#ifdef KVGEN_TARGET_BULK_COPY
 #define KVGEN_BULK_COPY 1
 namespace kvgen {
 __device__ inline unsigned kvgenSharedAddress(const void *p) {

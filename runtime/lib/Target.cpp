@@ -15,18 +15,57 @@ enum CapBit : unsigned {
   kMinCtas = 1u << 5,
   kBulkCopy = 1u << 6,
 };
+/// Each capability: its bit in the table below and its names.
+struct Capability {
+  unsigned bit;
+  CapabilityDesc desc;
+};
+const Capability kCapabilities[] = {
+    {kHwFp8,
+     {&TargetInfo::Caps::hwFp8Convert, "hw_fp8_convert",
+      "KVGEN_TARGET_HW_FP8_CONVERT"}},
+    {kStreaming,
+     {&TargetInfo::Caps::streamingStores, "streaming_stores",
+      "KVGEN_TARGET_STREAMING_STORES"}},
+    {kMmaSync,
+     {&TargetInfo::Caps::mmaSync, "mma_sync", "KVGEN_TARGET_MMA_SYNC"}},
+    {kMfma, {&TargetInfo::Caps::mfma, "mfma", "KVGEN_TARGET_MFMA"}},
+    {kGridDependency,
+     {&TargetInfo::Caps::gridDependencyControl, "grid_dependency_control",
+      "KVGEN_TARGET_GRID_DEPENDENCY_CONTROL"}},
+    {kMinCtas,
+     {&TargetInfo::Caps::minCtasLaunchBound, "min_ctas_launch_bound",
+      "KVGEN_TARGET_MIN_CTAS_LAUNCH_BOUND"}},
+    {kBulkCopy,
+     {&TargetInfo::Caps::bulkCopy, "bulk_copy", "KVGEN_TARGET_BULK_COPY"}},
+};
 TargetInfo::Caps caps(unsigned bits) {
   TargetInfo::Caps c;
-  c.hwFp8Convert = bits & kHwFp8;
-  c.streamingStores = bits & kStreaming;
-  c.mmaSync = bits & kMmaSync;
-  c.mfma = bits & kMfma;
-  c.gridDependencyControl = bits & kGridDependency;
-  c.minCtasLaunchBound = bits & kMinCtas;
-  c.bulkCopy = bits & kBulkCopy;
+  for (const Capability &cap : kCapabilities)
+    c.*cap.desc.member = bits & cap.bit;
   return c;
 }
 } // namespace
+
+const std::vector<CapabilityDesc> &capabilities() {
+  static const std::vector<CapabilityDesc> all = [] {
+    std::vector<CapabilityDesc> v;
+    for (const Capability &cap : kCapabilities)
+      v.push_back(cap.desc);
+    return v;
+  }();
+  return all;
+}
+
+std::string capabilityDefines(const TargetInfo &t) {
+  std::string out = std::string("// The capabilities of target ") + t.name +
+                    " (kvgen targets; runtime/lib/Target.cpp): the prelude "
+                    "tests these.\n";
+  for (const CapabilityDesc &c : capabilities())
+    if (t.caps.*c.member)
+      out += std::string("#define ") + c.macro + " 1\n";
+  return out;
+}
 
 const std::vector<TargetInfo> &knownTargets() {
   // Sources of the capabilities: PTX ISA 8.x, "cvt" (e4m3x2 / e5m2x2 need

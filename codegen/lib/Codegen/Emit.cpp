@@ -97,6 +97,9 @@ std::string kvgen::preludeFor(StringRef target, ArrayRef<OpFamily> families) {
   std::string out;
   std::optional<Target> t = parseTarget(target.str());
   assert(t && "preludeFor: unknown target");
+  // The target's capabilities (its table entry) as KVGEN_TARGET_* macros,
+  // which the target prelude tests: they are stated once, in the table.
+  out += capabilityDefines(*t->info);
   appendWithoutIncludes(out, preludeText("common.h"));
   appendWithoutIncludes(out, preludeText(t->info->prelude));
   // Targets with MFMA (or its simulation): the m16n8k16 fragments on it,

@@ -75,6 +75,28 @@ struct TargetInfo {
   bool mfmaSimulation = false;
 };
 
+/// One capability of TargetInfo::Caps, as every consumer names it: the
+/// table of them (capabilities()) is the one place a capability is spelled
+/// outside the Caps struct.
+struct CapabilityDesc {
+  bool TargetInfo::Caps::*member;
+  /// "hw_fp8_convert": `kvgen targets`' word for it.
+  const char *name;
+  /// "KVGEN_TARGET_HW_FP8_CONVERT": defined to 1 at the top of every source
+  /// emitted for a target that has it (capabilityDefines), and tested by
+  /// the device prelude instead of the compiler's architecture macros
+  /// (__CUDA_ARCH__).
+  const char *macro;
+};
+
+/// Every capability, in Caps order.
+const std::vector<CapabilityDesc> &capabilities();
+
+/// The `#define KVGEN_TARGET_... 1` lines of the capabilities `t` has (one
+/// per line, after a comment naming the target), the first text of every
+/// kernel source emitted for `t`.
+std::string capabilityDefines(const TargetInfo &t);
+
 /// Lanes of the wavefront an MFMA runs on (CDNA, and the host's
 /// simulation): a CTA of a plan with mfma is whole wavefronts.
 constexpr int kMfmaWaveSize = 64;

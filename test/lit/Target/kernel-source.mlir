@@ -42,9 +42,31 @@
 // CHECK-NEXT: // kvgen-kernel: name=small_write threads=[[SM_T:[0-9]+]] tokens_per_cta=[[SM_N:[0-9]+]] vector_bytes=16 small_max_tokens=[[SM_SN:[0-9]+]] small_threads=[[SM_ST:[0-9]+]]{{( dependent_launch=1)?}} grid=(num_tokens<=small_max_tokens ? num_tokens x small_threads : ceil(num_tokens/tokens_per_cta) x threads)
 // CHECK-NOT: #include
 // CHECK: // kvgen kernel ABI {{[0-9a-f]+}} (the argument structs below; kvgen/Ops.def)
+// The target's capabilities, from its table entry (runtime/lib/Target.cpp),
+// first: the prelude tests these macros, never the compiler's architecture
+// (__CUDA_ARCH__).
+// SM90-NEXT: // The capabilities of target sm_90 (kvgen targets; runtime/lib/Target.cpp): the prelude tests these.
+// SM90-NEXT: #define KVGEN_TARGET_HW_FP8_CONVERT 1
+// SM90-NEXT: #define KVGEN_TARGET_STREAMING_STORES 1
+// SM90-NEXT: #define KVGEN_TARGET_MMA_SYNC 1
+// SM90-NEXT: #define KVGEN_TARGET_GRID_DEPENDENCY_CONTROL 1
+// SM90-NEXT: #define KVGEN_TARGET_MIN_CTAS_LAUNCH_BOUND 1
+// SM90-NEXT: #define KVGEN_TARGET_BULK_COPY 1
+// GFX942-NEXT: // The capabilities of target gfx942
+// GFX942-NEXT: #define KVGEN_TARGET_MFMA 1
+// GFX942-NOT: #define KVGEN_TARGET_
+// HOST-NEXT: // The capabilities of target host
+// HOST-NOT: #define KVGEN_TARGET_
 // GFX942: __builtin_amdgcn_workitem_id_x
 // GFX950: __builtin_amdgcn_workitem_id_x
 // SM90: __nvvm_read_ptx_sreg_tid_x
+// SM90-NOT: __CUDA_ARCH__
+// SM90: #ifdef KVGEN_TARGET_HW_FP8_CONVERT
+// SM90-NOT: __CUDA_ARCH__
+// SM90: #ifdef KVGEN_TARGET_GRID_DEPENDENCY_CONTROL
+// SM90-NOT: __CUDA_ARCH__
+// SM90: #ifdef KVGEN_TARGET_BULK_COPY
+// SM90-NOT: __CUDA_ARCH__
 // HOST-NOT: __builtin_amdgcn
 // HOST-NOT: __nvvm_read_ptx
 // CHECK: inline int64_t elementOffset(const SideMap &m,
