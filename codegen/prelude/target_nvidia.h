@@ -36,10 +36,10 @@ typedef unsigned int kvgen_v16_t __attribute__((ext_vector_type(4)));
 #endif
 #ifdef KVGEN_TARGET_HW_FP8_CONVERT
 // sm_89+ (the target's hw_fp8_convert, emitted by kvgen from its target
-// table; runtime/lib/Target.cpp) converts two floats to fp8 in one instruction (PTX ISA 7.8+,
-// cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32): round to nearest even, overflow
-// and +-inf saturate to +-max finite, NaN -> 0x7f. kvgen keeps NaN's sign
-// (as Numerics.h and ml_dtypes do), so NaN is fixed up after the convert;
+// table; runtime/lib/Target.cpp) converts two floats to fp8 in one instruction
+// (PTX ISA 7.8+, cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32): round to nearest even,
+// overflow and +-inf saturate to +-max finite, NaN -> 0x7f. kvgen keeps NaN's
+// sign (as Numerics.h and ml_dtypes do), so NaN is fixed up after the convert;
 // every other input gives Numerics.h's bits exactly.
 #define KVGEN_HW_FP8 1
 namespace kvgen {

@@ -303,7 +303,7 @@ FailureOr<std::string> kvgen::kernelTarget(ModuleOp module) {
     if (!fn)
       return WalkResult::advance();
     auto plan =
-        fn->getAttrOfType<kv::PlanAttr>(kv::KVDialect::kPlanAttrName);
+        fn->getAttrOfType<kv::PlanAttrInterface>(kv::KVDialect::kPlanAttrName);
     if (!plan)
       return WalkResult::advance();
     if (!target) {
@@ -361,18 +361,17 @@ LogicalResult kvgen::printSource(ModuleOp module, raw_ostream &os) {
   // One machine-readable line per kernel: its launch geometry.
   module.walk([&](emitc::FuncOp fn) {
     auto plan =
-        fn->getAttrOfType<kv::PlanAttr>(kv::KVDialect::kPlanAttrName);
+        fn->getAttrOfType<kv::PlanAttrInterface>(kv::KVDialect::kPlanAttrName);
     if (!plan)
       return;
+    const LaunchGeometry g = plan.geometry(), plain;
     os << "// kvgen-kernel: name=" << fn.getSymName()
-       << " threads=" << plan.getThreads()
-       << " tokens_per_cta=" << plan.getTokensPerCta()
-       << " vector_bytes=" << plan.getVectorBytes()
-       << " small_max_tokens=" << plan.getSmallMaxTokens()
-       << " small_threads=" << plan.getSmallThreads();
+       << " threads=" << g.threads << " tokens_per_cta=" << g.tokensPerCta
+       << " vector_bytes=" << g.vectorBytes
+       << " small_max_tokens=" << g.smallMaxTokens
+       << " small_threads=" << g.smallThreads;
     // The optional fields (row tiles, split-KV, dependent launch) where
     // they differ from a plain launch.
-    const LaunchGeometry g = plan.geometry(), plain;
 #define KVGEN_PRINT_OPTIONAL(KEY, MEMBER)                                      \
   if (g.MEMBER != plain.MEMBER)                                                \
     os << " " #KEY "=" << g.MEMBER;
@@ -429,7 +428,7 @@ FailureOr<EmittedKernel> kvgen::emitKernel(MLIRContext *ctx,
   EmittedKernel k;
   module->walk([&](kv::KernelSpecOpInterface spec) {
     k.name = spec.getSymName().str();
-    if (kv::PlanAttr p = spec.getPlanAttr())
+    if (kv::PlanAttrInterface p = spec.getPlanAttr())
       k.geometry = p.geometry();
   });
   PassManager lower(ctx);

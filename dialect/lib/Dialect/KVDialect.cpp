@@ -20,6 +20,7 @@ using namespace kvgen::kv;
 #define GET_ATTRDEF_CLASSES
 #include "kvgen/Dialect/KVAttrs.cpp.inc"
 
+#include "kvgen/Dialect/KVAttrInterfaces.cpp.inc"
 #include "kvgen/Dialect/KVInterfaces.cpp.inc"
 
 /// custom<NumQHeads>: paged_attention's num_q_heads, an i64 attribute
@@ -246,21 +247,39 @@ void LayoutAttr::print(AsmPrinter &p) const {
 }
 
 //===----------------------------------------------------------------------===//
-// PlanAttr
+// Plan attributes
 //===----------------------------------------------------------------------===//
 
-LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                               StringRef target, int64_t vectorBytes,
-                               int64_t threads, int64_t tokensPerCta,
-                               int64_t smallMaxTokens, int64_t smallThreads,
-                               Alignment alignment, bool hwFp8,
-                               bool streamingStores,
-                               int64_t rowsPerCta, int64_t rowGroup,
-                               int64_t itemCtas, int64_t splitCtas,
-                               int64_t splitMinTokens, int64_t splitAlign,
-                               int64_t partialBytes, bool dependentLaunch,
-                               int64_t minCtasPerSm, bool bulkCopy,
-                               bool mfma, int64_t bulkStages) {
+namespace {
+using EmitErrorFn = function_ref<InFlightDiagnostic()>;
+
+/// `field` = `v` in [lo, hi]; else an error naming both.
+LogicalResult checkRange(EmitErrorFn emitError, const char *field, int64_t v,
+                         int64_t lo, int64_t hi, const char *range) {
+  if (v >= lo && v <= hi)
+    return success();
+  return emitError() << "'" << field << "' must be in " << range << ", got "
+                     << v;
+}
+
+/// A field set to `on` needs a capability the target has (`has`).
+LogicalResult needCapability(EmitErrorFn emitError, StringRef target,
+                             const char *field, bool on, bool has,
+                             const char *need) {
+  if (!on || has)
+    return success();
+  return emitError() << "'" << field << "' needs " << need << "; '" << target
+                     << "' has none";
+}
+
+/// The base fields of every plan attribute (KV_PlanAttrBase): a known
+/// target, the access width, the CTA size, and dependent_launch /
+/// min_ctas_per_sm against the target's capabilities and the largest CTA
+/// of the plan's launch shapes (`boundThreads`). The target on success.
+FailureOr<Target> verifyPlanBase(EmitErrorFn emitError, StringRef target,
+                                 int64_t vectorBytes, int64_t threads,
+                                 bool dependentLaunch, int64_t minCtasPerSm,
+                                 int64_t boundThreads) {
   std::string targetError;
   std::optional<Target> t = parseTarget(target.str(), &targetError);
   if (!t)
@@ -269,55 +288,121 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "'vector_bytes' must be a power of two from 1 to "
                           "16, got "
                        << vectorBytes;
-  if (threads < 1 || threads > 1024)
-    return emitError() << "'threads' must be in [1, 1024], got " << threads;
-  // LaunchGeometry holds the counts below as int (PlanAttr::geometry).
-  if (tokensPerCta < 1 || tokensPerCta > INT32_MAX)
-    return emitError() << "'tokens_per_cta' must be in [1, 2^31), got "
-                       << tokensPerCta;
-  if (smallMaxTokens < 0 || smallMaxTokens > INT32_MAX)
-    return emitError() << "'small_max_tokens' must be in [0, 2^31), got "
-                       << smallMaxTokens;
-  if (smallMaxTokens == 0 && smallThreads != 0)
-    return emitError() << "'small_threads' must be 0 when "
-                          "'small_max_tokens' is 0, got "
-                       << smallThreads;
-  if (smallMaxTokens > 0 && (smallThreads < 1 || smallThreads > 1024))
-    return emitError() << "'small_threads' must be in [1, 1024], got "
-                       << smallThreads;
-  // Fields that need a capability of the target descriptor.
+  if (failed(checkRange(emitError, "threads", threads, 1, 1024, "[1, 1024]")))
+    return failure();
   const TargetInfo::Caps &caps = t->caps();
-  const struct {
-    const char *field;
-    bool on, has;
-    const char *need;
-  } needs[] = {
-      {"hw_fp8", hwFp8, caps.hwFp8Convert,
-       "a target with hardware fp8 converts"},
-      {"streaming_stores", streamingStores, caps.streamingStores,
-       "a target with cache-streaming stores"},
-      {"dependent_launch", dependentLaunch, caps.gridDependencyControl,
-       "a target with grid dependency control (griddepcontrol, sm_90+)"},
-      {"min_ctas_per_sm", minCtasPerSm > 0, caps.minCtasLaunchBound,
-       "a target whose compiler takes a minimum-CTAs launch bound (NVIDIA)"},
-      {"bulk_copy", bulkCopy, caps.bulkCopy,
-       "a target with bulk copies (cp.async.bulk, sm_90+)"},
-  };
-  for (const auto &n : needs)
-    if (n.on && !n.has)
-      return emitError() << "'" << n.field << "' needs " << n.need << "; '"
-                         << target << "' has none";
+  if (failed(needCapability(emitError, target, "dependent_launch",
+                            dependentLaunch, caps.gridDependencyControl,
+                            "a target with grid dependency control "
+                            "(griddepcontrol, sm_90+)")) ||
+      failed(needCapability(emitError, target, "min_ctas_per_sm",
+                            minCtasPerSm > 0, caps.minCtasLaunchBound,
+                            "a target whose compiler takes a minimum-CTAs "
+                            "launch bound (NVIDIA)")))
+    return failure();
   // 2048: the resident threads of an sm_80 / sm_90 multiprocessor (CUDA C++
   // Programming Guide, "Compute Capabilities", table of technical
   // specifications); more CTAs than that could never be resident.
-  // The kernel's launch bound covers both launch shapes.
-  const int64_t boundThreads = std::max(threads, smallThreads);
+  // The kernel's launch bound covers every launch shape.
   if (minCtasPerSm < 0 || minCtasPerSm * boundThreads > 2048)
     return emitError() << "'min_ctas_per_sm' must be in [0, 2048 / "
                           "max(threads, small_threads) = "
                        << 2048 / boundThreads << "], got " << minCtasPerSm;
-  if (bulkCopy && (vectorBytes != 16 ||
-                   alignment != Alignment::proven))
+  return *t;
+}
+
+/// The launch shape of the token families (rows, blocks). LaunchGeometry
+/// holds the counts as int (geometry()).
+LogicalResult verifyTokenShape(EmitErrorFn emitError, int64_t tokensPerCta,
+                               int64_t smallMaxTokens, int64_t smallThreads) {
+  if (failed(checkRange(emitError, "tokens_per_cta", tokensPerCta, 1, INT32_MAX,
+                        "[1, 2^31)")) ||
+      failed(checkRange(emitError, "small_max_tokens", smallMaxTokens, 0,
+                        INT32_MAX, "[0, 2^31)")))
+    return failure();
+  if (smallMaxTokens == 0 && smallThreads != 0)
+    return emitError() << "'small_threads' must be 0 when "
+                          "'small_max_tokens' is 0, got "
+                       << smallThreads;
+  if (smallMaxTokens > 0)
+    return checkRange(emitError, "small_threads", smallThreads, 1, 1024,
+                      "[1, 1024]");
+  return success();
+}
+
+/// The launch geometry of a token family's plan.
+template <class A> LaunchGeometry tokenGeometry(A plan) {
+  LaunchGeometry g;
+  g.threads = int(plan.getThreads());
+  g.tokensPerCta = int(plan.getTokensPerCta());
+  g.vectorBytes = int(plan.getVectorBytes());
+  g.smallMaxTokens = int(plan.getSmallMaxTokens());
+  g.smallThreads = int(plan.getSmallThreads());
+  g.dependentLaunch = plan.getDependentLaunch() ? 1 : 0;
+  return g;
+}
+
+/// Runs A's verifier on `key`, the fields of one A (its storage key, in
+/// parameter order): for plans built with get(), which skips it.
+template <class A, class Key>
+LogicalResult verifyStoredFields(const Key &key, EmitErrorFn emitError) {
+  return std::apply(
+      [&](const auto &...fields) { return A::verify(emitError, fields...); },
+      key);
+}
+} // namespace
+
+LogicalResult RowsPlanAttr::verify(EmitErrorFn emitError, StringRef target,
+                                   int64_t vectorBytes, int64_t threads,
+                                   int64_t tokensPerCta, int64_t smallMaxTokens,
+                                   int64_t smallThreads, Alignment, bool hwFp8,
+                                   bool streamingStores, bool dependentLaunch,
+                                   int64_t minCtasPerSm) {
+  if (failed(verifyTokenShape(emitError, tokensPerCta, smallMaxTokens,
+                              smallThreads)))
+    return failure();
+  FailureOr<Target> t =
+      verifyPlanBase(emitError, target, vectorBytes, threads, dependentLaunch,
+                     minCtasPerSm, std::max(threads, smallThreads));
+  if (failed(t))
+    return failure();
+  const TargetInfo::Caps &caps = t->caps();
+  if (failed(needCapability(emitError, target, "hw_fp8", hwFp8,
+                            caps.hwFp8Convert,
+                            "a target with hardware fp8 converts")) ||
+      failed(needCapability(emitError, target, "streaming_stores",
+                            streamingStores, caps.streamingStores,
+                            "a target with cache-streaming stores")))
+    return failure();
+  return success();
+}
+
+LogicalResult BlocksPlanAttr::verify(EmitErrorFn emitError, StringRef target,
+                                     int64_t vectorBytes, int64_t threads,
+                                     int64_t tokensPerCta,
+                                     int64_t smallMaxTokens,
+                                     int64_t smallThreads, Alignment alignment,
+                                     bool streamingStores, bool bulkCopy,
+                                     int64_t bulkStages, bool dependentLaunch,
+                                     int64_t minCtasPerSm) {
+  if (failed(verifyTokenShape(emitError, tokensPerCta, smallMaxTokens,
+                              smallThreads)))
+    return failure();
+  FailureOr<Target> t =
+      verifyPlanBase(emitError, target, vectorBytes, threads, dependentLaunch,
+                     minCtasPerSm, std::max(threads, smallThreads));
+  if (failed(t))
+    return failure();
+  const TargetInfo::Caps &caps = t->caps();
+  if (failed(needCapability(emitError, target, "streaming_stores",
+                            streamingStores, caps.streamingStores,
+                            "a target with cache-streaming stores")) ||
+      failed(needCapability(emitError, target, "bulk_copy", bulkCopy,
+                            caps.bulkCopy,
+                            "a target with bulk copies (cp.async.bulk, "
+                            "sm_90+)")))
+    return failure();
+  if (bulkCopy && (vectorBytes != 16 || alignment != Alignment::proven))
     return emitError() << "'bulk_copy' needs 'vector_bytes' = 16 and "
                           "'cache_alignment' = proven";
   // Stages split the shared buffer (kBulkCopyBytes, a multiple of 128)
@@ -328,43 +413,76 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "'bulk_stages' must be 1, 2, 4, 8 or 16 with "
                           "'bulk_copy' and 0 without it, got "
                        << bulkStages;
+  return success();
+}
+
+LogicalResult AttentionPlanAttr::verify(
+    EmitErrorFn emitError, StringRef target, int64_t vectorBytes,
+    int64_t threads, int64_t rowsPerCta, int64_t rowGroup, int64_t itemCtas,
+    int64_t splitCtas, int64_t splitMinTokens, int64_t splitAlign,
+    int64_t partialBytes, Alignment, bool hwFp8, bool mfma,
+    bool dependentLaunch, int64_t minCtasPerSm) {
+  FailureOr<Target> t = verifyPlanBase(emitError, target, vectorBytes, threads,
+                                       dependentLaunch, minCtasPerSm, threads);
+  if (failed(t))
+    return failure();
+  // LaunchGeometry holds these as int (geometry()).
   for (auto [name, v] :
        {std::pair<const char *, int64_t>{"rows_per_cta", rowsPerCta},
-        {"split_ctas", splitCtas},
+        {"row_group", rowGroup},
+        {"item_ctas", itemCtas}})
+    if (failed(checkRange(emitError, name, v, 1, INT32_MAX, "[1, 2^31)")))
+      return failure();
+  for (auto [name, v] :
+       {std::pair<const char *, int64_t>{"split_ctas", splitCtas},
         {"split_min_tokens", splitMinTokens},
         {"split_align", splitAlign},
         {"partial_bytes", partialBytes}})
-    if (v < 0 || v > INT32_MAX)
-      return emitError() << "'" << name << "' must be in [0, 2^31), got " << v;
-  for (auto [name, v] :
-       {std::pair<const char *, int64_t>{"row_group", rowGroup},
-        {"item_ctas", itemCtas}})
-    if (v < 1 || v > INT32_MAX)
-      return emitError() << "'" << name << "' must be in [1, 2^31), got " << v;
-  if (rowsPerCta == 0 && (splitCtas != 0 || rowGroup != 1 || itemCtas != 1))
-    return emitError() << "split-KV and row groups need 'rows_per_cta' > 0";
+    if (failed(checkRange(emitError, name, v, 0, INT32_MAX, "[0, 2^31)")))
+      return failure();
   if (splitCtas > 0 && (splitMinTokens < 1 || partialBytes < 1))
     return emitError() << "'split_ctas' > 0 needs 'split_min_tokens' and "
                           "'partial_bytes' > 0";
-  if (mfma && !t->caps().mfma && !t->info->mfmaSimulation)
+  if (splitCtas == 0 && (splitMinTokens || splitAlign || partialBytes))
+    return emitError() << "'split_min_tokens', 'split_align' and "
+                          "'partial_bytes' must be 0 (omitted) when "
+                          "'split_ctas' is 0";
+  const TargetInfo::Caps &caps = t->caps();
+  if (failed(needCapability(emitError, target, "hw_fp8", hwFp8,
+                            caps.hwFp8Convert,
+                            "a target with hardware fp8 converts")))
+    return failure();
+  if (mfma && !caps.mfma && !t->info->mfmaSimulation)
     return emitError() << "'mfma' needs a target with MFMA instructions (or "
                           "the host's simulation of them); '"
                        << target << "' has none";
-  if (mfma && rowsPerCta == 0)
-    return emitError() << "'mfma' is for row-tiled plans ('rows_per_cta' > 0)";
   if (mfma && threads % kMfmaWaveSize != 0)
     return emitError() << "'mfma' needs whole wavefronts: 'threads' = "
                        << threads << " is not a multiple of " << kMfmaWaveSize;
   return success();
 }
 
-LaunchGeometry PlanAttr::geometry() const {
+StringRef kvgen::kv::planMnemonic(OpFamily f) {
+  switch (f) {
+  case OpFamily::Rows:
+    return RowsPlanAttr::getMnemonic();
+  case OpFamily::Blocks:
+    return BlocksPlanAttr::getMnemonic();
+  case OpFamily::Attention:
+    return AttentionPlanAttr::getMnemonic();
+  }
+  llvm_unreachable("unknown op family");
+}
+
+LaunchGeometry RowsPlanAttr::geometry() const { return tokenGeometry(*this); }
+
+LaunchGeometry BlocksPlanAttr::geometry() const { return tokenGeometry(*this); }
+
+LaunchGeometry AttentionPlanAttr::geometry() const {
   LaunchGeometry g;
   g.threads = int(getThreads());
-  g.tokensPerCta = int(getTokensPerCta());
+  g.tokensPerCta = 1; // one CTA per (work item, row tile, split)
   g.vectorBytes = int(getVectorBytes());
-  g.smallMaxTokens = int(getSmallMaxTokens());
-  g.smallThreads = int(getSmallThreads());
   g.rowsPerCta = int(getRowsPerCta());
   g.rowGroup = int(getRowGroup());
   g.itemCtas = int(getItemCtas());
@@ -376,14 +494,27 @@ LaunchGeometry PlanAttr::geometry() const {
   return g;
 }
 
+LogicalResult RowsPlanAttr::verifyFields(EmitErrorFn emitError) const {
+  return verifyStoredFields<RowsPlanAttr>(getImpl()->getAsKey(), emitError);
+}
+LogicalResult BlocksPlanAttr::verifyFields(EmitErrorFn emitError) const {
+  return verifyStoredFields<BlocksPlanAttr>(getImpl()->getAsKey(), emitError);
+}
+LogicalResult AttentionPlanAttr::verifyFields(EmitErrorFn emitError) const {
+  return verifyStoredFields<AttentionPlanAttr>(getImpl()->getAsKey(),
+                                               emitError);
+}
+
 LogicalResult KVDialect::verifyOperationAttribute(Operation *op,
                                                   NamedAttribute attr) {
   if (attr.getName() != kPlanAttrName)
     return op->emitError() << "unknown kv dialect attribute '"
                            << attr.getName().getValue() << "'";
-  if (!isa<PlanAttr>(attr.getValue()))
+  if (!isa<PlanAttrInterface>(attr.getValue()))
     return op->emitError() << "'" << kPlanAttrName
-                           << "' must be a #kv.plan, got " << attr.getValue();
+                           << "' must be a plan attribute (#kv.rows_plan, "
+                              "#kv.blocks_plan or #kv.attention_plan), got "
+                           << attr.getValue();
   return success();
 }
 
@@ -403,23 +534,17 @@ LogicalResult kvgen::kv::verifyPlanFits(Operation *op) {
         }))
       return op->emitOpError("declares no attribute for option '")
              << desc.options[i].name << "' of its table entry (Ops.def)";
-  PlanAttr plan = spec.getPlanAttr();
+  PlanAttrInterface plan = spec.getPlanAttr();
   if (!plan)
     return success();
-  // A plan built with PlanAttr::get (not getChecked, not parsed) skipped its
-  // own verifier: run it here, where every op is verified.
-  if (failed(PlanAttr::verify([&] { return op->emitOpError("plan: "); },
-                              plan.getTarget(), plan.getVectorBytes(),
-                              plan.getThreads(), plan.getTokensPerCta(),
-                              plan.getSmallMaxTokens(), plan.getSmallThreads(),
-                              plan.getCacheAlignment(), plan.getHwFp8(),
-                              plan.getStreamingStores(), plan.getRowsPerCta(),
-                              plan.getRowGroup(), plan.getItemCtas(),
-                              plan.getSplitCtas(), plan.getSplitMinTokens(),
-                              plan.getSplitAlign(), plan.getPartialBytes(),
-                              plan.getDependentLaunch(),
-                              plan.getMinCtasPerSm(), plan.getBulkCopy(),
-                              plan.getMfma(), plan.getBulkStages())))
+  // The plan attribute of the op's family (Ops.def KVGEN_OP_FAMILY).
+  if (plan.getFamily() != desc.family)
+    return op->emitOpError("is of the ")
+           << toString(desc.family) << " family and takes a #kv."
+           << planMnemonic(desc.family) << ", got " << plan;
+  // A plan built with get() (not getChecked, not parsed) skipped its own
+  // verifier: run it here, where every op is verified.
+  if (failed(plan.verifyFields([&] { return op->emitOpError("plan: "); })))
     return failure();
   const LayoutDesc &l = spec.getLayout().getDesc();
   // Kernels number a CTA's accesses in 32 bits (kvgen/Launch.h).
@@ -428,9 +553,10 @@ LogicalResult kvgen::kv::verifyPlanFits(Operation *op) {
     rowElems += c.headSize;
   const int64_t itemElements =
       spec.getWorkItemTokens() * l.numKvHeads * rowElems;
-  if (!ctaFits(plan.getTokensPerCta(), itemElements))
+  const int64_t tokensPerCta = plan.geometry().tokensPerCta;
+  if (!ctaFits(tokensPerCta, itemElements))
     return op->emitOpError("plan's 'tokens_per_cta' = ")
-           << plan.getTokensPerCta() << " work items of " << itemElements
+           << tokensPerCta << " work items of " << itemElements
            << " elements exceed the 2^30 elements a CTA's 32-bit access "
               "numbers reach";
   int64_t esize = elementSize(l.dtype);
@@ -447,15 +573,16 @@ LogicalResult kvgen::kv::verifyPlanFits(Operation *op) {
   if (plan.getCacheAlignment() == Alignment::proven && l.anyDynamic())
     return op->emitOpError("plan's 'cache_alignment' = proven needs static "
                            "strides; the layout has '?' strides");
-  if (plan.getHwFp8() && l.dtype != DType::F8E4M3FN &&
-      l.dtype != DType::F8E5M2)
+  const bool hwFp8 = llvm::TypeSwitch<Attribute, bool>(plan)
+                         .Case<RowsPlanAttr, AttentionPlanAttr>(
+                             [](auto p) { return p.getHwFp8(); })
+                         .Default([](Attribute) { return false; });
+  if (hwFp8 && l.dtype != DType::F8E4M3FN && l.dtype != DType::F8E5M2)
     return op->emitOpError("plan's 'hw_fp8' needs an f8E4M3FN or f8E5M2 "
                            "cache, got ")
            << toString(l.dtype);
-  if (plan.getBulkCopy()) {
-    if (spec.getWorkItemTokens() <= 1)
-      return op->emitOpError("plan's 'bulk_copy' is for block copies (work "
-                             "items of whole blocks)");
+  if (auto blocks = dyn_cast<BlocksPlanAttr>(plan);
+      blocks && blocks.getBulkCopy()) {
     const int tensors = l.packing == Packing::Packed ? 1 : l.numComponents();
     for (int t = 0; t < tensors; ++t)
       if (l.denseBlockElements(t) == 0)
@@ -571,8 +698,9 @@ LogicalResult PagedAttentionOp::verify() {
     return emitOpError("'num_q_heads' = ")
            << q << " must be a positive multiple of num_kv_heads = "
            << l.numKvHeads;
-  // The plan must be the row-tiled shape the kernel body implements.
-  if (PlanAttr plan = getPlanAttr()) {
+  // The plan must be the row-tiled shape the kernel body implements (its
+  // family, attention, verifyPlanFits checked).
+  if (auto plan = dyn_cast_or_null<AttentionPlanAttr>(getPlanAttr())) {
     if (plan.getThreads() % 32 != 0)
       return emitOpError("plan's 'threads' = ")
              << plan.getThreads() << " must be whole warps (32)";

@@ -309,15 +309,17 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
       return signalPassFailure();
     }
     MLIRContext *ctx = &getContext();
-    auto planFor = [&](KernelSpecOpInterface op) -> PlanAttr {
+    // The plan attribute of the op's family (Ops.def KVGEN_OP_FAMILY),
+    // getChecked: its own verifier, not only the op's.
+    auto planFor = [&](KernelSpecOpInterface op) -> PlanAttrInterface {
+      const OpFamily family = opDesc(op.getKernelOp()).family;
       std::string error;
       FailureOr<PlanChoice> c =
-          op.getRowGroup() > 0
-              ? chooseRowTiledPlan(op.getLayout().getDesc(),
-                                   *fromMlirType(op.getRowType()), *parsed,
-                                   op.getRowGroup(),
-                                   op.getPartialFloatsPerRow(), threads,
-                                   splitCtas, &error)
+          family == OpFamily::Attention
+              ? chooseRowTiledPlan(
+                    op.getLayout().getDesc(), *fromMlirType(op.getRowType()),
+                    *parsed, op.getRowGroup(), op.getPartialFloatsPerRow(),
+                    threads, splitCtas, &error)
               : choosePlan(op.getLayout().getDesc(),
                            *fromMlirType(op.getRowType()), *parsed,
                            op.getWorkItemTokens(), threads, tokensPerCta,
@@ -327,23 +329,36 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
         op->emitOpError("kv-plan: ") << error;
         return {};
       }
-      // getChecked: the plan's own verifier, not only the op's.
-      return PlanAttr::getChecked(
-          [&] { return op->emitOpError("kv-plan: "); }, ctx, StringRef(target),
-          c->vectorBytes, c->threads, c->tokensPerCta, c->smallMaxTokens,
-          c->smallThreads,
-          c->cacheProven ? Alignment::proven : Alignment::checked, c->hwFp8,
-          c->streamingStores, c->rowsPerCta, c->rowGroup, c->itemCtas,
-          c->splitCtas, c->splitMinTokens, c->splitAlign, c->partialBytes,
-          c->dependentLaunch && dependentLaunch,
-          minCtasPerSm >= 0 ? int64_t(minCtasPerSm) : c->minCtasPerSm,
-          c->bulkCopy,
-          c->rowsPerCta > 0 && (mfma < 0 ? c->mfma : mfma > 0),
-          c->bulkCopy && bulkStages > 0 ? int64_t(bulkStages)
-                                        : c->bulkStages);
+      auto emitError = [&] { return op->emitOpError("kv-plan: "); };
+      const Alignment alignment =
+          c->cacheProven ? Alignment::proven : Alignment::checked;
+      const bool dependent = c->dependentLaunch && dependentLaunch;
+      const int64_t minCtas =
+          minCtasPerSm >= 0 ? int64_t(minCtasPerSm) : c->minCtasPerSm;
+      switch (family) {
+      case OpFamily::Rows:
+        return RowsPlanAttr::getChecked(
+            emitError, ctx, StringRef(target), c->vectorBytes, c->threads,
+            c->tokensPerCta, c->smallMaxTokens, c->smallThreads, alignment,
+            c->hwFp8, c->streamingStores, dependent, minCtas);
+      case OpFamily::Blocks:
+        return BlocksPlanAttr::getChecked(
+            emitError, ctx, StringRef(target), c->vectorBytes, c->threads,
+            c->tokensPerCta, c->smallMaxTokens, c->smallThreads, alignment,
+            c->streamingStores, c->bulkCopy,
+            c->bulkCopy && bulkStages > 0 ? int64_t(bulkStages) : c->bulkStages,
+            dependent, minCtas);
+      case OpFamily::Attention:
+        return AttentionPlanAttr::getChecked(
+            emitError, ctx, StringRef(target), c->vectorBytes, c->threads,
+            c->rowsPerCta, c->rowGroup, c->itemCtas, c->splitCtas,
+            c->splitMinTokens, c->splitAlign, c->partialBytes, alignment,
+            c->hwFp8, mfma < 0 ? c->mfma : mfma > 0, dependent, minCtas);
+      }
+      llvm_unreachable("unknown op family");
     };
     WalkResult walk = getOperation().walk([&](KernelSpecOpInterface op) {
-      PlanAttr plan = planFor(op);
+      PlanAttrInterface plan = planFor(op);
       if (!plan)
         return WalkResult::interrupt();
       op.setPlanAttr(plan);

@@ -25,7 +25,7 @@
 
 namespace kvgen {
 
-/// The optional fields of a LaunchGeometry, as (manifest key / #kv.plan
+/// The optional fields of a LaunchGeometry, as (manifest key / plan
 /// parameter, member): X(key, member). Absent keys take the member's
 /// default: 0 (no row tiles, never split, no dependent launch) except
 /// row_group and item_ctas (1). Manifests, the disk cache, the generator

@@ -53,11 +53,9 @@ kv.paged_attention @a : #kv.layout<num_kv_heads = 1, head_size_k = 576,
 // expected-error @+1 {{'kv.paged_attention' op plan must have rows_per_cta = 16, row_group = 16 and item_ctas = 4}}
 kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
-    num_q_heads 64 {plan = #kv.plan<target = "sm_90", vector_bytes = 16,
-    threads = 128, tokens_per_cta = 1, small_max_tokens = 0,
-    small_threads = 0, cache_alignment = proven, hw_fp8 = false,
-    streaming_stores = false, rows_per_cta = 16, row_group = 8,
-    item_ctas = 4>}
+    num_q_heads 64 {plan = #kv.attention_plan<target = "sm_90",
+    vector_bytes = 16, threads = 128, rows_per_cta = 16, row_group = 8,
+    item_ctas = 4, cache_alignment = proven, hw_fp8 = false>}
 
 // -----
 
@@ -65,8 +63,7 @@ kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
     // expected-error @+1 {{'split_ctas' > 0 needs 'split_min_tokens' and 'partial_bytes' > 0}}
-    num_q_heads 64 {plan = #kv.plan<target = "sm_90", vector_bytes = 16,
-    threads = 128, tokens_per_cta = 1, small_max_tokens = 0,
-    small_threads = 0, cache_alignment = proven, hw_fp8 = false,
-    streaming_stores = false, rows_per_cta = 16, row_group = 16,
-    item_ctas = 4, split_ctas = 264>}
+    num_q_heads 64 {plan = #kv.attention_plan<target = "sm_90",
+    vector_bytes = 16, threads = 128, rows_per_cta = 16, row_group = 16,
+    item_ctas = 4, split_ctas = 264, cache_alignment = proven,
+    hw_fp8 = false>}

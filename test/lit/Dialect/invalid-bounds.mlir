@@ -121,7 +121,7 @@ kv.gather @r : #kv.layout<num_kv_heads = 4, head_size_k = 128,
 // -----
 
 // A plan whose CTA would number more accesses than 32 bits hold.
-#plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 512,
+#plan = #kv.rows_plan<target = "sm_90", vector_bytes = 16, threads = 512,
     tokens_per_cta = 1048576, small_max_tokens = 0, small_threads = 0,
     cache_alignment = proven, hw_fp8 = false, streaming_stores = true>
 // expected-error @+1 {{plan's 'tokens_per_cta' = 1048576 work items of 2048 elements exceed the 2^30 elements}}

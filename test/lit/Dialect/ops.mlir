@@ -25,10 +25,10 @@ kv.reshape_and_cache @write_fp8_f32_input : #kv.layout<num_kv_heads = 4,
 
 // A plan attribute (normally set by kv-plan) round-trips through attr-dict.
 // CHECK-LABEL: kv.reshape_and_cache @write_planned :
-// CHECK-SAME: input bf16, slots i64 unchecked {plan = #kv.plan<target = "gfx942", vector_bytes = 16, threads = 256, tokens_per_cta = 2, small_max_tokens = 64, small_threads = 128, cache_alignment = proven, hw_fp8 = false, streaming_stores = false>}
+// CHECK-SAME: input bf16, slots i64 unchecked {plan = #kv.rows_plan<target = "gfx942", vector_bytes = 16, threads = 256, tokens_per_cta = 2, small_max_tokens = 64, small_threads = 128, cache_alignment = proven, hw_fp8 = false, streaming_stores = false>}
 kv.reshape_and_cache @write_planned : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,
-    input bf16, slots i64 unchecked {plan = #kv.plan<target = "gfx942",
+    input bf16, slots i64 unchecked {plan = #kv.rows_plan<target = "gfx942",
     vector_bytes = 16, threads = 256, tokens_per_cta = 2,
     small_max_tokens = 64, small_threads = 128,
     cache_alignment = proven, hw_fp8 = false, streaming_stores = false>}
@@ -70,11 +70,11 @@ kv.gather @read_convert_bf16_to_f32 : #kv.layout<num_kv_heads = 8,
 // -----
 
 // CHECK-LABEL: kv.gather @read_planned :
-// CHECK-SAME: output f16, slots i32 dequantize unchecked {plan = #kv.plan<target = "sm_90", vector_bytes = 8, threads = 128, tokens_per_cta = 4, small_max_tokens = 0, small_threads = 0, cache_alignment = checked, hw_fp8 = true, streaming_stores = true>}
+// CHECK-SAME: output f16, slots i32 dequantize unchecked {plan = #kv.rows_plan<target = "sm_90", vector_bytes = 8, threads = 128, tokens_per_cta = 4, small_max_tokens = 0, small_threads = 0, cache_alignment = checked, hw_fp8 = true, streaming_stores = true>}
 kv.gather @read_planned : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = f8E4M3FN, scale = per_tensor,
     k_strides = [?, ?, ?]>, output f16, slots i32 dequantize unchecked
-    {plan = #kv.plan<target = "sm_90", vector_bytes = 8, threads = 128, tokens_per_cta = 4, small_max_tokens = 0, small_threads = 0, cache_alignment = checked,
+    {plan = #kv.rows_plan<target = "sm_90", vector_bytes = 8, threads = 128, tokens_per_cta = 4, small_max_tokens = 0, small_threads = 0, cache_alignment = checked,
     hw_fp8 = true, streaming_stores = true>}
 
 // -----
@@ -87,12 +87,12 @@ kv.gather @read_planned : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 kv.reshape_and_cache @write_dependent : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,
     input bf16, slots i64
-    {plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven,
+    {plan = #kv.rows_plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven,
     hw_fp8 = false, streaming_stores = true, dependent_launch = true>}
 kv.reshape_and_cache @write_not_dependent : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,
     input bf16, slots i64
-    {plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven,
+    {plan = #kv.rows_plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven,
     hw_fp8 = false, streaming_stores = true, dependent_launch = false>}
 
 // -----

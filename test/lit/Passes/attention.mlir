@@ -15,34 +15,34 @@
 // splits of >= 256 tokens in whole 64-token rounds of the 4 warps, a
 // partial of 16 rows x (max, sum, 128 outputs) floats.
 // PLAN-LABEL: kv.paged_attention @mimo
-// PLAN-SAME: vector_bytes = 16, threads = 128, tokens_per_cta = 1,
-// PLAN-SAME: small_max_tokens = 0, small_threads = 0,
-// PLAN-SAME: cache_alignment = proven, hw_fp8 = false,
-// PLAN-SAME: streaming_stores = false, rows_per_cta = 16, row_group = 16,
+// PLAN-SAME: {plan = #kv.attention_plan<target = "sm_90", vector_bytes = 16,
+// PLAN-SAME: threads = 128, rows_per_cta = 16, row_group = 16,
 // PLAN-SAME: item_ctas = 4, split_ctas = 264, split_min_tokens = 256,
-// PLAN-SAME: split_align = 64, partial_bytes = 8320>
+// PLAN-SAME: split_align = 64, partial_bytes = 8320,
+// PLAN-SAME: cache_alignment = proven, hw_fp8 = false>
 // (No dependent_launch: not planned for attention, Plan.cpp. No mfma:
-// sm_90 has none, the plan ends after partial_bytes.)
+// sm_90 has none, the plan ends after hw_fp8.)
 // HOST-LABEL: kv.paged_attention @mimo
-// HOST-SAME: split_ctas = 8, split_min_tokens = 32, split_align = 64, partial_bytes = 8320>
+// HOST-SAME: split_ctas = 8, split_min_tokens = 32, split_align = 64, partial_bytes = 8320,
 // AMD: the MMAs on MFMA (2 x 304 CUs = 608 split CTAs, capped at 512), unless
 // the option turns it off or the CTA is not whole 64-lane wavefronts.
 // GFX-LABEL: kv.paged_attention @mimo
 // GFX-SAME: target = "gfx942"
-// GFX-SAME: split_ctas = 512, split_min_tokens = 256, split_align = 64, partial_bytes = 8320, mfma = true>
+// GFX-SAME: split_ctas = 512, split_min_tokens = 256, split_align = 64, partial_bytes = 8320,
+// GFX-SAME: hw_fp8 = false, mfma = true>
 // NOMFMA-LABEL: kv.paged_attention @mimo
-// NOMFMA-SAME: partial_bytes = 8320>
+// NOMFMA-SAME: partial_bytes = 8320, cache_alignment = proven, hw_fp8 = false>
 // ODDWAVE-LABEL: kv.paged_attention @mimo
 // ODDWAVE-SAME: threads = 96,
-// ODDWAVE-SAME: partial_bytes = 8320>
+// ODDWAVE-SAME: partial_bytes = 8320, cache_alignment = proven, hw_fp8 = false>
 // mfma=1: also on the host, whose prelude simulates 64-lane wavefronts and
 // their MFMA (tests of the AMD path); elsewhere the plan verifier refuses.
 // HOSTMFMA-LABEL: kv.paged_attention @mimo
 // HOSTMFMA-SAME: target = "host"
-// HOSTMFMA-SAME: partial_bytes = 8320, mfma = true>
+// HOSTMFMA-SAME: partial_bytes = 8320, cache_alignment = proven, hw_fp8 = false, mfma = true>
 // NOMFMA90: 'kv.paged_attention' op kv-plan: 'mfma' needs a target with MFMA instructions (or the host's simulation of them); 'sm_90' has none
 // NOSPLIT-LABEL: kv.paged_attention @mimo
-// NOSPLIT-SAME: item_ctas = 4>
+// NOSPLIT-SAME: item_ctas = 4, cache_alignment = proven
 kv.paged_attention @mimo : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
     num_q_heads 64 sinks
@@ -58,7 +58,7 @@ kv.paged_attention @fp8 : #kv.layout<num_kv_heads = 8, head_size_k = 64,
     head_size_v = 64, block_size = 16, dtype = f8E4M3FN, scale = per_head>,
     query bf16, num_q_heads 64 logits_soft_cap unchecked
 
-// EMITC-LABEL: emitc.verbatim "/// #kv.plan
+// EMITC-LABEL: emitc.verbatim "/// #kv.attention_plan
 // EMITC-SAME: struct mimo_plan
 // EMITC-SAME: static constexpr int rows_per_cta = 16, row_group = 16, item_ctas = 4;
 // EMITC-SAME: static constexpr int split_ctas = 264, split_min_tokens = 256, split_align = 64, partial_bytes = 8320;
@@ -68,6 +68,6 @@ kv.paged_attention @fp8 : #kv.layout<num_kv_heads = 8, head_size_k = 64,
 // EMITC-SAME: !emitc.opaque<"kvgen_paged_attention_args">
 // EMITC: call_opaque "kvgen::paged_attention"(%{{.*}}) {template_args = [#emitc.opaque<"mimo_layout">, #emitc.opaque<"mimo_plan">, #emitc.opaque<"mimo_options">]}
 
-// GFXEMITC-LABEL: emitc.verbatim "/// #kv.plan<target = \22gfx950\22
+// GFXEMITC-LABEL: emitc.verbatim "/// #kv.attention_plan<target = \22gfx950\22
 // GFXEMITC-SAME: mfma = true>\0Astruct mimo_plan
 // GFXEMITC-SAME: static constexpr bool mfma = true;

@@ -23,7 +23,7 @@
 // CHECK-SAME: typedef c0 k;\0A  typedef c1 v;
 // The plan's decisions (pinned in plan.mlir) as constants; vec is
 // vector_bytes / 2 bytes of bf16.
-// CHECK-NEXT: emitc.verbatim "/// #kv.plan<target = \22sm_90\22, vector_bytes = 16, threads = [[T:[0-9]+]], tokens_per_cta = [[N:[0-9]+]], small_max_tokens = [[SN:[0-9]+]], small_threads = [[ST:[0-9]+]], cache_alignment = proven, hw_fp8 = false, streaming_stores = true, dependent_launch = true>\0Astruct mimo_write_plan {
+// CHECK-NEXT: emitc.verbatim "/// #kv.rows_plan<target = \22sm_90\22, vector_bytes = 16, threads = [[T:[0-9]+]], tokens_per_cta = [[N:[0-9]+]], small_max_tokens = [[SN:[0-9]+]], small_threads = [[ST:[0-9]+]], cache_alignment = proven, hw_fp8 = false, streaming_stores = true, dependent_launch = true>\0Astruct mimo_write_plan {
 // CHECK-SAME: static constexpr int vector_bytes = 16, vec = 8;
 // CHECK-SAME: static constexpr int threads = [[T]], tokens_per_cta = [[N]];
 // CHECK-SAME: static constexpr int small_max_tokens = [[SN]], small_threads = [[ST]];
@@ -34,7 +34,7 @@
 // The plan stays on the kernel; the larger of its two block sizes (here
 // threads) is the launch bound.
 // CHECK-NEXT: emitc.func @mimo_write(%[[ARGS:.*]]: !emitc.opaque<"kvgen_reshape_and_cache_args">)
-// CHECK-SAME: kv.plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = [[T]],
+// CHECK-SAME: kv.plan = #kv.rows_plan<target = "sm_90", vector_bytes = 16, threads = [[T]],
 // CHECK-SAME: specifiers = ["extern \22C\22", "__global__", "KVGEN_LAUNCH_BOUNDS([[T]])"]
 // The kernel plain launches run: no prologue.
 // CHECK-NEXT: call_opaque "kvgen::reshape_and_cache"(%[[ARGS]]) {template_args = [#emitc.opaque<"mimo_write_layout">, #emitc.opaque<"mimo_write_plan">, #emitc.opaque<"mimo_write_options">]}

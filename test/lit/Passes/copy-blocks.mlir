@@ -11,22 +11,22 @@
 // shape); cp.async.bulk moves the block through shared memory, a pipeline
 // of kBulkCopyStages = 8 stages.
 // BULK-LABEL: kv.copy_blocks @cow
-// BULK-SAME: vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven
-// BULK-SAME: dependent_launch = true, bulk_copy = true, bulk_stages = 8>
+// BULK-SAME: {plan = #kv.blocks_plan<target = "sm_90", vector_bytes = 16, threads = 32, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven
+// BULK-SAME: bulk_copy = true, bulk_stages = 8, dependent_launch = true>
 // Dynamic strides: not provably dense, the register path.
 // BULK-LABEL: kv.copy_blocks @cow_dyn
 // BULK-NOT: bulk_copy
 // BULK-LABEL: kv.copy_blocks @cow_mla
-// BULK-SAME: threads = 32, {{.*}} bulk_copy = true, bulk_stages = 8>
+// BULK-SAME: threads = 32, {{.*}} bulk_copy = true, bulk_stages = 8,
 // BULK-LABEL: kv.swap_blocks @offload
-// BULK-SAME: threads = 32, {{.*}} bulk_copy = true, bulk_stages = 8>
+// BULK-SAME: threads = 32, {{.*}} bulk_copy = true, bulk_stages = 8,
 // BULK-LABEL: kv.copy_blocks @padded
 // BULK-NOT: bulk_copy
 // BULK: }
 // The option forces the stages of bulk plans (A/B) and leaves other plans
 // alone (above: bulk-copy=false with bulk-stages=2 gives the PLAN lines).
 // STAGES-LABEL: kv.copy_blocks @cow
-// STAGES-SAME: bulk_copy = true, bulk_stages = 2>
+// STAGES-SAME: bulk_copy = true, bulk_stages = 2,
 // STAGES-LABEL: kv.copy_blocks @padded
 // STAGES-NOT: bulk_stages
 // Targets without bulk copies (sm_80, AMD): never.
@@ -47,7 +47,7 @@ kv.copy_blocks @cow : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // Dynamic strides: alignment checked in the kernel.
 // PLAN-LABEL: kv.copy_blocks @cow_dyn
-// PLAN-SAME: unchecked {plan = #kv.plan<target = "sm_90", vector_bytes = 16,
+// PLAN-SAME: unchecked {plan = #kv.blocks_plan<target = "sm_90", vector_bytes = 16,
 // PLAN-SAME: cache_alignment = checked
 kv.copy_blocks @cow_dyn : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 64, order = hnd, packing = packed,

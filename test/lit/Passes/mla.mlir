@@ -11,7 +11,7 @@ kv.concat_and_cache_mla @mla_write : #kv.layout<num_kv_heads = 1,
     dtype = f8E4M3FN, scale = per_tensor>, input bf16, slots i64
 
 // PLAN-LABEL: kv.gather_mla @mla_read
-// PLAN-SAME: dequantize {plan = #kv.plan<target = "sm_90", vector_bytes = 16,
+// PLAN-SAME: dequantize {plan = #kv.rows_plan<target = "sm_90", vector_bytes = 16,
 // PLAN-SAME: hw_fp8 = true
 kv.gather_mla @mla_read : #kv.layout<num_kv_heads = 1,
     components = [kv_c: 512, k_pe: 64], block_size = 64, packing = packed,

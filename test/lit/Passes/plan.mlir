@@ -34,17 +34,17 @@
 // 8 * 160 = 1280 <= 2048 -> 8 tokens (the cap); 1280 / 4 = 320 threads.
 // Small launches: 2^18 / 160 = 1638 tokens, 160 threads.
 // CHECK-LABEL: kv.reshape_and_cache @mimo_bf16
-// CHECK-SAME: plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 1638, small_threads = 160, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, dependent_launch = true>
+// CHECK-SAME: plan = #kv.rows_plan<target = "sm_90", vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 1638, small_threads = 160, cache_alignment = proven, hw_fp8 = false, streaming_stores = true, dependent_launch = true>
 // NOSMALL-LABEL: kv.reshape_and_cache @mimo_bf16
 // NOSMALL-SAME: threads = 320, tokens_per_cta = 8, small_max_tokens = 0, small_threads = 0,
 // HOST-LABEL: kv.reshape_and_cache @mimo_bf16
 // HOST-SAME: threads = 320, tokens_per_cta = 8, small_max_tokens = 8, small_threads = 160,
 // HOST-SAME: streaming_stores = false>
 // GFX-LABEL: kv.reshape_and_cache @mimo_bf16
-// GFX-SAME: plan = #kv.plan<target = "gfx942", vector_bytes = 16,
+// GFX-SAME: plan = #kv.rows_plan<target = "gfx942", vector_bytes = 16,
 // GFX-SAME: streaming_stores = false>
 // FORCED-LABEL: kv.reshape_and_cache @mimo_bf16
-// FORCED-SAME: plan = #kv.plan<target = "gfx950", vector_bytes = 16, threads = 64, tokens_per_cta = 3, small_max_tokens = 1638, small_threads = 160, cache_alignment = proven,
+// FORCED-SAME: plan = #kv.rows_plan<target = "gfx950", vector_bytes = 16, threads = 64, tokens_per_cta = 3, small_max_tokens = 1638, small_threads = 160, cache_alignment = proven,
 kv.reshape_and_cache @mimo_bf16 : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,
     input bf16, slots i64
@@ -199,12 +199,12 @@ kv.reshape_and_cache @huge_rows : #kv.layout<num_kv_heads = 16,
 // A plan already present is replaced.
 // CHECK-LABEL: kv.reshape_and_cache @replan
 // 8 x 128: per_token = 8 * 256 / 8 = 256 -> 8 tokens, 512 threads.
-// CHECK-SAME: {plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 512, tokens_per_cta = 8, small_max_tokens = 1024, small_threads = 256,
+// CHECK-SAME: {plan = #kv.rows_plan<target = "sm_90", vector_bytes = 16, threads = 512, tokens_per_cta = 8, small_max_tokens = 1024, small_threads = 256,
 // CHECK-SAME: min_ctas_per_sm = 3>
 // CHECK-NOT: gfx90a
 kv.reshape_and_cache @replan : #kv.layout<num_kv_heads = 8,
     head_size_k = 128, head_size_v = 128, block_size = 16, dtype = bf16>,
-    input bf16, slots i64 {plan = #kv.plan<target = "gfx90a",
+    input bf16, slots i64 {plan = #kv.rows_plan<target = "gfx90a",
     vector_bytes = 2, threads = 32, tokens_per_cta = 1,
     small_max_tokens = 0, small_threads = 0, cache_alignment = checked, hw_fp8 = false,
     streaming_stores = false>}

@@ -13,11 +13,11 @@
 
 // Two kernels planned for different targets cannot share one source.
 module {
-  emitc.func @a(%arg0: !emitc.opaque<"kvgen_gather_args">) attributes {kv.plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true>} {
+  emitc.func @a(%arg0: !emitc.opaque<"kvgen_gather_args">) attributes {kv.plan = #kv.rows_plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true>} {
     emitc.return
   }
   // expected-error @below {{kernel 'b' was planned for target 'gfx942', kernel 'a' for 'sm_90'; one source holds the kernels of one target}}
-  emitc.func @b(%arg0: !emitc.opaque<"kvgen_gather_args">) attributes {kv.plan = #kv.plan<target = "gfx942", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false>} {
+  emitc.func @b(%arg0: !emitc.opaque<"kvgen_gather_args">) attributes {kv.plan = #kv.rows_plan<target = "gfx942", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false>} {
     emitc.return
   }
 }

@@ -89,7 +89,7 @@ kv.copy_blocks @cow : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 // CHECK: #define KVGEN_PRELUDE_ATTENTION_H
 // CHECK: void by_hand(
 module {
-  emitc.func @by_hand(%arg0: !emitc.opaque<"kvgen_gather_args">) attributes {kv.plan = #kv.plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true>} {
+  emitc.func @by_hand(%arg0: !emitc.opaque<"kvgen_gather_args">) attributes {kv.plan = #kv.rows_plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = true>} {
     emitc.return
   }
 }

@@ -34,8 +34,8 @@
 // CHECK: >   /// v: 4 x 128, strides [block 8192, token 512, head 128], row base 0 (elements).
 // CHECK: <     static constexpr int64_t block = 16384, token = 1024, head = 128, base = 0;
 // CHECK: >     static constexpr int64_t block = 8192, token = 512, head = 128, base = 0;
-// CHECK: < /// #kv.plan<target = "{{gfx942|sm_90}}", vector_bytes = 16, threads = 512, tokens_per_cta = 8, small_max_tokens = 1024, small_threads = 256,
-// CHECK: > /// #kv.plan<target = "{{gfx942|sm_90}}", vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 1638, small_threads = 160,
+// CHECK: < /// #kv.rows_plan<target = "{{gfx942|sm_90}}", vector_bytes = 16, threads = 512, tokens_per_cta = 8, small_max_tokens = 1024, small_threads = 256,
+// CHECK: > /// #kv.rows_plan<target = "{{gfx942|sm_90}}", vector_bytes = 16, threads = 320, tokens_per_cta = 8, small_max_tokens = 1638, small_threads = 160,
 // CHECK: <   static constexpr int threads = 512, tokens_per_cta = 8;
 // CHECK: <   static constexpr int small_max_tokens = 1024, small_threads = 256;
 // CHECK: >   static constexpr int threads = 320, tokens_per_cta = 8;

@@ -70,7 +70,7 @@ mlir::LogicalResult printSource(mlir::ModuleOp module, llvm::raw_ostream &os);
 struct EmittedKernel {
   std::string name;
   std::string source;
-  /// How to launch it: kv.plan's decisions (PlanAttr::geometry()).
+  /// How to launch it: the plan's decisions (PlanAttrInterface::geometry()).
   LaunchGeometry geometry;
 };
 

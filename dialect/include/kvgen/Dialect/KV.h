@@ -15,6 +15,8 @@
 
 #include "llvm/ADT/Hashing.h"
 
+#include <algorithm>
+
 namespace mlir {
 class AsmParser;
 } // namespace mlir
@@ -41,8 +43,8 @@ inline llvm::hash_code hash_value(const LayoutDesc &l) {
 #include "kvgen/Dialect/KVEnums.h.inc"
 
 namespace kvgen::kv {
-/// Parses an int64 in MLIR's integer syntax (the #kv.plan fields, the ops'
-/// integer options) after looking at its token: one of more than
+/// Parses an int64 in MLIR's integer syntax (the plan attributes' fields,
+/// the ops' integer options) after looking at its token: one of more than
 /// kMaxLayoutIntegerDigits (19) decimal or 16 hexadecimal digits is
 /// refused before MLIR converts it to an APInt, in time quadratic in its
 /// length (30000 digits took over 20 s). `what` (if given) names the
@@ -51,17 +53,24 @@ mlir::FailureOr<int64_t> parseBoundedInteger(mlir::AsmParser &p,
                                              llvm::StringRef what = "");
 } // namespace kvgen::kv
 
+#include "kvgen/Dialect/KVAttrInterfaces.h.inc"
+
 #define GET_ATTRDEF_CLASSES
 #include "kvgen/Dialect/KVAttrs.h.inc"
 
 namespace kvgen::kv {
 class LayoutAttr;
-class PlanAttr;
-/// The kernel op's plan (if set) fits its layout: whole cache elements per
-/// access that divide each head size, `proven` alignment only with static
-/// strides, hardware fp8 only for e4m3fn / e5m2 caches. The verifier of
+/// The kernel op's plan (if set) is its family's plan attribute (Ops.def
+/// KVGEN_OP_FAMILY: #kv.rows_plan, #kv.blocks_plan, #kv.attention_plan),
+/// passes that attribute's own verifier, and fits the op's layout: whole
+/// cache elements per access that divide each head size, `proven`
+/// alignment only with static strides, hardware fp8 only for e4m3fn / e5m2
+/// caches, bulk copies only of dense blocks. The verifier of
 /// KernelSpecOpInterface.
 llvm::LogicalResult verifyPlanFits(mlir::Operation *op);
+/// The mnemonic of op family `f`'s plan attribute: "rows_plan",
+/// "blocks_plan" or "attention_plan" (#kv.rows_plan, ...).
+llvm::StringRef planMnemonic(OpFamily f);
 /// The op's layout is a K/V layout (components k and v), for the ops that
 /// move K and V; else an error naming the layout.
 llvm::LogicalResult verifyKVLayout(mlir::Operation *op, LayoutAttr layout);

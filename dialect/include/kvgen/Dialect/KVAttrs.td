@@ -96,136 +96,267 @@ class KV_IntParameter<string desc, string default = "">
   let defaultValue = default;
 }
 
-def KV_PlanAttr : KV_Attr<"Plan", "plan"> {
-  let summary = "Execution plan chosen for one kernel on one target";
+//===----------------------------------------------------------------------===//
+// Plans: one attribute per op family (Ops.def KVGEN_OP_FAMILY) over a base
+//===----------------------------------------------------------------------===//
+
+def KV_PlanAttrInterface : AttrInterface<"PlanAttrInterface"> {
+  let cppNamespace = "::kvgen::kv";
   let description = [{
-    Records the decisions of the `kv-plan` pass so that they are visible in
-    the IR and in tests:
+    The decisions of `kv-plan` for one kernel: the fields every family's plan
+    has (the base: `target`, `vector_bytes`, `threads`, `cache_alignment`,
+    `dependent_launch`, `min_ctas_per_sm`), its family, its launch geometry
+    and its own verifier. `#kv.rows_plan`, `#kv.blocks_plan` and
+    `#kv.attention_plan` implement it; a kernel op's `plan` and an emitted
+    kernel's `kv.plan` are one of them.
+  }];
+  let methods = [
+    InterfaceMethod<"The target the plan is for (kvgen targets).",
+      "::llvm::StringRef", "getTarget">,
+    InterfaceMethod<"Bytes of the cache each thread moves per access.",
+      "int64_t", "getVectorBytes">,
+    InterfaceMethod<"Threads per CTA.", "int64_t", "getThreads">,
+    InterfaceMethod<"Whether cache alignment is proven or checked.",
+      "::kvgen::kv::Alignment", "getCacheAlignment">,
+    InterfaceMethod<"griddepcontrol at the start of the `_pdl` entry.",
+      "bool", "getDependentLaunch">,
+    InterfaceMethod<"The minimum-CTAs launch bound (0: none).",
+      "int64_t", "getMinCtasPerSm">,
+    InterfaceMethod<"The op family whose kernels take this plan.",
+      "::kvgen::OpFamily", "getFamily">,
+    InterfaceMethod<"The launch geometry (runtime/include/kvgen/Launch.h).",
+      "::kvgen::LaunchGeometry", "geometry">,
+    InterfaceMethod<[{
+        Runs the attribute's verifier on its fields (for a plan built with
+        `get`, which skips it).
+      }],
+      "::llvm::LogicalResult", "verifyFields",
+      (ins "::llvm::function_ref<::mlir::InFlightDiagnostic()>":$emitError)>,
+  ];
+  let extraSharedClassDeclaration = [{
+    /// Elements per cache access for a cache of element type `cache`.
+    int64_t vecElems(::kvgen::DType cache) const {
+      return $_attr.getVectorBytes() / ::kvgen::elementSize(cache);
+    }
+    /// The largest CTA of the plan's launch shapes (its launch bound).
+    int64_t maxThreads() const {
+      return ::std::max($_attr.getThreads(),
+                        int64_t($_attr.geometry().smallThreads));
+    }
+  }];
+}
+
+// The base of every plan attribute: target, vector_bytes and threads first,
+// then the family's launch shape, cache_alignment, the family's choices,
+// and dependent_launch / min_ctas_per_sm (omitted at their defaults). Each
+// family's verifier checks the base (verifyPlanBase, KVDialect.cpp) and its
+// own fields.
+class KV_PlanAttrBase<string name, string attrMnemonic, string family,
+                      dag shape, dag choices>
+    : KV_Attr<name, attrMnemonic, [KV_PlanAttrInterface]> {
+  let parameters = !con(
+    (ins StringRefParameter<"target name (kvgen targets)">:$target,
+         KV_IntParameter<"bytes per cache access">:$vector_bytes,
+         KV_IntParameter<"threads per CTA">:$threads),
+    shape,
+    (ins EnumParameter<KV_Alignment>:$cache_alignment),
+    choices,
+    (ins DefaultValuedParameter<"bool", "false",
+             "programmatic dependent launch (griddepcontrol)">:$dependent_launch,
+         KV_IntParameter<"resident CTAs per multiprocessor the compiler must "
+                         "allow (0: its choice)", "0">:$min_ctas_per_sm));
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    static constexpr ::kvgen::OpFamily kFamily = ::kvgen::OpFamily::}] #
+        family # [{;
+    ::kvgen::OpFamily getFamily() const { return kFamily; }
+    ::kvgen::LaunchGeometry geometry() const;
+    ::llvm::LogicalResult verifyFields(
+        ::llvm::function_ref<::mlir::InFlightDiagnostic()> emitError) const;
+  }];
+}
+
+// The common part of the plans' descriptions (the base's fields).
+defvar KV_PlanBaseDoc = [{
+    Base fields (every plan attribute has them):
 
     - `target`: one of kvgen's targets (`kvgen targets`), e.g. `gfx942`,
       `sm_90`, `host`;
     - `vector_bytes`: bytes of the cache each thread moves per access, a
       power of two from 1 to 16 (the elements per access are `vector_bytes`
       / the cache element size);
-    - `threads`: threads per block, 1..1024;
-    - `tokens_per_cta`: tokens one block handles, at least 1;
-    - `small_max_tokens`, `small_threads`: launches of at most
-      `small_max_tokens` tokens use the small-launch shape instead: one
-      token per block, `small_threads` threads (about one access each), so
-      decode-size batches spread over as many SMs as they have tokens and
-      each thread waits for one round of loads; `small_max_tokens = 0`
-      disables it and then `small_threads` is 0;
+    - `threads`: threads per CTA, 1..1024;
     - `cache_alignment`: `proven` when static strides and head sizes make
       every cache access `vector_bytes`-aligned (given an aligned base
       pointer, checked at launch), `checked` when the kernel tests alignment
       at run time and falls back to one element per access. The token rows
-      (key/value or the outputs) have run-time strides and are always
+      (key/value, the outputs, query) have run-time strides and are always
       checked in the kernel;
-    - `hw_fp8`: whether fp8 conversion uses the target's conversion
-      instructions (else kvgen's portable software rounding); only on
-      targets with that capability;
-    - `streaming_stores`: whether the rows a kernel writes (the cache of a
-      write, the output of a gather) use cache-streaming stores
-      (`st.global.cs`: written once, evicted first); only on targets with
-      that capability.
-
-    - `rows_per_cta`, `row_group`, `item_ctas`, `split_ctas`,
-      `split_min_tokens`, `split_align`, `partial_bytes` (omitted when
-      0, 1, 1, 0, 0, 0, 0): row tiles and split-KV for ops whose work
-      items have rows and a span of cache tokens (paged attention): the
-      launch rule of runtime/include/kvgen/Launch.h (launchShape), which
-      the runtime and the kernel both apply. `rows_per_cta` rows per CTA,
-      `row_group` rows per query token (the GQA group), `item_ctas` CTAs
-      per work item (one per kv head); a launch of fewer than
-      `split_ctas` units splits each unit's tokens into chunks of at least
-      `split_min_tokens` (multiples of `split_align`), each CTA's partial
-      result (`partial_bytes`) merged by the unit's last CTA.
-
-    - `dependent_launch` (omitted when false): the kernel executes
-      `griddepcontrol.wait` before its first global memory access and then
-      `griddepcontrol.launch_dependents`, so it may be launched with
-      programmatic stream serialization (programmatic dependent launch:
-      it starts while the previous kernel on the stream still runs and
-      waits for that kernel's writes in `griddepcontrol.wait`; the next
-      kernel may start its own prologue as soon as every CTA of this one
-      has started). Both instructions are no-ops in a normal launch. Only
-      on targets with grid dependency control (sm_90+); the runtime
-      refuses a programmatic dependent launch of a kernel without it.
-
+    - `dependent_launch` (omitted when false): the kernel has a second
+      entry, `NAME_pdl`, that executes `griddepcontrol.wait` before its
+      first global memory access and then `griddepcontrol.launch_dependents`,
+      so it may be launched with programmatic stream serialization
+      (programmatic dependent launch: it starts while the previous kernel on
+      the stream still runs and waits for that kernel's writes in
+      `griddepcontrol.wait`; the next kernel may start its own prologue as
+      soon as every CTA of this one has started). Only on targets with grid
+      dependency control (sm_90+); the runtime refuses a programmatic
+      dependent launch of a kernel without it;
     - `min_ctas_per_sm` (omitted when 0): the kernel asks the compiler to
-      keep at least this many CTAs of `threads` threads resident per
+      keep at least this many CTAs of its largest launch shape resident per
       multiprocessor (`__launch_bounds__(threads, min_ctas_per_sm)`), which
       caps its registers per thread at 65536 / (min_ctas_per_sm * threads).
-      At most 2048 / `threads`; only on targets with that launch bound
-      (NVIDIA). 0: the compiler's own choice.
+      At most 2048 / that shape's threads; only on targets with that launch
+      bound (NVIDIA). 0: the compiler's own choice.
 
-    - `bulk_copy` (omitted when false): a block copy moves each block's
-      dense byte range (LayoutDesc::denseBlockElements) global -> shared ->
-      global with the target's bulk copies (cp.async.bulk through an
-      mbarrier), one thread of each CTA issuing them, instead of through
-      registers. Only on targets with bulk copies (sm_90), for layouts
-      whose every tensor's blocks are dense, with `vector_bytes` 16 and
-      `cache_alignment = proven`.
-    - `bulk_stages` (omitted when 0; 1, 2, 4, 8 or 16 with `bulk_copy`, else
-      0): the bulk copy's shared buffer is split into this many stages
-      that form a pipeline: each stage's loads are in flight while the
-      stores of the stages before it go out, and a stage is refilled once
-      its stores have read it. 1: load, store and drain one buffer at a
-      time.
+    A field of another family's plan (`bulk_copy` in a `#kv.rows_plan`) is
+    refused by the parser; the verifier checks each field's range and the
+    target's capabilities, and the kernel op's verifier checks that the plan
+    is its family's (Ops.def KVGEN_OP_FAMILY) and fits its layout.
+}];
 
-    - `mfma` (omitted when false): the matrix products of a row-tiled
-      kernel (paged attention's m16n8k16 MMAs) run on the target's MFMA
-      instructions (v_mfma_f32_16x16x16 bf16 / f16) instead of the lane
-      permutes that emulate them; both 32-thread warps of a 64-lane
-      wavefront then run the same loop iterations. Only on targets with
-      MFMA (or the host, whose prelude simulates it for tests), for
-      row-tiled plans whose `threads` fill whole 64-lane wavefronts.
+// The launch shape of the token families (rows, blocks): work items of one
+// token (a slot) or one block, tokens_per_cta of them per CTA.
+defvar KV_TokenShape = (ins
+  KV_IntParameter<"work items per CTA">:$tokens_per_cta,
+  KV_IntParameter<"largest work count of the small-launch shape">:$small_max_tokens,
+  KV_IntParameter<"threads per CTA of the small-launch shape">:$small_threads);
 
-    The verifier checks each field's range and the target's capabilities;
-    the kernel op's verifier checks the plan against its layout.
+defvar KV_TokenShapeDoc = [{
+    - `tokens_per_cta`: work items (tokens, or blocks of a block copy) one
+      CTA handles, at least 1;
+    - `small_max_tokens`, `small_threads`: launches of at most
+      `small_max_tokens` work items use the small-launch shape instead: one
+      item per CTA, `small_threads` threads (about one access each), so
+      decode-size batches spread over as many SMs as they have tokens and
+      each thread waits for one round of loads; `small_max_tokens = 0`
+      disables it and then `small_threads` is 0;
+    - `streaming_stores`: whether the rows a kernel writes (the cache of a
+      write, the output of a gather, the destination block of a copy) use
+      cache-streaming stores (`st.global.cs`: written once, evicted first);
+      only on targets with that capability.
+}];
+
+def KV_RowsPlanAttr : KV_PlanAttrBase<"RowsPlan", "rows_plan", "Rows",
+    KV_TokenShape,
+    (ins AttrParameter<"bool", "hardware fp8 conversion">:$hw_fp8,
+         AttrParameter<"bool", "cache-streaming stores">:$streaming_stores)> {
+  let summary = "Execution plan of a rows-family kernel (writes, gathers)";
+  let description = !strconcat([{
+    The plan of the ops of the rows family (Ops.def: `reshape_and_cache`,
+    `gather`, `concat_and_cache_mla`, `gather_mla`: token rows to and from
+    the cache at slots; codegen/prelude/rows.h).
+  }], KV_PlanBaseDoc, [{
+    Rows fields:
+  }], KV_TokenShapeDoc, [{
+    - `hw_fp8`: whether fp8 conversion uses the target's conversion
+      instructions (else kvgen's portable software rounding); only on
+      targets with that capability, for f8E4M3FN / f8E5M2 caches.
 
     Example:
 
     ```mlir
-    #kv.plan<target = "sm_90", vector_bytes = 16, threads = 320,
-             tokens_per_cta = 8, small_max_tokens = 6553, small_threads = 160,
-             cache_alignment = proven, hw_fp8 = false,
-             streaming_stores = true>
+    #kv.rows_plan<target = "sm_90", vector_bytes = 16, threads = 320,
+                  tokens_per_cta = 8, small_max_tokens = 6553,
+                  small_threads = 160, cache_alignment = proven,
+                  hw_fp8 = false, streaming_stores = true,
+                  dependent_launch = true>
     ```
-  }];
-  let parameters = (ins
-    StringRefParameter<"target name (kvgen targets)">:$target,
-    KV_IntParameter<"bytes per cache access">:$vector_bytes,
-    KV_IntParameter<"threads per block">:$threads,
-    KV_IntParameter<"tokens per block">:$tokens_per_cta,
-    KV_IntParameter<"largest T of the small-launch shape">:$small_max_tokens,
-    KV_IntParameter<"threads per block of the small-launch shape">:$small_threads,
-    EnumParameter<KV_Alignment>:$cache_alignment,
-    AttrParameter<"bool", "hardware fp8 conversion">:$hw_fp8,
-    AttrParameter<"bool", "cache-streaming stores">:$streaming_stores,
-    KV_IntParameter<"rows per CTA (row tiles)", "0">:$rows_per_cta,
-    KV_IntParameter<"rows per work-item row", "1">:$row_group,
-    KV_IntParameter<"CTAs per work item and tile", "1">:$item_ctas,
-    KV_IntParameter<"split-KV: CTAs to fill", "0">:$split_ctas,
-    KV_IntParameter<"split-KV: fewest tokens per split", "0">:$split_min_tokens,
-    KV_IntParameter<"split-KV: split token multiple", "0">:$split_align,
-    KV_IntParameter<"split-KV: workspace bytes per partial", "0">:$partial_bytes,
-    DefaultValuedParameter<"bool", "false", "programmatic dependent launch (griddepcontrol)">:$dependent_launch,
-    KV_IntParameter<"resident CTAs per multiprocessor the compiler must allow (0: its choice)", "0">:$min_ctas_per_sm,
-    DefaultValuedParameter<"bool", "false", "block copies by bulk copies through shared memory">:$bulk_copy,
-    DefaultValuedParameter<"bool", "false", "row-tiled MMAs on MFMA">:$mfma,
-    KV_IntParameter<"bulk copy pipeline stages (0 without bulk_copy)", "0">:$bulk_stages
-  );
-  let assemblyFormat = "`<` struct(params) `>`";
-  let genVerifyDecl = 1;
-  let extraClassDeclaration = [{
-    /// Elements per cache access for a cache of element type `cache`.
-    int64_t vecElems(::kvgen::DType cache) const {
-      return getVectorBytes() / ::kvgen::elementSize(cache);
-    }
-    /// The launch geometry of the plan (runtime/include/kvgen/Launch.h).
-    ::kvgen::LaunchGeometry geometry() const;
-  }];
+  }]);
+}
+
+def KV_BlocksPlanAttr : KV_PlanAttrBase<"BlocksPlan", "blocks_plan", "Blocks",
+    KV_TokenShape,
+    (ins AttrParameter<"bool", "cache-streaming stores">:$streaming_stores,
+         DefaultValuedParameter<"bool", "false",
+             "block copies by bulk copies through shared memory">:$bulk_copy,
+         KV_IntParameter<"bulk copy pipeline stages (0 without bulk_copy)",
+                         "0">:$bulk_stages)> {
+  let summary = "Execution plan of a blocks-family kernel (block copies)";
+  let description = !strconcat([{
+    The plan of the ops of the blocks family (Ops.def: `copy_blocks`,
+    `swap_blocks`: whole blocks between caches; codegen/prelude/blocks.h).
+    A work item is one block.
+  }], KV_PlanBaseDoc, [{
+    Blocks fields:
+  }], KV_TokenShapeDoc, [{
+    - `bulk_copy` (omitted when false): each block's dense byte range
+      (LayoutDesc::denseBlockElements) moves global -> shared -> global with
+      the target's bulk copies (cp.async.bulk through an mbarrier), one
+      thread of each CTA issuing them, instead of through registers. Only on
+      targets with bulk copies (sm_90), for layouts whose every tensor's
+      blocks are dense, with `vector_bytes` 16 and `cache_alignment =
+      proven`;
+    - `bulk_stages` (omitted when 0; 1, 2, 4, 8 or 16 with `bulk_copy`, else
+      0): the bulk copy's shared buffer is split into this many stages that
+      form a pipeline: each stage's loads are in flight while the stores of
+      the stages before it go out, and a stage is refilled once its stores
+      have read it. 1: load, store and drain one buffer at a time.
+
+    Example:
+
+    ```mlir
+    #kv.blocks_plan<target = "sm_90", vector_bytes = 16, threads = 32,
+                    tokens_per_cta = 1, small_max_tokens = 0,
+                    small_threads = 0, cache_alignment = proven,
+                    streaming_stores = true, bulk_copy = true,
+                    bulk_stages = 8, dependent_launch = true>
+    ```
+  }]);
+}
+
+def KV_AttentionPlanAttr : KV_PlanAttrBase<"AttentionPlan", "attention_plan",
+    "Attention",
+    (ins KV_IntParameter<"rows per CTA (row tiles)">:$rows_per_cta,
+         KV_IntParameter<"rows per work-item row">:$row_group,
+         KV_IntParameter<"CTAs per work item and tile">:$item_ctas,
+         KV_IntParameter<"split-KV: CTAs to fill", "0">:$split_ctas,
+         KV_IntParameter<"split-KV: fewest tokens per split", "0">:$split_min_tokens,
+         KV_IntParameter<"split-KV: split token multiple", "0">:$split_align,
+         KV_IntParameter<"split-KV: workspace bytes per partial", "0">:$partial_bytes),
+    (ins AttrParameter<"bool", "hardware fp8 conversion">:$hw_fp8,
+         DefaultValuedParameter<"bool", "false", "row-tiled MMAs on MFMA">:$mfma)> {
+  let summary = "Execution plan of an attention-family kernel";
+  let description = !strconcat([{
+    The plan of the ops of the attention family (Ops.def: `paged_attention`;
+    codegen/prelude/attention*.h): work items with rows and a span of cache
+    tokens, launched in row tiles with split-KV by the launch rule of
+    runtime/include/kvgen/Launch.h (launchShape), which the runtime and the
+    kernel both apply. One CTA per (work item, row tile, split); there is no
+    small-launch shape (its geometry has `tokens_per_cta` 1 and no small
+    shape).
+  }], KV_PlanBaseDoc, [{
+    Attention fields:
+
+    - `rows_per_cta` rows per CTA (at least 1), `row_group` rows per query
+      token (the GQA group), `item_ctas` CTAs per work item (one per kv
+      head);
+    - `split_ctas`, `split_min_tokens`, `split_align`, `partial_bytes`
+      (omitted when 0): a launch of fewer than `split_ctas` units splits
+      each unit's tokens into chunks of at least `split_min_tokens`
+      (multiples of `split_align`), each CTA's partial result
+      (`partial_bytes`) merged by the unit's last CTA; `split_ctas = 0`
+      never splits (and the other three are then 0);
+    - `hw_fp8`: as in `#kv.rows_plan` (fp8 K/V converted by the target's
+      instructions);
+    - `mfma` (omitted when false): the matrix products (m16n8k16 MMAs) run
+      on the target's MFMA instructions (v_mfma_f32_16x16x16 bf16 / f16)
+      instead of the lane permutes that emulate them; both 32-thread warps
+      of a 64-lane wavefront then run the same loop iterations. Only on
+      targets with MFMA (or the host, whose prelude simulates it for
+      tests), for plans whose `threads` fill whole 64-lane wavefronts.
+
+    Example:
+
+    ```mlir
+    #kv.attention_plan<target = "sm_90", vector_bytes = 16, threads = 128,
+                       rows_per_cta = 16, row_group = 16, item_ctas = 4,
+                       split_ctas = 264, split_min_tokens = 256,
+                       split_align = 64, partial_bytes = 8320,
+                       cache_alignment = proven, hw_fp8 = false>
+    ```
+  }]);
 }
 
 #endif // KVGEN_KV_ATTRS

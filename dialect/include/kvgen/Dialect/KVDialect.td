@@ -13,7 +13,8 @@ def KV_Dialect : Dialect {
     (`kv.reshape_and_cache`, `kv.gather`). A layout states head sizes and
     strides of K and V independently, so a kernel generated from it can never
     address V with K's width or stride. Passes choose an execution plan
-    (`#kv.plan`) per target and lower each kernel specification to an
+    per target (one plan attribute per op family: `#kv.rows_plan`,
+    `#kv.blocks_plan`, `#kv.attention_plan`) and lower each kernel specification to an
     `emitc.func` that kvgen prints as HIP/CUDA/host C++.
 
     Example:
@@ -27,7 +28,7 @@ def KV_Dialect : Dialect {
   }];
   let cppNamespace = "::kvgen::kv";
   let useDefaultAttributePrinterParser = 1;
-  // `kv.plan` on the kernels convert-kv-to-emitc emits.
+  // `kv.plan` (a plan attribute) on the kernels convert-kv-to-emitc emits.
   let hasOperationAttrVerify = 1;
   let extraClassDeclaration = [{
     /// The name of the plan attribute on emitted kernels.

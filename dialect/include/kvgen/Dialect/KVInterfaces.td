@@ -70,12 +70,12 @@ def KV_KernelSpecOpInterface : OpInterface<"KernelSpecOpInterface"> {
       "int64_t", "getPartialFloatsPerRow", (ins), [{}], [{
         return 0;
       }]>,
-    InterfaceMethod<"The plan chosen by kv-plan, or null.",
-      "::kvgen::kv::PlanAttr", "getPlanAttr", (ins), [{}], [{
+    InterfaceMethod<"The plan chosen by kv-plan (its family's plan attribute), or null.",
+      "::kvgen::kv::PlanAttrInterface", "getPlanAttr", (ins), [{}], [{
         return $_op.getPlanAttr();
       }]>,
     InterfaceMethod<"Records the plan.",
-      "void", "setPlanAttr", (ins "::kvgen::kv::PlanAttr":$plan), [{}], [{
+      "void", "setPlanAttr", (ins "::kvgen::kv::PlanAttrInterface":$plan), [{}], [{
         $_op.setPlanAttr(plan);
       }]>,
   ];

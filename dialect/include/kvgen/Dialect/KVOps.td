@@ -19,7 +19,7 @@ class KV_KernelSpecOp<string mnemonic, dag options, string optionsFormat,
   let arguments = !con((ins SymbolNameAttr:$sym_name, KV_LayoutAttr:$layout),
                        options,
                        (ins UnitAttr:$unchecked,
-                            OptionalAttr<KV_PlanAttr>:$plan));
+                            OptionalAttr<KV_PlanAttrInterface>:$plan));
   let assemblyFormat = "$sym_name `:` $layout " # optionsFormat #
                        " (`unchecked` $unchecked^)? attr-dict";
   let hasVerifier = 1;

@@ -15,14 +15,15 @@ def ConvertKVToEmitC : Pass<"convert-kv-to-emitc", "::mlir::ModuleOp"> {
     V `kvgen::SideMap` from the layout (static strides as constants, dynamic
     ones from the arguments) and calls kvgen's device prelude to move each
     side with that side's own head size, map and scale. The op's plan stays
-    on the function as the `kv.plan` attribute. Ops without a plan are an
+    on the function as the `kv.plan` attribute (the family's plan attribute,
+    e.g. `#kv.rows_plan`). Ops without a plan are an
     error.
 
     Example output (abridged):
 
     ```mlir
     emitc.func @w(%args: !emitc.opaque<"kvgen_reshape_and_cache_args">)
-        attributes {kv.plan = #kv.plan<...>,
+        attributes {kv.plan = #kv.rows_plan<...>,
                     specifiers = ["extern \"C\"", "__global__", ...]} { ... }
     ```
   }];

@@ -19,7 +19,9 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
     whether the kernel supports programmatic dependent launch
     (`dependent_launch`: on sm_90+, every op but paged attention), and
     whether paged attention's MMAs use MFMA (`mfma`: on gfx90a, gfx942,
-    gfx950). The decisions are recorded as a `#kv.plan` attribute on the op (rules:
+    gfx950). The decisions are recorded on the op as the plan attribute of
+    its family (Ops.def KVGEN_OP_FAMILY: `#kv.rows_plan`, `#kv.blocks_plan`,
+    `#kv.attention_plan`; rules:
     passes/lib/Transforms/Plan.cpp, docs/codegen.md). An existing plan is replaced.
 
     Example: `kvgen-opt --kv-plan=target=gfx942 in.mlir` turns
@@ -30,7 +32,7 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
     into
     ```mlir
     kv.reshape_and_cache @w : #kv.layout<...>, input bf16, slots i64
-        {plan = #kv.plan<target = "gfx942", vector_bytes = 16, ...>}
+        {plan = #kv.rows_plan<target = "gfx942", vector_bytes = 16, ...>}
     ```
   }];
   let options = [

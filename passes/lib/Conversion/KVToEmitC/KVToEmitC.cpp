@@ -5,7 +5,9 @@
 //
 //   struct NAME_layout { ... };   // the #kv.layout: dtype, sizes, and per
 //                                 // side its head size, strides and row base
-//   struct NAME_plan { ... };     // the #kv.plan's decisions
+//   struct NAME_plan { ... };     // the plan's decisions (its family's
+//                                 // #kv.rows_plan, #kv.blocks_plan or
+//                                 // #kv.attention_plan)
 //   struct NAME_options { ... };  // the op's options (kvgen/Ops.def)
 //   extern "C" __global__ KVGEN_LAUNCH_BOUNDS(n) void NAME(kvgen_OP_args a) {
 //     ENTRY<NAME_layout, NAME_plan, NAME_options>(a);
@@ -109,10 +111,17 @@ std::string layoutStruct(StringRef name, LayoutAttr attr) {
   return out;
 }
 
-/// `struct NAME_plan`: kv-plan's decisions.
-std::string planStruct(StringRef name, PlanAttr plan,
+const char *boolText(bool b) { return b ? "true" : "false"; }
+
+/// `struct NAME_plan`: kv-plan's decisions, the fields of the plan's family
+/// (the names its prelude headers read as P::NAME). Every family: the base
+/// (vector_bytes / vec, threads, cache_proven, dependent_launch) and the
+/// launch shape of its geometry (tokens_per_cta, small_max_tokens,
+/// small_threads: one CTA per item and no small shape for attention).
+std::string planStruct(StringRef name, PlanAttrInterface plan,
                        const LayoutDesc &layout) {
   const DType cache = layout.dtype;
+  const LaunchGeometry g = plan.geometry();
   std::string out;
   llvm::raw_string_ostream os(out);
   os << "/// " << plan << "\n";
@@ -120,47 +129,56 @@ std::string planStruct(StringRef name, PlanAttr plan,
   os << "  static constexpr int vector_bytes = " << plan.getVectorBytes()
      << ", vec = " << plan.vecElems(cache) << ";\n";
   os << "  static constexpr int threads = " << plan.getThreads()
-     << ", tokens_per_cta = " << plan.getTokensPerCta() << ";\n";
-  os << "  static constexpr int small_max_tokens = " << plan.getSmallMaxTokens()
-     << ", small_threads = " << plan.getSmallThreads() << ";\n";
+     << ", tokens_per_cta = " << g.tokensPerCta << ";\n";
+  os << "  static constexpr int small_max_tokens = " << g.smallMaxTokens
+     << ", small_threads = " << g.smallThreads << ";\n";
+  // The alignment, then the family's hw_fp8 / streaming_stores.
   os << "  static constexpr bool cache_proven = "
-     << (plan.getCacheAlignment() == Alignment::proven ? "true" : "false")
-     << ", hw_fp8 = " << (plan.getHwFp8() ? "true" : "false")
-     << ", streaming_stores = "
-     << (plan.getStreamingStores() ? "true" : "false") << ";\n";
+     << boolText(plan.getCacheAlignment() == Alignment::proven);
+  auto rows = dyn_cast<RowsPlanAttr>(plan);
+  auto blocks = dyn_cast<BlocksPlanAttr>(plan);
+  auto attn = dyn_cast<AttentionPlanAttr>(plan);
+  if (rows || attn)
+    os << ", hw_fp8 = " << boolText(rows ? rows.getHwFp8() : attn.getHwFp8());
+  if (rows || blocks)
+    os << ", streaming_stores = "
+       << boolText(rows ? rows.getStreamingStores()
+                        : blocks.getStreamingStores());
+  os << ";\n";
   os << "  /// griddepcontrol.wait and launch_dependents at the start "
         "(programmatic\n  /// dependent launch; core.h "
         "dependentLaunchBegin).\n";
   os << "  static constexpr bool dependent_launch = "
-     << (plan.getDependentLaunch() ? "true" : "false") << ";\n";
-  os << "  /// Loads a block-copy thread issues before its first store.\n";
-  os << "  static constexpr int copy_batch = " << kBlockCopyBatch << ";\n";
-  os << "  /// Block copies by cp.async.bulk through a shared buffer of\n"
-        "  /// bulk_bytes (kBulkCopyBytes) in bulk_stages pipelined stages,\n"
-        "  /// block_elements{0,1}: elements of one dense block of cache\n"
-        "  /// tensor 0 / 1 (LayoutDesc::denseBlockElements).\n";
-  os << "  static constexpr bool bulk_copy = "
-     << (plan.getBulkCopy() ? "true" : "false")
-     << ";\n  static constexpr int bulk_stages = " << plan.getBulkStages()
-     << ";\n";
-  os << "  static constexpr int64_t bulk_bytes = " << kBulkCopyBytes
-     << ", block_elements0 = "
-     << (plan.getBulkCopy() ? layout.denseBlockElements(0) : 0)
-     << ", block_elements1 = "
-     << (plan.getBulkCopy() ? layout.denseBlockElements(1) : 0) << ";\n";
-  if (plan.getRowsPerCta() > 0) {
+     << boolText(plan.getDependentLaunch()) << ";\n";
+  if (blocks) {
+    os << "  /// Loads a block-copy thread issues before its first store.\n";
+    os << "  static constexpr int copy_batch = " << kBlockCopyBatch << ";\n";
+    os << "  /// Block copies by cp.async.bulk through a shared buffer of\n"
+          "  /// bulk_bytes (kBulkCopyBytes) in bulk_stages pipelined "
+          "stages,\n"
+          "  /// block_elements{0,1}: elements of one dense block of cache\n"
+          "  /// tensor 0 / 1 (LayoutDesc::denseBlockElements).\n";
+    const bool bulk = blocks.getBulkCopy();
+    os << "  static constexpr bool bulk_copy = " << boolText(bulk)
+       << ";\n  static constexpr int bulk_stages = " << blocks.getBulkStages()
+       << ";\n";
+    os << "  static constexpr int64_t bulk_bytes = " << kBulkCopyBytes
+       << ", block_elements0 = " << (bulk ? layout.denseBlockElements(0) : 0)
+       << ", block_elements1 = " << (bulk ? layout.denseBlockElements(1) : 0)
+       << ";\n";
+  } else if (attn) {
     // Row tiles and split-KV: the kernel applies kvgen::launchShape
     // (Launch.h) to these, as the runtime does.
-    os << "  static constexpr int rows_per_cta = " << plan.getRowsPerCta()
-       << ", row_group = " << plan.getRowGroup()
-       << ", item_ctas = " << plan.getItemCtas() << ";\n";
-    os << "  static constexpr int split_ctas = " << plan.getSplitCtas()
-       << ", split_min_tokens = " << plan.getSplitMinTokens()
-       << ", split_align = " << plan.getSplitAlign()
-       << ", partial_bytes = " << plan.getPartialBytes() << ";\n";
+    os << "  static constexpr int rows_per_cta = " << attn.getRowsPerCta()
+       << ", row_group = " << attn.getRowGroup()
+       << ", item_ctas = " << attn.getItemCtas() << ";\n";
+    os << "  static constexpr int split_ctas = " << attn.getSplitCtas()
+       << ", split_min_tokens = " << attn.getSplitMinTokens()
+       << ", split_align = " << attn.getSplitAlign()
+       << ", partial_bytes = " << attn.getPartialBytes() << ";\n";
     os << "  /// The MMAs on MFMA (attention_mma.h Mma).\n";
-    os << "  static constexpr bool mfma = "
-       << (plan.getMfma() ? "true" : "false") << ";\n";
+    os << "  static constexpr bool mfma = " << boolText(attn.getMfma())
+       << ";\n";
   }
   os << "};";
   return out;
@@ -221,7 +239,7 @@ struct KernelSpecLowering
   matchAndRewrite(KernelSpecOpInterface spec, ArrayRef<Value>,
                   ConversionPatternRewriter &rewriter) const override {
     Operation *op = spec.getOperation();
-    PlanAttr plan = spec.getPlanAttr(); // checked by the pass
+    PlanAttrInterface plan = spec.getPlanAttr(); // checked by the pass
     std::optional<Target> target = parseTarget(plan.getTarget().str());
     if (!target) // the plan's verifier accepts known targets only
       return rewriter.notifyMatchFailure(op, "plan names an unknown target");
@@ -245,8 +263,7 @@ struct KernelSpecLowering
     emitc::VerbatimOp::create(rewriter, loc, *options);
 
     Type argsType = emitc::OpaqueType::get(ctx, desc.argsType);
-    const int64_t maxThreads =
-        std::max(plan.getThreads(), plan.getSmallThreads());
+    const int64_t maxThreads = plan.maxThreads();
     std::string bounds =
         plan.getMinCtasPerSm() > 0
             ? llvm::formatv("KVGEN_LAUNCH_BOUNDS_MIN_CTAS({0}, {1})",

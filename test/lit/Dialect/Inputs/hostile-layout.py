@@ -7,7 +7,7 @@
     hostile-layout.py strides N      N `<name>_strides` fields, one per line
     hostile-layout.py stride-list N  a stride list of N entries, one per line
     hostile-layout.py digits N       num_kv_heads an N-digit literal
-    hostile-layout.py plan-digits N  a #kv.plan whose threads has N digits
+    hostile-layout.py plan-digits N  a #kv.rows_plan whose threads has N digits
     hostile-layout.py qheads-digits N  kv.paged_attention, num_q_heads of
                                      N digits (the op, not a "test.op")
 
@@ -31,7 +31,7 @@ elif kind == "digits":
     body = "block_size = 16, dtype = bf16, head_size_k = 8, head_size_v = 8"
 elif kind == "plan-digits":
     sys.stdout.write(
-        '"test.op"() {p = #kv.plan<target = "sm_90", vector_bytes = 16,\n'
+        '"test.op"() {p = #kv.rows_plan<target = "sm_90", vector_bytes = 16,\n'
         "threads = " + "1" * n + ", tokens_per_cta = 1, small_max_tokens = 0,"
         " small_threads = 0, cache_alignment = proven, hw_fp8 = false,"
         " streaming_stores = false>} : () -> ()\n")

@@ -33,7 +33,7 @@ def check(path):
         raise RuntimeError("needs a kv.reshape_and_cache and a kv.gather")
     for target in TARGETS:
         planned = run(["kvgen-opt", "--kv-plan=target=" + target, path])
-        if planned.count("plan = #kv.plan<") != writes + gathers:
+        if planned.count("plan = #kv.rows_plan<") != writes + gathers:
             raise RuntimeError("kv-plan left an op unplanned for " + target)
     return writes, gathers
 
