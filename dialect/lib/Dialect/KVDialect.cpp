@@ -330,6 +330,28 @@ LogicalResult verifyTokenShape(EmitErrorFn emitError, int64_t tokensPerCta,
   return success();
 }
 
+/// The fields the token families (rows, blocks) share: the base, the
+/// launch shape (its largest CTA bounds min_ctas_per_sm) and
+/// streaming_stores. The target on success.
+FailureOr<Target> verifyTokenPlan(EmitErrorFn emitError, StringRef target,
+                                  int64_t vectorBytes, int64_t threads,
+                                  int64_t tokensPerCta, int64_t smallMaxTokens,
+                                  int64_t smallThreads, bool streamingStores,
+                                  bool dependentLaunch, int64_t minCtasPerSm) {
+  if (failed(verifyTokenShape(emitError, tokensPerCta, smallMaxTokens,
+                              smallThreads)))
+    return failure();
+  FailureOr<Target> t =
+      verifyPlanBase(emitError, target, vectorBytes, threads, dependentLaunch,
+                     minCtasPerSm, std::max(threads, smallThreads));
+  if (failed(t) ||
+      failed(needCapability(emitError, target, "streaming_stores",
+                            streamingStores, t->caps().streamingStores,
+                            "a target with cache-streaming stores")))
+    return failure();
+  return t;
+}
+
 /// The launch geometry of a token family's plan.
 template <class A> LaunchGeometry tokenGeometry(A plan) {
   LaunchGeometry g;
@@ -358,23 +380,14 @@ LogicalResult RowsPlanAttr::verify(EmitErrorFn emitError, StringRef target,
                                    int64_t smallThreads, Alignment, bool hwFp8,
                                    bool streamingStores, bool dependentLaunch,
                                    int64_t minCtasPerSm) {
-  if (failed(verifyTokenShape(emitError, tokensPerCta, smallMaxTokens,
-                              smallThreads)))
-    return failure();
-  FailureOr<Target> t =
-      verifyPlanBase(emitError, target, vectorBytes, threads, dependentLaunch,
-                     minCtasPerSm, std::max(threads, smallThreads));
+  FailureOr<Target> t = verifyTokenPlan(
+      emitError, target, vectorBytes, threads, tokensPerCta, smallMaxTokens,
+      smallThreads, streamingStores, dependentLaunch, minCtasPerSm);
   if (failed(t))
     return failure();
-  const TargetInfo::Caps &caps = t->caps();
-  if (failed(needCapability(emitError, target, "hw_fp8", hwFp8,
-                            caps.hwFp8Convert,
-                            "a target with hardware fp8 converts")) ||
-      failed(needCapability(emitError, target, "streaming_stores",
-                            streamingStores, caps.streamingStores,
-                            "a target with cache-streaming stores")))
-    return failure();
-  return success();
+  return needCapability(emitError, target, "hw_fp8", hwFp8,
+                        t->caps().hwFp8Convert,
+                        "a target with hardware fp8 converts");
 }
 
 LogicalResult BlocksPlanAttr::verify(EmitErrorFn emitError, StringRef target,
@@ -385,22 +398,13 @@ LogicalResult BlocksPlanAttr::verify(EmitErrorFn emitError, StringRef target,
                                      bool streamingStores, bool bulkCopy,
                                      int64_t bulkStages, bool dependentLaunch,
                                      int64_t minCtasPerSm) {
-  if (failed(verifyTokenShape(emitError, tokensPerCta, smallMaxTokens,
-                              smallThreads)))
-    return failure();
-  FailureOr<Target> t =
-      verifyPlanBase(emitError, target, vectorBytes, threads, dependentLaunch,
-                     minCtasPerSm, std::max(threads, smallThreads));
-  if (failed(t))
-    return failure();
-  const TargetInfo::Caps &caps = t->caps();
-  if (failed(needCapability(emitError, target, "streaming_stores",
-                            streamingStores, caps.streamingStores,
-                            "a target with cache-streaming stores")) ||
-      failed(needCapability(emitError, target, "bulk_copy", bulkCopy,
-                            caps.bulkCopy,
-                            "a target with bulk copies (cp.async.bulk, "
-                            "sm_90+)")))
+  FailureOr<Target> t = verifyTokenPlan(
+      emitError, target, vectorBytes, threads, tokensPerCta, smallMaxTokens,
+      smallThreads, streamingStores, dependentLaunch, minCtasPerSm);
+  if (failed(t) || failed(needCapability(emitError, target, "bulk_copy",
+                                         bulkCopy, t->caps().bulkCopy,
+                                         "a target with bulk copies "
+                                         "(cp.async.bulk, sm_90+)")))
     return failure();
   if (bulkCopy && (vectorBytes != 16 || alignment != Alignment::proven))
     return emitError() << "'bulk_copy' needs 'vector_bytes' = 16 and "
