@@ -333,7 +333,7 @@ private:
       if (!a[i].isTensor())
         return false;
       const at::Tensor &t = a[i].toTensor();
-      if (!vector(t))
+      if (!t.defined() || !vector(t))
         return false;
       c->tokens = t.size(0);
       slots = true;
@@ -355,7 +355,11 @@ private:
       }
       if (!a[i].isTensor())
         return false;
+      // None for a Tensor argument arrives as an undefined tensor (no
+      // device, dtype or sizes): the Python op raises for it.
       const at::Tensor &t = a[i].toTensor();
+      if (!t.defined())
+        return false;
       if (r == 'R') {
         if (t.dim() < 1)
           return false;

@@ -1564,6 +1564,35 @@ def test_write_accepts_none_scales_for_auto(entry):
     assert not vc.view(-1, 4, 64)[others].any()
 
 
+@pytest.mark.parametrize("entry", ["torch.ops", "python"])
+@pytest.mark.parametrize("missing", ["k_scale", "v_scale", "both"])
+def test_write_fp8_without_scales_raises_type_error(entry, missing):
+    """Review of issue 24: reshape_and_cache_flash(..., "fp8", None, ...)
+    reached kvgen's C++ kernel as an undefined tensor (torch turns None for
+    a Tensor argument into one), whose signature asked it for its device:
+    RuntimeError "tensor does not have a device" instead of the Python
+    implementation's TypeError naming the scale (KVGEN_TORCH_FAST=0 gave
+    the TypeError). Now the C++ kernel sends the call to the Python
+    implementation; nothing is written."""
+    f = (torch.ops.kvgen.reshape_and_cache_flash if entry == "torch.ops"
+         else kt.reshape_and_cache_flash)
+    k = torch.randn(3, 2, 64).bfloat16()
+    v = torch.randn(3, 2, 64).bfloat16()
+    kc = torch.zeros(4, 16, 2, 64, dtype=torch.uint8)
+    vc = torch.zeros(4, 16, 2, 64, dtype=torch.uint8)
+    slots = torch.tensor([0, 5, 17])
+    one = torch.ones(1)
+    f(k, v, kc, vc, slots, "fp8", one, one)  # a plan for the signature
+    kc.zero_()
+    vc.zero_()
+    scales = {"k_scale": (None, one), "v_scale": (one, None),
+              "both": (None, None)}[missing]
+    name = "v_scale" if missing == "v_scale" else "k_scale"
+    with pytest.raises(TypeError, match=f"{name} is None.*fp8"):
+        f(k, v, kc, vc, slots, "fp8", *scales)
+    assert not kc.any() and not vc.any()
+
+
 # -- vLLM's current cache-op schemas (issue 24) -----------------------------
 #
 # Each op: torch.library.opcheck (schema, fake, aot dispatch) and a torch
