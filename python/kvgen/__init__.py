@@ -424,6 +424,16 @@ class _Buf:
             self.pinned = x.device.type == "cpu" and x.is_pinned()
         elif hasattr(x, "__array_interface__") and hasattr(x, "ctypes"):
             self.kind = "numpy"
+            # The kernels read and write machine values: an array of
+            # Python objects (pointers the kernel would overwrite) or of a
+            # foreign byte order (read byte-swapped) is neither.
+            if x.dtype.hasobject:
+                raise TypeError(f"{what}: dtype {x.dtype} holds Python "
+                                "objects: pass an array of numbers")
+            if not x.dtype.isnative:
+                raise TypeError(f"{what}: dtype {x.dtype.str} is not in the "
+                                "machine's byte order: pass x.astype(x.dtype."
+                                "newbyteorder('='))")
             if writes and not x.flags.writeable:
                 raise ValueError(f"{what}: a read-only array (flags."
                                  "writeable is False), but the kernel writes "

@@ -271,6 +271,38 @@ def test_a_plan_fills_what_a_fresh_check_fills(ctx):
             k.prepare(*args, **kw)  # remember it again
 
 
+def test_foreign_byte_order_and_object_arrays_are_refused(ctx):
+    """Review of issue 24: _Buf took a numpy array's dtype by its name
+    only, so a big-endian array ('>i8' slots, '>u2' rows) of the same name
+    as the kernel's dtype was accepted and read byte-swapped (wrong slots
+    and rows, on a first call and through a plan alike), and an object
+    array (pointers to Python objects) was accepted as a raw cache buffer:
+    the kernel wrote bf16 bits over the pointers and the process crashed
+    when they were next used. Both raise TypeError naming the argument,
+    after a plan for good arrays of the same shapes exists, and nothing is
+    written."""
+    k = write_kernel(ctx)
+    rng = np.random.default_rng(7)
+    key, val, kc, vc, slots = write_args(rng, 4)
+    k.reshape_and_cache(key, val, kc, vc, slots)  # a plan for these shapes
+    kc[:] = 0
+    vc[:] = 0
+    for args, name in (
+            ((key, val, kc, vc, slots.astype(">i8")), "slot_mapping"),
+            ((key.astype(">u2"), val, kc, vc, slots), "key"),
+            ((key, val.astype(">u2"), kc, vc, slots), "value")):
+        with pytest.raises(TypeError, match=f"{name}: .*byte order"):
+            k.reshape_and_cache(*args)
+    assert not kc.any() and not vc.any()
+    # Object caches (of the byte size of the real ones); the slots are
+    # negative so that a launch, were it made, writes nothing.
+    okc = np.zeros(kc.nbytes // 8, dtype=object)
+    none = np.full(4, -1, np.int64)
+    with pytest.raises(TypeError, match="key_cache: .*Python objects"):
+        k.reshape_and_cache(key, val, okc, vc, none)
+    assert all(x == 0 for x in okc)
+
+
 def test_plans_per_kernel_are_bounded(ctx):
     k = write_kernel(ctx)
     k._plans.clear()
