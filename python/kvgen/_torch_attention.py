@@ -21,7 +21,8 @@ vllm/attention/ops/triton_unified_attention.py, then kvgen's workspace):
       permute of [nb, H, bs, D]), the K and V column ranges of one packed
       [nb, bs, H, Dk + Dv] allocation (vLLM's DiffKV backends; same
       strides, V starting Dk elements after K), the halves of an
-      [nb, 2, ...] allocation, padded blocks. dtype bf16 / f16 / f32, or a
+      [nb, 2, ...] allocation, padded blocks; num_blocks >= 1
+      (ValueError otherwise). dtype bf16 / f16 / f32, or a
       torch float8 dtype (e4m3fn, e5m2, and their fnuz variants) for an fp8
       cache; a uint8 cache is refused (view it as the float8 dtype it
       holds, as vLLM's Triton backend does).
@@ -45,7 +46,8 @@ vllm/attention/ops/triton_unified_attention.py, then kvgen's workspace):
       + 1 keys, the query's own included: kvgen's sliding_window = left +
       1), -1 = no window; right must be -1 or 0 (causal).
   block_table [>= num_seqs, max_blocks] int32, last dim contiguous (any
-      row stride).
+      row stride). max_blocks may be 0 (then every seqused_k must be 0:
+      a longer context is reported through check_errors, its rows 0).
   softcap: > 0 turns logits x into softcap * tanh(x / softcap); 0 = off.
   q_descale: must be None (fp8 queries are not supported; vLLM's kernel
       asserts the same).
@@ -66,7 +68,8 @@ vllm/attention/ops/triton_unified_attention.py, then kvgen's workspace):
       run at the same time must not share one; on the CPU, one per
       thread); the same one serves every batch shape and every CUDA graph
       captured on that stream (docs/attention.md, "The workspace
-      contract").
+      contract"). It must share no byte with another argument (out, q,
+      the caches, sinks, the descales, the index tensors): ValueError.
 
 No fp32 LSE output: kv.paged_attention has no log-sum-exp output (its
 merge keeps (m, l) in the workspace's partials only), so the op has no
@@ -95,7 +98,8 @@ import ctypes
 import torch
 
 from . import torch as _kt
-from ._views import FLOAT_DTYPES, FP8_TORCH, CacheGeometry, dtype_name
+from ._views import (FLOAT_DTYPES, FP8_TORCH, CacheGeometry, dtype_name,
+                     span_bytes)
 
 SCHEMA = (
     "(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor cu_seqlens_q, "
@@ -175,6 +179,10 @@ def _check_kernel_args(q, k, v, softcap, sinks, k_descale, v_descale):
         raise ValueError(_err(
             f"k {list(k.shape)} and v {list(v.shape)} differ in [num_blocks,"
             " block_size, num_kv_heads]"))
+    if k.shape[0] < 1:
+        raise ValueError(_err(
+            f"k has shape {list(k.shape)}: the caches need at least one "
+            "block (kvgen's kernel takes num_blocks >= 1)"))
     if q.shape[2] != k.shape[3]:
         raise ValueError(_err(f"q has head_size {q.shape[2]}, k "
                               f"{k.shape[3]}"))
@@ -307,6 +315,30 @@ def _check(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
     return dtype, scale, window
 
 
+def _check_workspace_apart(ws, ws_bytes, tensors):
+    """ValueError when the workspace's bytes [ws.data_ptr(), + ws_bytes)
+    meet the bytes spanned by one of `tensors` ((name, tensor or None)
+    pairs: from a view's first element to the end of its last, strides
+    included). The kernel writes counters and partials there while it
+    reads the other arguments and writes out: a shared byte gives wrong
+    rows, and counters left non-zero break later launches. Host metadata
+    only (data_ptr, shape, strides): no synchronization."""
+    lo = ws.data_ptr()
+    hi = lo + ws_bytes
+    for name, t in tensors:
+        if t is None:
+            continue
+        n = span_bytes(t.shape, t.stride(), t.element_size())
+        p = t.data_ptr()
+        if n and p < hi and lo < p + n:
+            raise ValueError(_err(
+                f"workspace (bytes [{lo:#x}, {hi:#x})) overlaps {name} "
+                f"(bytes [{p:#x}, {p + n:#x})): the kernel writes its "
+                "counters and partials there; give it an allocation of its "
+                "own (torch.zeros(n, dtype=torch.uint8), once per "
+                "stream)"))
+
+
 _NO_WORKSPACE = (
     "workspace is required: allocate kvgen.torch.unified_attention_"
     "workspace_bytes(q, k, v, softcap=..., sinks=...) bytes zeroed "
@@ -421,6 +453,12 @@ def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
             "(torch.zeros(n, dtype=torch.uint8)) once per stream"))
     kp, vp = k.data_ptr(), v.data_ptr()
     p.geo.check_disjoint(kp, vp)
+    _check_workspace_apart(workspace, ws_bytes, (
+        ("out", out), ("q", q), ("k", k), ("v", v),
+        ("cu_seqlens_q", cu_seqlens_q), ("seqused_k", seqused_k),
+        ("block_table", block_table), ("sinks", sinks),
+        ("k_descale", k_descale if p.scaled else None),
+        ("v_descale", v_descale if p.scaled else None)))
     if t == 0 or ns == 0:
         return None  # no query row: nothing to write
     a = p.args()
@@ -428,7 +466,10 @@ def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
     a.output = out.data_ptr()
     a.key_cache = kp
     a.value_cache = vp
-    a.block_tables = block_table.data_ptr()
+    # A table of 0 columns (no context needs a block: seqused_k all 0) may
+    # have no memory; the checked kernel reads no entry of it (a context
+    # above 0 is reported), but the runtime wants a pointer: seqused_k's.
+    a.block_tables = block_table.data_ptr() or seqused_k.data_ptr()
     a.seq_lens = seqused_k.data_ptr()
     a.query_start_loc = cu_seqlens_q.data_ptr()
     if p.scaled:
@@ -463,8 +504,8 @@ def _impl_op(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
 #: role letters): q R, k F, v F, out R, cu_seqlens_q Q, max_seqlen_q M,
 #: seqused_k N, max_seqlen_k X, softmax_scale D, causal T, window_size W,
 #: block_table B, softcap Y, q_descale Z, k_descale / v_descale / sinks O,
-#: workspace F.
-ROLES = "RFFRQMNXDTWBYZOOOF"
+#: workspace G (a fixed tensor that no per-call tensor may overlap).
+ROLES = "RFFRQMNXDTWBYZOOOG"
 #: The struct field each argument's per-call value goes to (None: fixed in
 #: the remembered struct).
 _FIELDS = ("query", None, None, "output", "query_start_loc",

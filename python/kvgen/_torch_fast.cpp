@@ -36,8 +36,9 @@
 //      size is num_seqs; dtype and device in the signature
 //   Q  cu_seqlens_q: pointer per call; 1-D, contiguous when > 1 element,
 //      >= num_seqs + 1 elements; dtype and device in the signature
-//   B  block_table: pointer per call; >= num_seqs rows; the other sizes,
-//      strides, dtype and device in the signature
+//   B  block_table: pointer per call, not null (a table without memory,
+//      of 0 columns, goes to the Python op); >= num_seqs rows; the other
+//      sizes, strides, dtype and device in the signature
 //   M  max_seqlen_q (int): per call, >= 1, taken as min(value, T)
 //   X  max_seqlen_k (int): per call, >= 0
 //   D  softmax_scale (float): per call, as float32 (finite)
@@ -48,6 +49,10 @@
 //      or 0], set as sliding_window = left + 1 (0 for left = -1)
 //   Z  q_descale: must be None
 //   O  an optional fixed tensor: None, or as F
+//   G  the workspace: as F, and no per-call tensor (R, S, Q, N, B) of the
+//      call may share a byte with it (checked here per call from pointers,
+//      sizes and strides; the fixed tensors are checked by the Python op
+//      when it remembers the plan, their pointers being in the signature)
 // A call that breaks one of these rules goes to the Python op (its error);
 // so does one with T = 0 or num_seqs = 0 (nothing to launch).
 
@@ -249,6 +254,19 @@ private:
            s->push(device(t));
   }
 
+  // [*lo, *hi): the bytes from t's first element to the end of its last
+  // (strides >= 0, as torch's); false when t has no element.
+  static bool span(const at::Tensor &t, uintptr_t *lo, uintptr_t *hi) {
+    if (t.numel() == 0)
+      return false;
+    int64_t last = 0;
+    for (int64_t i = 0; i < t.dim(); ++i)
+      last += (t.size(i) - 1) * t.stride(i);
+    *lo = reinterpret_cast<uintptr_t>(t.data_ptr());
+    *hi = *lo + static_cast<uintptr_t>(last + 1) * t.element_size();
+    return true;
+  }
+
   // A 1-D tensor, contiguous when it has more than one element.
   static bool vector(const at::Tensor &t) {
     return t.dim() == 1 && (t.size(0) < 2 || t.stride(0) == 1);
@@ -375,9 +393,9 @@ private:
         if (r == 'N')
           c->seqs = t.size(0);
       } else if (r == 'B') {
-        if (t.dim() != 2 || !meta(s, t, 1))
+        if (t.dim() != 2 || !t.data_ptr() || !meta(s, t, 1))
           return false;
-      } else { // F, C, O
+      } else { // F, C, O, G
         if (!meta(s, t, 0) ||
             !s->push(reinterpret_cast<intptr_t>(t.data_ptr())))
           return false;
@@ -387,6 +405,19 @@ private:
     }
     if (c->tokens < 0)
       return false;
+    // The workspace shares no byte with a per-call tensor (else the Python
+    // op raises).
+    for (size_t w = 0; w < n; ++w) {
+      uintptr_t wlo, whi;
+      if (roles_[w] != 'G' || !span(a[w].toTensor(), &wlo, &whi))
+        continue;
+      for (size_t i = 0; i < n; ++i) {
+        uintptr_t lo, hi;
+        if (std::strchr("RSQNB", roles_[i]) &&
+            span(a[i].toTensor(), &lo, &hi) && lo < whi && wlo < hi)
+          return false;
+      }
+    }
     for (size_t i = 0; i < n; ++i) {
       const char r = roles_[i];
       if (r == 'Q' || r == 'B' || r == 'M') {

@@ -639,6 +639,109 @@ def test_workspace_too_small_or_strided_is_refused():
     c.check()
 
 
+def test_workspace_sharing_bytes_with_another_argument_is_refused():
+    """The kernel writes counters and partials into the workspace while it
+    reads q, the caches, the index tensors and sinks and writes out: a
+    workspace that shares a byte with any of them raises ValueError before
+    the launch (out placed inside it left its counters non-zero, and later
+    correct calls with that workspace gave wrong rows). The first call with
+    this workspace is a good one, so that the C++ kernel (where in use)
+    holds a plan for the signature of the bad calls with out or q inside
+    the workspace and must refuse them itself. Nothing is written: the
+    workspace stays zero, out keeps its canary, and the same workspace then
+    gives the reference's rows."""
+    c = Case(GEOS["gqa4_nhd"], [300] * 3, [1] * 3, seed=25, sinks=True)
+    n = c.workspace().numel()
+    ob = c.out.numel() * c.out.element_size()
+    buf = torch.zeros(n + ob + 64, dtype=torch.uint8)
+    ws = buf[:n]
+
+    def inside(at, like):  # a tensor like `like` at byte `at` of buf
+        nbytes = like.numel() * like.element_size()
+        return buf[at:at + nbytes].view(like.dtype).view(like.shape)
+
+    c.run(ws=ws)  # a good call: the plan (C++: for this workspace pointer)
+    c.check()
+    assert not buf.any()
+    good_out = c.out
+    q_in = inside(n - 2, c.q)
+    q_in.copy_(c.q)
+    buf_q = buf.clone()
+    buf[n - 2:].zero_()
+    sinks = inside(n - 4, c.sinks)
+    sinks.copy_(c.sinks)
+    buf_s = buf.clone()
+    buf[n - 4:].zero_()
+    for name, kw, state in (
+            ("out", dict(out=inside(0, c.out)), None),
+            ("out", dict(out=inside(n - 2, c.out)), None),  # one element
+            ("q", dict(q=q_in), buf_q),
+            ("sinks", dict(sinks=sinks), buf_s),
+            ("block_table", dict(block_table=ws[16:16 + 2 * 3 * 4].view(
+                torch.int32).view(3, 2)), None),
+            ("seqused_k", dict(seqused_k=ws[:12].view(torch.int32)), None),
+            ("cu_seqlens_q", dict(cu_seqlens_q=ws[:16].view(torch.int32)),
+             None)):
+        if state is not None:
+            buf.copy_(state)
+        before = buf.clone()
+        good_out.fill_(7.25)
+        with pytest.raises(ValueError, match=f"workspace .* overlaps "
+                           f"{name} "):
+            c.run(ws=ws, **kw)
+        assert torch.equal(buf, before), name
+        assert (good_out == 7.25).all(), name
+        buf.zero_()
+    # The caches: a workspace over their allocation.
+    for name in ("k", "v"):
+        alloc = c.allocs[0 if name == "k" else 1]
+        with pytest.raises(ValueError, match=f"overlaps {name} "):
+            c.run(ws=alloc.view(-1).view(torch.uint8)[:n])
+    assert not buf.any()
+    c.out = good_out
+    c.run(ws=ws)
+    c.check()
+
+
+def test_block_table_of_no_columns_and_caches_of_no_blocks():
+    """The fake and the real op agree (docs/attention.md: block-table
+    entries past ceil(seq_len / block_size) are never read; a row without
+    keys is 0). A block_table of 0 columns (torch gives it no memory) with
+    every context 0 is served: q's rows are 0, no report (the real op
+    raised KvgenError "'block_tables' is NULL" where the fake accepted);
+    a context above 0 with it is reported, its rows 0. Caches of 0 blocks
+    raise ValueError naming k in both (the real op raised KvgenError
+    "num_blocks = 0")."""
+    c = Case(GEOS["gqa4_nhd"], [0, 0], [1, 2], seed=26)
+    ws = c.workspace()
+    bt0 = torch.zeros(2, 0, dtype=torch.int32)
+    kt.check_errors("cpu")
+    for repeat in range(2):  # the second: C++ kernel's per-call path too
+        c.out.fill_(7.25)
+        OP(**c.args(block_table=bt0), workspace=ws)
+        assert (c.out == 0).all()
+    kt.check_errors("cpu")
+    c.out.fill_(7.25)
+    OP(**c.args(block_table=bt0,
+                seqused_k=torch.tensor([0, 3], dtype=torch.int32)),
+       workspace=ws)
+    with pytest.raises(kvgen.KvgenError, match="INDEX_OUT_OF_RANGE"):
+        kt.check_errors("cpu")
+    assert (c.out == 0).all()
+    meta = {n: (x.to("meta") if isinstance(x, torch.Tensor) else x)
+            for n, x in c.args(block_table=bt0).items()}
+    OP(**meta, workspace=ws.to("meta"))  # the fake accepts it too
+    empty = dict(k=c.k[:0], v=c.v[:0])
+    for args, w in ((c.args(**empty), ws), ({**meta, "k": meta["k"][:0],
+                                            "v": meta["v"][:0]},
+                                           ws.to("meta"))):
+        c.out.fill_(7.25)
+        with pytest.raises(ValueError, match=r"k has shape \[0, .*at least "
+                           "one block"):
+            OP(**args, workspace=w)
+    assert (c.out == 7.25).all()
+
+
 def test_descales_are_ignored_for_a_bf16_cache():
     """vLLM's Triton backend passes expand()ed descales whatever the cache;
     a bf16 cache reads none (as vLLM's kernel)."""
