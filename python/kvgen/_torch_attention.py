@@ -346,11 +346,52 @@ _NO_WORKSPACE = (
     "and pass it to every call")
 
 
+class _StandIn:
+    """A cache view's metadata for CacheGeometry with a stand-in address
+    (data_ptr): for views without memory (FakeTensors, whose storage is on
+    the meta device)."""
+    __slots__ = ("shape", "_t", "_p")
+
+    def __init__(self, t, p):
+        self.shape, self._t, self._p = t.shape, t, p
+
+    def stride(self):
+        return self._t.stride()
+
+    def element_size(self):
+        return self._t.element_size()
+
+    def data_ptr(self):
+        return self._p
+
+
+def _addressed(k, v):
+    """k, v, or stand-ins whose addresses keep what CacheGeometry reads of
+    them (packed or not, overlap) where the views have no memory: views of
+    one storage at their storage offsets, of two storages 2^62 bytes
+    apart."""
+    ks, vs = k.untyped_storage(), v.untyped_storage()
+    if ks.device.type != "meta":
+        return k, v
+    same = ks._cdata == vs._cdata
+    return (_StandIn(k, k.storage_offset() * k.element_size()),
+            _StandIn(v, v.storage_offset() * v.element_size() +
+                     (0 if same else 1 << 62)))
+
+
 def _kernel_plan(q, k, v, softcap, sinks, k_descale, v_descale):
-    """The kernel of these arguments and its CacheGeometry."""
+    """The kernel of these arguments and its CacheGeometry (FakeTensors,
+    e.g. under torch.compile, are taken by their shapes, strides, storage
+    offsets and device)."""
     dtype, scale = _check_kernel_args(q, k, v, softcap, sinks, k_descale,
                                       v_descale)
-    geo = CacheGeometry(k, v, dtype, scale)
+    if q.device.type == "meta":
+        raise ValueError(_err(
+            "q is on the meta device: the kernel and its workspace size "
+            "depend on the device (split-KV CTAs follow its multiprocessor "
+            "count); pass tensors of the device, or FakeTensors of it "
+            "(torch.compile's)"))
+    geo = CacheGeometry(*_addressed(k, v), dtype, scale)
     opts = dict(io=FLOAT_DTYPES[dtype_name(q)], num_q_heads=q.shape[1])
     if sinks is not None:
         opts["sinks"] = True
@@ -563,7 +604,9 @@ def unified_attention_workspace_bytes(q, k, v, softcap=0.0, sinks=None,
     start has one size for every attention kernel of one device (the
     target's split_ctas), so layers of different geometries on one stream
     may share one workspace of the largest of their sizes. Raises as the
-    op does for arguments it refuses."""
+    op does for arguments it refuses. Needs no tensor memory: FakeTensors
+    (torch.compile's) are served; meta tensors raise ValueError (no
+    device, so no kernel)."""
     return _kernel_plan(q, k, v, softcap, sinks, k_descale,
                         v_descale)[0].max_workspace_bytes
 

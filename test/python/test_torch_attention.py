@@ -498,6 +498,41 @@ def test_fake_on_meta_tensors():
         OP(**{**meta, "out": meta["out"][:, :, :64]}, workspace=ws)
 
 
+@pytest.mark.parametrize("geo", ["gqa4_nhd", "mimo_192_128_packed",
+                                 "nb2_f16"])
+def test_workspace_bytes_of_fake_and_meta_tensors(geo):
+    """unified_attention_workspace_bytes needs shapes, strides, dtypes and
+    the device only: FakeTensors (torch.compile's; no memory, so no
+    pointers: K and V are placed by their storage offsets) give the size of
+    the real tensors, packed and [nb, 2, ...] views included, without
+    reading a data pointer; meta tensors have no device, hence no kernel:
+    ValueError saying so (it said "key_cache and value_cache overlap")."""
+    import warnings
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    c = Case(GEOS[geo], [5], [1], seed=1)
+    want = c.workspace().numel()
+    mode = FakeTensorMode()
+    # Whole allocations converted, views taken in the mode: the packed
+    # views stay views of one storage.
+    allocs = [mode.from_tensor(a) for a in c.allocs]
+
+    def same_view(t):
+        a = next(f for f, r in zip(allocs, c.allocs)
+                 if r.untyped_storage().data_ptr() ==
+                 t.untyped_storage().data_ptr())
+        return a.as_strided(t.shape, t.stride(), t.storage_offset())
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # data_ptr of a FakeTensor warns
+        with mode:
+            fq, fk, fv = mode.from_tensor(c.q), same_view(c.k), \
+                same_view(c.v)
+            assert kt.unified_attention_workspace_bytes(fq, fk, fv) == want
+    m = {n: getattr(c, n).to("meta") for n in ("q", "k", "v")}
+    with pytest.raises(ValueError, match="q is on the meta device"):
+        kt.unified_attention_workspace_bytes(m["q"], m["k"], m["v"])
+
+
 def test_torch_compile_fullgraph():
     lens, qs = BATCHES["mixed"]
     c = Case(GEOS["gqa4_nhd"], lens, qs, seed=4, sinks=True)
