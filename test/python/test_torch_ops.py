@@ -1803,6 +1803,45 @@ def test_gather_current_schema_refuses_what_it_cannot_serve():
     assert torch.equal(dst, want)
 
 
+def test_gather_negative_starts_and_int64_wraparound_are_reported():
+    """int64 tables: a negative cu_seq_lens[b] or seq_starts[b] (p = t -
+    cu_seq_lens[b] + seq_starts[b] wrapped: -2^63 with a start of 2^63 - 1
+    put rows 1.. at positions 0.. and gathered them silently) leaves the
+    sequence's rows untouched and is reported (check_errors, no host
+    synchronization); the other sequence is gathered. The batch form
+    reports a negative seq_starts entry the same way (it gathered from
+    position i + start >= 0)."""
+    gen = torch.Generator().manual_seed(44)
+    cache, table, cu, tts, starts = _token_gather_case("cpu", gen,
+                                                       torch.bfloat16)
+    one = torch.ones(1)
+    want = torch.full((33, 48), 7.0, dtype=torch.bfloat16)
+    torch_ref.gather_and_maybe_dequant_cache(cache, want, table, cu, tts,
+                                             33, "auto", one, starts)
+    want[:20] = 7.0  # sequence 0's rows: not gathered
+    kt.check_errors("cpu")
+    for cu0, s0 in ((-2 ** 63, 2 ** 63 - 1), (-(2 ** 63 - 3), 2 ** 63 - 1),
+                    (-5, 0), (0, -3), (0, -2 ** 63)):
+        dst = torch.full((33, 48), 7.0, dtype=torch.bfloat16)
+        torch.ops.kvgen.gather_and_maybe_dequant_cache(
+            cache, dst, table, torch.tensor([cu0, 20, 31]), tts, 33, "auto",
+            one, torch.tensor([s0, 5]))
+        with pytest.raises(kvgen.KvgenError, match="INDEX_OUT_OF_RANGE"):
+            kt.check_errors("cpu")
+        assert torch.equal(dst, want), (cu0, s0)
+    bstarts = torch.tensor([-3, 5], dtype=torch.int32)
+    want = torch.full((31, 48), 7.0, dtype=torch.bfloat16)
+    torch_ref.gather_and_maybe_dequant_cache_batch(
+        cache, want, table, cu, 2, "auto", one, starts)
+    want[:20] = 7.0
+    dst = torch.full((31, 48), 7.0, dtype=torch.bfloat16)
+    torch.ops.kvgen.gather_and_maybe_dequant_cache_batch(
+        cache, dst, table, cu, 2, "auto", one, bstarts)
+    with pytest.raises(kvgen.KvgenError, match="INDEX_OUT_OF_RANGE"):
+        kt.check_errors("cpu")
+    assert torch.equal(dst, want)
+
+
 RAW_DTYPES = [torch.bfloat16, torch.float32, torch.uint8,
               torch.float8_e4m3fn, torch.int16]
 
