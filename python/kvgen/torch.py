@@ -1694,6 +1694,54 @@ def _raw_blocks(name, t, block_bytes, esz):
                     (nb, n // width, width), (n, width, 1))
 
 
+def _check_swap_order(src, dst, block_bytes, block_mapping):
+    """ValueError when the result would depend on the order of
+    block_mapping's rows: kvgen's kernel copies them in parallel (vLLM's
+    swap_blocks one after another). No row's destination block may share
+    a byte with another row's destination nor, where src and dst are on
+    one device (e.g. one tensor), with another row's source, nor with its
+    own source but for being that block. Rows with a block id outside
+    either tensor are skipped by the kernel (and reported) and are left
+    out here. block_mapping is on the CPU: no synchronization."""
+    m = block_mapping.to(torch.int64)
+    s, d = m[:, 0], m[:, 1]
+    rows = ((s >= 0) & (s < src.shape[0]) & (d >= 0) &
+            (d < dst.shape[0])).nonzero().flatten()
+    if rows.numel() == 0:
+        return
+    dst_at = dst.data_ptr() + d[rows] * block_bytes
+    src_at = src.data_ptr() + s[rows] * block_bytes
+    one = src.device == dst.device
+    # Blocks are [at, at + block_bytes): two meet iff |a - b| < block_bytes.
+    pts = torch.cat([dst_at, src_at]) if one else dst_at
+    pts = pts.sort().values
+    meets = (torch.searchsorted(pts, dst_at + block_bytes) -
+             torch.searchsorted(pts, dst_at - block_bytes, right=True))
+    own = 1 + (one & (src_at == dst_at)).long()
+    bad = (meets > own).nonzero().flatten()
+    if bad.numel() == 0:
+        return
+    i = int(bad[0])
+    near_dst = (dst_at - dst_at[i]).abs() < block_bytes
+    near_dst[i] = False
+    near_src = ((src_at - dst_at[i]).abs() < block_bytes) & one
+    near_src[i] &= bool(src_at[i] != dst_at[i])
+    writes = bool(near_dst.any())
+    j = int((near_dst if writes else near_src).nonzero()[0])
+    ri, rj = int(rows[i]), int(rows[j])
+    other = ("the same row reads (its source and destination blocks "
+             "overlap partly)" if ri == rj else
+             f"row {rj} ({int(s[rj])} -> {int(d[rj])}) "
+             f"{'writes' if writes else 'reads'}")
+    raise ValueError(
+        f"kvgen: block_mapping row {ri} ({int(s[ri])} -> {int(d[ri])}) "
+        f"writes bytes that {other}: kvgen copies the rows of one call in "
+        "parallel (vLLM's swap_blocks one after another), so the result "
+        "would depend on their order. A destination block may appear once "
+        "and, where src and dst share memory, not as another row's source "
+        "(split the mapping into calls)")
+
+
 def swap_blocks(src, dst, block_size_in_bytes, block_mapping):
     """torch.ops.kvgen.swap_blocks's implementation, vLLM's current op: for
     each row (s, d) of block_mapping, the block_size_in_bytes bytes of
@@ -1705,8 +1753,13 @@ def swap_blocks(src, dst, block_size_in_bytes, block_mapping):
     another value: ValueError); block_mapping [N, 2] int64 on the CPU (any
     strides; copied to the GPU per call for a CUDA kernel). Block ids
     outside either tensor's blocks are skipped and reported
-    (check_errors)."""
+    (check_errors). The rows are copied in parallel: a mapping whose
+    result depends on their order (a destination block twice, or, where
+    src and dst share memory, a destination that is another row's source,
+    e.g. 0 -> 1, 1 -> 2 within one tensor) raises ValueError
+    (_check_swap_order), nothing copied."""
     _check_swap(src, dst, block_size_in_bytes, block_mapping)
+    _check_swap_order(src, dst, block_size_in_bytes, block_mapping)
     # The widest element that divides the block and both start addresses:
     # one raw layout for both sides.
     esz = next(e for e in (4, 2, 1) if block_size_in_bytes % e == 0 and

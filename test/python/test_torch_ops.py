@@ -1992,6 +1992,57 @@ def test_swap_blocks_storage_bound():
     assert not base.any()
 
 
+def test_swap_blocks_rows_whose_order_matters_are_refused():
+    """kvgen copies block_mapping's rows in parallel, vLLM's swap_blocks
+    one after another: a mapping whose result depends on the order (within
+    one tensor a destination that another row reads, 0 -> 1, 1 -> 2,
+    either order; a destination twice; a destination overlapping its own
+    source partly) raises ValueError naming the rows, nothing written.
+    Order-free mappings (disjoint rows, a block onto itself, one source
+    read twice, a chain across two tensors, a conflict only through a row
+    whose block id is out of range: that row is skipped and reported) are
+    copied as vLLM's in-order copy."""
+    base = torch.randn(8, 2, 16, generator=torch.Generator().manual_seed(67))
+    other = torch.randn(8, 2, 16, generator=torch.Generator().manual_seed(68))
+    bsb = base.element_size() * base.stride(0)
+    # dst starting half a block into base: its block d overlaps base's d
+    # and d + 1.
+    half = base.view(-1)[16:].as_strided((7, 2, 16), base.stride())
+    for src, dst, m, msg in (
+            (base, base, [[0, 1], [1, 2]], r"row 0 \(0 -> 1\) writes bytes "
+             r"that row 1 \(1 -> 2\) reads"),
+            (base, base, [[1, 2], [0, 1]], r"row 1 \(0 -> 1\) writes bytes "
+             r"that row 0 \(1 -> 2\) reads"),
+            (base, base, [[0, 3], [1, 3]], "row 0 .* that row 1 .* writes"),
+            (other, base, [[0, 3], [1, 3]], "row 0 .* that row 1 .* writes"),
+            (base, half, [[0, 0]], "the same row reads .*overlap partly"),
+            (base, half, [[2, 0], [0, 5]], r"row 0 \(2 -> 0\) writes bytes "
+             r"that row 1 \(0 -> 5\) reads")):
+        before = base.clone(), other.clone()
+        with pytest.raises(ValueError, match=msg):
+            torch.ops.kvgen.swap_blocks(src, dst, bsb, torch.tensor(m))
+        assert torch.equal(base, before[0]) and torch.equal(other, before[1])
+    kt.check_errors("cpu")
+    for src, dst, m, reported in (
+            ("base", "base", [[0, 1], [2, 3]], False),
+            ("base", "base", [[2, 2], [4, 5]], False),
+            ("base", "base", [[0, 5], [0, 4]], False),
+            ("other", "base", [[0, 1], [1, 2]], False),
+            ("base", "base", [[0, 1], [1, 99]], True)):
+        tensors = {"base": base, "other": other}
+        want = {n: t.clone() for n, t in tensors.items()}
+        mapping = torch.tensor(m)
+        torch_ref.swap_blocks_bytes(want[src], want[dst], bsb,
+                                    mapping[:1] if reported else mapping)
+        torch.ops.kvgen.swap_blocks(tensors[src], tensors[dst], bsb, mapping)
+        if reported:
+            with pytest.raises(kvgen.KvgenError, match="INDEX_OUT_OF_RANGE"):
+                kt.check_errors("cpu")
+        kt.check_errors("cpu")
+        assert torch.equal(base, want["base"]), m
+        assert torch.equal(other, want["other"]), m
+
+
 def _opcheck_cases():
     """(name, op, args builder) for every kvgen.torch op, on the CPU."""
     gen = torch.Generator().manual_seed(61)
