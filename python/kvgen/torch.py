@@ -1066,9 +1066,8 @@ def _batch_slots(nb, bs, rows, dst_rows, block_table, cu_seq_lens,
     cu_seq_lens[b] + i (token i of sequence b) at position p = i +
     seq_starts[b], i.e. block_table[b, p // bs] * bs + p % bs; -1 (row
     untouched) for rows outside [cu_seq_lens[0], cu_seq_lens[batch_size]);
-    bad_slot for every token it cannot serve: p < 0 (or past 2^63 - 1), a
-    negative seq_starts[b], p // bs past the row (block_table.shape[1]
-    columns), a block id outside [0, nb); and for
+    bad_slot for every token it cannot serve: p < 0, p // bs past the row
+    (block_table.shape[1] columns), a block id outside [0, nb); and for
     every row when cu_seq_lens is not nondecreasing from >= 0 to <=
     dst_rows (`rows` may be 1 where dst_rows is 0, to carry that
     report)."""
@@ -1081,13 +1080,9 @@ def _batch_slots(nb, bs, rows, dst_rows, block_table, cu_seq_lens,
     b = torch.searchsorted(cu[1:], t, right=True).clamp_(max=B - 1)
     inside = (t >= cu[0]) & (t < cu[B])
     p = t - cu[b]
-    ss = None
     if seq_starts is not None:
-        ss = seq_starts.to(torch.int64)[:B][b]
-        p = p + ss
+        p = p + seq_starts.to(torch.int64)[:B][b]
     ok, slot = _table_slots(nb, bs, block_table, b, p)
-    if ss is not None:
-        ok &= ss >= 0  # a negative start is reported, as the token form's
     bad = bad_all | (inside & ~ok)
     return torch.where(bad, torch.full_like(t, bad_slot),
                        torch.where(inside, slot, torch.full_like(t, -1)))
@@ -1151,8 +1146,7 @@ def gather_and_maybe_dequant_cache_batch(src_cache, dst, block_table,
     Values the gather cannot serve are reported as the other ops report an
     out-of-range slot (no host synchronization: check_errors() raises
     KvgenError KVGEN_ERROR_INDEX_OUT_OF_RANGE), and nothing is read or
-    written for them: a token with p < 0 (or a negative seq_starts[b]),
-    with p // block_size >= M (a
+    written for them: a token with p < 0, with p // block_size >= M (a
     sequence longer than its block_table row), or whose block id is outside
     [0, num_blocks) has its dst row left untouched, the other tokens are
     gathered; cu_seq_lens that is not nondecreasing, starts below 0 or ends
@@ -1212,9 +1206,9 @@ def _token_slots(nb, bs, num_tokens, block_table, cu_seq_lens, token_to_seq,
     -1 (row untouched, as vLLM's kernel skips it) for t >=
     cu_seq_lens[b + 1]; bad_slot for a row it cannot serve: b outside the
     sequences (cu_seq_lens, block_table and seq_starts rows), t <
-    cu_seq_lens[b], cu_seq_lens[b] < 0, seq_starts[b] < 0, p < 0 (p in
-    int64: a sum past 2^63 - 1 wraps to p < 0), p // bs past b's
-    block_table row, a block id outside [0, nb)."""
+    cu_seq_lens[b], cu_seq_lens[b] < 0, p < 0 (p in int64: a sum past
+    2^63 - 1 wraps to p < 0), p // bs past b's block_table row, a block id
+    outside [0, nb)."""
     dev = block_table.device
     t = torch.arange(num_tokens, device=dev, dtype=torch.int64)
     B = min(cu_seq_lens.shape[0] - 1, block_table.shape[0])
@@ -1227,18 +1221,15 @@ def _token_slots(nb, bs, num_tokens, block_table, cu_seq_lens, token_to_seq,
     valid = (b >= 0) & (b < B)
     b = b.clamp(0, B - 1)
     lo, hi = cu[b], cu[b + 1]
-    # With lo >= 0 and a start >= 0 (else reported), t - lo is in [0, t]
-    # and p cannot wrap back into range: a sum past 2^63 - 1 wraps to a
+    # With lo >= 0 (else reported), t - lo is in [0, t], and adding a
+    # start cannot wrap back into range: a sum past 2^63 - 1 wraps to a
     # negative p, which _table_slots refuses. (A negative lo, e.g. -2^63,
     # with a start of 2^63 - 1 wrapped to positions 0.. and was gathered.)
-    ok_lo = lo >= 0
     p = t - lo
     if seq_starts is not None:
-        ss = seq_starts.to(torch.int64)[b]
-        ok_lo &= ss >= 0
-        p = p + ss
+        p = p + seq_starts.to(torch.int64)[b]
     ok, slot = _table_slots(nb, bs, block_table, b, p)
-    ok &= valid & (t >= lo) & ok_lo
+    ok &= valid & (t >= lo) & (lo >= 0)
     skip = valid & (t >= hi)
     return torch.where(skip, torch.full_like(t, -1),
                        torch.where(ok, slot, torch.full_like(t, bad_slot)))
@@ -1267,8 +1258,8 @@ def gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens,
     Rows the gather cannot serve are skipped (dst row untouched) and
     reported through the device's error word (check_errors(); no host
     synchronization; set_unchecked(True): unreported): token_to_seq[t]
-    outside the sequences, t < cu_seq_lens[b], a negative cu_seq_lens[b]
-    or seq_starts[b], p < 0 or past 2^63 - 1, p // block_size past b's
+    outside the sequences, t < cu_seq_lens[b], a negative
+    cu_seq_lens[b], p < 0 or past 2^63 - 1, p // block_size past b's
     block_table row, a block id outside [0, num_blocks). (vLLM's kernel
     reads outside the cache or the tables for them.)
 
