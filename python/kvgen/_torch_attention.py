@@ -120,8 +120,8 @@ class _AttnPlan(_kt._Plan):
     """kvgen.torch's _Plan of a kv.paged_attention kernel (kept in its
     kernel table like the other ops' plans) and what the op checks against
     per call: need (the kernel's max_workspace_bytes), scaled (an fp8
-    cache: the descales are read)."""
-    __slots__ = ("need", "scaled")
+    cache: the descales are read), spans (_spans_of_plan)."""
+    __slots__ = ("need", "scaled", "spans")
 
 
 def _descale_kind(name, s, heads):
@@ -315,25 +315,60 @@ def _check(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
     return dtype, scale, window
 
 
-def _check_workspace_apart(ws, ws_bytes, tensors):
+def _row_span(t):
+    """(stride(0), elements from a row's first element to the end of its
+    last) of a view whose dimension 0 varies per call; span 0 when a row
+    has no element."""
+    shape, st = t.shape[1:], t.stride()[1:]
+    if any(n == 0 for n in shape):
+        return t.stride(0), 0
+    return t.stride(0), sum((n - 1) * x for n, x in zip(shape, st)) + 1
+
+
+def _spans_of_plan(q, k, v, out, block_table, sinks, k_descale, v_descale,
+                   scaled):
+    """What _check_workspace_apart needs of a signature: the rows of q,
+    out and block_table (their dimension 0 varies per call), the bytes of
+    the fixed tensors (k, v, sinks, the descales read)."""
+    fixed = tuple((n, i, span_bytes(x.shape, x.stride(), x.element_size()))
+                  for i, (n, x) in enumerate((
+                      ("k", k), ("v", v), ("sinks", sinks),
+                      ("k_descale", k_descale if scaled else None),
+                      ("v_descale", v_descale if scaled else None)))
+                  if x is not None)
+    return (_row_span(q), _row_span(out), q.element_size(),
+            _row_span(block_table), fixed)
+
+
+def _check_workspace_apart(p, ws, ws_bytes, t, ns, q, out, cu_seqlens_q,
+                           seqused_k, block_table, k, v, sinks, k_descale,
+                           v_descale):
     """ValueError when the workspace's bytes [ws.data_ptr(), + ws_bytes)
-    meet the bytes spanned by one of `tensors` ((name, tensor or None)
-    pairs: from a view's first element to the end of its last, strides
-    included). The kernel writes counters and partials there while it
-    reads the other arguments and writes out: a shared byte gives wrong
-    rows, and counters left non-zero break later launches. Host metadata
-    only (data_ptr, shape, strides): no synchronization."""
+    meet the bytes another argument spans (from its first element to the
+    end of its last, strides included). The kernel writes counters and
+    partials there while it reads the other arguments and writes out: a
+    shared byte gives wrong rows, and counters left non-zero break later
+    launches. Pointers and the plan's spans (p.spans) only: no
+    synchronization, a few microseconds."""
     lo = ws.data_ptr()
     hi = lo + ws_bytes
-    for name, t in tensors:
-        if t is None:
-            continue
-        n = span_bytes(t.shape, t.stride(), t.element_size())
-        p = t.data_ptr()
-        if n and p < hi and lo < p + n:
+    (qs, qrow), (os_, orow), isz, (bs0, brow), fixed = p.spans
+    rows = block_table.shape[0]
+    objs = (k, v, sinks, k_descale, v_descale)
+    for name, x, n in (
+            ("out", out, ((t - 1) * os_ + orow) * isz if t else 0),
+            ("q", q, ((t - 1) * qs + qrow) * isz if t else 0),
+            # contiguous (checked) int32 vectors
+            ("cu_seqlens_q", cu_seqlens_q, cu_seqlens_q.shape[0] * 4),
+            ("seqused_k", seqused_k, ns * 4),
+            ("block_table", block_table,
+             ((rows - 1) * bs0 + brow) * 4 if rows and brow else 0),
+            *((f, objs[i], n) for f, i, n in fixed)):
+        a = x.data_ptr()
+        if n > 0 and a < hi and lo < a + n:
             raise ValueError(_err(
                 f"workspace (bytes [{lo:#x}, {hi:#x})) overlaps {name} "
-                f"(bytes [{p:#x}, {p + n:#x})): the kernel writes its "
+                f"(bytes [{a:#x}, {a + n:#x})): the kernel writes its "
                 "counters and partials there; give it an allocation of its "
                 "own (torch.zeros(n, dtype=torch.uint8), once per "
                 "stream)"))
@@ -414,6 +449,8 @@ def _build(q, k, v, out, block_table, softcap, sinks, k_descale, v_descale):
     p.geo = geo
     p.need = kern.max_workspace_bytes
     p.scaled = k.dtype in _FP8
+    p.spans = _spans_of_plan(q, k, v, out, block_table, sinks, k_descale,
+                             v_descale, p.scaled)
     return p
 
 
@@ -494,12 +531,9 @@ def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
             "(torch.zeros(n, dtype=torch.uint8)) once per stream"))
     kp, vp = k.data_ptr(), v.data_ptr()
     p.geo.check_disjoint(kp, vp)
-    _check_workspace_apart(workspace, ws_bytes, (
-        ("out", out), ("q", q), ("k", k), ("v", v),
-        ("cu_seqlens_q", cu_seqlens_q), ("seqused_k", seqused_k),
-        ("block_table", block_table), ("sinks", sinks),
-        ("k_descale", k_descale if p.scaled else None),
-        ("v_descale", v_descale if p.scaled else None)))
+    _check_workspace_apart(p, workspace, ws_bytes, t, ns, q, out,
+                           cu_seqlens_q, seqused_k, block_table, k, v, sinks,
+                           k_descale, v_descale)
     if t == 0 or ns == 0:
         return None  # no query row: nothing to write
     a = p.args()
