@@ -46,7 +46,8 @@ namespace kvgen {
 // (exp2(-inf - m) = 0 with m replaced by 0 while it is -inf); sinks join the
 // denominator once, after all merges. A split CTA writes its partial (m, l,
 // O per row) to the workspace; the unit's last CTA (atomic counter) merges
-// all splits, writes the output and resets the counter to 0.
+// all splits, writes the output (and with the lse option each row's
+// ln(denominator), from the merged m and l) and resets the counter to 0.
 
 /// One CTA of kv.paged_attention. ALIGNED: cache rows are VEC-aligned
 /// (vector loads of K and V); else one element per access.
@@ -448,22 +449,45 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
   kvgenSyncThreads();
   // Final scale of each row (no split): sinks, 1 / L, V's scale.
   const float *sinks = static_cast<const float *>(a.sinks);
-  auto finalScale = [&](int r, float M, float Ls) -> float {
-    // Row r of the tile: its q head's sink joins the denominator.
-    float Mx = M;
-    float Lx = Ls;
+  // Row r of the tile: its q head's sink joins the denominator (its max Mx,
+  // its sum Lx relative to Mx).
+  auto joinSink = [&](int r, float M, float Ls, float &Mx, float &Lx) {
+    Mx = M;
+    Lx = Ls;
     if (O::sinks) {
       const int64_t hq = (rowBase + r) % G;
       const float sk = sinks[kvh * G + hq] * 1.4426950408889634f;
       Mx = sk > M ? sk : M;
       Lx = (M == kNegInf ? 0.0f : Ls * kvgenExp2(M - Mx)) + kvgenExp2(sk - Mx);
+    }
+  };
+  auto finalScale = [&](int r, float M, float Ls) -> float {
+    float Mx, Lx;
+    joinSink(r, M, Ls, Mx, Lx);
+    if (O::sinks)
       return Lx > 0.0f ? (M == kNegInf ? 0.0f : kvgenExp2(M - Mx)) / Lx * vScale
                        : 0.0f;
-    }
     return Lx > 0.0f ? vScale / Lx : 0.0f;
   };
-  if (!isSplit && tid < ROWS)
+  // The row's log-sum-exp (lse option): the natural log of the denominator
+  // finalScale divides by, from the row's base-2 max M and sum Ls (whose
+  // logits carry the softmax scale, k_scale and the soft cap), the sink
+  // joining once; -inf when that denominator is 0 (no key, no sink).
+  auto writeLse = [&](int r, float M, float Ls) {
+    const int64_t R = rowBase + r;
+    if (R >= rowsTotal)
+      return;
+    float Mx, Lx;
+    joinSink(r, M, Ls, Mx, Lx);
+    static_cast<float *>(a.lse)[(q0 + R / G) * a.lse_stride_token +
+                                (kvh * G + R % G) * a.lse_stride_head] =
+        Lx > 0.0f ? (Mx + kvgenLog2(Lx)) * 0.6931471805599453f : kNegInf;
+  };
+  if (!isSplit && tid < ROWS) {
     smRow[tid][2] = finalScale(int(tid), smRow[tid][0], smRow[tid][1]);
+    if (O::lse)
+      writeLse(int(tid), smRow[tid][0], smRow[tid][1]);
+  }
   kvgenSyncThreads();
   IS *out = static_cast<IS *>(a.output);
   auto outAt = [&](int r, int col) -> IS * {
@@ -552,6 +576,8 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
     for (int k = 1; k < TPR; k *= 2)
       Ls += kvgenShflXor(Ls, k);
     const float fs = finalScale(r, M, Ls);
+    if (O::lse && j == 0)
+      writeLse(r, M, Ls);
     for (int sp = j; sp < nsplit; sp += TPR)
       smBuf[r * nsplit + sp] *= fs;
   }

@@ -87,6 +87,9 @@ __attribute__((device)) inline float kvgenLoadCoherent(const float *p) {
 __attribute__((device)) inline float kvgenExp2(float x) {
   return __builtin_exp2f(x);
 }
+__attribute__((device)) inline float kvgenLog2(float x) {
+  return __builtin_log2f(x);
+}
 __attribute__((device)) inline float kvgenTanh(float x) {
   // tanh(x) = 1 - 2 / (2^(2x log2 e) + 1); saturates to +-1.
   const float e = __builtin_exp2f(2.8853900817779268f * x);

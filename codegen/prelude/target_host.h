@@ -327,6 +327,7 @@ inline float kvgenLoadCoherent(const float *p) { return *p; }
 #define KVGEN_ATTN_TUNED 1
 inline float kvgenExp2(float x) { return __builtin_exp2f(x); }
 inline float kvgenTanh(float x) { return __builtin_tanhf(x); }
+inline float kvgenLog2(float x) { return __builtin_log2f(x); }
 
 /// Emulates mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16} with the same
 /// operand fragments per lane (PTX ISA, "Matrix Fragments for mma.m16n8k16"):

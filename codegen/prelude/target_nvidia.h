@@ -328,6 +328,13 @@ __device__ inline float kvgenExp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
   return r;
 }
+/// log2(x) (lg2.approx.ftz.f32: max absolute error 2^-22 for x in [0.5,
+/// 2), relative 2^-22 elsewhere; +0 -> -inf).
+__device__ inline float kvgenLog2(float x) {
+  float r;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
 /// tanh(x) (tanh.approx.f32: max relative error about 2^-11).
 __device__ inline float kvgenTanh(float x) {
   float r;

@@ -796,7 +796,7 @@ def _check_cache_aliasing(checks, ptrs):
 # scalars given by name.
 _TENSOR_ROLES = ("rows", "qrows", "cache", "slots", "index_i64", "scale",
                  "error_flag", "block_tables", "seq_lens", "query_start_loc",
-                 "head_f32", "workspace")
+                 "head_f32", "workspace", "qrows_f32")
 _SCALAR_ROLES = ("param", "work_rows", "work_span", "work_window")
 
 
@@ -808,7 +808,7 @@ _POINTER_TYPES = ("ptr", "mut_ptr", "f32_ptr", "i32_ptr")
 # Roles whose array is a strided view that the role's own check made the
 # kernel's shape (its strides are passed in stride fields): the kernel
 # addresses its elements only.
-_VIEW_ROLES = ("rows", "qrows", "block_tables")
+_VIEW_ROLES = ("rows", "qrows", "block_tables", "qrows_f32")
 # Roles whose array is a raw buffer: C-contiguous (a cache may instead be a
 # view of the layout's shape, see _cache_view), its size in bytes given to
 # the runtime's extent check (a *_bytes field).
@@ -1485,7 +1485,12 @@ class Kernel:
         sizes, at most the arrays' own; a packed layout needs no value
         cache); block_mapping [N, 2] int64, C-contiguous; scales float32
         [1] or [H], contiguous; error_flag int32, >= 1 element (see the
-        module doc: ValueError otherwise). Arrays the kernel writes
+        module doc: ValueError otherwise); lse (paged_attention kernels
+        with lse=True; ValueError for others) a float32 [T, num_q_heads]
+        view with any strides >= 0 (e.g. vLLM's [num_q_heads, T] LSE
+        transposed), written with each row's natural-log log-sum-exp
+        (docs/attention.md), its span disjoint from query's and output's
+        (KvgenError otherwise). Arrays the kernel writes
         (non-const pointer fields) must be writeable (ValueError for a
         read-only numpy array). num_blocks: default the most whole blocks that fit
         in the caches. cache_strides: ((kb, kt, kh), (vb, vt, vh)) element
@@ -1689,6 +1694,33 @@ class Kernel:
                     continue
                 if b.dtype != "f32":
                     raise TypeError(f"{a.name}: dtype {b.dtype}, need float32")
+            elif a.role == "qrows_f32":
+                # One float32 per query row and head, written (lse).
+                on = a.need != "option" or self.options.get(a.name) == "1"
+                if b is None:
+                    if a.need == "option" and on and t > 0:
+                        raise ValueError(
+                            f"kernel {self.name} has option {a.name}: pass "
+                            f"{a.name} (float32 [num_tokens, {q_heads}])")
+                    continue
+                if not on:
+                    raise ValueError(
+                        f"{a.name}: kernel {self.name} has no option "
+                        f"{a.name}, so it would not write {a.name}; get the "
+                        f"kernel with {a.name}=True")
+                if b.dtype != "f32":
+                    raise TypeError(f"{a.name}: dtype {b.dtype}, need float32")
+                if len(b.shape) != 2 or b.shape[1] != q_heads or \
+                        (nrows is not None and b.shape[0] != nrows):
+                    raise ValueError(
+                        f"{a.name}: shape {list(b.shape)}, the kernel needs "
+                        f"[{'T' if nrows is None else nrows}, {q_heads}] "
+                        "(query's tokens, num_q_heads)")
+                if any(st < 0 for st in b.strides):
+                    raise ValueError(f"{a.name}: negative strides are not "
+                                     "supported")
+                fields[a.name + "_stride_token"] = b.strides[0]
+                fields[a.name + "_stride_head"] = b.strides[1]
             elif a.role in _SCALAR_ROLES:
                 if a.name in scalars:
                     # Converted (and range-checked) by each launch.

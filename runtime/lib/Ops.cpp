@@ -57,6 +57,7 @@ constexpr const char kUncheckedDoc[] =
 #define SEQ_LENS_R SeqLens
 #define QUERY_START_LOC_R QueryStartLoc
 #define HEAD_F32_R HeadF32
+#define QROWS_F32_R QRowsF32
 #define WORKSPACE_R Workspace
 #define WORKSPACE_BYTES_R WorkspaceBytes
 #define PARAM_R Param
@@ -250,6 +251,8 @@ const char *toString(ArgRole r) {
     return "query_start_loc";
   case ArgRole::HeadF32:
     return "head_f32";
+  case ArgRole::QRowsF32:
+    return "qrows_f32";
   case ArgRole::Workspace:
     return "workspace";
   case ArgRole::WorkspaceBytes:

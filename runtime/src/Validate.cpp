@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cstring>
 
 namespace kvgen {
@@ -50,6 +51,94 @@ std::string componentName(const LayoutDesc &l, int c) {
   if (l.isKV())
     return c == kKey ? "K" : "V";
   return l.components[size_t(c)].name;
+}
+
+/// [first byte, end) of the [rows, heads, width] view at `p` with element
+/// strides `t` (token) and `h` (head), elements of `size` bytes; rows >= 1.
+struct Span {
+  __int128 begin, end;
+  bool meets(const Span &o) const { return begin < o.end && o.begin < end; }
+};
+Span viewSpan(const void *p, int64_t rows, int64_t heads, int64_t width,
+              int64_t t, int64_t h, int64_t size) {
+  const __int128 b = __int128(reinterpret_cast<uintptr_t>(p));
+  return {b, b + (__int128(rows - 1) * t + __int128(heads - 1) * h + width) *
+                     size};
+}
+
+/// The strides of view field `a` (NAME_stride_token, NAME_stride_head);
+/// false when the op has none.
+bool viewStrides(const OpDesc &op, const void *args, const ArgDesc &a,
+                 const ArgDesc **st, const ArgDesc **sh, int64_t *t,
+                 int64_t *h) {
+  *st = op.arg(std::string(a.name) + "_stride_token");
+  *sh = op.arg(std::string(a.name) + "_stride_head");
+  if (!*st || !*sh)
+    return false;
+  *t = field<int64_t>(args, **st);
+  *h = field<int64_t>(args, **sh);
+  return true;
+}
+
+/// The checks of QROWS_F32 fields (Ops.def): for each one the kernel
+/// writes (its pointer non-NULL, and its flag option set when it has one),
+/// strides >= 0, its span within 2^63 bytes, and disjoint from the span of
+/// every QROWS view.
+Status checkRowValues(const KernelEntry &e, const void *args,
+                      const LaunchInputs &in) {
+  const KernelSpec &s = e.spec;
+  const OpDesc &op = opDesc(s.op);
+  const LayoutDesc &l = s.layout;
+  const ArgDesc *end = op.args + op.numArgs;
+  const ArgDesc *rc = op.argWithRole(ArgRole::RowCount);
+  const int64_t rows = rc ? field<int64_t>(args, *rc) : in.work;
+  if (rows <= 0)
+    return Status::ok();
+  int64_t heads = l.numKvHeads;
+  const std::string qh = s.option("num_q_heads");
+  if (!qh.empty())
+    std::from_chars(qh.data(), qh.data() + qh.size(), heads);
+  const int64_t ioSize = s.dtype("io") ? elementSize(*s.dtype("io")) : 1;
+  for (const ArgDesc *a = op.args; a != end; ++a) {
+    if (a->role != ArgRole::QRowsF32)
+      continue;
+    const void *p = pointerField(args, *a);
+    if (!p || (a->need == ArgNeed::Option && !s.flag(a->name)))
+      continue;
+    const ArgDesc *st, *sh;
+    int64_t t, h;
+    if (!viewStrides(op, args, *a, &st, &sh, &t, &h))
+      continue;
+    if (t < 0 || h < 0)
+      return invalid(fmt::format("{}: {} = {} and {} = {} must be >= 0",
+                                 op.name, st->name, t, sh->name, h));
+    const Span mine = viewSpan(p, rows, heads, 1, t, h, 4);
+    if (mine.end - mine.begin > __int128(INT64_MAX))
+      return Status::error(
+          KVGEN_ERROR_OUT_OF_BOUNDS,
+          fmt::format("{}: the rows of '{}' ({} = {}, {} = {}) span more "
+                      "than 2^63 bytes",
+                      op.name, a->name, st->name, t, sh->name, h));
+    for (const ArgDesc *v = op.args; v != end; ++v) {
+      const void *q = v->role == ArgRole::QRows ? pointerField(args, *v)
+                                                : nullptr;
+      const ArgDesc *vst, *vsh;
+      int64_t vt, vh;
+      if (!q || !viewStrides(op, args, *v, &vst, &vsh, &vt, &vh) || vt < 0 ||
+          vh < 0)
+        continue;
+      const Span other =
+          viewSpan(q, rows, heads, l.headSize(v->which), vt, vh, ioSize);
+      if (mine.meets(other))
+        return invalid(fmt::format(
+            "{}: '{}' ({} bytes from {}) and '{}' ({} bytes from {}) "
+            "overlap; the kernel writes '{}' while it reads or writes '{}': "
+            "pass disjoint memory",
+            op.name, a->name, int64_t(mine.end - mine.begin), p, v->name,
+            int64_t(other.end - other.begin), q, a->name, v->name));
+    }
+  }
+  return Status::ok();
 }
 
 } // namespace
@@ -253,6 +342,7 @@ Status validateLaunch(const KernelEntry &e, const void *args,
     case ArgRole::SeqLens:
     case ArgRole::QueryStartLoc:
     case ArgRole::HeadF32:
+    case ArgRole::QRowsF32:
       align = 4;
       break;
     case ArgRole::Workspace:
@@ -280,6 +370,12 @@ Status validateLaunch(const KernelEntry &e, const void *args,
     if (!st.isOk())
       return st;
   }
+
+  // Per-row float32 outputs (QROWS_F32, e.g. attention's lse): strides
+  // >= 0, the last element within 2^63 bytes, and no byte shared with a
+  // QROWS view (query, output), which other CTAs read or write meanwhile.
+  if (Status st = checkRowValues(e, args, in); !st.isOk())
+    return st;
 
   // The workspace of a split launch.
   if (sh.splits > 1)

@@ -123,10 +123,12 @@ GEOS = {
 }
 
 
-def host_context(tmp_path_factory, plan_options=None, names=None):
+def host_context(tmp_path_factory, plan_options=None, names=None,
+                 lse=False):
     """A host context with every GEOS kernel (or those in `names`), emitted
-    by `kvgen emit` (with KVGEN_PLAN_OPTIONS = plan_options when given);
-    its fixtures take kvgen_cli (skipped without a build)."""
+    by `kvgen emit` (with KVGEN_PLAN_OPTIONS = plan_options when given;
+    with the lse option when lse); its fixtures take kvgen_cli (skipped
+    without a build)."""
     env = dict(os.environ)
     env.pop("KVGEN_PLAN_OPTIONS", None)
     if plan_options:
@@ -143,7 +145,7 @@ def host_context(tmp_path_factory, plan_options=None, names=None):
         # Kernels are range-checked by default; the other geometries keep
         # the unchecked kernel, so both are covered.
         for flag, on in (("--sinks", g.sinks), ("--unchecked", not g.checked),
-                         ("--logits_soft_cap", g.soft_cap)):
+                         ("--logits_soft_cap", g.soft_cap), ("--lse", lse)):
             if on:
                 cmd.append(flag)
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -188,10 +190,10 @@ def ctx_wide_split(tmp_path_factory, kvgen_cli):
     c.close()
 
 
-def kernel_for(ctx, g):
+def kernel_for(ctx, g, lse=False):
     opts = dict(io=g.io, num_q_heads=g.q_heads)
     for name, on in (("sinks", g.sinks), ("unchecked", not g.checked),
-                     ("logits_soft_cap", g.soft_cap)):
+                     ("logits_soft_cap", g.soft_cap), ("lse", lse)):
         if on:
             opts[name] = True
     return ctx.kernel("paged_attention", g.layout(), **opts)
@@ -304,9 +306,16 @@ class Case:
             self.v_vals.append(kv[1])
 
     def reference(self):
+        return self.reference_with_lse()[0]
+
+    def reference_with_lse(self):
+        """(output, lse) in float64: lse[t, h] = ln(sum_j e^(x_j) +
+        e^(sink_h)) over the row's attended keys (the sink term with
+        sinks; -inf for a row with neither)."""
         g = self.g
         G = g.q_heads // g.heads
         out = np.zeros((self.num_tokens, g.q_heads, g.dv))
+        lse = np.full((self.num_tokens, g.q_heads), -np.inf)
         q = self.query.astype(np.float64)
         for s in range(len(self.seq_lens)):
             L, n = int(self.seq_lens[s]), int(self.q_lens[s])
@@ -332,10 +341,11 @@ class Case:
                     w = np.exp(lg - m)
                     den = w.sum() + (np.exp(float(self.sinks[h]) - m)
                                      if g.sinks else 0.0)
+                    lse[self.qsl[s] + i, h] = m + math.log(den)
                     if len(keys):
                         out[self.qsl[s] + i, h] = \
                             (w @ self.v_vals[s][keys, kvh]) / den
-        return out
+        return out, lse
 
     def run(self, k, **extra):
         kw = dict(softmax_scale=float(self.scale),
@@ -769,3 +779,219 @@ def test_index_arrays_of_the_wrong_rank_say_so(ctx):
         with pytest.raises(ValueError, match=msg):
             k.paged_attention(**args)
         np.testing.assert_array_equal(c.out_buf, before)
+
+
+#---------------------------------------------------------------------------
+# The lse option: each row's log-sum-exp
+#---------------------------------------------------------------------------
+
+#: Geometries whose lse kernels the tests below run: GQA 4 / 16 / 32,
+#: sinks (with a window), fp8 with per-head scales and soft cap, fp8 per
+#: tensor, f16 packed V wider than K, the checked kernel.
+LSE_GEOS = ("mimo_nhd", "mimo_hnd_sinks_window", "fp8_e4m3_head_softcap",
+            "fp8_e5m2_tensor", "packed_wide_v_f16", "group16", "group32",
+            "block1_mha_checked")
+
+
+@pytest.fixture(scope="module")
+def ctx_lse(tmp_path_factory, kvgen_cli):
+    c, _ = host_context(tmp_path_factory, names=LSE_GEOS, lse=True)
+    yield c
+    c.close()
+
+
+class LseOut:
+    """An lse view as vLLM keeps it ([num_q_heads, T], passed transposed:
+    token stride 1, head stride T + 3) inside a canary-filled buffer."""
+    CANARY = np.float32(-12345.5)
+
+    def __init__(self, c):
+        qh, t = c.g.q_heads, c.num_tokens
+        self.buf = np.full((qh + 1, t + 3), self.CANARY, np.float32)
+        self.view = self.buf[:qh, 1:1 + t].T
+        assert self.view.strides == (4, (t + 3) * 4)
+
+    def check(self, want):
+        got = self.view.astype(np.float64)
+        # Rows without keys (and without a sink): -inf on both sides.
+        np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+        fin = np.isfinite(want)
+        assert np.isfinite(got[fin]).all()
+        # The logits are exact products of the bf16 / f16 / fp8 inputs
+        # summed in float32, the sums float32 too: ~1e-6 relative.
+        np.testing.assert_allclose(got[fin], want[fin], atol=2e-4, rtol=1e-5)
+        mask = np.ones(self.buf.shape, bool)
+        mask[:-1, 1:-2] = False
+        assert (self.buf[mask] == self.CANARY).all(), \
+            "a write outside the lse rows"
+
+
+def run_lse_case(ctx_lse, geo, case, lens=None, q_lens=None, window=0,
+                 **extra):
+    """Case `case` of CASES (or, case None, the given lens, q_lens and
+    window) through geo's lse kernel: output and lse against the
+    reference, lse's canaries intact. Returns (the Case, the reference
+    lse)."""
+    g = GEOS[geo]
+    rng = np.random.default_rng(abs(hash((geo, case, "lse"))) % (1 << 32))
+    if case is not None:
+        batch, max_len, qlen, window = CASES[case]
+        lens = seqs(rng, batch, max_len, g.bs)
+        q_lens = [int(rng.integers(1, 5)) for _ in lens] if qlen is None \
+            else [qlen] * batch
+        lens = [max(L, q) if L > 0 else 0 for L, q in zip(lens, q_lens)]
+    c = Case(g, lens, q_lens, rng, window=window)
+    lse = LseOut(c)
+    c.run(kernel_for(ctx_lse, g, lse=True), lse=lse.view, **extra)
+    c.check()  # the output is unchanged by the option
+    want = c.reference_with_lse()[1]
+    lse.check(want)
+    return c, want
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("geo", LSE_GEOS)
+def test_lse_matches_reference(ctx_lse, geo, case):
+    """lse against the float64 reference: decode (with empty sequences:
+    -inf, or the sink's logit with sinks), split-KV decode (the last CTA's
+    merged m and l), windows, 3-token verification, mixed query lengths."""
+    c, want = run_lse_case(ctx_lse, geo, case)
+    if CASES[case][0] > 1:  # seqs() gives the batch an empty sequence
+        g = GEOS[geo]
+        empty = int(np.flatnonzero(c.seq_lens == 0)[0])
+        rows = want[c.qsl[empty]:c.qsl[empty + 1]]
+        if g.sinks:
+            np.testing.assert_allclose(
+                rows, np.broadcast_to(c.sinks.astype(np.float64),
+                                      rows.shape))
+        else:
+            assert np.isneginf(rows).all()
+
+
+@pytest.mark.parametrize("shape", ["decode", "verify_window", "with_empty"])
+@pytest.mark.parametrize("geo", LSE_GEOS)
+def test_lse_of_split_launches(ctx_lse, geo, shape):
+    """Launches that split on the host plan (CASES' batch-1 "split" cases
+    draw an empty sequence, which does not): decode at 300 tokens, 2-token
+    verification at 400 with a window of 200, and a decode beside an empty
+    sequence (-inf, or the sink): the workspace holds partials, the
+    counters are zero again, and lse comes from the last CTA's merge of m
+    and l."""
+    lens, q_lens, window = {
+        "decode": ([300], [1], 0),
+        "verify_window": ([400], [2], 200),
+        "with_empty": ([290, 0], [1, 1], 0)}[shape]
+    ws = np.zeros(1 << 20, np.uint8)
+    run_lse_case(ctx_lse, geo, None, lens, q_lens, window, workspace=ws)
+    assert ws[256:].any(), "no partials were written: not a split launch"
+    assert not ws[:256].any(), "counters left non-zero"
+
+
+def test_lse_is_the_merge_state_of_the_output(ctx_lse):
+    """What cascade / context-parallel merges do with lse: attend the first
+    and second halves of a context separately (the second with sinks, the
+    first without: the sink joins once), merge (out_a, lse_a) and (out_b,
+    lse_b) with weights exp(lse - max), and get the whole context's
+    attention with sinks. Checked against the float64 reference of the
+    whole context."""
+    g = GEOS["mimo_hnd_sinks_window"]
+    rng = np.random.default_rng(23)
+    c = Case(g, [96], [1], rng)
+    want = c.reference()
+    k = kernel_for(ctx_lse, g, lse=True)
+    # The halves as their own sequences: block-table columns 0..2 and
+    # 3..5 (block size 16), one query row each (the last token's).
+    q = c.query
+    parts = []
+    for cols, use_sinks in ((slice(0, 3), False), (slice(3, 6), True)):
+        table = np.ascontiguousarray(c.table[:, cols])
+        out = np.zeros_like(c.output)
+        lse = np.zeros((1, g.q_heads), np.float32)
+        sinks = c.sinks if use_sinks else np.full(g.q_heads, -np.inf,
+                                                  np.float32)
+        k.paged_attention(query=q, output=out, key_cache=c.kc,
+                          value_cache=c.vc, block_tables=table,
+                          seq_lens=np.array([48], np.int32),
+                          query_start_loc=c.qsl, num_blocks=c.num_blocks,
+                          softmax_scale=float(c.scale), sinks=sinks,
+                          lse=lse)
+        parts.append((out.astype(np.float64), lse.astype(np.float64)))
+    (oa, la), (ob, lb) = parts
+    m = np.maximum(la, lb)
+    wa, wb = np.exp(la - m), np.exp(lb - m)
+    merged = (oa * wa[..., None] + ob * wb[..., None]) / \
+        (wa + wb)[..., None]
+    # Each half's query row (position 47 of its 48 keys) is the whole
+    # context's last token (position 95) seeing that half's keys.
+    np.testing.assert_allclose(merged, want, atol=1e-2, rtol=1e-2)
+
+
+def test_lse_argument_checks(ctx, ctx_lse):
+    """The binding's and the runtime's checks of lse, each refused before
+    anything is written (output and lse canaries intact): lse given to a
+    kernel without the option (which would not write it), an lse kernel
+    without lse, wrong shape / dtype / negative strides; raw structs: NULL
+    lse, a misaligned one, negative strides, a span past 2^63 bytes, and
+    lse overlapping the output or the query. A kernel without the option
+    ignores a raw lse pointer (nothing written there)."""
+    g = GEOS["mimo_nhd"]
+    c = Case(g, [20, 5], [1, 1], np.random.default_rng(8))
+    k_lse = kernel_for(ctx_lse, g, lse=True)
+    k_plain = kernel_for(ctx, g)
+    lse = LseOut(c)
+    out0, lse0 = c.out_buf.copy(), lse.buf.copy()
+
+    def untouched():
+        np.testing.assert_array_equal(c.out_buf.view(np.uint16),
+                                      out0.view(np.uint16))
+        np.testing.assert_array_equal(lse.buf, lse0)
+
+    for k, kw, err, msg in (
+            (k_plain, dict(lse=lse.view), ValueError,
+             r"lse: kernel .* has no option lse"),
+            (k_lse, {}, ValueError, r"has option lse: pass lse"),
+            (k_lse, dict(lse=lse.view[:1]), ValueError,
+             r"lse: shape \[1, 8\], the kernel needs \[2, 8\]"),
+            (k_lse, dict(lse=lse.view.astype(np.float64)), TypeError,
+             r"lse: dtype float64, need float32"),
+            (k_lse, dict(lse=lse.buf[:8, 1:3].T[::-1]), ValueError,
+             r"lse: negative strides")):
+        with pytest.raises(err, match=msg):
+            c.run(k, **kw)
+        untouched()
+
+    S = k_lse._op.args_struct
+    good = dict(_raw_args(c, g), sinks=0, lse=lse.view.ctypes.data,
+                lse_stride_token=1, lse_stride_head=lse.buf.shape[1])
+    out_ptr = c.output.ctypes.data
+    for bad, status, words in (
+            (dict(lse=0), "KVGEN_ERROR_INVALID_ARGUMENT",
+             "'lse' is NULL but the kernel has option 'lse'"),
+            (dict(lse=lse.view.ctypes.data + 2), "KVGEN_ERROR_MISALIGNED",
+             "'lse'"),
+            (dict(lse_stride_head=-1), "KVGEN_ERROR_INVALID_ARGUMENT",
+             "lse_stride_token = 1 and lse_stride_head = -1 must be >= 0"),
+            (dict(lse_stride_token=1 << 61), "KVGEN_ERROR_OUT_OF_BOUNDS",
+             "the rows of 'lse'"),
+            (dict(lse=out_ptr + c.output.strides[0]),  # token 1's row
+             "KVGEN_ERROR_INVALID_ARGUMENT", "'lse' ("),
+            (dict(lse=c.query.ctypes.data), "KVGEN_ERROR_INVALID_ARGUMENT",
+             "and 'query' (")):
+        with pytest.raises(kvgen.KvgenError) as e:
+            k_lse.launch_raw(S(**{**good, **bad}))
+        assert e.value.status_name == status, e.value.message
+        assert words in e.value.message, e.value.message
+        untouched()
+    # The overlap message names both arguments and says why.
+    with pytest.raises(kvgen.KvgenError, match=r"'lse' \(\d+ bytes from "
+                       r"0x[0-9a-f]+\) and 'output' \(\d+ bytes from "
+                       r"0x[0-9a-f]+\) overlap; the kernel writes 'lse'"):
+        k_lse.launch_raw(S(**{**good, "lse": out_ptr}))
+    untouched()
+    # The good struct launches and writes; without the option the same
+    # struct's lse is ignored.
+    k_plain.launch_raw(k_plain._op.args_struct(**good))
+    np.testing.assert_array_equal(lse.buf, lse0)
+    c.check()
+    k_lse.launch_raw(S(**good))
+    lse.check(c.reference_with_lse()[1])

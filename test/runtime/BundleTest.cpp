@@ -632,6 +632,7 @@ TEST(Bundle, EmittedSourceMustMatchItsManifestOptions) {
                      "  static constexpr int num_q_heads = 64;\n"
                      "  static constexpr bool sinks = false;\n"
                      "  static constexpr bool logits_soft_cap = false;\n"
+                     "  static constexpr bool lse = false;\n"
                      "  static constexpr bool unchecked = false;\n"
                      "};");
   ASSERT_FALSE(checkSourceMatches(a, asrc).has_value())

@@ -119,7 +119,17 @@ TEST(OpTable, RolesComeWithTheirCompanionFields) {
       switch (a.role) {
       case ArgRole::Rows:
       case ArgRole::QRows:
+      case ArgRole::QRowsF32:
         EXPECT_TRUE(isPointer(a.type));
+        if (a.role == ArgRole::QRowsF32) {
+          // Written by the kernel, next to the QROWS views it is one value
+          // per row of, on a flag option of its name.
+          EXPECT_EQ(a.type, ArgType::MutPtr);
+          EXPECT_NE(op.argWithRole(ArgRole::QRows), nullptr);
+          EXPECT_NE(op.argWithRole(ArgRole::RowCount), nullptr);
+          if (a.need == ArgNeed::Option)
+            EXPECT_NE(op.option(a.name), nullptr) << "its flag option";
+        }
         for (const char *suffix : {"_stride_token", "_stride_head"}) {
           const ArgDesc *st = op.arg(n + suffix);
           ASSERT_NE(st, nullptr) << n + suffix;
@@ -153,7 +163,8 @@ TEST(OpTable, RolesComeWithTheirCompanionFields) {
         const ArgDesc *rows = op.arg(n.substr(0, at));
         ASSERT_NE(rows, nullptr);
         EXPECT_TRUE(rows->role == ArgRole::Rows ||
-                    rows->role == ArgRole::QRows);
+                    rows->role == ArgRole::QRows ||
+                    rows->role == ArgRole::QRowsF32);
         break;
       }
       case ArgRole::BlockTables:

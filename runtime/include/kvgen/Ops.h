@@ -51,6 +51,7 @@ enum class ArgRole {
   SeqLens,
   QueryStartLoc,
   HeadF32,
+  QRowsF32,
   Workspace,
   WorkspaceBytes,
   Param,

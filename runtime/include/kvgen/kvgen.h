@@ -128,7 +128,8 @@ typedef struct kvgen_arg_info {
                           i64x3 (Ops.def TYPE) */
   const char *role;  /**< rows | row_stride | cache | cache_bytes |
                           cache_strides | slots | index_i64 | scale |
-                          error_flag | work | num_blocks (Ops.def ROLE) */
+                          error_flag | work | num_blocks | qrows |
+                          row_count | ... | qrows_f32 (Ops.def ROLE) */
   int which;         /**< component / tensor + 2 x set / set (Ops.def) */
   const char *need;  /**< always | separate | scaled | dequant | checked |
                           never: when a pointer must be non-NULL */

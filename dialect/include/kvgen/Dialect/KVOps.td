@@ -205,10 +205,11 @@ def KV_GatherMlaOp : KV_KernelSpecOp<"gather_mla",
 
 def KV_PagedAttentionOp : KV_KernelSpecOp<"paged_attention",
     (ins TypeAttr:$io, I64Attr:$num_q_heads, UnitAttr:$sinks,
-         UnitAttr:$logits_soft_cap),
+         UnitAttr:$logits_soft_cap, UnitAttr:$lse),
     "`,` `query` $io `,` `num_q_heads` custom<NumQHeads>($num_q_heads) "
     "(`sinks` $sinks^)? "
-    "(`logits_soft_cap` $logits_soft_cap^)?",
+    "(`logits_soft_cap` $logits_soft_cap^)? "
+    "(`lse` $lse^)?",
     [DeclareOpInterfaceMethods<KV_KernelSpecOpInterface,
                                ["getRowGroup", "getPartialFloatsPerRow"]>]> {
   let summary = "Specifies a paged attention kernel (decode, short queries)";
@@ -231,6 +232,9 @@ def KV_PagedAttentionOp : KV_KernelSpecOp<"paged_attention",
     with `logits_soft_cap`), fp8 keys and values times their scales, and
     the sink term only with `sinks`. K and V use their own component maps:
     any head sizes, V narrower or wider than K. Rows without keys are 0.
+    With `lse` the kernel also writes `lse[token, h]` (float32) = ln(sum_j
+    exp(l_j) + exp(sink_h)), the log of the denominator above (the sink
+    term only with `sinks`; -inf for a row without keys or sink).
     `io` is `bf16` or `f16` (the output's type too). Entries of
     query_start_loc, seq_lens and block_tables outside their bounds set the
     error flag instead of being followed, unless the op is `unchecked`.
