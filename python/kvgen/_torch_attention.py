@@ -10,7 +10,7 @@ kvgen.torch.unified_attention_workspace_bytes.
     torch.ops.kvgen.unified_attention(
         q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
         softmax_scale, True, [-1, -1], block_table, 0.0, None, k_descale,
-        v_descale, sinks, ws)
+        v_descale, sinks, ws)                 # lse=... (optional, last)
 
 Arguments (the names and order of vLLM's
 vllm/attention/ops/triton_unified_attention.py, then kvgen's workspace):
@@ -69,11 +69,22 @@ vllm/attention/ops/triton_unified_attention.py, then kvgen's workspace):
       thread); the same one serves every batch shape and every CUDA graph
       captured on that stream (docs/attention.md, "The workspace
       contract"). It must share no byte with another argument (out, q,
-      the caches, sinks, the descales, the index tensors): ValueError.
+      the caches, sinks, the descales, the index tensors, lse):
+      ValueError.
 
-No fp32 LSE output: kv.paged_attention has no log-sum-exp output (its
-merge keeps (m, l) in the workspace's partials only), so the op has no
-such argument.
+  lse! (optional, last: positional calls without it are unchanged):
+      None, or a float32 [num_tokens, num_q_heads] tensor on q's device
+      with any strides (vLLM's [num_q_heads, num_tokens] LSE passed as
+      lse.t() too), not overlapping q or out (the runtime refuses it:
+      KvgenError). Each row's log-sum-exp is written to it: ln(sum_j
+      exp(x_j) + exp(sinks[h])) over the keys j the row attends, x_j the
+      logit the softmax takes (softmax_scale * q . k_j with k's descale,
+      soft-capped), the sink term only with sinks: the natural log of the
+      denominator that normalized the row's output, so (out, lse) merge
+      with other launches' (vLLM's merge_attn_states); -inf for a row
+      without keys and sink (docs/attention.md, "The log-sum-exp"). A
+      call with lse uses the kernel with kv.paged_attention's lse option
+      (another kernel than without; the same workspace size).
 
 The op's CPU / CUDA kernel is kvgen.torch's C++ one (_torch_fast.cpp, with
 this schema's roles, ROLES below) where it is in use: it launches a call
@@ -107,7 +118,7 @@ SCHEMA = (
     "float softmax_scale, bool causal, int[] window_size, "
     "Tensor block_table, float softcap, Tensor? q_descale, "
     "Tensor? k_descale, Tensor? v_descale, Tensor? sinks=None, "
-    "Tensor(b!)? workspace=None) -> ()")
+    "Tensor(b!)? workspace=None, Tensor(c!)? lse=None) -> ()")
 
 _FP8 = tuple(getattr(torch, n) for n in FP8_TORCH if hasattr(torch, n))
 
@@ -259,7 +270,7 @@ def _index(name, t, dims, anchor):
 
 def _check(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
            softmax_scale, causal, window_size, block_table, softcap,
-           q_descale, k_descale, v_descale, sinks, workspace):
+           q_descale, k_descale, v_descale, sinks, workspace, lse=None):
     """Every check that needs no kernel (the fake implementation; the real
     one runs it when its per-call test fails, for the message). Returns
     (cache dtype, scale kind, sliding_window)."""
@@ -283,6 +294,15 @@ def _check(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
         raise ValueError(_err(f"out's last dimension must be contiguous "
                               f"(stride {out.stride(2)}, need 1)"))
     _kt._same_device(q, out=out)
+    if lse is not None:
+        if lse.dtype != torch.float32:
+            raise TypeError(_err(f"lse has dtype {lse.dtype}, need float32"))
+        if lse.dim() != 2 or lse.shape[0] != q.shape[0] or \
+                lse.shape[1] != q.shape[1]:
+            raise ValueError(_err(
+                f"lse has shape {list(lse.shape)}, need [{q.shape[0]}, "
+                f"{q.shape[1]}] (q's tokens and heads)"))
+        _kt._same_device(q, lse=lse)
     _index("seqused_k", seqused_k, 1, q)
     _index("cu_seqlens_q", cu_seqlens_q, 1, q)
     _index("block_table", block_table, 2, q)
@@ -326,10 +346,11 @@ def _row_span(t):
 
 
 def _spans_of_plan(q, k, v, out, block_table, sinks, k_descale, v_descale,
-                   scaled):
+                   scaled, lse):
     """What _check_workspace_apart needs of a signature: the rows of q,
-    out and block_table (their dimension 0 varies per call), the bytes of
-    the fixed tensors (k, v, sinks, the descales read)."""
+    out, block_table and lse (None without it; their dimension 0 varies
+    per call), the bytes of the fixed tensors (k, v, sinks, the descales
+    read)."""
     fixed = tuple((n, i, span_bytes(x.shape, x.stride(), x.element_size()))
                   for i, (n, x) in enumerate((
                       ("k", k), ("v", v), ("sinks", sinks),
@@ -337,12 +358,13 @@ def _spans_of_plan(q, k, v, out, block_table, sinks, k_descale, v_descale,
                       ("v_descale", v_descale if scaled else None)))
                   if x is not None)
     return (_row_span(q), _row_span(out), q.element_size(),
-            _row_span(block_table), fixed)
+            _row_span(block_table), fixed,
+            None if lse is None else _row_span(lse))
 
 
 def _check_workspace_apart(p, ws, ws_bytes, t, ns, q, out, cu_seqlens_q,
                            seqused_k, block_table, k, v, sinks, k_descale,
-                           v_descale):
+                           v_descale, lse):
     """ValueError when the workspace's bytes [ws.data_ptr(), + ws_bytes)
     meet the bytes another argument spans (from its first element to the
     end of its last, strides included). The kernel writes counters and
@@ -352,8 +374,12 @@ def _check_workspace_apart(p, ws, ws_bytes, t, ns, q, out, cu_seqlens_q,
     synchronization, a few microseconds."""
     lo = ws.data_ptr()
     hi = lo + ws_bytes
-    (qs, qrow), (os_, orow), isz, (bs0, brow), fixed = p.spans
+    (qs, qrow), (os_, orow), isz, (bs0, brow), fixed, lspan = p.spans
     rows = block_table.shape[0]
+    # lse: float32 rows, t of them (checked)
+    lse_n = 0
+    if lse is not None and t:
+        lse_n = ((t - 1) * lspan[0] + lspan[1]) * 4
     objs = (k, v, sinks, k_descale, v_descale)
     for name, x, n in (
             ("out", out, ((t - 1) * os_ + orow) * isz if t else 0),
@@ -363,7 +389,8 @@ def _check_workspace_apart(p, ws, ws_bytes, t, ns, q, out, cu_seqlens_q,
             ("seqused_k", seqused_k, ns * 4),
             ("block_table", block_table,
              ((rows - 1) * bs0 + brow) * 4 if rows and brow else 0),
-            *((f, objs[i], n) for f, i, n in fixed)):
+            *((f, objs[i], n) for f, i, n in fixed),
+            *((("lse", lse, lse_n),) if lse is not None else ())):
         a = x.data_ptr()
         if n > 0 and a < hi and lo < a + n:
             raise ValueError(_err(
@@ -414,10 +441,10 @@ def _addressed(k, v):
                      (0 if same else 1 << 62)))
 
 
-def _kernel_plan(q, k, v, softcap, sinks, k_descale, v_descale):
-    """The kernel of these arguments and its CacheGeometry (FakeTensors,
-    e.g. under torch.compile, are taken by their shapes, strides, storage
-    offsets and device)."""
+def _kernel_plan(q, k, v, softcap, sinks, k_descale, v_descale, lse=False):
+    """The kernel of these arguments (lse: with the lse option) and its
+    CacheGeometry (FakeTensors, e.g. under torch.compile, are taken by
+    their shapes, strides, storage offsets and device)."""
     dtype, scale = _check_kernel_args(q, k, v, softcap, sinks, k_descale,
                                       v_descale)
     if q.device.type == "meta":
@@ -432,11 +459,17 @@ def _kernel_plan(q, k, v, softcap, sinks, k_descale, v_descale):
         opts["sinks"] = True
     if softcap > 0:
         opts["logits_soft_cap"] = True
+    if lse:
+        opts["lse"] = True
     return _kt._kernel(q.device, "paged_attention", geo.layout, **opts), geo
 
 
-def _build(q, k, v, out, block_table, softcap, sinks, k_descale, v_descale):
-    kern, geo = _kernel_plan(q, k, v, softcap, sinks, k_descale, v_descale)
+def _build(q, k, v, out, block_table, softcap, sinks, k_descale, v_descale,
+           lse):
+    kern, geo = _kernel_plan(q, k, v, softcap, sinks, k_descale, v_descale,
+                             lse is not None)
+    strides = {} if lse is None else dict(lse_stride_token=lse.stride(0),
+                                          lse_stride_head=lse.stride(1))
     p = _AttnPlan(kern, q.device, num_blocks=geo.num_blocks,
                   key_cache_bytes=geo.key_bytes,
                   value_cache_bytes=geo.value_bytes,
@@ -445,12 +478,12 @@ def _build(q, k, v, out, block_table, softcap, sinks, k_descale, v_descale):
                   output_stride_token=out.stride(0),
                   output_stride_head=out.stride(1),
                   max_blocks_per_seq=block_table.shape[1],
-                  block_tables_stride=block_table.stride(0))
+                  block_tables_stride=block_table.stride(0), **strides)
     p.geo = geo
     p.need = kern.max_workspace_bytes
     p.scaled = k.dtype in _FP8
     p.spans = _spans_of_plan(q, k, v, out, block_table, sinks, k_descale,
-                             v_descale, p.scaled)
+                             v_descale, p.scaled, lse)
     return p
 
 
@@ -461,7 +494,7 @@ def _tsig(t):
 def unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
                       max_seqlen_k, softmax_scale, causal, window_size,
                       block_table, softcap, q_descale, k_descale, v_descale,
-                      sinks=None, workspace=None):
+                      sinks=None, workspace=None, lse=None):
     """torch.ops.kvgen.unified_attention as a Python function (see the
     module doc for the arguments): where kvgen's C++ kernel is in use
     (kvgen.torch.fast_path_info()) and under torch.compile it calls the op
@@ -471,15 +504,15 @@ def unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
         return _op(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
                    max_seqlen_k, softmax_scale, causal, window_size,
                    block_table, softcap, q_descale, k_descale, v_descale,
-                   sinks, workspace)
+                   sinks, workspace, lse)
     _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
           softmax_scale, causal, window_size, block_table, softcap,
-          q_descale, k_descale, v_descale, sinks, workspace)
+          q_descale, k_descale, v_descale, sinks, workspace, lse)
 
 
 def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
           softmax_scale, causal, window_size, block_table, softcap,
-          q_descale, k_descale, v_descale, sinks, workspace):
+          q_descale, k_descale, v_descale, sinks, workspace, lse=None):
     """The checks, the plan (JIT on first use) and the launch; returns the
     plan and the argument struct it launched (None when there is no query
     row or no sequence: nothing is launched)."""
@@ -495,16 +528,19 @@ def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
            block_table.stride(), cu_seqlens_q.dtype, cu_seqlens_q.device,
            cu_seqlens_q.dim(), seqused_k.dtype, seqused_k.device,
            seqused_k.dim(), _tsig(sinks), softcap > 0, causal,
-           q_descale is None, workspace.device) + (
+           q_descale is None, workspace.device,
+           None if lse is None else (lse.dtype, lse.device, lse.shape[1:],
+                                     lse.stride())) + (
                (_tsig(k_descale), _tsig(v_descale)) if fp8 else ())
     p = _kt._plans.get(sig)
     if p is None:
         _check(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
                max_seqlen_k, softmax_scale, causal, window_size, block_table,
-               softcap, q_descale, k_descale, v_descale, sinks, workspace)
+               softcap, q_descale, k_descale, v_descale, sinks, workspace,
+               lse)
         p = _kt._plan(sig, lambda: _build(q, k, v, out, block_table,
                                            softcap, sinks, k_descale,
-                                           v_descale))
+                                           v_descale, lse))
     t = q.shape[0]
     ns = seqused_k.shape[0]
     # What the signature leaves open, tested at once; the full checks
@@ -517,11 +553,13 @@ def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
           -_F32_MAX <= softmax_scale <= _F32_MAX and
           (max_seqlen_q >= 1 or t == 0 or ns == 0) and
           (ns < 2 or seqused_k.stride(0) == 1) and
-          cu_seqlens_q.stride(0) == 1 and workspace.is_contiguous())
+          cu_seqlens_q.stride(0) == 1 and workspace.is_contiguous() and
+          (lse is None or lse.shape[0] == t))
     if not ok:
         _check(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
                max_seqlen_k, softmax_scale, causal, window_size, block_table,
-               softcap, q_descale, k_descale, v_descale, sinks, workspace)
+               softcap, q_descale, k_descale, v_descale, sinks, workspace,
+               lse)
     ws_bytes = workspace.numel() * workspace.element_size()
     if ws_bytes < p.need:
         raise ValueError(_err(
@@ -533,7 +571,7 @@ def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
     p.geo.check_disjoint(kp, vp)
     _check_workspace_apart(p, workspace, ws_bytes, t, ns, q, out,
                            cu_seqlens_q, seqused_k, block_table, k, v, sinks,
-                           k_descale, v_descale)
+                           k_descale, v_descale, lse)
     if t == 0 or ns == 0:
         return None  # no query row: nothing to write
     a = p.args()
@@ -554,6 +592,8 @@ def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
         a.sinks = sinks.data_ptr()
     a.workspace = workspace.data_ptr()
     a.workspace_bytes = ws_bytes
+    if lse is not None:
+        a.lse = lse.data_ptr()
     a.num_seqs = ns
     a.num_tokens = t
     a.max_query_len = min(max_seqlen_q, t)
@@ -568,32 +608,34 @@ def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
 def _impl_op(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
              max_seqlen_k, softmax_scale, causal, window_size, block_table,
              softcap, q_descale, k_descale, v_descale, sinks=None,
-             workspace=None):
+             workspace=None, lse=None):
     """The op's CPU / CUDA kernel where the C++ one is not in use."""
     _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
           softmax_scale, causal, window_size, block_table, softcap,
-          q_descale, k_descale, v_descale, sinks, workspace)
+          q_descale, k_descale, v_descale, sinks, workspace, lse)
 
 
 #: The role of each schema argument for the C++ kernel (_torch_fast.cpp's
 #: role letters): q R, k F, v F, out R, cu_seqlens_q Q, max_seqlen_q M,
 #: seqused_k N, max_seqlen_k X, softmax_scale D, causal T, window_size W,
 #: block_table B, softcap Y, q_descale Z, k_descale / v_descale / sinks O,
-#: workspace G (a fixed tensor that no per-call tensor may overlap).
-ROLES = "RFFRQMNXDTWBYZOOOG"
+#: workspace G (a fixed tensor that no per-call tensor may overlap), lse L
+#: (None, or per-call rows as R).
+ROLES = "RFFRQMNXDTWBYZOOOGL"
 #: The struct field each argument's per-call value goes to (None: fixed in
 #: the remembered struct).
 _FIELDS = ("query", None, None, "output", "query_start_loc",
            "max_query_len", "seq_lens", "max_seq_len", "softmax_scale",
            None, "sliding_window", "block_tables", "logits_soft_cap", None,
-           None, None, None, None)
+           None, None, None, None, "lse")
 _OFFSETS = ctypes.c_int32 * len(ROLES)
 _offsets = None  # (offsets, num_tokens offset, num_seqs offset)
 
 
 def _slow(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
           softmax_scale, causal, window_size, block_table, softcap,
-          q_descale, k_descale, v_descale, sinks=None, workspace=None):
+          q_descale, k_descale, v_descale, sinks=None, workspace=None,
+          lse=None):
     """kvgen::_unified_attention_py, where the C++ kernel of
     torch.ops.kvgen.unified_attention sends every call it has no plan for:
     _impl, then the plan goes to the C++ kernel for later calls of the same
@@ -601,7 +643,7 @@ def _slow(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
     global _offsets
     r = _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
               max_seqlen_k, softmax_scale, causal, window_size, block_table,
-              softcap, q_descale, k_descale, v_descale, sinks, workspace)
+              softcap, q_descale, k_descale, v_descale, sinks, workspace, lse)
     if r is None or _cpp is None:
         return
     p, a = r
@@ -620,10 +662,10 @@ def _slow(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
 
 def _fake(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
           softmax_scale, causal, window_size, block_table, softcap, q_descale,
-          k_descale, v_descale, sinks=None, workspace=None):
+          k_descale, v_descale, sinks=None, workspace=None, lse=None):
     _check(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
            softmax_scale, causal, window_size, block_table, softcap,
-           q_descale, k_descale, v_descale, sinks, workspace)
+           q_descale, k_descale, v_descale, sinks, workspace, lse)
 
 
 def unified_attention_workspace_bytes(q, k, v, softcap=0.0, sinks=None,
@@ -631,7 +673,8 @@ def unified_attention_workspace_bytes(q, k, v, softcap=0.0, sinks=None,
     """Bytes of the `workspace` that unified_attention needs for these
     arguments (q's dtype, heads, head size and device; the caches' layout
     and dtype; sinks / softcap > 0 / the descales' kind as the op will get
-    them): the kernel's max_workspace_bytes, which holds every launch of
+    them; with or without lse, one size): the kernel's
+    max_workspace_bytes, which holds every launch of
     it whatever the batch (docs/attention.md, "The workspace contract").
     Compiles the kernel when it is not cached yet (the op's first call
     would). Allocate it zeroed, once per stream; the counter area at its

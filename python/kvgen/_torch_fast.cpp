@@ -49,10 +49,13 @@
 //      or 0], set as sliding_window = left + 1 (0 for left = -1)
 //   Z  q_descale: must be None
 //   O  an optional fixed tensor: None, or as F
-//   G  the workspace: as F, and no per-call tensor (R, S, Q, N, B) of the
-//      call may share a byte with it (checked here per call from pointers,
-//      sizes and strides; the fixed tensors are checked by the Python op
-//      when it remembers the plan, their pointers being in the signature)
+//   G  the workspace: as F, and no per-call tensor (R, S, Q, N, B, L) of
+//      the call may share a byte with it (checked here per call from
+//      pointers, sizes and strides; the fixed tensors are checked by the
+//      Python op when it remembers the plan, their pointers being in the
+//      signature)
+//   L  an optional per-call rows tensor (lse): None (in the signature; the
+//      field gets NULL), or as R
 // A call that breaks one of these rules goes to the Python op (its error);
 // so does one with T = 0 or num_seqs = 0 (nothing to launch).
 
@@ -365,7 +368,7 @@ private:
           return false;
         continue;
       }
-      if (r == 'O') {
+      if (r == 'O' || r == 'L') {
         if (!s->push(a[i].isNone()))
           return false;
         if (a[i].isNone())
@@ -378,7 +381,7 @@ private:
       const at::Tensor &t = a[i].toTensor();
       if (!t.defined())
         return false;
-      if (r == 'R') {
+      if (r == 'R' || r == 'L') {
         if (t.dim() < 1)
           return false;
         if (c->tokens < 0)
@@ -413,7 +416,7 @@ private:
         continue;
       for (size_t i = 0; i < n; ++i) {
         uintptr_t lo, hi;
-        if (std::strchr("RSQNB", roles_[i]) &&
+        if (std::strchr("RSQNBL", roles_[i]) && a[i].isTensor() &&
             span(a[i].toTensor(), &lo, &hi) && lo < whi && wlo < hi)
           return false;
       }

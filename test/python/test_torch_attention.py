@@ -64,18 +64,21 @@ OP = torch.ops.kvgen.unified_attention
 #---------------------------------------------------------------------------
 
 def reference(q, k, v, cu, seqused, bt, scale, window_left, softcap, sinks,
-              k_descale, v_descale):
+              k_descale, v_descale, with_lse=False):
     """float64 attention from the definition (docs/attention.md "What it
     computes"): query token i of sequence s (n query tokens, context L)
     at position p = L - n + i attends keys j in [lo, p], lo = max(0, p -
     window_left) with a window, else 0; logits scale * q . k_j, soft-capped
-    when softcap > 0; the sink's exp joins the denominator; no keys -> 0."""
+    when softcap > 0; the sink's exp joins the denominator; no keys -> 0.
+    with_lse: also the log-sum-exp [T, Hq] of those logits and the sink
+    (-inf for a row with neither)."""
     q, cu, seqused, bt = (x.cpu() for x in (q, cu, seqused, bt))
     k, v = k.cpu(), v.cpu()
     T, Hq, _ = q.shape
     H, bs = k.shape[2], k.shape[1]
     G = Hq // H
     out = torch.zeros(T, Hq, v.shape[3], dtype=torch.float64)
+    lse = torch.full((T, Hq), -math.inf, dtype=torch.float64)
 
     def scales(s):
         if s is None or k.dtype in (torch.bfloat16, torch.float16,
@@ -101,6 +104,8 @@ def reference(q, k, v, cu, seqused, bt, scale, window_left, softcap, sinks,
             p = L - n + i
             lo = max(0, p - window_left) if window_left >= 0 else 0
             if p < 0:
+                if sinks is not None:
+                    lse[q0 + i] = sinks.cpu().double()
                 continue
             x = torch.einsum("hd,khd->hk", q[q0 + i].double(),
                              K[lo:p + 1]) * scale
@@ -109,10 +114,11 @@ def reference(q, k, v, cu, seqused, bt, scale, window_left, softcap, sinks,
             if sinks is not None:
                 x = torch.cat([x, sinks.cpu().double()[:, None]], 1)
             w = torch.softmax(x, -1)
+            lse[q0 + i] = torch.logsumexp(x, -1)
             if sinks is not None:
                 w = w[:, :-1]
             out[q0 + i] = torch.einsum("hk,khd->hd", w, V[lo:p + 1])
-    return out
+    return (out, lse) if with_lse else out
 
 
 #---------------------------------------------------------------------------
@@ -335,6 +341,152 @@ def test_layouts_head_sizes_and_fp8(device, geo):
     c.check()
 
 
+#---------------------------------------------------------------------------
+# lse: each row's log-sum-exp (optional last argument)
+#---------------------------------------------------------------------------
+
+LSE_CANARY = -12345.5
+
+
+def lse_view(c):
+    """An lse as vLLM keeps it, [Hq, T] (passed transposed: token stride 1),
+    inside a canary-filled buffer: (the view, the buffer)."""
+    buf = torch.full((c.g.Hq + 1, c.T + 3), LSE_CANARY, device=c.device)
+    return buf[:c.g.Hq, 1:1 + c.T].t(), buf
+
+
+def check_lse(c, view, buf):
+    got = view.cpu().double()
+    want = reference(c.q, c.k, c.v, c.cu, c.seqused, c.block_table, c.scale,
+                     c.window, c.softcap, c.sinks, c.k_descale, c.v_descale,
+                     with_lse=True)[1]
+    assert torch.equal(torch.isneginf(got), torch.isneginf(want))
+    fin = torch.isfinite(want)
+    # Logits of the exact inputs summed in float32: ~1e-6 relative.
+    torch.testing.assert_close(got[fin], want[fin], atol=2e-4, rtol=1e-5)
+    mask = torch.ones_like(buf, dtype=torch.bool)
+    mask[:-1, 1:-2] = False
+    assert (buf[mask] == LSE_CANARY).all(), "a write outside lse's rows"
+
+
+LSE_CASES = {
+    # name: (geometry, batch, features)
+    "decode_empty": ("gqa4_nhd", "decode", {}),
+    "verify_window_sinks": ("gqa4_nhd", "verify", dict(window=9, sinks=True)),
+    "prefill_softcap": ("gqa4_nhd", "prefill", dict(softcap=3.0)),
+    "mixed_fp8_head": ("fp8_e4m3_head_packed", "mixed",
+                       dict(window=40, sinks=True)),
+    "split_decode_fp8": ("fp8_e4m3_tensor", "split_decode", dict(sinks=True)),
+    "split_decode_wide_v": ("wide_v_128_192_hnd", "split_decode", {}),
+}
+
+
+@pytest.mark.parametrize("case", list(LSE_CASES))
+@pytest.mark.parametrize("device", DEVICES)
+def test_lse_matches_reference(device, case):
+    """lse (vLLM's [Hq, T] layout, transposed) against the float64
+    reference: decode with an empty context (no rows) and one-token ones,
+    verification with a window and sinks, prefill with soft-cap, fp8 with
+    per-head and per-tensor descales (the logits carry k's), split decodes;
+    the output is the one without lse, bit for bit."""
+    geo, batch, feats = LSE_CASES[case]
+    lens, qs = BATCHES[batch]
+    c = Case(GEOS[geo], lens, qs, seed=5, device=device, **feats)
+    ws = c.workspace()
+    c.run(ws=ws)
+    plain = c.out.clone()
+    c.out.fill_(7.25)
+    view, buf = lse_view(c)
+    c.run(ws=ws, lse=view)
+    c.check()
+    assert torch.equal(c.out, plain)
+    check_lse(c, view, buf)
+
+
+def test_lse_is_the_last_positional_argument():
+    """lse follows workspace: the 18 positional arguments of a call without
+    it are unchanged, and a 19th is lse; rows of q past no sequence's
+    query keep their canaries (no key: nothing written there)."""
+    lens, qs = BATCHES["verify"]
+    c = Case(GEOS["gqa4_nhd"], lens, qs, seed=3, sinks=True)
+    ws = c.workspace()
+    view, buf = lse_view(c)
+    OP(*c.args().values(), ws, view)
+    c.check()
+    check_lse(c, view, buf)
+    args = _ta.SCHEMA[1:].split(") ->")[0].split(", ")
+    assert args[-2:] == ["Tensor(b!)? workspace=None",
+                         "Tensor(c!)? lse=None"], args
+
+
+def test_lse_bad_arguments_raise_and_write_nothing():
+    lens, qs = BATCHES["verify"]
+    c = Case(GEOS["gqa4_nhd"], lens, qs, seed=8, sinks=True)
+    ws = c.workspace()
+    view, buf = lse_view(c)
+    c.run(ws=ws, lse=view)  # a plan for the good signature
+    buf.fill_(LSE_CANARY)
+    for lse, exc, words in (
+            (view.double(), TypeError, "lse has dtype"),
+            (view[:-1], ValueError, r"lse has shape \[17, 8\], need "
+             r"\[18, 8\]"),
+            (view[:, :4], ValueError, "lse has shape"),
+            (view.reshape(-1), ValueError, "lse has shape"),
+            (torch.empty(c.T, c.g.Hq, device="meta"), ValueError,
+             "lse is on meta")):
+        c.out.fill_(7.25)
+        with pytest.raises(exc, match=words):
+            OP(*c.args().values(), ws, lse)
+        assert (c.out == 7.25).all() and (buf == LSE_CANARY).all()
+    # lse inside out's rows: the runtime refuses it, nothing written.
+    inside = c.out.view(-1)[:2 * c.T * c.g.Hq].view(torch.float32)
+    inside = inside.view(c.T, c.g.Hq)
+    with pytest.raises(kvgen.KvgenError, match="'lse' .* and 'output' .* "
+                       "overlap"):
+        OP(*c.args().values(), ws, inside)
+    assert (c.out == 7.25).all()
+
+
+def test_cpp_kernel_launches_lse_calls():
+    """A call with lse is remembered by the C++ kernel like one without
+    (role L: None or per-call rows): the next call with another lse tensor
+    of the same strides (and another batch) is launched from C++ and
+    writes that tensor; a call without lse after it still gets its own
+    kernel (no lse written anywhere)."""
+    if kt.fast_path_info()["kernel"] != "c++":
+        pytest.skip("the C++ kernel is not in use: "
+                    + str(kt.fast_path_info()["reason"]))
+    g = GEOS["gqa4_nhd"]
+    lens, qs = BATCHES["mixed"]
+    c = Case(g, lens, qs, seed=33, sinks=True)
+    ws = c.workspace()
+    view, buf = lse_view(c)
+    c.run(ws=ws, lse=view)
+    check_lse(c, view, buf)
+    d = Case(g, [60, 9, 30], [4, 1, 3], seed=34, sinks=True)
+    d.k, d.v, d.allocs, d.sinks = c.k, c.v, c.allocs, c.sinks
+    d.block_table = c.block_table[1:4]
+    d.seqused = torch.tensor([60, 9, 30], dtype=torch.int32)  # <= c's
+    # Same strides as c's lse: a [Hq, c.T + 3] buffer, transposed.
+    dbuf = torch.full((g.Hq + 1, c.T + 3), LSE_CANARY)
+    dview = dbuf[:g.Hq, 1:1 + d.T].t()
+    assert dview.stride() == view.stride()
+    before = kt.fast_path_info()["hits"]
+    d.run(ws=ws, lse=dview)
+    assert kt.fast_path_info()["hits"] == before + 1
+    d.check()
+    want = reference(d.q, d.k, d.v, d.cu, d.seqused, d.block_table, d.scale,
+                     d.window, d.softcap, d.sinks, None, None,
+                     with_lse=True)[1]
+    torch.testing.assert_close(dview.double(), want, atol=2e-4, rtol=1e-5)
+    assert (dbuf[:, 1 + d.T:] == LSE_CANARY).all()
+    dbuf.fill_(LSE_CANARY)
+    d.out.fill_(7.25)
+    d.run(ws=ws)
+    d.check()
+    assert (dbuf == LSE_CANARY).all()
+
+
 def test_layout_is_taken_from_the_views():
     """The kernel's layout is the views': packed for K / V column ranges of
     one tensor, hnd for a permute, explicit strides for [nb, 2, ...]."""
@@ -477,10 +629,11 @@ def test_opcheck(geo):
         # not implemented for 'Float8_e4m3fn'): the other three run.
         tests = ("test_autograd_registration", "test_faketensor",
                  "test_aot_dispatch_dynamic")
-    torch.library.opcheck(OP.default, tuple(args.values()),
-                          {"workspace": ws},
-                          **({} if tests is None else
-                             {"test_utils": tests}))
+    for lse in (None, torch.zeros(c.T, c.g.Hq)):
+        torch.library.opcheck(OP.default, tuple(args.values()),
+                              {"workspace": ws, "lse": lse},
+                              **({} if tests is None else
+                                 {"test_utils": tests}))
 
 
 def test_fake_on_meta_tensors():
@@ -496,6 +649,11 @@ def test_fake_on_meta_tensors():
     OP(**meta, workspace=ws)
     with pytest.raises(ValueError, match="out has shape"):
         OP(**{**meta, "out": meta["out"][:, :, :64]}, workspace=ws)
+    OP(**meta, workspace=ws,
+       lse=torch.empty(c.T, c.g.Hq, device="meta"))
+    with pytest.raises(ValueError, match="lse has shape"):
+        OP(**meta, workspace=ws,
+           lse=torch.empty(c.T, c.g.Hq + 1, device="meta"))
 
 
 @pytest.mark.parametrize("geo", ["gqa4_nhd", "mimo_192_128_packed",
@@ -676,7 +834,7 @@ def test_workspace_too_small_or_strided_is_refused():
 
 def test_workspace_sharing_bytes_with_another_argument_is_refused():
     """The kernel writes counters and partials into the workspace while it
-    reads q, the caches, the index tensors and sinks and writes out: a
+    reads q, the caches, the index tensors and sinks and writes out and lse: a
     workspace that shares a byte with any of them raises ValueError before
     the launch (out placed inside it left its counters non-zero, and later
     correct calls with that workspace gave wrong rows). The first call with
@@ -727,6 +885,19 @@ def test_workspace_sharing_bytes_with_another_argument_is_refused():
         assert torch.equal(buf, before), name
         assert (good_out == 7.25).all(), name
         buf.zero_()
+    # lse (written by the kernel like out): a good call with an lse outside
+    # the workspace first (the C++ kernel's plan for the lse signature),
+    # then the same layout inside it.
+    lse = torch.full((c.q.shape[0], c.q.shape[1]), 7.25)
+    c.run(ws=ws, lse=lse)
+    assert not buf.any()
+    for at in (0, n - 4):  # all of it, its first element only
+        lse.fill_(7.25)
+        good_out.fill_(7.25)
+        with pytest.raises(ValueError, match="workspace .* overlaps lse "):
+            c.run(ws=ws, lse=inside(at, lse))
+        assert not buf.any()
+        assert (good_out == 7.25).all() and (lse == 7.25).all()
     # The caches: a workspace over their allocation.
     for name in ("k", "v"):
         alloc = c.allocs[0 if name == "k" else 1]
