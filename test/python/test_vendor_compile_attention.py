@@ -42,6 +42,10 @@ SPECS = [
     (kvgen.Layout(2, 80, 48, 24, k_strides=(None, None, None),
                   v_strides=(None, None, None)), 4, []),
     (kvgen.Layout(1, 64, 96, 1, dtype="f8E4M3FNUZ"), 16, []),
+    # The lse option: MiMo bf16; with sinks, soft-cap and fp8 scales.
+    (kvgen.Layout(4, 192, 128, 16), 64, ["--lse"]),
+    (kvgen.Layout(8, 192, 128, 16, order="hnd", dtype="f8E5M2"), 64,
+     ["--sinks", "--logits_soft_cap", "--lse"]),
 ]
 
 
