@@ -120,8 +120,8 @@ Status checkRowValues(const KernelEntry &e, const void *args,
                       "than 2^63 bytes",
                       op.name, a->name, st->name, t, sh->name, h));
     for (const ArgDesc *v = op.args; v != end; ++v) {
-      const void *q = v->role == ArgRole::QRows ? pointerField(args, *v)
-                                                : nullptr;
+      const void *q =
+          v->role == ArgRole::QRows ? pointerField(args, *v) : nullptr;
       const ArgDesc *vst, *vsh;
       int64_t vt, vh;
       if (!q || !viewStrides(op, args, *v, &vst, &vsh, &vt, &vh) || vt < 0 ||
