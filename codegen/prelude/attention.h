@@ -637,7 +637,7 @@ KVGEN_DEVICE inline void paged_attention(const kvgen_paged_attention_args &a) {
   const SideMap vMap = sideMap<typename L::v>(a.v_cache_strides);
   const bool aligned =
       P::cache_proven ||
-      cacheAligned<CacheVec<L, P> >(
+      cacheAligned<typename L::cache::storage, P::vec>(
           a.key_cache, L::packed ? a.key_cache : a.value_cache, kMap, vMap);
   KVGEN_SHARED AttnSmem<AttnShape<L, P, O> > sm;
   if (aligned)

@@ -12,25 +12,6 @@
 
 namespace kvgen {
 
-/// Component I of layout struct L (L::c0 .. L::c3, as convert-kv-to-emitc
-/// emits them); a layout with fewer components gives an empty one (head
-/// size 0) so that code over "up to two components" needs no branches on
-/// the count.
-struct NoComponent {
-  static constexpr int head_size = 0;
-  static constexpr int64_t block = 0, token = 0, head = 0, base = 0;
-};
-template <class L, int I, bool HAS = (I < L::num_components)>
-struct ComponentOf {
-  typedef NoComponent type;
-};
-template <class L> struct ComponentOf<L, 0, true> {
-  typedef typename L::c0 type;
-};
-template <class L> struct ComponentOf<L, 1, true> {
-  typedef typename L::c1 type;
-};
-
 /// What a block copy reads and writes: the cache tensors of its source and
 /// destination sets (the same ones for copy_blocks; a device and a host
 /// cache for swap_blocks), tensor t holding component t (every component

@@ -58,31 +58,6 @@ template <class L, class P, class O, bool SMALL> struct RowsSpec {
   };
 };
 
-/// Where a token's slot points, or block < 0 for padding / rejected slots.
-struct SlotPos {
-  int64_t block, offset;
-};
-
-/// The cache position of `slot`: block < 0 for padding (negative slots) and,
-/// in checked kernels (the default; all but `unchecked` ones), for slots
-/// past the cache, which also set the error flag (the caller's, or the
-/// runtime's context error word).
-template <class SP>
-KVGEN_DEVICE inline SlotPos place(int64_t slot, int64_t numBlocks,
-                                  int32_t *errorFlag) {
-  SlotPos pos = {-1, 0};
-  if (slot < 0)
-    return pos; // padding
-  if (SP::checked && slot >= numBlocks * int64_t(SP::block_size)) {
-    if (errorFlag)
-      *errorFlag = 1;
-    return pos;
-  }
-  pos.block = slot / SP::block_size;
-  pos.offset = slot % SP::block_size;
-  return pos;
-}
-
 /// Vector access i of a CTA that starts at token `first`: its token, side,
 /// kv head and first element. A token's accesses are its K rows (heads x
 /// head_k / VEC) then its V rows (heads x head_v / VEC).
@@ -173,20 +148,20 @@ template <class T, int VEC, int N> struct Batch {
     return Map::round(first, r, numTokens, x);
   }
   /// Loads access j's slot and, when `scaled`, its side's scale.
-  template <class SP, class A>
-  KVGEN_DEVICE inline void loadSlotAndScale(int j, const A &a, const Access &x,
-                                            bool scaled) {
+  template <class SP, class A, class KV>
+  KVGEN_DEVICE inline void loadSlotAndScale(int j, const A &a, const KV &kv,
+                                            const Access &x, bool scaled) {
     if (scaled)
-      scale[j] = loadScale(x.isK ? a.k_scale : a.v_scale, SP::scale, x.head);
+      scale[j] = kv.scale(a, x.isK, x.head);
     slot[j] = loadSlot<typename SP::slot>(a.slot_mapping, x.token);
   }
   /// Access j (round r) again, and where its slot points (block < 0:
-  /// nothing to move; see place).
-  template <class SP, class Map, class A>
-  KVGEN_DEVICE inline SlotPos position(int j, int64_t first, int r,
-                                       const A &a, Access &x) {
+  /// nothing to move; see PagedKV::place).
+  template <class SP, class Map, class A, class KV>
+  KVGEN_DEVICE inline SlotPos position(int j, int64_t first, int r, const A &a,
+                                       const KV &kv, Access &x) {
     Map::round(first, r, a.num_tokens, x);
-    return place<SP>(slot[j], a.num_blocks, a.error_flag);
+    return kv.template place<SP::checked != 0, SP::block_size>(a, slot[j]);
   }
 };
 
@@ -201,18 +176,19 @@ template <class T, int VEC, int N> struct Batch {
 /// for the previous round's loads, since the compiler may not move a load
 /// above a store that might alias it.
 template <class SP, int VEC, bool FIXED_COLUMN> struct WriteCta {
+  template <class KV>
   static KVGEN_DEVICE inline void run(const kvgen_reshape_and_cache_args &a,
-                                      const SideMap &kMap, const SideMap &vMap,
-                                      int64_t first) {
+                                      const KV &kv, int64_t first) {
     typedef typename SP::io::storage IS;
     typedef typename SP::cache::storage CS;
+    typedef TokenRows<kvgen_reshape_and_cache_args> Rows;
     const bool quant = SP::cache::is_fp8;
     typedef AccessMap<SP, VEC> Map;
     // A per-tensor scale and its reciprocal once per thread; per-head scales
     // per access.
     const bool perTensor = quant && int(SP::scale) == int(SCALE_PER_TENSOR);
-    const float kScale = perTensor ? a.k_scale[0] : 1.0f;
-    const float vScale = perTensor ? a.v_scale[0] : 1.0f;
+    const float kScale = perTensor ? kv.scales(a, true)[0] : 1.0f;
+    const float vScale = perTensor ? kv.scales(a, false)[0] : 1.0f;
     const float kRecip = 1.0f / kScale, vRecip = 1.0f / vScale;
     for (int r0 = 0; r0 < int(Map::rounds); r0 += Map::batch) {
       Batch<IS, VEC, Map::batch> b;
@@ -221,24 +197,20 @@ template <class SP, int VEC, bool FIXED_COLUMN> struct WriteCta {
         Access x;
         if (!b.template start<Map>(j, first, r0 + j, a.num_tokens, x))
           continue;
-        const IS *src =
-            static_cast<const IS *>(x.isK ? a.key : a.value) +
-            x.token * (x.isK ? a.key_stride_token : a.value_stride_token) +
-            x.head * (x.isK ? a.key_stride_head : a.value_stride_head) + x.elem;
+        const IS *src = static_cast<const IS *>(Rows::row(a, x.isK)) +
+                        x.token * Rows::strideToken(a, x.isK) +
+                        x.head * Rows::strideHead(a, x.isK) + x.elem;
         loadFrag<IS, VEC>(b.in[j], src);
-        b.template loadSlotAndScale<SP>(j, a, x, quant && !perTensor);
+        b.template loadSlotAndScale<SP>(j, a, kv, x, quant && !perTensor);
       }
       KVGEN_UNROLL
       for (int j = 0; j < int(Map::batch); ++j) {
         Access x;
         const SlotPos pos =
-            b.template position<SP, Map>(j, first, r0 + j, a, x);
+            b.template position<SP, Map>(j, first, r0 + j, a, kv, x);
         if (pos.block < 0)
           continue;
-        CS *dst = static_cast<CS *>((x.isK || SP::packed) ? a.key_cache
-                                                          : a.value_cache) +
-                  elementOffset(x.isK ? kMap : vMap, pos.block, pos.offset,
-                                x.head, x.elem);
+        CS *dst = kv.at(a, x.isK, pos.block, pos.offset, x.head, x.elem);
         const float sc = perTensor ? (x.isK ? kScale : vScale) : b.scale[j];
         const float rc =
             perTensor ? (x.isK ? kRecip : vRecip) : (quant ? 1.0f / sc : 1.0f);
@@ -259,30 +231,25 @@ template <class SP, int VEC, bool FIXED_COLUMN> struct WriteCta {
 /// the general path (the host and device grids compare both with the
 /// reference).
 template <class SP, int VEC> struct WriteCta<SP, VEC, true> {
+  template <class KV>
   static KVGEN_DEVICE inline void run(const kvgen_reshape_and_cache_args &a,
-                                      const SideMap &kMap, const SideMap &vMap,
-                                      int64_t first) {
+                                      const KV &kv, int64_t first) {
     typedef typename SP::io::storage IS;
     typedef typename SP::cache::storage CS;
+    typedef TokenRows<kvgen_reshape_and_cache_args> Rows;
     const bool quant = SP::cache::is_fp8;
     typedef AccessMap<SP, VEC> Map;
     const int tid = KVGEN_THREAD_ID_X;
     if (tid >= int(Map::total))
       return; // threads past the CTA's accesses (the small shape's last warp)
     const Access x = Map::at(first, tid);
-    const SideMap m = x.isK ? kMap : vMap;
-    const int64_t strideToken =
-        x.isK ? a.key_stride_token : a.value_stride_token;
-    const IS *src = static_cast<const IS *>(x.isK ? a.key : a.value) +
+    const SideMap m = kv.map(x.isK);
+    const int64_t strideToken = Rows::strideToken(a, x.isK);
+    const IS *src = static_cast<const IS *>(Rows::row(a, x.isK)) +
                     x.token * strideToken +
-                    x.head * (x.isK ? a.key_stride_head : a.value_stride_head) +
-                    x.elem;
-    CS *column =
-        static_cast<CS *>((x.isK || SP::packed) ? a.key_cache : a.value_cache) +
-        rowOffset(m, x.head, x.elem);
-    const float sc =
-        quant ? loadScale(x.isK ? a.k_scale : a.v_scale, SP::scale, x.head)
-              : 1.0f;
+                    x.head * Rows::strideHead(a, x.isK) + x.elem;
+    CS *column = kv.tensor(a, x.isK) + rowOffset(m, x.head, x.elem);
+    const float sc = quant ? kv.scale(a, x.isK, x.head) : 1.0f;
     float rc = 1.0f;
     for (int r0 = 0; r0 < int(Map::rounds); r0 += Map::batch) {
       Frag<IS, VEC> in[Map::batch];
@@ -306,7 +273,8 @@ template <class SP, int VEC> struct WriteCta<SP, VEC, true> {
         rc = 1.0f / sc;
       KVGEN_UNROLL
       for (int j = 0; j < int(Map::batch); ++j) {
-        const SlotPos pos = place<SP>(slot[j], a.num_blocks, a.error_flag);
+        const SlotPos pos =
+            kv.template place<SP::checked != 0, SP::block_size>(a, slot[j]);
         if (pos.block < 0)
           continue;
         storeFrag<CS, VEC, SP::streaming>(
@@ -320,22 +288,22 @@ template <class SP, int VEC> struct WriteCta<SP, VEC, true> {
 
 /// One CTA of kv.reshape_and_cache (see WriteCta): the column path where
 /// AccessMap::fixedColumn holds, else the general one.
-template <class SP, int VEC>
+template <class SP, int VEC, class KV>
 KVGEN_DEVICE inline void writeCta(const kvgen_reshape_and_cache_args &a,
-                                  const SideMap &kMap, const SideMap &vMap,
-                                  int64_t first) {
-  WriteCta<SP, VEC, AccessMap<SP, VEC>::fixedColumn>::run(a, kMap, vMap, first);
+                                  const KV &kv, int64_t first) {
+  WriteCta<SP, VEC, AccessMap<SP, VEC>::fixedColumn>::run(a, kv, first);
 }
 
 /// One CTA of kv.gather: the reverse of writeCta. With DEQUANT each element
 /// is converted to the output type (times the side's scale for fp8). Per
 /// batch: slots and scales, then every cache load, then every store.
 template <class SP, int VEC, bool DEQUANT, bool FIXED_COLUMN> struct GatherCta {
-  static KVGEN_DEVICE inline void run(const kvgen_gather_args &a,
-                                      const SideMap &kMap, const SideMap &vMap,
+  template <class KV>
+  static KVGEN_DEVICE inline void run(const kvgen_gather_args &a, const KV &kv,
                                       int64_t first) {
     typedef typename SP::io::storage OS;
     typedef typename SP::cache::storage CS;
+    typedef TokenRows<kvgen_gather_args> Rows;
     const bool scaled = DEQUANT && SP::cache::is_fp8;
     typedef AccessMap<SP, VEC> Map;
     for (int r0 = 0; r0 < int(Map::rounds); r0 += Map::batch) {
@@ -345,21 +313,18 @@ template <class SP, int VEC, bool DEQUANT, bool FIXED_COLUMN> struct GatherCta {
         Access x;
         if (!b.template start<Map>(j, first, r0 + j, a.num_tokens, x))
           continue;
-        b.template loadSlotAndScale<SP>(j, a, x, scaled);
+        b.template loadSlotAndScale<SP>(j, a, kv, x, scaled);
       }
       KVGEN_UNROLL
       for (int j = 0; j < int(Map::batch); ++j) {
         Access x;
         const SlotPos pos =
-            b.template position<SP, Map>(j, first, r0 + j, a, x);
+            b.template position<SP, Map>(j, first, r0 + j, a, kv, x);
         b.slot[j] = pos.block; // < 0: skipped below
         if (pos.block < 0)
           continue;
         loadFrag<CS, VEC>(
-            b.in[j], static_cast<const CS *>(
-                         (x.isK || SP::packed) ? a.key_cache : a.value_cache) +
-                         elementOffset(x.isK ? kMap : vMap, pos.block,
-                                       pos.offset, x.head, x.elem));
+            b.in[j], kv.at(a, x.isK, pos.block, pos.offset, x.head, x.elem));
       }
       KVGEN_UNROLL
       for (int j = 0; j < int(Map::batch); ++j) {
@@ -367,12 +332,9 @@ template <class SP, int VEC, bool DEQUANT, bool FIXED_COLUMN> struct GatherCta {
           continue;
         Access x;
         Map::round(first, r0 + j, a.num_tokens, x); // b.slot[j] < 0 if outside
-        OS *dst =
-            static_cast<OS *>(x.isK ? a.key_out : a.value_out) +
-            x.token *
-                (x.isK ? a.key_out_stride_token : a.value_out_stride_token) +
-            x.head * (x.isK ? a.key_out_stride_head : a.value_out_stride_head) +
-            x.elem;
+        OS *dst = static_cast<OS *>(Rows::row(a, x.isK)) +
+                  x.token * Rows::strideToken(a, x.isK) +
+                  x.head * Rows::strideHead(a, x.isK) + x.elem;
         storeFrag<OS, VEC, SP::streaming>(
             dst, convertFrag<typename SP::cache, typename SP::io, VEC, false,
                              scaled>(b.in[j], b.scale[j], 1.0f));
@@ -386,32 +348,24 @@ template <class SP, int VEC, bool DEQUANT, bool FIXED_COLUMN> struct GatherCta {
 /// are worked out once per thread. Same batches as the general path.
 template <class SP, int VEC, bool DEQUANT>
 struct GatherCta<SP, VEC, DEQUANT, true> {
-  static KVGEN_DEVICE inline void run(const kvgen_gather_args &a,
-                                      const SideMap &kMap, const SideMap &vMap,
+  template <class KV>
+  static KVGEN_DEVICE inline void run(const kvgen_gather_args &a, const KV &kv,
                                       int64_t first) {
     typedef typename SP::io::storage OS;
     typedef typename SP::cache::storage CS;
+    typedef TokenRows<kvgen_gather_args> Rows;
     const bool scaled = DEQUANT && SP::cache::is_fp8;
     typedef AccessMap<SP, VEC> Map;
     const int tid = KVGEN_THREAD_ID_X;
     if (tid >= int(Map::total))
       return;
     const Access x = Map::at(first, tid);
-    const SideMap m = x.isK ? kMap : vMap;
-    const CS *column =
-        static_cast<const CS *>((x.isK || SP::packed) ? a.key_cache
-                                                      : a.value_cache) +
-        rowOffset(m, x.head, x.elem);
-    const int64_t strideToken =
-        x.isK ? a.key_out_stride_token : a.value_out_stride_token;
-    OS *out =
-        static_cast<OS *>(x.isK ? a.key_out : a.value_out) +
-        x.token * strideToken +
-        x.head * (x.isK ? a.key_out_stride_head : a.value_out_stride_head) +
-        x.elem;
-    const float sc =
-        scaled ? loadScale(x.isK ? a.k_scale : a.v_scale, SP::scale, x.head)
-               : 1.0f;
+    const SideMap m = kv.map(x.isK);
+    const CS *column = kv.tensor(a, x.isK) + rowOffset(m, x.head, x.elem);
+    const int64_t strideToken = Rows::strideToken(a, x.isK);
+    OS *out = static_cast<OS *>(Rows::row(a, x.isK)) + x.token * strideToken +
+              x.head * Rows::strideHead(a, x.isK) + x.elem;
+    const float sc = scaled ? kv.scale(a, x.isK, x.head) : 1.0f;
     for (int r0 = 0; r0 < int(Map::rounds); r0 += Map::batch) {
       Frag<CS, VEC> in[Map::batch];
       int64_t slot[Map::batch];
@@ -426,7 +380,8 @@ struct GatherCta<SP, VEC, DEQUANT, true> {
       }
       KVGEN_UNROLL
       for (int j = 0; j < int(Map::batch); ++j) {
-        const SlotPos pos = place<SP>(slot[j], a.num_blocks, a.error_flag);
+        const SlotPos pos =
+            kv.template place<SP::checked != 0, SP::block_size>(a, slot[j]);
         slot[j] = pos.block; // < 0: skipped below
         if (pos.block < 0)
           continue;
@@ -447,55 +402,42 @@ struct GatherCta<SP, VEC, DEQUANT, true> {
 
 /// One CTA of kv.gather (see GatherCta): the column path where
 /// AccessMap::fixedColumn holds, else the general one.
-template <class SP, int VEC, bool DEQUANT>
-KVGEN_DEVICE inline void gatherCta(const kvgen_gather_args &a,
-                                   const SideMap &kMap, const SideMap &vMap,
+template <class SP, int VEC, bool DEQUANT, class KV>
+KVGEN_DEVICE inline void gatherCta(const kvgen_gather_args &a, const KV &kv,
                                    int64_t first) {
-  GatherCta<SP, VEC, DEQUANT, AccessMap<SP, VEC>::fixedColumn>::run(
-      a, kMap, vMap, first);
+  GatherCta<SP, VEC, DEQUANT, AccessMap<SP, VEC>::fixedColumn>::run(a, kv,
+                                                                    first);
 }
 
 /// Entry of an emitted reshape_and_cache kernel. CACHE_PROVEN: the plan
 /// proved cache alignment statically; otherwise it is checked here. Input
 /// views are always checked (their strides are run-time values). A CTA whose
 /// accesses are not all aligned takes the one-element path.
-template <class SP, bool CACHE_PROVEN>
-KVGEN_DEVICE inline void reshapeAndCacheSpec(const kvgen_reshape_and_cache_args &a,
-                                         const SideMap &kMap,
-                                         const SideMap &vMap) {
+template <class SP, bool CACHE_PROVEN, class KV>
+KVGEN_DEVICE inline void
+reshapeAndCacheSpec(const kvgen_reshape_and_cache_args &a, const KV &kv) {
   typedef typename SP::io::storage IS;
   const int64_t first = int64_t(KVGEN_BLOCK_ID_X) * SP::tokens_per_cta;
   const bool aligned =
-      rowsAligned<IS, SP::vec>(a.key, a.key_stride_token, a.key_stride_head) &&
-      rowsAligned<IS, SP::vec>(a.value, a.value_stride_token,
-                               a.value_stride_head) &&
-      (CACHE_PROVEN ||
-       cacheAligned<SP>(a.key_cache, SP::packed ? a.key_cache : a.value_cache,
-                        kMap, vMap));
+      TokenRows<kvgen_reshape_and_cache_args>::aligned<IS, SP::vec>(a) &&
+      (CACHE_PROVEN || kv.template aligned<SP::vec>(a));
   if (SP::vec > 1 && aligned)
-    writeCta<SP, SP::vec>(a, kMap, vMap, first);
+    writeCta<SP, SP::vec>(a, kv, first);
   else
-    writeCta<SP, 1>(a, kMap, vMap, first);
+    writeCta<SP, 1>(a, kv, first);
 }
 
 /// Entry of an emitted gather kernel; alignment handled as above.
-template <class SP, bool CACHE_PROVEN, bool DEQUANT>
-KVGEN_DEVICE inline void gatherSpec(const kvgen_gather_args &a,
-                                const SideMap &kMap, const SideMap &vMap) {
+template <class SP, bool CACHE_PROVEN, bool DEQUANT, class KV>
+KVGEN_DEVICE inline void gatherSpec(const kvgen_gather_args &a, const KV &kv) {
   typedef typename SP::io::storage OS;
   const int64_t first = int64_t(KVGEN_BLOCK_ID_X) * SP::tokens_per_cta;
-  const bool aligned =
-      rowsAligned<OS, SP::vec>(a.key_out, a.key_out_stride_token,
-                               a.key_out_stride_head) &&
-      rowsAligned<OS, SP::vec>(a.value_out, a.value_out_stride_token,
-                               a.value_out_stride_head) &&
-      (CACHE_PROVEN ||
-       cacheAligned<SP>(a.key_cache, SP::packed ? a.key_cache : a.value_cache,
-                        kMap, vMap));
+  const bool aligned = TokenRows<kvgen_gather_args>::aligned<OS, SP::vec>(a) &&
+                       (CACHE_PROVEN || kv.template aligned<SP::vec>(a));
   if (SP::vec > 1 && aligned)
-    gatherCta<SP, SP::vec, DEQUANT>(a, kMap, vMap, first);
+    gatherCta<SP, SP::vec, DEQUANT>(a, kv, first);
   else
-    gatherCta<SP, 1, DEQUANT>(a, kMap, vMap, first);
+    gatherCta<SP, 1, DEQUANT>(a, kv, first);
 }
 
 /// kv.reshape_and_cache over layout L with plan P and options O. A launch
@@ -505,28 +447,22 @@ KVGEN_DEVICE inline void gatherSpec(const kvgen_gather_args &a,
 /// the same rule (kvgen/Launch.h).
 template <class L, class P, class O>
 KVGEN_DEVICE inline void reshape_and_cache(const kvgen_reshape_and_cache_args &a) {
-  const SideMap kMap = sideMap<typename L::k>(a.k_cache_strides);
-  const SideMap vMap = sideMap<typename L::v>(a.v_cache_strides);
+  const PagedKV<L, kvgen_reshape_and_cache_args> kv = pagedKV<L>(a);
   if (P::small_max_tokens > 0 && a.num_tokens <= P::small_max_tokens)
-    reshapeAndCacheSpec<RowsSpec<L, P, O, true>, P::cache_proven>(a, kMap,
-                                                                  vMap);
+    reshapeAndCacheSpec<RowsSpec<L, P, O, true>, P::cache_proven>(a, kv);
   else
-    reshapeAndCacheSpec<RowsSpec<L, P, O, false>, P::cache_proven>(a, kMap,
-                                                                   vMap);
+    reshapeAndCacheSpec<RowsSpec<L, P, O, false>, P::cache_proven>(a, kv);
 }
 
 /// kv.gather over layout L with plan P and options O; shapes as above.
 /// Hardware fp8 converts serve dequantizing gathers (raw ones copy bits).
 template <class L, class P, class O>
 KVGEN_DEVICE inline void gather(const kvgen_gather_args &a) {
-  const SideMap kMap = sideMap<typename L::k>(a.k_cache_strides);
-  const SideMap vMap = sideMap<typename L::v>(a.v_cache_strides);
+  const PagedKV<L, kvgen_gather_args> kv = pagedKV<L>(a);
   if (P::small_max_tokens > 0 && a.num_tokens <= P::small_max_tokens)
-    gatherSpec<RowsSpec<L, P, O, true>, P::cache_proven, O::dequantize>(
-        a, kMap, vMap);
+    gatherSpec<RowsSpec<L, P, O, true>, P::cache_proven, O::dequantize>(a, kv);
   else
-    gatherSpec<RowsSpec<L, P, O, false>, P::cache_proven, O::dequantize>(
-        a, kMap, vMap);
+    gatherSpec<RowsSpec<L, P, O, false>, P::cache_proven, O::dequantize>(a, kv);
 }
 
 /// The first two components of layout struct L under the names the K/V
