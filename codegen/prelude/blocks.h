@@ -74,13 +74,13 @@ KVGEN_DEVICE inline void copyBlocksCta(
       const int64_t elem =
           int64_t(comp == 0 ? cc % unsigned(row0) : cc % unsigned(row1)) * VEC;
       const int64_t from = a.mapping[2 * row], to = a.mapping[2 * row + 1];
-      if (CHECKED && (from < 0 || from >= a.srcBlocks || to < 0 ||
-                      to >= a.dstBlocks)) {
+      if (CHECKED &&
+          KVGEN_BLOCK_PAIR_OUTSIDE(from, a.srcBlocks, to, a.dstBlocks)) {
         *a.errorFlag = 1;
         continue;
       }
       const SideMap &m = maps[comp];
-      const int t = L::packed ? 0 : comp;
+      const int t = CacheTensors<L>::of(comp);
       loadFrag<CS, VEC>(f[j], a.src[t] + elementOffset(m, from, token, head,
                                                        elem));
       dst[j] = a.dst[t] + elementOffset(m, to, token, head, elem);
@@ -101,12 +101,11 @@ KVGEN_DEVICE inline bool blockCopyAligned(
   bool ok = true;
   KVGEN_UNROLL
   for (int c = 0; c < (L::num_components < 2 ? L::num_components : 2); ++c) {
-    const int t = L::packed ? 0 : c;
-    ok = ok && rowsAligned<CS, P::vec>(a.src[t], maps[c].block,
-                                       maps[c].token) &&
-         rowsAligned<CS, P::vec>(a.src[t], maps[c].head, maps[c].base) &&
-         rowsAligned<CS, P::vec>(a.dst[t], maps[c].block, maps[c].token) &&
-         rowsAligned<CS, P::vec>(a.dst[t], maps[c].head, maps[c].base);
+    ok = ok &&
+         rowsAligned<CS, P::vec>(a.src[c], maps[c].block, maps[c].token) &&
+         rowsAligned<CS, P::vec>(a.src[c], maps[c].head, maps[c].base) &&
+         rowsAligned<CS, P::vec>(a.dst[c], maps[c].block, maps[c].token) &&
+         rowsAligned<CS, P::vec>(a.dst[c], maps[c].head, maps[c].base);
   }
   return ok;
 }
@@ -165,7 +164,7 @@ KVGEN_DEVICE inline void bulkRound(int64_t lo, int64_t hi,
 template <> struct BulkBlockCopy<true> {
   template <class L, class P, bool CHECKED, class CS>
   KVGEN_DEVICE static bool run(const BlockCopy<CS> &a, const SideMap *maps) {
-    enum { kTensors = L::packed ? 1 : 2, kStages = P::bulk_stages };
+    enum { kTensors = CacheTensors<L>::count, kStages = P::bulk_stages };
     constexpr int64_t kStageBytes = P::bulk_bytes / kStages;
     constexpr int64_t kTotal = (P::block_elements0 + P::block_elements1) *
                                int64_t(sizeof(CS));
@@ -181,7 +180,7 @@ template <> struct BulkBlockCopy<true> {
       return true;
     const int64_t from = a.mapping[2 * row], to = a.mapping[2 * row + 1];
     if (CHECKED &&
-        (from < 0 || from >= a.srcBlocks || to < 0 || to >= a.dstBlocks)) {
+        KVGEN_BLOCK_PAIR_OUTSIDE(from, a.srcBlocks, to, a.dstBlocks)) {
       *a.errorFlag = 1;
       return true;
     }
@@ -242,12 +241,10 @@ template <> struct BulkBlockCopy<true> {
 /// cache rows are not all VEC-aligned (only possible with '?' strides)
 /// moves one element per access. Layouts of at most two components or
 /// packed ones (kv.copy_blocks' verifier).
-template <class L, class P, class O>
-KVGEN_DEVICE inline void copyBlocks(
-    const BlockCopy<typename L::cache::storage> &a, const int64_t *dyn0,
-    const int64_t *dyn1) {
-  const SideMap maps[2] = {sideMap<typename ComponentOf<L, 0>::type>(dyn0),
-                           sideMap<typename ComponentOf<L, 1>::type>(dyn1)};
+template <class L, class P, class O, class KV>
+KVGEN_DEVICE inline void
+copyBlocks(const BlockCopy<typename L::cache::storage> &a, const KV &kv) {
+  const SideMap maps[2] = {kv.kMap, kv.vMap};
 #ifndef KVGEN_BULK_COPY
   static_assert(!P::bulk_copy, "bulk_copy needs cp.async.bulk (sm_90+)");
 #endif
@@ -282,16 +279,17 @@ KVGEN_DEVICE inline void copyBlocks(
 template <class L, class P, class O>
 KVGEN_DEVICE inline void copy_blocks(const kvgen_copy_blocks_args &a) {
   typedef typename L::cache::storage CS;
-  CS *const t0 = static_cast<CS *>(a.key_cache);
-  CS *const t1 = static_cast<CS *>(L::packed ? a.key_cache : a.value_cache);
+  typedef PagedKV<L, kvgen_copy_blocks_args> KV;
+  CS *const t0 = KV::tensor(a, true);
+  CS *const t1 = KV::tensor(a, false);
   const BlockCopy<CS> c = {{t0, t1},
                            {t0, t1},
-                           a.num_blocks,
-                           a.num_blocks,
+                           KV::numBlocks(a),
+                           KV::numBlocks(a),
                            static_cast<const int64_t *>(a.block_mapping),
                            a.num_pairs,
                            a.error_flag};
-  copyBlocks<L, P, O>(c, a.k_cache_strides, a.v_cache_strides);
+  copyBlocks<L, P, O>(c, pagedKV<L>(a));
 }
 
 /// kv.swap_blocks: block copies from one cache to another of the same
@@ -300,18 +298,16 @@ KVGEN_DEVICE inline void copy_blocks(const kvgen_copy_blocks_args &a) {
 template <class L, class P, class O>
 KVGEN_DEVICE inline void swap_blocks(const kvgen_swap_blocks_args &a) {
   typedef typename L::cache::storage CS;
-  const BlockCopy<CS> c = {
-      {static_cast<const CS *>(a.src_key_cache),
-       static_cast<const CS *>(L::packed ? a.src_key_cache
-                                         : a.src_value_cache)},
-      {static_cast<CS *>(a.dst_key_cache),
-       static_cast<CS *>(L::packed ? a.dst_key_cache : a.dst_value_cache)},
-      a.src_num_blocks,
-      a.dst_num_blocks,
-      static_cast<const int64_t *>(a.block_mapping),
-      a.num_pairs,
-      a.error_flag};
-  copyBlocks<L, P, O>(c, a.k_cache_strides, a.v_cache_strides);
+  typedef PagedKV<L, kvgen_swap_blocks_args, 0> Src;
+  typedef PagedKV<L, kvgen_swap_blocks_args, 1> Dst;
+  const BlockCopy<CS> c = {{Src::tensor(a, true), Src::tensor(a, false)},
+                           {Dst::tensor(a, true), Dst::tensor(a, false)},
+                           Src::numBlocks(a),
+                           Dst::numBlocks(a),
+                           static_cast<const int64_t *>(a.block_mapping),
+                           a.num_pairs,
+                           a.error_flag};
+  copyBlocks<L, P, O>(c, pagedKV<L>(a));
 }
 
 } // namespace kvgen
