@@ -55,6 +55,7 @@ template <class L, class P, class O, bool ALIGNED>
 KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
                                       const SideMap &kMap, const SideMap &vMap,
                                       AttnSmem<AttnShape<L, P, O> > &sm) {
+  typedef PagedKV<L, kvgen_paged_attention_args> KV;
   typedef AttnShape<L, P, O> S;
   typedef typename S::io IO;
   typedef typename S::mma MT;
@@ -209,8 +210,8 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
 
   // Scales: K's into the logit multiplier (base 2), V's into the output.
   const bool scaled = C::is_fp8 && L::scale != SCALE_NONE;
-  const float kScale = scaled ? loadScale(a.k_scale, L::scale, kvh) : 1.0f;
-  const float vScale = scaled ? loadScale(a.v_scale, L::scale, kvh) : 1.0f;
+  const float kScale = scaled ? KV::scale(a, true, kvh) : 1.0f;
+  const float vScale = scaled ? KV::scale(a, false, kvh) : 1.0f;
   const float capInv = O::logits_soft_cap ? 1.0f / a.logits_soft_cap : 0.0f;
   const float logitMul = O::logits_soft_cap
                              ? a.softmax_scale * kScale * capInv
@@ -221,9 +222,8 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
 
   const int32_t *table = static_cast<const int32_t *>(a.block_tables) +
                          seq * a.block_tables_stride;
-  const CS *kBase = static_cast<const CS *>(a.key_cache);
-  const CS *vBase =
-      static_cast<const CS *>(L::packed ? a.key_cache : a.value_cache);
+  const CS *kBase = KV::tensor(a, true);
+  const CS *vBase = KV::tensor(a, false);
 
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
   float o[NT][4];
@@ -239,7 +239,8 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
   auto stepBlock = [&](int64_t st) -> int64_t {
     const int64_t b0 = st * 16;
     return (BS % 16 == 0 && b0 + 15 >= ta && b0 < tb)
-               ? blockOf<BS, !O::unchecked>(a, table, b0 > ta ? b0 : ta)
+               ? KV::template tableBlock<BS, !O::unchecked>(a, table,
+                                                            b0 > ta ? b0 : ta)
                : -1;
   };
   // SUB 16-token steps per iteration (steps step + u WARPS): their K/V loads
@@ -275,7 +276,10 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
         const int64_t t = base + nt * 8 + group;
         const bool in = t >= ta && t < tb;
         const int64_t blk =
-            !in ? -1 : (BS % 16 == 0 ? oneBlock[u] : blockOf<BS, !O::unchecked>(a, table, t));
+            !in ? -1
+                : (BS % 16 == 0 ? oneBlock[u]
+                                : KV::template tableBlock<BS, !O::unchecked>(
+                                      a, table, t));
         KVGEN_UNROLL
         for (int c = 0; c < KCHUNKS; ++c) {
           const int d0 = c * 4 * KC + int(quad) * KC;
@@ -294,7 +298,10 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
         const int64_t t = base + 2 * quad + (v & 1) + (v >= 2 ? 8 : 0);
         const bool in = t >= ta && t < tb;
         const int64_t blk =
-            !in ? -1 : (BS % 16 == 0 ? oneBlock[u] : blockOf<BS, !O::unchecked>(a, table, t));
+            !in ? -1
+                : (BS % 16 == 0 ? oneBlock[u]
+                                : KV::template tableBlock<BS, !O::unchecked>(
+                                      a, table, t));
         const CS *p = vBase + (blk < 0 ? 0 : elementOffset(vMap, blk, t % BS, kvh, vCol));
         // Lane group g's columns [g NT, g NT + NT) reach past HV only when HV
         // is not a multiple of 8.
@@ -633,12 +640,13 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
 /// bases) loads one element per access.
 template <class L, class P, class O>
 KVGEN_DEVICE inline void paged_attention(const kvgen_paged_attention_args &a) {
-  const SideMap kMap = sideMap<typename L::k>(a.k_cache_strides);
-  const SideMap vMap = sideMap<typename L::v>(a.v_cache_strides);
-  const bool aligned =
-      P::cache_proven ||
-      cacheAligned<typename L::cache::storage, P::vec>(
-          a.key_cache, L::packed ? a.key_cache : a.value_cache, kMap, vMap);
+  // The sides' maps as two objects: one PagedKV holding both, passed on to
+  // attentionCta (by reference or by value), changed its code (compare_ptx:
+  // block1_mha_checked); the accessor is built over them for the entry's
+  // alignment check, attentionCta uses its static members.
+  const SideMap kMap = kMapOf<L>(a), vMap = vMapOf<L>(a);
+  const PagedKV<L, kvgen_paged_attention_args> kv = {kMap, vMap};
+  const bool aligned = P::cache_proven || kv.template aligned<P::vec>(a);
   KVGEN_SHARED AttnSmem<AttnShape<L, P, O> > sm;
   if (aligned)
     attentionCta<L, P, O, true>(a, kMap, vMap, sm);

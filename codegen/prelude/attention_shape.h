@@ -3,7 +3,7 @@
 // Second of the attention family's pieces (after attention_mma.h, before
 // attention.h): the compile-time shape of a paged-attention kernel
 // (AttnShape: MMA type, warps, rows, tiles), its launch geometry and launch
-// rule inputs, the block-table lookup, L2-coherent loads of the split
+// rule inputs, L2-coherent loads of the split
 // workspace and the CTA's shared memory.
 //
 //===----------------------------------------------------------------------===//
@@ -108,25 +108,6 @@ attentionInputs(const kvgen_paged_attention_args &a) {
   in.span = a.max_seq_len;
   in.window = a.sliding_window;
   return in;
-}
-
-/// The block number of token t of the sequence whose block-table row is
-/// `table` (checked kernels: a number outside [0, num_blocks) or an entry
-/// past the row sets the flag and reads as -1, whose rows load as zeros).
-template <int BS, bool CHECKED>
-KVGEN_DEVICE inline int64_t blockOf(const kvgen_paged_attention_args &a,
-                                    const int32_t *table, int64_t t) {
-  const int64_t e = t / BS;
-  if (CHECKED && e >= a.max_blocks_per_seq) {
-    *a.error_flag = 1;
-    return -1;
-  }
-  const int64_t b = table[e];
-  if (CHECKED && (b < 0 || b >= a.num_blocks)) {
-    *a.error_flag = 1;
-    return -1;
-  }
-  return b;
 }
 
 /// N (1 or 4) consecutive floats from L2 (kvgenLoadCoherent; the target's
