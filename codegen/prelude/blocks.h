@@ -275,39 +275,37 @@ copyBlocks(const BlockCopy<typename L::cache::storage> &a, const KV &kv) {
   }
 }
 
+/// The BlockCopy of block-copy arguments A (block_mapping, num_pairs,
+/// error_flag): from cache set SRC to cache set DST of the accessor.
+template <class L, int SRC, int DST, class A>
+KVGEN_DEVICE inline BlockCopy<typename L::cache::storage>
+blockCopyOf(const A &a) {
+  typedef PagedKV<L, A, SRC> Src;
+  typedef PagedKV<L, A, DST> Dst;
+  const BlockCopy<typename L::cache::storage> c = {
+      {Src::tensor(a, true), Src::tensor(a, false)},
+      {Dst::tensor(a, true), Dst::tensor(a, false)},
+      Src::numBlocks(a),
+      Dst::numBlocks(a),
+      static_cast<const int64_t *>(a.block_mapping),
+      a.num_pairs,
+      a.error_flag};
+  return c;
+}
+
 /// kv.copy_blocks: block copies inside one cache.
 template <class L, class P, class O>
 KVGEN_DEVICE inline void copy_blocks(const kvgen_copy_blocks_args &a) {
-  typedef typename L::cache::storage CS;
-  typedef PagedKV<L, kvgen_copy_blocks_args> KV;
-  CS *const t0 = KV::tensor(a, true);
-  CS *const t1 = KV::tensor(a, false);
-  const BlockCopy<CS> c = {{t0, t1},
-                           {t0, t1},
-                           KV::numBlocks(a),
-                           KV::numBlocks(a),
-                           static_cast<const int64_t *>(a.block_mapping),
-                           a.num_pairs,
-                           a.error_flag};
-  copyBlocks<L, P, O>(c, pagedKV<L>(a));
+  copyBlocks<L, P, O>(blockCopyOf<L, 0, 0>(a), pagedKV<L>(a));
 }
 
 /// kv.swap_blocks: block copies from one cache to another of the same
 /// layout (a device cache and a pinned host cache, which the kernel reaches
-/// through unified addressing).
+/// through unified addressing): from the accessor's set 0 (src_*) to its
+/// set 1 (dst_*).
 template <class L, class P, class O>
 KVGEN_DEVICE inline void swap_blocks(const kvgen_swap_blocks_args &a) {
-  typedef typename L::cache::storage CS;
-  typedef PagedKV<L, kvgen_swap_blocks_args, 0> Src;
-  typedef PagedKV<L, kvgen_swap_blocks_args, 1> Dst;
-  const BlockCopy<CS> c = {{Src::tensor(a, true), Src::tensor(a, false)},
-                           {Dst::tensor(a, true), Dst::tensor(a, false)},
-                           Src::numBlocks(a),
-                           Dst::numBlocks(a),
-                           static_cast<const int64_t *>(a.block_mapping),
-                           a.num_pairs,
-                           a.error_flag};
-  copyBlocks<L, P, O>(c, pagedKV<L>(a));
+  copyBlocks<L, P, O>(blockCopyOf<L, 0, 1>(a), pagedKV<L>(a));
 }
 
 } // namespace kvgen
