@@ -24,13 +24,8 @@ set -u
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 WHEEL="${1:-$(ls "$REPO"/.whl/kvgen-*.whl | head -1)}"
 OUT="${2:-/tmp/kvgen-torch-check}"
-rm -rf "$OUT" && mkdir -p "$OUT"
-V="$OUT/venv"
-python3 -m venv "$V" || exit 1
-site="$("$V/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-python3 -c 'import site; print("\n".join(site.getsitepackages()))' \
-  > "$site/parent.pth"
-"$V/bin/pip" install --no-deps --no-index "$WHEEL" | tail -1
+. "$REPO/scripts/wheel_venv.sh"
+wheel_venv "$OUT" "$WHEEL" || exit 1
 LIB="$site/kvgen/lib"
 ls -la "$LIB"
 # `kvgen presets` (the tests' preset list) from an MLIR-free build.

@@ -16,14 +16,8 @@ REPO="$(cd "$(dirname "$0")/.." && pwd)"
 WHEEL="${1:-$(ls "$REPO"/.whl/kvgen-*.whl | head -1)}"
 HF="${2:-$REPO/.whl/hf}"
 OUT="${3:-/tmp/kvgen-transformers-check}"
-rm -rf "$OUT" && mkdir -p "$OUT"
-V="$OUT/venv"
-python3 -m venv "$V" || exit 1
-# The machine's packages (torch) stay visible, also when python3 is a venv.
-site="$("$V/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-python3 -c 'import site; print("\n".join(site.getsitepackages()))' \
-  > "$site/parent.pth"
-"$V/bin/pip" install --no-deps --no-index "$WHEEL" | tail -1 || exit 1
+. "$REPO/scripts/wheel_venv.sh"
+wheel_venv "$OUT" "$WHEEL" || exit 1
 if ! "$V/bin/python" -c 'import transformers' 2>/dev/null; then
   "$V/bin/pip" install --no-index --find-links "$HF" 'transformers==5.23.*' |
     tail -1
