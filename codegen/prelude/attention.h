@@ -49,6 +49,334 @@ namespace kvgen {
 // all splits, writes the output (and with the lse option each row's
 // ln(denominator), from the merged m and l) and resets the counter to 0.
 
+/// Sequence seq's first query token q0, query length qlen and context ctx
+/// (its seq_lens entry). Checked kernels: entries outside their bounds set
+/// the error flag (thread 0) and are clamped (qlen 0, ctx into the block
+/// table's reach) instead of followed.
+template <class L, class O>
+KVGEN_DEVICE inline void attnSequence(const kvgen_paged_attention_args &a,
+                                      int64_t seq, unsigned tid, int64_t &q0,
+                                      int64_t &qlen, int64_t &ctx) {
+  enum { BS = L::block_size };
+  const int32_t *qsl = static_cast<const int32_t *>(a.query_start_loc);
+  q0 = qsl[seq];
+  qlen = int64_t(qsl[seq + 1]) - q0;
+  ctx = static_cast<const int32_t *>(a.seq_lens)[seq];
+  if (!O::unchecked) {
+    bool bad = false;
+    if (q0 < 0 || qlen < 0 || q0 + qlen > a.num_tokens ||
+        qlen > a.max_query_len) {
+      bad = true;
+      qlen = 0;
+      q0 = 0;
+    }
+    if (ctx < 0 || ctx > a.max_blocks_per_seq * BS) {
+      bad = true;
+      ctx = ctx < 0 ? 0 : a.max_blocks_per_seq * BS;
+    }
+    if (bad && tid == 0)
+      *a.error_flag = 1;
+  }
+}
+
+/// A lane's rows group and group + 8 of the 16-row tile at rowBase of a
+/// sequence's rows (rowsTotal of them): the position rowPos[i] of the
+/// row's query token (-1 past rowsTotal), its first attended key rowLo[i]
+/// (sliding window) and its query row qRow[i] (null past rowsTotal).
+template <class S>
+KVGEN_DEVICE inline void
+attnLaneRows(const kvgen_paged_attention_args &a, int64_t rowBase,
+             int64_t rowsTotal, int64_t ctx, int64_t qlen, int64_t q0,
+             int64_t kvh, unsigned group, int64_t rowPos[2], int64_t rowLo[2],
+             const typename S::io::storage *qRow[2]) {
+  typedef typename S::io::storage IS;
+  enum { G = S::G };
+  const int64_t window = a.sliding_window;
+  for (int i = 0; i < 2; ++i) {
+    const int64_t r = rowBase + group + 8 * i;
+    const bool valid = r < rowsTotal;
+    const int64_t qi = r / G, hq = r % G;
+    rowPos[i] = valid ? ctx - qlen + qi : -1;
+    rowLo[i] = window > 0 ? rowPos[i] - window + 1 : 0;
+    qRow[i] = valid ? static_cast<const IS *>(a.query) +
+                          (q0 + qi) * a.query_stride_token +
+                          (kvh * G + hq) * a.query_stride_head
+                    : nullptr;
+  }
+}
+
+/// The factors of kv head kvh's logits and output: rowMul[i] takes row
+/// i's q . k (times qUnscale[i], attnLoadQ) to its base-2 logit, or with
+/// the soft cap to the tanh argument, capMul takes tanh back to a base-2
+/// logit; vScale is V's scale (fp8 caches with scales; else 1).
+template <class L, class S, class O>
+KVGEN_DEVICE inline void attnScales(const kvgen_paged_attention_args &a,
+                                    int64_t kvh, const float qUnscale[2],
+                                    float rowMul[2], float &capMul,
+                                    float &vScale) {
+  typedef PagedKV<L, kvgen_paged_attention_args> KV;
+  typedef typename S::cache C;
+  const bool scaled = C::is_fp8 && L::scale != SCALE_NONE;
+  const float kScale = scaled ? KV::scale(a, true, kvh) : 1.0f;
+  vScale = scaled ? KV::scale(a, false, kvh) : 1.0f;
+  const float capInv = O::logits_soft_cap ? 1.0f / a.logits_soft_cap : 0.0f;
+  const float logitMul = O::logits_soft_cap
+                             ? a.softmax_scale * kScale * capInv
+                             : a.softmax_scale * kScale * 1.4426950408889634f;
+  capMul = O::logits_soft_cap ? a.logits_soft_cap * 1.4426950408889634f : 0.0f;
+  rowMul[0] = logitMul * qUnscale[0];
+  rowMul[1] = logitMul * qUnscale[1];
+}
+
+/// Q of a lane's two rows (qRow[i]: the row's HK query elements, null
+/// past the sequence's rows) as m16n8k16 A fragments in MT terms: q[ks]
+/// for k-step ks = (chunk c, s) (the dim map of attentionCta's comment),
+/// and per row the factor qUnscale[i] its logits take back.
+template <class S>
+KVGEN_DEVICE inline void attnLoadQ(const typename S::io::storage *const qRow[2],
+                                   unsigned quad,
+                                   uint32_t (&q)[S::KSTEPS][4],
+                                   float qUnscale[2]) {
+  typedef typename S::io IO;
+  typedef typename S::mma MT;
+  typedef typename S::cache C;
+  typedef typename S::CS CS;
+  typedef typename IO::storage IS;
+  enum {
+    HK = S::HK, HV = S::HV, KC = S::KC, KCHUNKS = S::KCHUNKS,
+    KSTEPS = S::KSTEPS, NT = S::NT
+  };
+  // Q's rows in MT (MMA operand) terms: raw bits when MT is IO; else (bf16
+  // queries into f16 operands, fp8 and f16 caches) each row is scaled by
+  // 2^e so that its largest |q| lies in [2^14, 2^15) (f16's largest finite
+  // value is 65504) and converted, exactly apart from elements below 2^-24
+  // of that range (bf16's 8 significant bits fit in f16's 11); the row's
+  // logit multiplier takes 2^-e back.
+  float qScale[2] = {1.0f, 1.0f};
+  qUnscale[0] = qUnscale[1] = 1.0f;
+  if (!same_type<MT, IO>::value) {
+    float mq[2] = {0.0f, 0.0f};
+    KVGEN_UNROLL
+    for (int c = 0; c < KCHUNKS; ++c) {
+      const int d0 = c * 4 * KC + int(quad) * KC;
+      KVGEN_UNROLL
+      for (int i = 0; i < 2; ++i)
+        KVGEN_UNROLL
+        for (int j = 0; j < KC; ++j) {
+          const float x = (qRow[i] && d0 + j < HK) ? IO::load(qRow[i][d0 + j])
+                                                   : 0.0f;
+          const float ax = x < 0.0f ? -x : x;
+          mq[i] = ax > mq[i] ? ax : mq[i];
+        }
+    }
+    KVGEN_UNROLL
+    for (int i = 0; i < 2; ++i) {
+      float v = kvgenShflXor(mq[i], 1);
+      mq[i] = v > mq[i] ? v : mq[i];
+      v = kvgenShflXor(mq[i], 2);
+      mq[i] = v > mq[i] ? v : mq[i];
+      union {
+        float f;
+        uint32_t u;
+      } x;
+      x.f = mq[i];
+      int e = 14 - (int((x.u >> 23) & 0xffu) - 127); // 14 - floor(log2 max)
+      e = mq[i] > 0.0f ? (e < -120 ? -120 : (e > 120 ? 120 : e)) : 0;
+      x.u = uint32_t(e + 127) << 23;
+      qScale[i] = x.f;
+      x.u = uint32_t(127 - e) << 23;
+      qUnscale[i] = x.f;
+    }
+  }
+  // Q as A fragments: q[ks] for k-step ks = (chunk c, s).
+  KVGEN_UNROLL
+  for (int c = 0; c < KCHUNKS; ++c) {
+    const int d0 = c * 4 * KC + int(quad) * KC;
+    IS e[2][KC];
+    KVGEN_UNROLL
+    for (int i = 0; i < 2; ++i)
+      KVGEN_UNROLL
+      for (int j = 0; j < KC; ++j)
+        e[i][j] = (qRow[i] && d0 + j < HK) ? qRow[i][d0 + j] : IS(0);
+    // Elements x, y of row i as one register of two MT values.
+    auto two = [&](int i, int x, int y) -> uint32_t {
+      if (same_type<MT, IO>::value)
+        return uint32_t(e[i][x]) | (uint32_t(e[i][y]) << 16);
+      return PackIo<MT>::run(IO::load(e[i][x]) * qScale[i],
+                             IO::load(e[i][y]) * qScale[i]);
+    };
+    KVGEN_UNROLL
+    for (int s = 0; s < KC / 4; ++s) {
+      uint32_t *r = q[c * (KC / 4) + s];
+      r[0] = two(0, 4 * s, 4 * s + 1);
+      r[1] = two(1, 4 * s, 4 * s + 1);
+      r[2] = two(0, 4 * s + 2, 4 * s + 3);
+      r[3] = two(1, 4 * s + 2, 4 * s + 3);
+    }
+  }
+
+}
+
+/// One 16-token step of a warp's 16 rows: S = Q K^T from the K rows of
+/// tokens group and group + 8 (kraw[nt][c]: chunk c of token base + nt 8 +
+/// group), the logits (base 2; outside [ta, tb), after rowPos[i] or before
+/// rowLo[i] -inf), the online softmax (m, l) and O += P V from the V rows
+/// of tokens 2q, 2q + 1, 2q + 8, 2q + 9 (vraw, columns group NT on).
+template <class S, class O>
+KVGEN_DEVICE inline void
+attnStep(const Packed<typename S::CS, S::KC> (&kraw)[2][S::KCHUNKS],
+         const Packed<typename S::CS, S::NT> (&vraw)[4],
+         const uint32_t (&q)[S::KSTEPS][4], int64_t base, int64_t ta,
+         int64_t tb, const int64_t rowPos[2], const int64_t rowLo[2],
+         const float rowMul[2], float capMul, unsigned quad, float m[2],
+         float l[2], float (&o)[S::NT][4]) {
+  typedef typename S::io IO;
+  typedef typename S::mma MT;
+  typedef typename S::cache C;
+  typedef typename S::CS CS;
+  typedef typename IO::storage IS;
+  enum {
+    HK = S::HK, HV = S::HV, KC = S::KC, KCHUNKS = S::KCHUNKS,
+    KSTEPS = S::KSTEPS, NT = S::NT
+  };
+  const float kNegInf = negInf();
+  // S = Q K^T.
+  float s[2][4];
+  KVGEN_UNROLL
+  for (int nt = 0; nt < 2; ++nt) {
+    s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    KVGEN_UNROLL
+    for (int c = 0; c < KCHUNKS; ++c) {
+      uint32_t kb[KC / 2];
+      KVGEN_UNROLL
+      for (int i = 0; i < KC / 2; ++i)
+        kb[i] = ToIo<C, MT, S::TO_IO>::pair(kraw[nt][c], 2 * i);
+      KVGEN_UNROLL
+      for (int ss = 0; ss < KC / 4; ++ss)
+        Mma<MT>::template run<S::MFMA, true>(s[nt], q[c * (KC / 4) + ss],
+                                             kb + 2 * ss);
+    }
+    MmaAcc<S::MFMA>::finish(s[nt]);
+  }
+  // Logits (base 2), masks, the online softmax.
+  float mx[2] = {kNegInf, kNegInf};
+  KVGEN_UNROLL
+  for (int nt = 0; nt < 2; ++nt)
+    KVGEN_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const int i = e >> 1;
+      const int64_t t = base + nt * 8 + 2 * quad + (e & 1);
+      float x = s[nt][e];
+      x = O::logits_soft_cap ? capMul * kvgenTanh(x * rowMul[i])
+                             : x * rowMul[i];
+      const bool ok = t >= ta && t < tb && t <= rowPos[i] && t >= rowLo[i];
+      x = ok ? x : kNegInf;
+      s[nt][e] = x;
+      mx[i] = x > mx[i] ? x : mx[i];
+    }
+  float alpha[2];
+  KVGEN_UNROLL
+  for (int i = 0; i < 2; ++i) {
+    float v = kvgenShflXor(mx[i], 1);
+    mx[i] = v > mx[i] ? v : mx[i];
+    v = kvgenShflXor(mx[i], 2);
+    mx[i] = v > mx[i] ? v : mx[i];
+    const float mNew = mx[i] > m[i] ? mx[i] : m[i];
+    const float ref = mNew == kNegInf ? 0.0f : mNew;
+    alpha[i] = kvgenExp2(m[i] - ref);
+    m[i] = mNew;
+    mx[i] = ref; // the reference of this step's exponentials
+  }
+  float rs[2] = {0.0f, 0.0f};
+  KVGEN_UNROLL
+  for (int nt = 0; nt < 2; ++nt)
+    KVGEN_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const float p = kvgenExp2(s[nt][e] - mx[e >> 1]);
+      s[nt][e] = p;
+      rs[e >> 1] += p;
+    }
+  l[0] = l[0] * alpha[0] + rs[0];
+  l[1] = l[1] * alpha[1] + rs[1];
+  // O stays in the MMA's accumulator layout until the loop ends.
+  float oScale[4];
+  MmaAcc<S::MFMA>::rowFactors(alpha, oScale);
+  KVGEN_UNROLL
+  for (int j = 0; j < NT; ++j) {
+    o[j][0] *= oScale[0];
+    o[j][1] *= oScale[1];
+    o[j][2] *= oScale[2];
+    o[j][3] *= oScale[3];
+  }
+  // O += P V.
+  uint32_t pa[4] = {PackIo<MT>::run(s[0][0], s[0][1]),
+                    PackIo<MT>::run(s[0][2], s[0][3]),
+                    PackIo<MT>::run(s[1][0], s[1][1]),
+                    PackIo<MT>::run(s[1][2], s[1][3])};
+  KVGEN_UNROLL
+  for (int j = 0; j < NT; ++j) {
+    // Element j of each token's run, as IO bits (pairs converted once).
+    uint32_t ev[4];
+    KVGEN_UNROLL
+    for (int v = 0; v < 4; ++v) {
+      if (j < NT - NT % 2) {
+        const uint32_t pr = ToIo<C, MT, S::TO_IO>::pair(vraw[v], j & ~1);
+        ev[v] = (j % 2) ? (pr >> 16) : (pr & 0xffffu);
+      } else {
+        ev[v] = ToIo<C, MT, S::TO_IO>::one(vraw[v], j) & 0xffffu;
+      }
+    }
+    const uint32_t vb[2] = {ev[0] | (ev[1] << 16), ev[2] | (ev[3] << 16)};
+    Mma<MT>::template run<S::MFMA>(o[j], pa, vb);
+  }
+}
+
+/// The end of row R of a sequence's rows (token R / G, q head kvh G + R %
+/// G) from its base-2 max M and sum Ls: its q head's sink joins the
+/// denominator once (max Mx, sum Lx relative to Mx), the factor its
+/// unnormalized output takes (1 / denominator, V's scale) and, with the
+/// lse option, its log-sum-exp: the natural log of that denominator (whose
+/// logits carry the softmax scale, k_scale and the soft cap); -inf when it
+/// is 0 (no key, no sink).
+template <class S, class O> struct AttnRowEnd {
+  enum { G = S::G };
+  const kvgen_paged_attention_args &a;
+  int64_t kvh, q0, rowsTotal;
+  float vScale;
+
+  KVGEN_DEVICE inline void joinSink(int64_t R, float M, float Ls, float &Mx,
+                                    float &Lx) const {
+    Mx = M;
+    Lx = Ls;
+    if (O::sinks) {
+      const float kNegInf = negInf();
+      const int64_t hq = R % G;
+      const float sk = static_cast<const float *>(a.sinks)[kvh * G + hq] *
+                       1.4426950408889634f;
+      Mx = sk > M ? sk : M;
+      Lx = (M == kNegInf ? 0.0f : Ls * kvgenExp2(M - Mx)) + kvgenExp2(sk - Mx);
+    }
+  }
+  KVGEN_DEVICE inline float finalScale(int64_t R, float M, float Ls) const {
+    float Mx, Lx;
+    joinSink(R, M, Ls, Mx, Lx);
+    if (O::sinks)
+      return Lx > 0.0f
+                 ? (M == negInf() ? 0.0f : kvgenExp2(M - Mx)) / Lx * vScale
+                 : 0.0f;
+    return Lx > 0.0f ? vScale / Lx : 0.0f;
+  }
+  KVGEN_DEVICE inline void writeLse(int64_t R, float M, float Ls) const {
+    if (R >= rowsTotal)
+      return;
+    float Mx, Lx;
+    joinSink(R, M, Ls, Mx, Lx);
+    static_cast<float *>(a.lse)[(q0 + R / G) * a.lse_stride_token +
+                                (kvh * G + R % G) * a.lse_stride_head] =
+        Lx > 0.0f ? (Mx + kvgenLog2(Lx)) * 0.6931471805599453f : negInf();
+  }
+};
+
 /// One CTA of kv.paged_attention. ALIGNED: cache rows are VEC-aligned
 /// (vector loads of K and V); else one element per access.
 template <class L, class P, class O, bool ALIGNED>
@@ -87,24 +415,8 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
   const int64_t seq = unit / sh.rowTiles / H;
 
   // The sequence: its query rows and context.
-  const int32_t *qsl = static_cast<const int32_t *>(a.query_start_loc);
-  int64_t q0 = qsl[seq], qlen = int64_t(qsl[seq + 1]) - q0;
-  int64_t ctx = static_cast<const int32_t *>(a.seq_lens)[seq];
-  if (!O::unchecked) {
-    bool bad = false;
-    if (q0 < 0 || qlen < 0 || q0 + qlen > a.num_tokens ||
-        qlen > a.max_query_len) {
-      bad = true;
-      qlen = 0;
-      q0 = 0;
-    }
-    if (ctx < 0 || ctx > a.max_blocks_per_seq * BS) {
-      bad = true;
-      ctx = ctx < 0 ? 0 : a.max_blocks_per_seq * BS;
-    }
-    if (bad && tid == 0)
-      *a.error_flag = 1;
-  }
+  int64_t q0, qlen, ctx;
+  attnSequence<L, O>(a, seq, tid, q0, qlen, ctx);
   const int64_t rowBase = tile * ROWS, rowsTotal = qlen * G;
   if (rowBase >= rowsTotal)
     return; // every CTA of this unit returns here (no counter use)
@@ -128,97 +440,15 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
                  quad = lane % 4;
   int64_t rowPos[2], rowLo[2]; // attended keys: [rowLo, rowPos]
   const IS *qRow[2];
-  for (int i = 0; i < 2; ++i) {
-    const int64_t r = rowBase + group + 8 * i;
-    const bool valid = r < rowsTotal;
-    const int64_t qi = r / G, hq = r % G;
-    rowPos[i] = valid ? ctx - qlen + qi : -1;
-    rowLo[i] = window > 0 ? rowPos[i] - window + 1 : 0;
-    qRow[i] = valid ? static_cast<const IS *>(a.query) +
-                          (q0 + qi) * a.query_stride_token +
-                          (kvh * G + hq) * a.query_stride_head
-                    : nullptr;
-  }
-  // Q's rows in MT (MMA operand) terms: raw bits when MT is IO; else (bf16
-  // queries into f16 operands, fp8 and f16 caches) each row is scaled by
-  // 2^e so that its largest |q| lies in [2^14, 2^15) (f16's largest finite
-  // value is 65504) and converted, exactly apart from elements below 2^-24
-  // of that range (bf16's 8 significant bits fit in f16's 11); the row's
-  // logit multiplier takes 2^-e back.
-  float qScale[2] = {1.0f, 1.0f}, qUnscale[2] = {1.0f, 1.0f};
-  if (!same_type<MT, IO>::value) {
-    float mq[2] = {0.0f, 0.0f};
-    KVGEN_UNROLL
-    for (int c = 0; c < KCHUNKS; ++c) {
-      const int d0 = c * 4 * KC + int(quad) * KC;
-      KVGEN_UNROLL
-      for (int i = 0; i < 2; ++i)
-        KVGEN_UNROLL
-        for (int j = 0; j < KC; ++j) {
-          const float x = (qRow[i] && d0 + j < HK) ? IO::load(qRow[i][d0 + j])
-                                                   : 0.0f;
-          const float ax = x < 0.0f ? -x : x;
-          mq[i] = ax > mq[i] ? ax : mq[i];
-        }
-    }
-    KVGEN_UNROLL
-    for (int i = 0; i < 2; ++i) {
-      float v = kvgenShflXor(mq[i], 1);
-      mq[i] = v > mq[i] ? v : mq[i];
-      v = kvgenShflXor(mq[i], 2);
-      mq[i] = v > mq[i] ? v : mq[i];
-      union {
-        float f;
-        uint32_t u;
-      } x;
-      x.f = mq[i];
-      int e = 14 - (int((x.u >> 23) & 0xffu) - 127); // 14 - floor(log2 max)
-      e = mq[i] > 0.0f ? (e < -120 ? -120 : (e > 120 ? 120 : e)) : 0;
-      x.u = uint32_t(e + 127) << 23;
-      qScale[i] = x.f;
-      x.u = uint32_t(127 - e) << 23;
-      qUnscale[i] = x.f;
-    }
-  }
-  // Q as A fragments: q[ks] for k-step ks = (chunk c, s).
+  attnLaneRows<S>(a, rowBase, rowsTotal, ctx, qlen, q0, kvh, group, rowPos,
+                  rowLo, qRow);
   uint32_t q[KSTEPS][4];
-  KVGEN_UNROLL
-  for (int c = 0; c < KCHUNKS; ++c) {
-    const int d0 = c * 4 * KC + int(quad) * KC;
-    IS e[2][KC];
-    KVGEN_UNROLL
-    for (int i = 0; i < 2; ++i)
-      KVGEN_UNROLL
-      for (int j = 0; j < KC; ++j)
-        e[i][j] = (qRow[i] && d0 + j < HK) ? qRow[i][d0 + j] : IS(0);
-    // Elements x, y of row i as one register of two MT values.
-    auto two = [&](int i, int x, int y) -> uint32_t {
-      if (same_type<MT, IO>::value)
-        return uint32_t(e[i][x]) | (uint32_t(e[i][y]) << 16);
-      return PackIo<MT>::run(IO::load(e[i][x]) * qScale[i],
-                             IO::load(e[i][y]) * qScale[i]);
-    };
-    KVGEN_UNROLL
-    for (int s = 0; s < KC / 4; ++s) {
-      uint32_t *r = q[c * (KC / 4) + s];
-      r[0] = two(0, 4 * s, 4 * s + 1);
-      r[1] = two(1, 4 * s, 4 * s + 1);
-      r[2] = two(0, 4 * s + 2, 4 * s + 3);
-      r[3] = two(1, 4 * s + 2, 4 * s + 3);
-    }
-  }
+  float qUnscale[2];
+  attnLoadQ<S>(qRow, quad, q, qUnscale);
 
   // Scales: K's into the logit multiplier (base 2), V's into the output.
-  const bool scaled = C::is_fp8 && L::scale != SCALE_NONE;
-  const float kScale = scaled ? KV::scale(a, true, kvh) : 1.0f;
-  const float vScale = scaled ? KV::scale(a, false, kvh) : 1.0f;
-  const float capInv = O::logits_soft_cap ? 1.0f / a.logits_soft_cap : 0.0f;
-  const float logitMul = O::logits_soft_cap
-                             ? a.softmax_scale * kScale * capInv
-                             : a.softmax_scale * kScale * 1.4426950408889634f;
-  const float capMul =
-      O::logits_soft_cap ? a.logits_soft_cap * 1.4426950408889634f : 0.0f;
-  const float rowMul[2] = {logitMul * qUnscale[0], logitMul * qUnscale[1]};
+  float rowMul[2], capMul, vScale;
+  attnScales<L, S, O>(a, kvh, qUnscale, rowMul, capMul, vScale);
 
   const int32_t *table = static_cast<const int32_t *>(a.block_tables) +
                          seq * a.block_tables_stride;
@@ -314,95 +544,8 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
       const int64_t base = (step + u * WARPS) * 16;
       if (!S::MFMA && base >= tb)
         break; // past the range: nothing left to attend
-      // S = Q K^T.
-      float s[2][4];
-      KVGEN_UNROLL
-      for (int nt = 0; nt < 2; ++nt) {
-        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-        KVGEN_UNROLL
-        for (int c = 0; c < KCHUNKS; ++c) {
-          uint32_t kb[KC / 2];
-          KVGEN_UNROLL
-          for (int i = 0; i < KC / 2; ++i)
-            kb[i] = ToIo<C, MT, S::TO_IO>::pair(kraw[u][nt][c], 2 * i);
-          KVGEN_UNROLL
-          for (int ss = 0; ss < KC / 4; ++ss)
-            Mma<MT>::template run<S::MFMA, true>(s[nt], q[c * (KC / 4) + ss],
-                                                 kb + 2 * ss);
-        }
-        MmaAcc<S::MFMA>::finish(s[nt]);
-      }
-      // Logits (base 2), masks, the online softmax.
-      float mx[2] = {kNegInf, kNegInf};
-      KVGEN_UNROLL
-      for (int nt = 0; nt < 2; ++nt)
-        KVGEN_UNROLL
-        for (int e = 0; e < 4; ++e) {
-          const int i = e >> 1;
-          const int64_t t = base + nt * 8 + 2 * quad + (e & 1);
-          float x = s[nt][e];
-          x = O::logits_soft_cap ? capMul * kvgenTanh(x * rowMul[i])
-                                 : x * rowMul[i];
-          const bool ok = t >= ta && t < tb && t <= rowPos[i] && t >= rowLo[i];
-          x = ok ? x : kNegInf;
-          s[nt][e] = x;
-          mx[i] = x > mx[i] ? x : mx[i];
-        }
-      float alpha[2];
-      KVGEN_UNROLL
-      for (int i = 0; i < 2; ++i) {
-        float v = kvgenShflXor(mx[i], 1);
-        mx[i] = v > mx[i] ? v : mx[i];
-        v = kvgenShflXor(mx[i], 2);
-        mx[i] = v > mx[i] ? v : mx[i];
-        const float mNew = mx[i] > m[i] ? mx[i] : m[i];
-        const float ref = mNew == kNegInf ? 0.0f : mNew;
-        alpha[i] = kvgenExp2(m[i] - ref);
-        m[i] = mNew;
-        mx[i] = ref; // the reference of this step's exponentials
-      }
-      float rs[2] = {0.0f, 0.0f};
-      KVGEN_UNROLL
-      for (int nt = 0; nt < 2; ++nt)
-        KVGEN_UNROLL
-        for (int e = 0; e < 4; ++e) {
-          const float p = kvgenExp2(s[nt][e] - mx[e >> 1]);
-          s[nt][e] = p;
-          rs[e >> 1] += p;
-        }
-      l[0] = l[0] * alpha[0] + rs[0];
-      l[1] = l[1] * alpha[1] + rs[1];
-      // O stays in the MMA's accumulator layout until the loop ends.
-      float oScale[4];
-      MmaAcc<S::MFMA>::rowFactors(alpha, oScale);
-      KVGEN_UNROLL
-      for (int j = 0; j < NT; ++j) {
-        o[j][0] *= oScale[0];
-        o[j][1] *= oScale[1];
-        o[j][2] *= oScale[2];
-        o[j][3] *= oScale[3];
-      }
-      // O += P V.
-      uint32_t pa[4] = {PackIo<MT>::run(s[0][0], s[0][1]),
-                        PackIo<MT>::run(s[0][2], s[0][3]),
-                        PackIo<MT>::run(s[1][0], s[1][1]),
-                        PackIo<MT>::run(s[1][2], s[1][3])};
-      KVGEN_UNROLL
-      for (int j = 0; j < NT; ++j) {
-        // Element j of each token's run, as IO bits (pairs converted once).
-        uint32_t ev[4];
-        KVGEN_UNROLL
-        for (int v = 0; v < 4; ++v) {
-          if (j < NT - NT % 2) {
-            const uint32_t pr = ToIo<C, MT, S::TO_IO>::pair(vraw[u][v], j & ~1);
-            ev[v] = (j % 2) ? (pr >> 16) : (pr & 0xffffu);
-          } else {
-            ev[v] = ToIo<C, MT, S::TO_IO>::one(vraw[u][v], j) & 0xffffu;
-          }
-        }
-        const uint32_t vb[2] = {ev[0] | (ev[1] << 16), ev[2] | (ev[3] << 16)};
-        Mma<MT>::template run<S::MFMA>(o[j], pa, vb);
-      }
+      attnStep<S, O>(kraw[u], vraw[u], q, base, ta, tb, rowPos, rowLo, rowMul,
+                     capMul, quad, m, l, o);
     }
   }
   KVGEN_UNROLL
@@ -455,45 +598,12 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
   }
   kvgenSyncThreads();
   // Final scale of each row (no split): sinks, 1 / L, V's scale.
-  const float *sinks = static_cast<const float *>(a.sinks);
-  // Row r of the tile: its q head's sink joins the denominator (its max Mx,
-  // its sum Lx relative to Mx).
-  auto joinSink = [&](int r, float M, float Ls, float &Mx, float &Lx) {
-    Mx = M;
-    Lx = Ls;
-    if (O::sinks) {
-      const int64_t hq = (rowBase + r) % G;
-      const float sk = sinks[kvh * G + hq] * 1.4426950408889634f;
-      Mx = sk > M ? sk : M;
-      Lx = (M == kNegInf ? 0.0f : Ls * kvgenExp2(M - Mx)) + kvgenExp2(sk - Mx);
-    }
-  };
-  auto finalScale = [&](int r, float M, float Ls) -> float {
-    float Mx, Lx;
-    joinSink(r, M, Ls, Mx, Lx);
-    if (O::sinks)
-      return Lx > 0.0f ? (M == kNegInf ? 0.0f : kvgenExp2(M - Mx)) / Lx * vScale
-                       : 0.0f;
-    return Lx > 0.0f ? vScale / Lx : 0.0f;
-  };
-  // The row's log-sum-exp (lse option): the natural log of the denominator
-  // finalScale divides by, from the row's base-2 max M and sum Ls (whose
-  // logits carry the softmax scale, k_scale and the soft cap), the sink
-  // joining once; -inf when that denominator is 0 (no key, no sink).
-  auto writeLse = [&](int r, float M, float Ls) {
-    const int64_t R = rowBase + r;
-    if (R >= rowsTotal)
-      return;
-    float Mx, Lx;
-    joinSink(r, M, Ls, Mx, Lx);
-    static_cast<float *>(a.lse)[(q0 + R / G) * a.lse_stride_token +
-                                (kvh * G + R % G) * a.lse_stride_head] =
-        Lx > 0.0f ? (Mx + kvgenLog2(Lx)) * 0.6931471805599453f : kNegInf;
-  };
+  const AttnRowEnd<S, O> rowEnd = {a, kvh, q0, rowsTotal, vScale};
   if (!isSplit && tid < ROWS) {
-    smRow[tid][2] = finalScale(int(tid), smRow[tid][0], smRow[tid][1]);
+    smRow[tid][2] = rowEnd.finalScale(rowBase + tid, smRow[tid][0],
+                                      smRow[tid][1]);
     if (O::lse)
-      writeLse(int(tid), smRow[tid][0], smRow[tid][1]);
+      rowEnd.writeLse(rowBase + tid, smRow[tid][0], smRow[tid][1]);
   }
   kvgenSyncThreads();
   IS *out = static_cast<IS *>(a.output);
@@ -582,9 +692,9 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
     KVGEN_UNROLL
     for (int k = 1; k < TPR; k *= 2)
       Ls += kvgenShflXor(Ls, k);
-    const float fs = finalScale(r, M, Ls);
+    const float fs = rowEnd.finalScale(rowBase + r, M, Ls);
     if (O::lse && j == 0)
-      writeLse(r, M, Ls);
+      rowEnd.writeLse(rowBase + r, M, Ls);
     for (int sp = j; sp < nsplit; sp += TPR)
       smBuf[r * nsplit + sp] *= fs;
   }
@@ -635,6 +745,239 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
     *counter = 0; // ready for the next launch (CUDA graph replays too)
 }
 
+/// One CTA of a prefill plan (AttnShape::TILED): CTA_ROWS = 16 x WARPS
+/// rows of one (sequence, kv head), warp w owning rows [16 w, 16 w + 16)
+/// of the tile with its own softmax state over all of the CTA's keys (no
+/// merge, no split). The CTA stages the K and V rows of KT tokens at a
+/// time in shared memory (AttnTile: all threads copy, asynchronously where
+/// the target can, the next tile while the warps attend the current one
+/// when two stages fit) and every warp reads its fragments from there, so
+/// each K/V row is read from global memory once per CTA instead of once
+/// per 16 rows. Tokens outside the CTA's keys [ta, tb) (before the first
+/// row's window, after the last row's position) and rows of bad block ids
+/// are staged as zeros and masked; a warp skips the 16-token steps none
+/// of its rows attends (not on MFMA, whose wavefronts run in step).
+template <class L, class P, class O, bool ALIGNED>
+KVGEN_DEVICE inline void
+attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
+                 const SideMap &vMap, AttnTileSmem<AttnShape<L, P, O> > &sm) {
+  typedef PagedKV<L, kvgen_paged_attention_args> KV;
+  typedef AttnShape<L, P, O> S;
+  typedef AttnTile<S> T;
+  typedef typename S::io IO;
+  typedef typename S::CS CS;
+  typedef typename IO::storage IS;
+  enum {
+    HK = S::HK, HV = S::HV, H = S::H, G = S::G, BS = S::BS, KC = S::KC,
+    KCHUNKS = S::KCHUNKS, KSTEPS = S::KSTEPS, NT = S::NT,
+    CTA_ROWS = S::CTA_ROWS, KT = T::KT, KROW = T::KROW, VROW = T::VROW,
+    STAGES = T::STAGES, CSB = T::CSB,
+    /// Elements per copy into shared memory (rows VEC-aligned or not).
+    UK = ALIGNED ? int(Pow2Gcd<HK, S::VEC>::value) : 1,
+    UV = ALIGNED ? int(Pow2Gcd<HV, S::VEC>::value) : 1,
+    /// Elements per fragment load from shared memory (rows 16-byte
+    /// aligned there).
+    AKS = Pow2Gcd<KC, 16 / CSB>::value,
+    AVS = Pow2Gcd<NT, 16 / CSB>::value
+  };
+  const float kNegInf = negInf();
+
+  const LaunchShape sh = launchShape(planGeometry<P>(), attentionInputs(a));
+  const unsigned tid = KVGEN_THREAD_ID_X;
+  const int64_t unit = int64_t(KVGEN_BLOCK_ID_X); // never split
+  const int64_t tile = unit % sh.rowTiles;
+  const int64_t kvh = (unit / sh.rowTiles) % H;
+  const int64_t seq = unit / sh.rowTiles / H;
+  int64_t q0, qlen, ctx;
+  attnSequence<L, O>(a, seq, tid, q0, qlen, ctx);
+  const int64_t ctaRow = tile * CTA_ROWS, rowsTotal = qlen * G;
+  if (ctaRow >= rowsTotal)
+    return; // every thread of the CTA
+  // The CTA's keys [ta, tb): the first row's window start to the last
+  // row's position (<= ctx).
+  const int64_t window = a.sliding_window;
+  const int64_t lastRow =
+      (ctaRow + CTA_ROWS < rowsTotal ? ctaRow + CTA_ROWS : rowsTotal) - 1;
+  int64_t ta = window > 0 ? ctx - qlen + ctaRow / G - window + 1 : 0;
+  if (ta < 0)
+    ta = 0;
+  int64_t tb = ctx - qlen + lastRow / G + 1;
+  if (tb < ta)
+    tb = ta;
+
+  // This warp's rows and the keys any of them attends [wLo, wHi].
+  const unsigned lane = tid % 32, warp = tid / 32, group = lane / 4,
+                 quad = lane % 4;
+  const int64_t rowBase = ctaRow + int64_t(warp) * 16;
+  const int64_t wLast = rowBase + 15 < rowsTotal ? rowBase + 15 : rowsTotal - 1;
+  const int64_t wHi = rowBase < rowsTotal ? ctx - qlen + wLast / G : -1;
+  const int64_t wLo = window > 0 ? ctx - qlen + rowBase / G - window + 1 : 0;
+  int64_t rowPos[2], rowLo[2]; // attended keys: [rowLo, rowPos]
+  const IS *qRow[2];
+  attnLaneRows<S>(a, rowBase, rowsTotal, ctx, qlen, q0, kvh, group, rowPos,
+                  rowLo, qRow);
+  uint32_t q[KSTEPS][4];
+  float qUnscale[2];
+  attnLoadQ<S>(qRow, quad, q, qUnscale);
+  float rowMul[2], capMul, vScale;
+  attnScales<L, S, O>(a, kvh, qUnscale, rowMul, capMul, vScale);
+
+  const int32_t *table = static_cast<const int32_t *>(a.block_tables) +
+                         seq * a.block_tables_stride;
+  const CS *kBase = KV::tensor(a, true);
+  const CS *vBase = KV::tensor(a, false);
+  // Tiles of KT tokens from t0 (16-token steps aligned as the decode
+  // path's); tile k goes to buffer k % STAGES.
+  const int64_t t0 = ta - ta % 16;
+  const int64_t tiles = tb > t0 ? (tb - t0 + KT - 1) / KT : 0;
+  auto stage = [&](int64_t k) {
+    CS *kDst = sm.k[k % STAGES];
+    CS *vDst = sm.v[k % STAGES];
+    const int64_t first = t0 + k * KT;
+    for (int e = int(tid); e < KT * (HK / UK); e += P::threads) {
+      const int i = e / (HK / UK), d = (e % (HK / UK)) * UK;
+      const int64_t t = first + i;
+      const int64_t blk =
+          t >= ta && t < tb
+              ? KV::template tableBlock<BS, !O::unchecked>(a, table, t)
+              : -1;
+      copyToShared<UK * CSB>(
+          kDst + i * KROW + d,
+          kBase + (blk < 0 ? 0 : elementOffset(kMap, blk, t % BS, kvh, d)),
+          blk >= 0);
+    }
+    for (int e = int(tid); e < KT * (HV / UV); e += P::threads) {
+      const int i = e / (HV / UV), d = (e % (HV / UV)) * UV;
+      const int64_t t = first + i;
+      const int64_t blk =
+          t >= ta && t < tb
+              ? KV::template tableBlock<BS, !O::unchecked>(a, table, t)
+              : -1;
+      copyToShared<UV * CSB>(
+          vDst + i * VROW + d,
+          vBase + (blk < 0 ? 0 : elementOffset(vMap, blk, t % BS, kvh, d)),
+          blk >= 0);
+    }
+    copyToSharedCommit();
+  };
+
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+  float o[NT][4];
+  KVGEN_UNROLL
+  for (int j = 0; j < NT; ++j)
+    o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  const int vCol = int(group) * NT;
+  const int vCount = HV - vCol >= NT ? NT : (HV > vCol ? HV - vCol : 0);
+  if (tiles > 0)
+    stage(0);
+  for (int64_t k = 0; k < tiles; ++k) {
+    if (STAGES == 1) {
+      if (k > 0)
+        stage(k);
+      copyToSharedWait<0>();
+    } else if (k + 1 < tiles) {
+      stage(k + 1);
+      copyToSharedWait<1>();
+    } else {
+      copyToSharedWait<0>();
+    }
+    kvgenSyncThreads();
+    const CS *kTile = sm.k[k % STAGES];
+    const CS *vTile = sm.v[k % STAGES];
+    const int64_t first = t0 + k * KT;
+    // Not unrolled: the step's unrolled body is large (AMD's unroller
+    // refuses the whole with a warning).
+    KVGEN_NO_UNROLL
+    for (int sub = 0; sub < KT / 16; ++sub) {
+      const int64_t base = first + sub * 16;
+      if (!S::MFMA && (base >= tb || base > wHi || base + 15 < wLo))
+        continue; // no row of this warp attends these 16 keys
+      Packed<CS, KC> kraw[2][KCHUNKS];
+      Packed<CS, NT> vraw[4];
+      KVGEN_UNROLL
+      for (int nt = 0; nt < 2; ++nt) {
+        const CS *row = kTile + (sub * 16 + nt * 8 + int(group)) * KROW;
+        KVGEN_UNROLL
+        for (int c = 0; c < KCHUNKS; ++c) {
+          const int d0 = c * 4 * KC + int(quad) * KC;
+          const int n = HK - d0 >= KC ? KC : (HK > d0 ? HK - d0 : 0);
+          if ((c + 1) * 4 * KC > HK)
+            loadPacked<CS, KC, AKS, true>(kraw[nt][c], row + d0, n);
+          else
+            loadPacked<CS, KC, AKS, false>(kraw[nt][c], row + d0, n);
+        }
+      }
+      KVGEN_UNROLL
+      for (int v = 0; v < 4; ++v) {
+        const int r = sub * 16 + 2 * int(quad) + (v & 1) + (v >= 2 ? 8 : 0);
+        loadPacked<CS, NT, AVS, (HV % 8 != 0)>(vraw[v], vTile + r * VROW + vCol,
+                                               vCount);
+      }
+      attnStep<S, O>(kraw, vraw, q, base, ta, tb, rowPos, rowLo, rowMul,
+                     capMul, quad, m, l, o);
+    }
+    kvgenSyncThreads(); // the buffer is free for tile k + STAGES
+  }
+
+  KVGEN_UNROLL
+  for (int j = 0; j < NT; ++j)
+    MmaAcc<S::MFMA>::finish(o[j]);
+  KVGEN_UNROLL
+  for (int i = 0; i < 2; ++i) {
+    l[i] += kvgenShflXor(l[i], 1);
+    l[i] += kvgenShflXor(l[i], 2);
+  }
+  const AttnRowEnd<S, O> rowEnd = {a, kvh, q0, rowsTotal, vScale};
+  IS *const out = static_cast<IS *>(a.output);
+  // The lane's rows (group, group + 8): their factors and output rows;
+  // then its columns (2 quad + {0, 1}) NT + j of each.
+  // (No unroll pragmas here: AMD's unroller refuses them after the
+  // step loop's with a warning; the compilers unroll these small loops.)
+  float fs[2];
+  IS *row[2];
+  for (int i = 0; i < 2; ++i) {
+    const int64_t R = rowBase + group + 8 * i;
+    const bool valid = R < rowsTotal;
+    fs[i] = valid ? rowEnd.finalScale(R, m[i], l[i]) : 0.0f;
+    if (O::lse && quad == 0)
+      rowEnd.writeLse(R, m[i], l[i]); // nothing past rowsTotal
+    row[i] = valid ? out + (q0 + R / G) * a.output_stride_token +
+                         (kvh * G + R % G) * a.output_stride_head
+                   : nullptr;
+  }
+  for (int j = 0; j < NT; ++j)
+    for (int e = 0; e < 4; ++e) {
+      const int col = (2 * int(quad) + (e & 1)) * NT + j;
+      if (row[e >> 1] && col < HV)
+        row[e >> 1][col] = IO::store(o[j][e] * fs[e >> 1]);
+    }
+}
+
+/// The CTA body of plan P: attentionCta (16 rows per CTA) or, with
+/// prefill tiles, attentionTileCta; each with its own shared memory.
+template <class L, class P, class O, bool TILED> struct AttnEntry {
+  static KVGEN_DEVICE inline void run(const kvgen_paged_attention_args &a,
+                                      const SideMap &kMap,
+                                      const SideMap &vMap, bool aligned) {
+    KVGEN_SHARED AttnSmem<AttnShape<L, P, O> > sm;
+    if (aligned)
+      attentionCta<L, P, O, true>(a, kMap, vMap, sm);
+    else
+      attentionCta<L, P, O, false>(a, kMap, vMap, sm);
+  }
+};
+template <class L, class P, class O> struct AttnEntry<L, P, O, true> {
+  static KVGEN_DEVICE inline void run(const kvgen_paged_attention_args &a,
+                                      const SideMap &kMap,
+                                      const SideMap &vMap, bool aligned) {
+    KVGEN_SHARED AttnTileSmem<AttnShape<L, P, O> > sm;
+    if (aligned)
+      attentionTileCta<L, P, O, true>(a, kMap, vMap, sm);
+    else
+      attentionTileCta<L, P, O, false>(a, kMap, vMap, sm);
+  }
+};
+
 /// kv.paged_attention over layout L with plan P and options O. A CTA whose
 /// cache rows are not all VEC-aligned (only with '?' strides or unaligned
 /// bases) loads one element per access.
@@ -647,11 +990,7 @@ KVGEN_DEVICE inline void paged_attention(const kvgen_paged_attention_args &a) {
   const SideMap kMap = kMapOf<L>(a), vMap = vMapOf<L>(a);
   const PagedKV<L, kvgen_paged_attention_args> kv = {kMap, vMap};
   const bool aligned = P::cache_proven || kv.template aligned<P::vec>(a);
-  KVGEN_SHARED AttnSmem<AttnShape<L, P, O> > sm;
-  if (aligned)
-    attentionCta<L, P, O, true>(a, kMap, vMap, sm);
-  else
-    attentionCta<L, P, O, false>(a, kMap, vMap, sm);
+  AttnEntry<L, P, O, AttnShape<L, P, O>::TILED>::run(a, kMap, vMap, aligned);
 }
 
 } // namespace kvgen

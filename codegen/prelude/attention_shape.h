@@ -55,6 +55,11 @@ template <class L, class P, class O> struct AttnShape {
     /// PV n-tiles merged through shared memory per round.
     JC = NT < 16 ? NT : 16,
     ROWS = 16,
+    /// Rows of a CTA: 16 (decode: the warps split the context) or 16 per
+    /// warp (the plan's prefill tiles: each warp owns 16 rows, the warps
+    /// share every K/V tile staged in shared memory).
+    CTA_ROWS = P::rows_per_cta,
+    TILED = CTA_ROWS > ROWS,
     /// Splits the merge's per-row weights have room for.
     MAX_SPLITS = P::split_ctas > 0 ? P::split_ctas : 1,
     SMEM_FLOATS = (WARPS * ROWS * 8 * JC > ROWS * MAX_SPLITS)
@@ -77,7 +82,9 @@ template <class L, class P, class O> struct AttnShape {
   static_assert(!MFMA, "the plan's mfma needs a prelude with MFMA");
 #endif
   static_assert(!MFMA || P::threads % 64 == 0, "MFMA: whole wavefronts");
-  static_assert(P::rows_per_cta == ROWS, "16 rows per CTA (one m16 tile)");
+  static_assert(CTA_ROWS == ROWS || CTA_ROWS == ROWS * WARPS,
+                "16 rows per CTA (one m16 tile) or 16 per warp (prefill)");
+  static_assert(!TILED || P::split_ctas == 0, "prefill tiles do not split");
 };
 
 /// The launch geometry of plan P (the runtime's LaunchGeometry, Launch.h).
@@ -130,6 +137,45 @@ template <int N>
 KVGEN_DEVICE inline void loadCoherentRun(const float *p, float *v) {
   CoherentRun<N>::load(p, v);
 }
+
+/// The K/V tiles of a prefill CTA (S::TILED) in shared memory: STAGES
+/// buffers of KT tokens, each token's K row (HK elements) at KROW elements
+/// from the previous one, its V row (HV) at VROW. Row strides are padded
+/// so that the fragment loads (attention.h) meet few bank conflicts: a
+/// quad of lanes reads 4 x 16 consecutive bytes of a K row and the next
+/// lane group the next row, so K rows lie 64 bytes modulo 128 apart (no
+/// conflict); the lanes of a V load read rows 2q and 2q + 1 at columns
+/// g NT: 16 bytes modulo 64 apart (two-way). The tiles use at most
+/// kAttnTileSmemBytes (48 KiB, the static shared memory every NVIDIA and
+/// AMD target gives a CTA without opting in, less 1 KiB): KT = 64, 32 or
+/// 16 tokens with two stages where they fit, else one stage of 16.
+enum { kAttnTileSmemBytes = 47 * 1024 };
+template <class S> struct AttnTile {
+  typedef typename S::CS CS;
+  enum {
+    CSB = int(sizeof(CS)),
+    KB0 = (S::HK * CSB + 15) / 16 * 16,
+    VB0 = (S::HV * CSB + 15) / 16 * 16,
+    KROWB = KB0 + (64 - KB0 % 128 + 128) % 128,
+    VROWB = VB0 + (16 - VB0 % 64 + 64) % 64,
+    KROW = KROWB / CSB,
+    VROW = VROWB / CSB,
+    TOKB = KROWB + VROWB,
+    KT = 2 * 64 * TOKB <= kAttnTileSmemBytes   ? 64
+         : 2 * 32 * TOKB <= kAttnTileSmemBytes ? 32
+                                               : 16,
+    STAGES = 2 * KT * TOKB <= kAttnTileSmemBytes ? 2 : 1
+  };
+  static_assert(STAGES * KT * TOKB <= kAttnTileSmemBytes,
+                "K and V rows of 16 tokens exceed the CTA's shared memory");
+};
+
+/// The shared memory of a prefill CTA: the K/V stages.
+template <class S> struct AttnTileSmem {
+  typedef AttnTile<S> T;
+  __attribute__((aligned(16))) typename S::CS k[T::STAGES][T::KT * T::KROW];
+  __attribute__((aligned(16))) typename S::CS v[T::STAGES][T::KT * T::VROW];
+};
 
 /// The shared memory of an attention CTA.
 template <class S> struct AttnSmem {

@@ -15,7 +15,7 @@
 // struct and '?' strides.
 //
 // The target prelude provides: KVGEN_HD, KVGEN_DEVICE, KVGEN_BLOCK_ID_X,
-// KVGEN_THREAD_ID_X, KVGEN_FMAF, KVGEN_UNROLL, the fixed-width integer types,
+// KVGEN_THREAD_ID_X, KVGEN_FMAF, KVGEN_UNROLL, KVGEN_NO_UNROLL, the fixed-width integer types,
 // the access types kvgen_v1_t .. kvgen_v16_t (N bytes, N-byte aligned) and
 // kvgenGridDependencyWait / kvgenLaunchDependents (KVGEN_GRID_DEPENDENCY
 // where they are the hardware's).
@@ -63,6 +63,37 @@ struct vec32_t {
   kvgen_v16_t lo, hi;
 };
 template <> struct VecBytes<32> { typedef vec32_t type; };
+
+/// N bytes (1, 2, 4, 8 or 16; dst and src N-byte aligned) from global src
+/// to shared dst, zeros when !valid (src then not read), complete after
+/// copyToSharedWait<K> (at most K of this thread's commit groups pending)
+/// and a CTA barrier: the target's asynchronous copy where its prelude
+/// has one (KVGEN_COPY_ASYNC: NVIDIA cp.async, 4-16 bytes), else a load
+/// and a store now (commit and wait then do nothing).
+template <int N>
+KVGEN_DEVICE inline void copyToShared(void *dst, const void *src, bool valid) {
+#ifdef KVGEN_COPY_ASYNC
+  if (N >= 4) {
+    kvgenCopyAsync<(N >= 4 ? N : 4)>(dst, src, valid);
+    return;
+  }
+#endif
+  typedef typename VecBytes<N>::type V;
+  V v = V();
+  if (valid)
+    v = *reinterpret_cast<const V *>(src);
+  *reinterpret_cast<V *>(dst) = v;
+}
+KVGEN_DEVICE inline void copyToSharedCommit() {
+#ifdef KVGEN_COPY_ASYNC
+  kvgenCopyAsyncCommit();
+#endif
+}
+template <int K> KVGEN_DEVICE inline void copyToSharedWait() {
+#ifdef KVGEN_COPY_ASYNC
+  kvgenCopyAsyncWait<K>();
+#endif
+}
 
 /// Stores one N-byte access; STREAM: with the target's cache-streaming
 /// store (kvgenStoreStreaming; 32 bytes as two 16-byte stores).

@@ -18,6 +18,8 @@
   __attribute__((amdgpu_flat_work_group_size(1, n)))
 #define KVGEN_FMAF(a, b, c) __builtin_fmaf(a, b, c)
 #define KVGEN_UNROLL _Pragma("unroll")
+/// A loop the compiler must not unroll (its body is already large).
+#define KVGEN_NO_UNROLL _Pragma("unroll 1")
 
 // The 1/2/4/8/16-byte access types (core.h maps sizes to them).
 typedef uint8_t kvgen_v1_t;

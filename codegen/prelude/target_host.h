@@ -27,6 +27,7 @@
 #define KVGEN_LAUNCH_BOUNDS(n)
 #define KVGEN_FMAF(a, b, c) __builtin_fmaf(a, b, c)
 #define KVGEN_UNROLL
+#define KVGEN_NO_UNROLL
 
 static thread_local unsigned kvgen_host_block_id;
 static thread_local unsigned kvgen_host_thread_id;

@@ -143,6 +143,8 @@ __attribute__((device)) inline uint8_t hwFloatToF8e5m2(float x) {
 #define KVGEN_HD __host__ __device__
 #define KVGEN_DEVICE __device__ __attribute__((always_inline))
 #define KVGEN_UNROLL _Pragma("unroll")
+/// A loop the compiler must not unroll (its body is already large).
+#define KVGEN_NO_UNROLL _Pragma("unroll 1")
 
 // The 1/2/4-byte access types (8 and 16 above; core.h maps sizes to them).
 typedef uint8_t kvgen_v1_t;
@@ -201,9 +203,8 @@ __device__ inline void kvgenLaunchDependents() {}
 /// sizes and addresses multiples of 16 bytes. On a target without
 /// bulk_copy (below sm_90) KVGEN_BULK_COPY is undefined and a plan with
 /// bulk_copy does not compile (blocks.h).
-#ifdef KVGEN_TARGET_BULK_COPY
-#define KVGEN_BULK_COPY 1
 namespace kvgen {
+/// The 32-bit shared-memory address of a generic pointer into shared memory.
 __device__ inline unsigned kvgenSharedAddress(const void *p) {
   unsigned a;
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }"
@@ -211,6 +212,42 @@ __device__ inline unsigned kvgenSharedAddress(const void *p) {
       : "l"(p));
   return a;
 }
+
+/// Asynchronous copies from global to shared memory (PTX ISA 7.0+, sm_80+,
+/// which every kvgen NVIDIA target is: "Data Movement and Conversion
+/// Instructions: cp.async"): N = 4, 8 or 16 bytes, dst and src N-byte
+/// aligned; valid false writes N zero bytes and reads nothing (src-size
+/// 0). A thread's copies since its last kvgenCopyAsyncCommit form one
+/// group; kvgenCopyAsyncWait<K> waits until at most K of its groups are
+/// pending; a CTA barrier after it makes every thread's data visible.
+/// 16-byte copies bypass L1 (.cg), smaller ones cannot (.ca).
+#define KVGEN_COPY_ASYNC 1
+template <int N>
+__device__ inline void kvgenCopyAsync(void *dst, const void *src,
+                                      bool valid) {
+  static_assert(N == 4 || N == 8 || N == 16, "cp.async copies 4, 8, 16 bytes");
+  const unsigned d = kvgenSharedAddress(dst);
+  const int n = valid ? N : 0;
+  if (N == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d),
+                 "l"(src), "r"(n)
+                 : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(d),
+                 "l"(src), "n"(N), "r"(n)
+                 : "memory");
+}
+__device__ inline void kvgenCopyAsyncCommit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int K> __device__ inline void kvgenCopyAsyncWait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(K) : "memory");
+}
+} // namespace kvgen
+
+#ifdef KVGEN_TARGET_BULK_COPY
+#define KVGEN_BULK_COPY 1
+namespace kvgen {
 /// Initializes the mbarrier at shared address `bar` for one arrival per
 /// phase and makes that visible to the bulk copies (the async proxy).
 __device__ inline void kvgenBarrierInit(unsigned bar) {

@@ -124,10 +124,11 @@ GEOS = {
 
 
 def host_context(tmp_path_factory, plan_options=None, names=None,
-                 lse=False):
+                 lse=False, prefill=False):
     """A host context with every GEOS kernel (or those in `names`), emitted
     by `kvgen emit` (with KVGEN_PLAN_OPTIONS = plan_options when given;
-    with the lse option when lse); its fixtures take kvgen_cli (skipped
+    with the lse option when lse, planned for prefill when prefill); its
+    fixtures take kvgen_cli (skipped
     without a build)."""
     env = dict(os.environ)
     env.pop("KVGEN_PLAN_OPTIONS", None)
@@ -145,7 +146,8 @@ def host_context(tmp_path_factory, plan_options=None, names=None,
         # Kernels are range-checked by default; the other geometries keep
         # the unchecked kernel, so both are covered.
         for flag, on in (("--sinks", g.sinks), ("--unchecked", not g.checked),
-                         ("--logits_soft_cap", g.soft_cap), ("--lse", lse)):
+                         ("--logits_soft_cap", g.soft_cap), ("--lse", lse),
+                         ("--prefill", prefill)):
             if on:
                 cmd.append(flag)
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -179,6 +181,19 @@ def ctx_mfma(tmp_path_factory, kvgen_cli):
 
 
 @pytest.fixture(scope="module")
+def ctx_prefill(tmp_path_factory, kvgen_cli):
+    """Every kernel planned for prefill (op option prefill): 64 rows per
+    CTA, each warp owning 16, the K/V tiles staged in shared memory."""
+    c, bundle = host_context(tmp_path_factory, prefill=True)
+    sources = [f for f in bundle.iterdir() if f.suffix == ".cpp"]
+    assert len(sources) == len(GEOS)
+    for f in sources:
+        assert "rows_per_cta = 64" in f.read_text(), f
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
 def ctx_wide_split(tmp_path_factory, kvgen_cli):
     """mimo_nhd and a checked kernel planned with split_ctas = 264 (an
     H200's 2 x 132 SMs; the host plan's default is 8): a launch splits
@@ -190,10 +205,11 @@ def ctx_wide_split(tmp_path_factory, kvgen_cli):
     c.close()
 
 
-def kernel_for(ctx, g, lse=False):
+def kernel_for(ctx, g, lse=False, prefill=False):
     opts = dict(io=g.io, num_q_heads=g.q_heads)
     for name, on in (("sinks", g.sinks), ("unchecked", not g.checked),
-                     ("logits_soft_cap", g.soft_cap), ("lse", lse)):
+                     ("logits_soft_cap", g.soft_cap), ("lse", lse),
+                     ("prefill", prefill)):
         if on:
             opts[name] = True
     return ctx.kernel("paged_attention", g.layout(), **opts)
@@ -423,6 +439,52 @@ def test_attention_matches_reference(ctx, geo, case):
     k = kernel_for(ctx, g)
     c.run(k)
     c.check()
+
+
+PREFILL_CASES = {
+    # name: (batch, max context, query lengths, window)
+    "prefill": (3, 150, "all", 0),
+    "chunk": (2, 300, 70, 0),
+    "chunk_window": (2, 300, 45, 29),
+    "mixed_prefill": (6, 200, "mixed", 0),
+}
+
+
+def run_case(ctx, geo, batch, max_len, qlen, window, prefill=False,
+             seed=None):
+    g = GEOS[geo]
+    rng = np.random.default_rng(abs(hash((geo, seed))) % (1 << 32))
+    lens = seqs(rng, batch, max_len, g.bs)
+    if qlen == "all":  # whole sequences: prefill
+        q_lens = [max(L, 1) for L in lens]
+    elif qlen == "mixed":  # a chunk, verifications, decodes in one launch
+        q_lens = [[40, 3, 1, 1, 8, 1][i % 6] for i in range(batch)]
+    elif qlen is None:
+        q_lens = [int(rng.integers(1, 5)) for _ in lens]
+    else:
+        q_lens = [qlen] * batch
+    lens = [max(L, q) if L > 0 else 0 for L, q in zip(lens, q_lens)]
+    c = Case(g, lens, q_lens, rng, window=window)
+    c.run(kernel_for(ctx, g, prefill=prefill))
+    c.check()
+
+
+@pytest.mark.parametrize("case", list(CASES) + list(PREFILL_CASES))
+@pytest.mark.parametrize("geo", [n for n in GEOS if n != "over_4gib"])
+def test_prefill_path_matches_reference(ctx_prefill, geo, case):
+    """The prefill plan's kernel body (attentionTileCta: 16 rows per warp,
+    K/V tiles in shared memory, no split) against the reference: decodes,
+    verifications, whole-sequence prefills, chunks at a longer context,
+    windows, and a launch mixing them."""
+    spec = CASES.get(case) or PREFILL_CASES[case]
+    run_case(ctx_prefill, geo, *spec, prefill=True, seed=case)
+
+
+@pytest.mark.parametrize("case", list(PREFILL_CASES))
+@pytest.mark.parametrize("geo", ["mimo_nhd", "block1_mha_checked"])
+def test_decode_path_serves_prefill_cases(ctx, geo, case):
+    """The same long-query cases through the decode plan's body."""
+    run_case(ctx, geo, *PREFILL_CASES[case], seed=case)
 
 
 @pytest.mark.parametrize("case", ["decode", "decode_split",

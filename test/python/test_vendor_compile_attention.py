@@ -46,6 +46,17 @@ SPECS = [
     (kvgen.Layout(4, 192, 128, 16), 64, ["--lse"]),
     (kvgen.Layout(8, 192, 128, 16, order="hnd", dtype="f8E5M2"), 64,
      ["--sinks", "--logits_soft_cap", "--lse"]),
+    # The prefill plan (K/V tiles in shared memory, cp.async on NVIDIA):
+    # MiMo bf16, fp8 with sinks + window options, packed soft-cap with lse,
+    # odd sizes with dynamic strides, V wider than K in f32.
+    (kvgen.Layout(4, 192, 128, 16), 64, ["--prefill"]),
+    (kvgen.Layout(8, 192, 128, 16, order="hnd", dtype="f8E5M2"), 64,
+     ["--sinks", "--prefill"]),
+    (kvgen.Layout(8, 128, 128, 16, packing="packed"), 32,
+     ["--logits_soft_cap", "--lse", "--prefill"]),
+    (kvgen.Layout(2, 80, 48, 24, k_strides=(None, None, None),
+                  v_strides=(None, None, None)), 4, ["--prefill"]),
+    (kvgen.Layout(1, 64, 96, 1, dtype="f32"), 16, ["--prefill"]),
 ]
 
 

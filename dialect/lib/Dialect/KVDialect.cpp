@@ -708,10 +708,16 @@ LogicalResult PagedAttentionOp::verify() {
     if (plan.getThreads() % 32 != 0)
       return emitOpError("plan's 'threads' = ")
              << plan.getThreads() << " must be whole warps (32)";
-    if (plan.getRowsPerCta() != 16 || plan.getRowGroup() != getRowGroup() ||
+    // prefill: one 16-row tile per warp and no split; else one per CTA.
+    const int64_t rows = getPrefill() ? 16 * (plan.getThreads() / 32) : 16;
+    if (plan.getRowsPerCta() != rows || plan.getRowGroup() != getRowGroup() ||
         plan.getItemCtas() != l.numKvHeads)
-      return emitOpError("plan must have rows_per_cta = 16, row_group = ")
-             << getRowGroup() << " and item_ctas = " << l.numKvHeads;
+      return emitOpError("plan must have rows_per_cta = ")
+             << rows << ", row_group = " << getRowGroup()
+             << " and item_ctas = " << l.numKvHeads;
+    if (getPrefill() && plan.getSplitCtas() != 0)
+      return emitOpError("a prefill plan must have split_ctas = 0, got ")
+             << plan.getSplitCtas();
     if (plan.getSplitCtas() > 0 &&
         plan.getPartialBytes() != 16 * 4 * getPartialFloatsPerRow())
       return emitOpError("plan's 'partial_bytes' must be ")

@@ -225,8 +225,9 @@ kvgen::choosePlan(const LayoutDesc &layout, DType io, const Target &target,
 FailureOr<PlanChoice>
 kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
                           const Target &target, int64_t rowGroup,
-                          int64_t partialFloatsPerRow, int64_t threads,
-                          int64_t splitCtas, std::string *error) {
+                          int64_t partialFloatsPerRow, bool warpRowTiles,
+                          int64_t threads, int64_t splitCtas,
+                          std::string *error) {
   // Cache access width and alignment as for the other kernels.
   FailureOr<PlanChoice> base = choosePlan(layout, io, target, 1, 0, 1, 0,
                                           error);
@@ -242,6 +243,18 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
   c.rowsPerCta = 16;         // one m16 MMA tile of query rows
   c.rowGroup = rowGroup;
   c.itemCtas = layout.numKvHeads;
+  if (warpRowTiles) {
+    // Prefill: one m16 tile per warp, the warps sharing each K/V tile;
+    // enough CTAs without splitting the context.
+    if (splitCtas > 0) {
+      if (error)
+        *error = "a prefill plan (warp row tiles) does not split the "
+                 "context: split-ctas must be 0 or planned";
+      return failure();
+    }
+    c.rowsPerCta = 16 * (c.threads / 32);
+    splitCtas = 0;
+  }
   c.splitCtas = splitCtas >= 0 ? splitCtas : 2 * target.info->multiprocessors;
   if (c.splitCtas > kMaxSplitCtas)
     c.splitCtas = kMaxSplitCtas; // the merge's weights in shared memory
@@ -319,7 +332,7 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
               ? chooseRowTiledPlan(
                     op.getLayout().getDesc(), *fromMlirType(op.getRowType()),
                     *parsed, op.getRowGroup(), op.getPartialFloatsPerRow(),
-                    threads, splitCtas, &error)
+                    op.getWarpRowTiles(), threads, splitCtas, &error)
               : choosePlan(op.getLayout().getDesc(),
                            *fromMlirType(op.getRowType()), *parsed,
                            op.getWorkItemTokens(), threads, tokensPerCta,

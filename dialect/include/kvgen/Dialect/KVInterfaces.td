@@ -70,6 +70,15 @@ def KV_KernelSpecOpInterface : OpInterface<"KernelSpecOpInterface"> {
       "int64_t", "getPartialFloatsPerRow", (ins), [{}], [{
         return 0;
       }]>,
+    InterfaceMethod<[{
+        Row-tiled ops: whether each warp owns its own 16-row tile (the
+        CTA's warps share every K/V tile, rows_per_cta = 16 x warps, no
+        split-KV: prefill) instead of one 16-row tile per CTA whose warps
+        split the context (decode). False for other ops.
+      }],
+      "bool", "getWarpRowTiles", (ins), [{}], [{
+        return false;
+      }]>,
     InterfaceMethod<"The plan chosen by kv-plan (its family's plan attribute), or null.",
       "::kvgen::kv::PlanAttrInterface", "getPlanAttr", (ins), [{}], [{
         return $_op.getPlanAttr();

@@ -205,13 +205,16 @@ def KV_GatherMlaOp : KV_KernelSpecOp<"gather_mla",
 
 def KV_PagedAttentionOp : KV_KernelSpecOp<"paged_attention",
     (ins TypeAttr:$io, I64Attr:$num_q_heads, UnitAttr:$sinks,
-         UnitAttr:$logits_soft_cap, UnitAttr:$lse),
+         UnitAttr:$logits_soft_cap, UnitAttr:$lse,
+         UnitAttr:$prefill),
     "`,` `query` $io `,` `num_q_heads` custom<NumQHeads>($num_q_heads) "
     "(`sinks` $sinks^)? "
     "(`logits_soft_cap` $logits_soft_cap^)? "
-    "(`lse` $lse^)?",
+    "(`lse` $lse^)? "
+    "(`prefill` $prefill^)?",
     [DeclareOpInterfaceMethods<KV_KernelSpecOpInterface,
-                               ["getRowGroup", "getPartialFloatsPerRow"]>]> {
+                               ["getRowGroup", "getPartialFloatsPerRow",
+                                "getWarpRowTiles"]>]> {
   let summary = "Specifies a paged attention kernel (decode, short queries)";
   let description = [{
     A kernel specification: the generated kernel takes
@@ -235,6 +238,11 @@ def KV_PagedAttentionOp : KV_KernelSpecOp<"paged_attention",
     With `lse` the kernel also writes `lse[token, h]` (float32) = ln(sum_j
     exp(l_j) + exp(sink_h)), the log of the denominator above (the sink
     term only with `sinks`; -inf for a row without keys or sink).
+    `prefill` changes how the kernel is planned, not what it computes:
+    each warp owns 16 query rows and the CTA's warps share each K/V tile
+    staged in shared memory (for long queries: prefill, chunked prefill);
+    without it a CTA owns 16 rows and its warps split the context (decode,
+    verification), with split-KV across CTAs.
     `io` is `bf16` or `f16` (the output's type too). Entries of
     query_start_loc, seq_lens and block_tables outside their bounds set the
     error flag instead of being followed, unless the op is `unchecked`.
@@ -255,6 +263,7 @@ def KV_PagedAttentionOp : KV_KernelSpecOp<"paged_attention",
       // The row's max and sum, then its head_size_v output values.
       return getLayout().getDesc().headSize(::kvgen::kValue) + 2;
     }
+    bool $cppClass::getWarpRowTiles() { return getPrefill(); }
   }];
 }
 

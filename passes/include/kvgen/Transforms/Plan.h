@@ -100,12 +100,16 @@ constexpr int64_t kMaxSplitCtas = 512;
 /// The plan of a row-tiled kernel (paged attention) over `layout` with
 /// query element type `io`: rows of `rowGroup` per query token (the GQA
 /// group), partial results of `partialFloatsPerRow` floats per row.
+/// warpRowTiles (prefill): rows_per_cta = 16 x warps, each warp owning 16
+/// rows, and no split (split_ctas 0; a forced splitCtas > 0 fails);
+/// else rows_per_cta = 16.
 /// threads > 0 forces the CTA size (whole warps); splitCtas >= 0 forces
 /// split_ctas (0: never split). See Plan.cpp. Fails as choosePlan does.
 llvm::FailureOr<PlanChoice>
 chooseRowTiledPlan(const LayoutDesc &layout, DType io, const Target &target,
                    int64_t rowGroup, int64_t partialFloatsPerRow,
-                   int64_t threads = 0, int64_t splitCtas = -1,
+                   bool warpRowTiles = false, int64_t threads = 0,
+                   int64_t splitCtas = -1,
                    std::string *error = nullptr);
 
 } // namespace kvgen
