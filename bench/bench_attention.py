@@ -153,7 +153,7 @@ class Timer:
                                  device="cuda")
         self.sleep = getattr(torch.cuda, "_sleep", None)
 
-    def __call__(self, fn, reps=None, warmup=3):
+    def __call__(self, fn, reps=None, warmup=3, spin=200_000):
         torch = self.torch
         for _ in range(warmup):
             fn()
@@ -163,7 +163,7 @@ class Timer:
               for _ in range(reps or self.reps)]
         for s, e in ev:
             if self.sleep is not None:
-                self.sleep(200_000)
+                self.sleep(spin)
             self.flush.zero_()
             s.record()
             fn()
@@ -175,7 +175,9 @@ class Timer:
         """(median us, reps) for a long fn: one launch measures it (and
         warms up), then reps = fixed_reps, else as many as fit in
         budget_ms, between 3 and max_reps (a 32k prefill of ~400 ms gets
-        a few, a 2 ms one max_reps)."""
+        a few, a 2 ms one max_reps). The spin kernel in front of each
+        timed call is ~10x longer than __call__'s (~1 ms): fn may enqueue
+        several launches (SDPA per group of a mixed row)."""
         torch = self.torch
         s, e = (torch.cuda.Event(enable_timing=True),
                 torch.cuda.Event(enable_timing=True))
@@ -184,7 +186,7 @@ class Timer:
         e.record()
         torch.cuda.synchronize()
         reps = fixed_reps or reps_for(s.elapsed_time(e), budget_ms, max_reps)
-        return self(fn, reps=reps, warmup=1), reps
+        return self(fn, reps=reps, warmup=1, spin=2_000_000), reps
 
 
 def run_case(torch, kvgen, ctx, timer, case, log):
