@@ -417,6 +417,21 @@ def group_slices(torch_, inp, groups):
     return out
 
 
+def separate_launches(torch_, k, inp, groups, window, dk, q_heads, sinks):
+    """(run, keep): run() launches kernel k once per group (launch_raw of
+    prepared arguments); keep holds the groups' own tensors (their
+    query_start_loc, sinks), which the prepared arguments point at but do
+    not own: keep it alive while run is used."""
+    keep = [kvgen_args(torch_, g, window, dk, q_heads, sinks)
+            for g in group_slices(torch_, inp, groups)]
+    prepared = [k.prepare(**kw) for kw in keep]
+
+    def run():
+        for args, stream in prepared:
+            k.launch_raw(args, stream)
+    return run, keep
+
+
 def sdpa_operands(torch, q, k, v, count, n, q_heads, pad, expand):
     """SDPA's (q [count, Hq, n, D], k [count, H or Hq, S, D], v [...]) from
     kvgen's rows q [count * n, Hq, Dk] and dense k/v [count, S, H, D]:
@@ -594,11 +609,17 @@ def run_prefill_case(torch, kvgen, ctx, timer, case, a, log):
             if len(groups) > 1:
                 # The same groups launched one after another (what one
                 # launch of the mix must not be much slower than).
-                sep = [k.prepare(**kvgen_args(torch, g, window, dk, qh, sinks))
-                       for g in group_slices(torch, inp, groups)]
+                run_sep, keep = separate_launches(torch, k, inp, groups,
+                                                  window, dk, qh, sinks)
+                inp["output"].zero_()
                 row[f"{kind}_separate_us"], _ = timer.budgeted(
-                    lambda: [k.launch_raw(*x) for x in sep],
-                    a.prefill_budget_ms, a.reps, a.prefill_reps)
+                    run_sep, a.prefill_budget_ms, a.reps, a.prefill_reps)
+                if f"{kind}_ok" in row:  # the separate launches' rows too
+                    diff, ok = check_close(inp["output"], ref)
+                    row[f"{kind}_maxdiff"] = max(diff,
+                                                 row[f"{kind}_maxdiff"])
+                    row[f"{kind}_ok"] = ok and row[f"{kind}_ok"]
+                del keep
         except Exception as e:  # noqa: BLE001
             row[f"{kind}_note"] = f"{type(e).__name__}: {e}"[:160]
             notes.append(f"{kind}: {row[f'{kind}_note']}")
@@ -821,8 +842,19 @@ def self_test(kv=None):
                     c[0].transpose(1, 2), c[1].transpose(1, 2),
                     is_causal=True, enable_gqa=True).transpose(1, 2)[0]
                 assert w or not check_close(inp["output"][40:56], tl)[1]
+                # The mixed row's "separate" timing: one launch per group
+                # of prepared arguments.
+                inp["output"].fill_(float("nan"))
+                run, keep = separate_launches(torch, k, inp, groups, w, 64,
+                                              8, False)
+                run()
+                ctx.check()
+                diff2, good = check_close(inp["output"], ref)
+                assert good, (kind, w, "separate launches", diff2)
+                del keep
                 print(f"self-test: host kvgen {kind} kernel, window {w}: "
-                      f"max |kvgen - SDPA| = {diff:.2e}: ok")
+                      f"max |kvgen - SDPA| = {diff:.2e}, groups launched "
+                      f"separately {diff2:.2e}: ok")
         ctx.close()
     return 0
 
