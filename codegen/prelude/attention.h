@@ -220,8 +220,9 @@ KVGEN_DEVICE inline void attnLoadQ(const typename S::io::storage *const qRow[2],
 /// One 16-token step of a warp's 16 rows: S = Q K^T from the K rows of
 /// tokens group and group + 8 (kraw[nt][c]: chunk c of token base + nt 8 +
 /// group), the logits (base 2; outside [ta, tb), after rowPos[i] or before
-/// rowLo[i] -inf), the online softmax (m, l) and O += P V from the V rows
-/// of tokens 2q, 2q + 1, 2q + 8, 2q + 9 (vraw, columns group NT on).
+/// rowLo[i] -inf; unmasked: the caller knows every row attends all 16),
+/// the online softmax (m, l) and O += P V from the V rows of tokens 2q,
+/// 2q + 1, 2q + 8, 2q + 9 (vraw, columns group NT on).
 template <class S, class O>
 KVGEN_DEVICE inline void
 attnStep(const Packed<typename S::CS, S::KC> (&kraw)[2][S::KCHUNKS],
@@ -229,7 +230,7 @@ attnStep(const Packed<typename S::CS, S::KC> (&kraw)[2][S::KCHUNKS],
          const uint32_t (&q)[S::KSTEPS][4], int64_t base, int64_t ta,
          int64_t tb, const int64_t rowPos[2], const int64_t rowLo[2],
          const float rowMul[2], float capMul, unsigned quad, float m[2],
-         float l[2], float (&o)[S::NT][4]) {
+         float l[2], float (&o)[S::NT][4], bool unmasked = false) {
   typedef typename S::io IO;
   typedef typename S::mma MT;
   typedef typename S::cache C;
@@ -269,7 +270,8 @@ attnStep(const Packed<typename S::CS, S::KC> (&kraw)[2][S::KCHUNKS],
       float x = s[nt][e];
       x = O::logits_soft_cap ? capMul * kvgenTanh(x * rowMul[i])
                              : x * rowMul[i];
-      const bool ok = t >= ta && t < tb && t <= rowPos[i] && t >= rowLo[i];
+      const bool ok = unmasked ||
+                      (t >= ta && t < tb && t <= rowPos[i] && t >= rowLo[i]);
       x = ok ? x : kNegInf;
       s[nt][e] = x;
       mx[i] = x > mx[i] ? x : mx[i];
@@ -812,6 +814,9 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
   const int64_t wLast = rowBase + 15 < rowsTotal ? rowBase + 15 : rowsTotal - 1;
   const int64_t wHi = rowBase < rowsTotal ? ctx - qlen + wLast / G : -1;
   const int64_t wLo = window > 0 ? ctx - qlen + rowBase / G - window + 1 : 0;
+  // Keys every row of the warp attends: [wLastLo, wFirstPos].
+  const int64_t wFirstPos = rowBase < rowsTotal ? ctx - qlen + rowBase / G : -1;
+  const int64_t wLastLo = window > 0 ? wHi - window + 1 : 0;
   int64_t rowPos[2], rowLo[2]; // attended keys: [rowLo, rowPos]
   const IS *qRow[2];
   attnLaneRows<S>(a, rowBase, rowsTotal, ctx, qlen, q0, kvh, group, rowPos,
@@ -913,8 +918,12 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
         loadPacked<CS, NT, AVS, (HV % 8 != 0)>(vraw[v], vTile + r * VROW + vCol,
                                                vCount);
       }
+      // Steps inside every row's keys (most of a long prefill) skip the
+      // masks.
+      const bool unmasked = base >= ta && base + 16 <= tb &&
+                            base + 15 <= wFirstPos && base >= wLastLo;
       attnStep<S, O>(kraw, vraw, q, base, ta, tb, rowPos, rowLo, rowMul,
-                     capMul, quad, m, l, o);
+                     capMul, quad, m, l, o, unmasked);
     }
     kvgenSyncThreads(); // the buffer is free for tile k + STAGES
   }

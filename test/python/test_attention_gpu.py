@@ -79,6 +79,9 @@ KERNELS = {
                False, False),
     "gptoss_fp8_e5m2": (8, 64, 64, 16, "f8E5M2", "per_tensor", "nhd",
                         "separate", 64, True, False, False),
+    # V wider than K (the seed's backend cannot serve it).
+    "wide_v": (4, 128, 256, 16, "bf16", "none", "nhd", "separate", 32,
+               False, False, False),
 }
 
 # (kernel, batch, context, query length, window)
@@ -97,6 +100,26 @@ CASES = [
     ("gptoss", 8, 4000, 1, 128), ("gptoss_fp8_e5m2", 4, 3000, 3, 128),
     ("mimo_b16", 5, 17, 3, 0), ("mimo_packed", 2, 20000, 1, 0),
 ]
+# The prefill plan's kernels (option prefill), last field True: every
+# kernel's full prefill of 2k tokens and a 512-token chunk at up to 8k
+# (with a query of an empty context beside it), windows, long prefills,
+# and launches mixing a chunk, verifications and decodes (query lengths
+# per sequence, cycled) on both plans.
+MIXED = (1024, 4, 1, 1, 1, 8)
+PREFILL_CASES = [
+    *[(k, 1, 2048, 2048, 0, True) for k in KERNELS],
+    *[(k, 2, 8192, 512, 0, True) for k in KERNELS],
+    ("mimo_b16", 1, 4096, 4096, 0, True), ("llama", 1, 4096, 4096, 0, True),
+    ("mimo_swa", 1, 4096, 4096, 128, True),
+    ("mimo_swa_fp8_h", 2, 4096, 1024, 128, True),
+    ("gptoss", 1, 3000, 3000, 128, True),
+    ("mimo_b16", 12, 4096, MIXED, 0, True),
+    ("mimo_b16", 12, 4096, MIXED, 0, False),
+    ("mimo_fp8_t", 12, 4096, MIXED, 0, True),
+    ("mimo_swa", 12, 4096, MIXED, 128, True),
+    ("wide_v", 12, 4096, MIXED, 0, True),
+]
+CASES = CASES + PREFILL_CASES
 QUICK = [c for c in CASES if c[1] * c[2] <= 40000][:40]
 
 
@@ -125,6 +148,7 @@ def emit(out):
         if spec[10]:
             cmd.append("--logits_soft_cap")
         subprocess.run(cmd, check=True)
+        subprocess.run(cmd + ["--prefill"], check=True)
         f.unlink()
 
 
@@ -163,14 +187,17 @@ class GpuCase:
         dev = "cuda"
         # Context lengths: the given one, and shorter ones for batch > 1
         # (0 for the second sequence of small batches: zeros, not NaN).
-        lens = [ctxlen] + [int(x) for x in torch.randint(
-            max(qlen, 1), ctxlen + 1, (batch - 1,), generator=g,
+        # qlen: one query length, or one per sequence (cycled).
+        want = [qlen[i % len(qlen)] if isinstance(qlen, tuple) else qlen
+                for i in range(batch)]
+        lens = [max(ctxlen, want[0])] + [int(x) for x in torch.randint(
+            max(max(want), 1), ctxlen + 1, (batch - 1,), generator=g,
             device=dev).tolist()]
         if 2 <= batch <= 8:
             lens[1] = 0
-        qlens = [qlen if L > 0 else 0 for L in lens]
+        qlens = [n if L > 0 else 0 for n, L in zip(want, lens)]
         if 2 <= batch <= 8:
-            qlens[1] = qlen  # queries with an empty context
+            qlens[1] = want[1]  # queries with an empty context
         self.lens, self.qlens = lens, qlens
         need = [max(1, -(-L // bs)) for L in lens]
         self.num_blocks = sum(need) + 1
@@ -320,9 +347,11 @@ class GpuCase:
             (self.out_buf[-1] == 7.25).all(), "canary rows overwritten"
 
 
-def kernel_of(ctx, name):
+def kernel_of(ctx, name, prefill=False):
     spec = KERNELS[name]
     opts = dict(io="bf16", num_q_heads=spec[8])
+    if prefill:
+        opts["prefill"] = True
     if spec[9]:
         opts["sinks"] = True
     if spec[10]:
@@ -331,15 +360,18 @@ def kernel_of(ctx, name):
 
 
 def _ids(c):
-    return f"{c[0]}-b{c[1]}-ctx{c[2]}-q{c[3]}-w{c[4]}"
+    q = "x".join(map(str, c[3])) if isinstance(c[3], tuple) else c[3]
+    return (f"{c[0]}-b{c[1]}-ctx{c[2]}-q{q}-w{c[4]}" +
+            ("-prefill" if len(c) > 5 and c[5] else ""))
 
 
 def check_case(env, case):
     torch, ctx = env
-    name, batch, ctxlen, qlen, window = case
+    name, batch, ctxlen, qlen, window = case[:5]
+    prefill = len(case) > 5 and case[5]
     c = GpuCase(torch, name, batch, ctxlen, qlen, window,
                 seed=abs(hash(case)) % (1 << 31))
-    k = kernel_of(ctx, name)
+    k = kernel_of(ctx, name, prefill)
     c.run(k, ctx)
     torch.cuda.synchronize()
     c.check()
