@@ -217,20 +217,20 @@ KVGEN_DEVICE inline void attnLoadQ(const typename S::io::storage *const qRow[2],
 
 }
 
-/// One 16-token step of a warp's 16 rows: S = Q K^T from the K rows of
-/// tokens group and group + 8 (kraw[nt][c]: chunk c of token base + nt 8 +
-/// group), the logits (base 2; outside [ta, tb), after rowPos[i] or before
-/// rowLo[i] -inf; unmasked: the caller knows every row attends all 16),
-/// the online softmax (m, l) and O += P V from the V rows of tokens 2q,
-/// 2q + 1, 2q + 8, 2q + 9 (vraw, columns group NT on).
+/// The first half of a 16-token step of a warp's 16 rows: S = Q K^T from
+/// the K rows of tokens group and group + 8 (kraw[nt][c]: chunk c of token
+/// base + nt 8 + group), the logits (base 2; outside [ta, tb), after
+/// rowPos[i] or before rowLo[i] -inf; unmasked: the caller knows every row
+/// attends all 16), the online softmax (m, l; O rescaled) and P as the A
+/// fragment pa of the P V product.
 template <class S, class O>
 KVGEN_DEVICE inline void
-attnStep(const Packed<typename S::CS, S::KC> (&kraw)[2][S::KCHUNKS],
-         const Packed<typename S::CS, S::NT> (&vraw)[4],
-         const uint32_t (&q)[S::KSTEPS][4], int64_t base, int64_t ta,
-         int64_t tb, const int64_t rowPos[2], const int64_t rowLo[2],
-         const float rowMul[2], float capMul, unsigned quad, float m[2],
-         float l[2], float (&o)[S::NT][4], bool unmasked = false) {
+attnScores(const Packed<typename S::CS, S::KC> (&kraw)[2][S::KCHUNKS],
+           const uint32_t (&q)[S::KSTEPS][4], int64_t base, int64_t ta,
+           int64_t tb, const int64_t rowPos[2], const int64_t rowLo[2],
+           const float rowMul[2], float capMul, unsigned quad, float m[2],
+           float l[2], float (&o)[S::NT][4], bool unmasked,
+           uint32_t (&pa)[4]) {
   typedef typename S::io IO;
   typedef typename S::mma MT;
   typedef typename S::cache C;
@@ -310,11 +310,29 @@ attnStep(const Packed<typename S::CS, S::KC> (&kraw)[2][S::KCHUNKS],
     o[j][2] *= oScale[2];
     o[j][3] *= oScale[3];
   }
-  // O += P V.
-  uint32_t pa[4] = {PackIo<MT>::run(s[0][0], s[0][1]),
-                    PackIo<MT>::run(s[0][2], s[0][3]),
-                    PackIo<MT>::run(s[1][0], s[1][1]),
-                    PackIo<MT>::run(s[1][2], s[1][3])};
+  pa[0] = PackIo<MT>::run(s[0][0], s[0][1]);
+  pa[1] = PackIo<MT>::run(s[0][2], s[0][3]);
+  pa[2] = PackIo<MT>::run(s[1][0], s[1][1]);
+  pa[3] = PackIo<MT>::run(s[1][2], s[1][3]);
+}
+
+/// One 16-token step of a warp's 16 rows: attnScores, then O += P V from
+/// the V rows of tokens 2q, 2q + 1, 2q + 8, 2q + 9 (vraw, columns group NT
+/// on): n-tile j's column n is V column n NT + j.
+template <class S, class O>
+KVGEN_DEVICE inline void
+attnStep(const Packed<typename S::CS, S::KC> (&kraw)[2][S::KCHUNKS],
+         const Packed<typename S::CS, S::NT> (&vraw)[4],
+         const uint32_t (&q)[S::KSTEPS][4], int64_t base, int64_t ta,
+         int64_t tb, const int64_t rowPos[2], const int64_t rowLo[2],
+         const float rowMul[2], float capMul, unsigned quad, float m[2],
+         float l[2], float (&o)[S::NT][4], bool unmasked = false) {
+  typedef typename S::mma MT;
+  typedef typename S::cache C;
+  enum { NT = S::NT };
+  uint32_t pa[4];
+  attnScores<S, O>(kraw, q, base, ta, tb, rowPos, rowLo, rowMul, capMul,
+                   quad, m, l, o, unmasked, pa);
   KVGEN_UNROLL
   for (int j = 0; j < NT; ++j) {
     // Element j of each token's run, as IO bits (pairs converted once).
@@ -767,6 +785,7 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
   typedef AttnShape<L, P, O> S;
   typedef AttnTile<S> T;
   typedef typename S::io IO;
+  typedef typename S::mma MT;
   typedef typename S::CS CS;
   typedef typename IO::storage IS;
   enum {
@@ -780,7 +799,12 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     /// Elements per fragment load from shared memory (rows 16-byte
     /// aligned there).
     AKS = Pow2Gcd<KC, 16 / CSB>::value,
-    AVS = Pow2Gcd<NT, 16 / CSB>::value
+    AVS = Pow2Gcd<NT, 16 / CSB>::value,
+    /// P V's B fragments straight from the V tile by transposing loads
+    /// (loadTransB2) where V's 16-bit elements are the MMA type's bits and
+    /// whole 16-column pairs of n-tiles: n-tile j = V columns [8 j, 8 j +
+    /// 8); else as the decode path (n-tile j's column n = n NT + j).
+    LDSM_V = CSB == 2 && int(S::TO_IO) == int(TO_IO_RAW) && HV % 16 == 0
   };
   const float kNegInf = negInf();
 
@@ -898,7 +922,6 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
       if (!S::MFMA && (base >= tb || base > wHi || base + 15 < wLo))
         continue; // no row of this warp attends these 16 keys
       Packed<CS, KC> kraw[2][KCHUNKS];
-      Packed<CS, NT> vraw[4];
       KVGEN_UNROLL
       for (int nt = 0; nt < 2; ++nt) {
         const CS *row = kTile + (sub * 16 + nt * 8 + int(group)) * KROW;
@@ -912,18 +935,34 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
             loadPacked<CS, KC, AKS, false>(kraw[nt][c], row + d0, n);
         }
       }
-      KVGEN_UNROLL
-      for (int v = 0; v < 4; ++v) {
-        const int r = sub * 16 + 2 * int(quad) + (v & 1) + (v >= 2 ? 8 : 0);
-        loadPacked<CS, NT, AVS, (HV % 8 != 0)>(vraw[v], vTile + r * VROW + vCol,
-                                               vCount);
-      }
       // Steps inside every row's keys (most of a long prefill) skip the
       // masks.
       const bool unmasked = base >= ta && base + 16 <= tb &&
                             base + 15 <= wFirstPos && base >= wLastLo;
-      attnStep<S, O>(kraw, vraw, q, base, ta, tb, rowPos, rowLo, rowMul,
-                     capMul, quad, m, l, o, unmasked);
+      if (LDSM_V) {
+        uint32_t pa[4];
+        attnScores<S, O>(kraw, q, base, ta, tb, rowPos, rowLo, rowMul,
+                         capMul, quad, m, l, o, unmasked, pa);
+        const uint16_t *vRows = reinterpret_cast<const uint16_t *>(
+            vTile + sub * 16 * VROW);
+        KVGEN_UNROLL
+        for (int j = 0; j + 1 < NT; j += 2) {
+          uint32_t vb[4];
+          loadTransB2(vRows + 8 * j, VROW, lane, vb);
+          Mma<MT>::template run<S::MFMA>(o[j], pa, vb);
+          Mma<MT>::template run<S::MFMA>(o[j + 1], pa, vb + 2);
+        }
+      } else {
+        Packed<CS, NT> vraw[4];
+        KVGEN_UNROLL
+        for (int v = 0; v < 4; ++v) {
+          const int r = sub * 16 + 2 * int(quad) + (v & 1) + (v >= 2 ? 8 : 0);
+          loadPacked<CS, NT, AVS, (HV % 8 != 0)>(
+              vraw[v], vTile + r * VROW + vCol, vCount);
+        }
+        attnStep<S, O>(kraw, vraw, q, base, ta, tb, rowPos, rowLo, rowMul,
+                       capMul, quad, m, l, o, unmasked);
+      }
     }
     kvgenSyncThreads(); // the buffer is free for tile k + STAGES
   }
@@ -956,7 +995,8 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
   }
   for (int j = 0; j < NT; ++j)
     for (int e = 0; e < 4; ++e) {
-      const int col = (2 * int(quad) + (e & 1)) * NT + j;
+      const int n = 2 * int(quad) + (e & 1); // the n-tile's column
+      const int col = LDSM_V ? 8 * j + n : n * NT + j;
       if (row[e >> 1] && col < HV)
         row[e >> 1][col] = IO::store(o[j][e] * fs[e >> 1]);
     }

@@ -232,6 +232,30 @@ template <class C, class IO> struct ToIoMode {
   };
 };
 
+/// The m16n8k16 B fragments of two n-tiles from a row-major tile of 16-bit
+/// elements in shared memory, k = its rows: rows [0, 16) of `tile` (row
+/// stride `stride` elements, rows 16-byte aligned), n-tile 0 = columns
+/// [0, 8), n-tile 1 = [8, 16). Lane (g, t) gets r[0] = (row 2t, column g)
+/// | (row 2t + 1, column g) << 16, r[1] the same for rows 2t + 8 and
+/// 2t + 9, r[2] and r[3] those of column g + 8: mma.sync's B layout. On
+/// targets with ldmatrix one kvgenLdmatrixX4Trans (matrix i = rows (i % 2)
+/// 8 on, columns (i / 2) 8 on); elsewhere the lane reads its 8 elements.
+KVGEN_DEVICE inline void loadTransB2(const uint16_t *tile, int stride,
+                                     unsigned lane, uint32_t (&r)[4]) {
+#ifdef KVGEN_LDMATRIX
+  kvgenLdmatrixX4Trans(tile + int((lane / 8) % 2 * 8 + lane % 8) * stride +
+                           int(lane / 16) * 8,
+                       r);
+#else
+  const int g = int(lane / 4), t = int(lane % 4);
+  KVGEN_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    const uint16_t *p = tile + (2 * t + (i % 2) * 8) * stride + g + (i / 2) * 8;
+    r[i] = uint32_t(p[0]) | (uint32_t(p[stride]) << 16);
+  }
+#endif
+}
+
 /// The largest power of two that divides both A and B (B a power of two).
 template <int A, int B> struct Pow2Gcd {
   enum { value = (A % B == 0) ? B : int(Pow2Gcd<A, (B > 1 ? B / 2 : 1)>::value) };

@@ -237,6 +237,19 @@ __device__ inline void kvgenCopyAsync(void *dst, const void *src,
                  "l"(src), "n"(N), "r"(n)
                  : "memory");
 }
+/// Four 8x8 matrices of 16-bit elements from shared memory, transposed
+/// (ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16, PTX ISA 6.5+, sm_75+:
+/// "Warp-level matrix load instruction: ldmatrix"): lane l gives the
+/// address of row l % 8 of matrix l / 8 (16-byte aligned); lane (g = l / 4,
+/// t = l % 4) receives in r[i] elements (row 2t, column g) and (row 2t + 1,
+/// column g) of matrix i, the first in the low half. Every lane calls it.
+#define KVGEN_LDMATRIX 1
+__device__ inline void kvgenLdmatrixX4Trans(const void *row, uint32_t r[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+               "{%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(kvgenSharedAddress(row)));
+}
 __device__ inline void kvgenCopyAsyncCommit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
