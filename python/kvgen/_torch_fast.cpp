@@ -39,7 +39,10 @@
 //   B  block_table: pointer per call, not null (a table without memory,
 //      of 0 columns, goes to the Python op); >= num_seqs rows; the other
 //      sizes, strides, dtype and device in the signature
-//   M  max_seqlen_q (int): per call, >= 1, taken as min(value, T)
+//   M  max_seqlen_q (int): per call, >= 1, taken as min(value, T); it
+//      also picks the plan of the signature (Entry): the prefill kernel's
+//      when min(value, T) >= the split the Python op handed over with its
+//      plans (kvgen_torch_fast_remember_split), else the decode kernel's
 //   X  max_seqlen_k (int): per call, >= 0
 //   D  softmax_scale (float): per call, as float32 (finite)
 //   Y  softcap (float): per call (float32, finite), >= 0; > 0 in the
@@ -130,15 +133,33 @@ struct Plan {
   int32_t seqs_off = -1;             // num_seqs (int64; N role), or -1
 };
 
+// The plans of one signature. An op with an M role (unified_attention)
+// has two kernels for one signature, the decode plan's (plan[0]) and the
+// prefill plan's (plan[1]), and a call takes plan[1] when its
+// min(max_seqlen_q, T) >= split (the Python op's threshold for this
+// signature, kvgen/_torch_attention.py's PREFILL_MIN_ROWS / G, handed over
+// with the plans), so a call of one kernel never launches the other's
+// plan. Other ops: plan[0] only (split INT64_MAX).
+struct Entry {
+  std::shared_ptr<const Plan> plan[2];
+  int64_t split = INT64_MAX;
+};
+
 // What a call sets in the remembered struct: per argument the bytes of its
 // field (a pointer, an int64, or a float32 in the low 4 bytes; see width),
-// the token count and (N role) the sequence count.
+// the token count and (N role) the sequence count; m: min(max_seqlen_q, T)
+// (M role), -1 without one.
 struct Call {
   std::array<uint64_t, kMaxArgs> val{};
   int64_t tokens = -1;
   int64_t seqs = -1;
+  int64_t m = -1;
   bool pdl = false;
 };
+
+// The plan slot of an entry that a call with m = min(max_seqlen_q, T) (-1:
+// no M role) takes.
+int side(int64_t m, int64_t split) { return m >= 0 && m >= split ? 1 : 0; }
 
 // Bytes of the struct field that an argument of role r sets.
 int width(char r) { return r == 'D' || r == 'Y' ? 4 : 8; }
@@ -158,6 +179,7 @@ class FastKernel;
 struct Pending {
   FastKernel *kernel = nullptr;
   const Sig *sig = nullptr;
+  int64_t m = -1; // the call's min(max_seqlen_q, T), or -1
 };
 thread_local Pending tPending;
 
@@ -185,7 +207,7 @@ public:
         std::lock_guard<std::mutex> g(mu_);
         auto it = plans_.find(sig);
         if (it != plans_.end())
-          p = it->second;
+          p = it->second.plan[side(call.m, it->second.split)];
       }
       if (p && launch(*p, call)) {
         gHits.fetch_add(1, std::memory_order_relaxed);
@@ -198,7 +220,7 @@ public:
     // call remembers its plan under `sig` (kvgen_torch_fast_remember) if
     // the signature is complete.
     Pending saved = tPending;
-    tPending = {this, known ? &sig : nullptr};
+    tPending = {this, known ? &sig : nullptr, call.m};
     struct Restore {
       Pending p;
       ~Restore() { tPending = p; }
@@ -206,11 +228,18 @@ public:
     slow_.callBoxed(stack);
   }
 
-  void remember(const Sig &sig, std::unique_ptr<Plan> p) {
+  // Remembers p for the calls of `sig` on the side of `split` that m
+  // (the call's min(max_seqlen_q, T), or -1) is on. A split other than the
+  // entry's (the Python op's threshold changed) drops the entry's plans.
+  void remember(const Sig &sig, std::unique_ptr<Plan> p, int64_t m,
+                int64_t split) {
     std::lock_guard<std::mutex> g(mu_);
     if (plans_.size() >= 4096)
       plans_.clear();
-    plans_[sig] = std::shared_ptr<const Plan>(std::move(p));
+    Entry &e = plans_[sig];
+    if (e.split != split)
+      e = Entry{{nullptr, nullptr}, split};
+    e.plan[side(m, split)] = std::shared_ptr<const Plan>(std::move(p));
   }
 
   void clear() {
@@ -218,9 +247,13 @@ public:
     plans_.clear();
   }
 
+  // Plans held (an entry may hold two).
   size_t size() {
     std::lock_guard<std::mutex> g(mu_);
-    return plans_.size();
+    size_t n = 0;
+    for (const auto &kv : plans_)
+      n += (kv.second.plan[0] != nullptr) + (kv.second.plan[1] != nullptr);
+    return n;
   }
 
   size_t numArgs() const { return roles_.size(); }
@@ -430,6 +463,7 @@ private:
           return false;
         if (r == 'M') {
           c->val[i] = std::min<uint64_t>(c->val[i], c->tokens);
+          c->m = static_cast<int64_t>(c->val[i]);
           continue;
         }
         const at::Tensor &t = a[i].toTensor();
@@ -472,7 +506,7 @@ private:
   std::string roles_;
   c10::OperatorHandle slow_;
   std::mutex mu_;
-  std::unordered_map<Sig, std::shared_ptr<const Plan>, SigHash> plans_;
+  std::unordered_map<Sig, Entry, SigHash> plans_;
 };
 
 std::mutex gRegMu;
@@ -530,14 +564,17 @@ kvgen_torch_fast_set_launch(void *launch, void *launch_ex,
 // offsets: per schema argument, the byte offset of the struct field its
 // per-call value goes to (a pointer, an int64, or a float32 for roles D and
 // Y; -1: fixed in `args`); tokens_offset: num_tokens (int64); seqs_offset:
-// num_seqs (int64) for an op with an N argument, else -1. Returns 1 when
-// remembered, 0 when there was no such call (the Python op called
-// directly, or a signature this kernel cannot hold).
+// num_seqs (int64) for an op with an N argument, else -1; split (an op
+// with an M argument): the min(max_seqlen_q, T) from which this signature's
+// calls take the prefill kernel (Entry), the plan being the one of the
+// call's side; INT64_MAX otherwise. Returns 1 when remembered, 0 when there
+// was no such call (the Python op called directly, or a signature this
+// kernel cannot hold).
 __attribute__((visibility("default"))) int
-kvgen_torch_fast_remember_ex(void *kernel, const void *args, uint64_t size,
-                             int host, int device, const int32_t *offsets,
-                             int num_offsets, int32_t tokens_offset,
-                             int32_t seqs_offset) {
+kvgen_torch_fast_remember_split(void *kernel, const void *args, uint64_t size,
+                                int host, int device, const int32_t *offsets,
+                                int num_offsets, int32_t tokens_offset,
+                                int32_t seqs_offset, int64_t split) {
   Pending p = tPending;
   auto fits = [size](int64_t off, int w) {
     return off >= 0 && static_cast<uint64_t>(off) + w <= size;
@@ -560,9 +597,20 @@ kvgen_torch_fast_remember_ex(void *kernel, const void *args, uint64_t size,
   }
   plan->tokens_off = tokens_offset;
   plan->seqs_off = seqs_offset;
-  p.kernel->remember(*p.sig, std::move(plan));
+  p.kernel->remember(*p.sig, std::move(plan), p.m, split);
   tPending.sig = nullptr; // once per call
   return 1;
+}
+
+// kvgen_torch_fast_remember_split with one plan per signature.
+__attribute__((visibility("default"))) int
+kvgen_torch_fast_remember_ex(void *kernel, const void *args, uint64_t size,
+                             int host, int device, const int32_t *offsets,
+                             int num_offsets, int32_t tokens_offset,
+                             int32_t seqs_offset) {
+  return kvgen_torch_fast_remember_split(kernel, args, size, host, device,
+                                         offsets, num_offsets, tokens_offset,
+                                         seqs_offset, INT64_MAX);
 }
 
 // kvgen_torch_fast_remember_ex without a sequence count.

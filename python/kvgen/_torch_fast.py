@@ -75,6 +75,11 @@ class FastPath:
             v, v, ctypes.c_uint64, ctypes.c_int, ctypes.c_int,
             ctypes.POINTER(ctypes.c_int32), ctypes.c_int, ctypes.c_int32,
             ctypes.c_int32]
+        lib.kvgen_torch_fast_remember_split.restype = ctypes.c_int
+        lib.kvgen_torch_fast_remember_split.argtypes = [
+            v, v, ctypes.c_uint64, ctypes.c_int, ctypes.c_int,
+            ctypes.POINTER(ctypes.c_int32), ctypes.c_int, ctypes.c_int32,
+            ctypes.c_int32, ctypes.c_int64]
         lib.kvgen_torch_fast_clear.restype = None
         lib.kvgen_torch_fast_clear.argtypes = []
         u = ctypes.POINTER(ctypes.c_uint64)
@@ -84,6 +89,11 @@ class FastPath:
         self.remember_raw = lib.kvgen_torch_fast_remember
         #: remember_raw plus the num_seqs field's offset (unified_attention)
         self.remember_ex = lib.kvgen_torch_fast_remember_ex
+        #: remember_ex plus the split (unified_attention): the
+        #: min(max_seqlen_q, num_tokens) from which the signature's calls
+        #: take the prefill kernel's plan; the plan is filed on the side of
+        #: the call that made it
+        self.remember_split = lib.kvgen_torch_fast_remember_split
         self.clear = lib.kvgen_torch_fast_clear
 
     def register(self, ns, op, slow, roles):
