@@ -1,8 +1,9 @@
 """torch.ops.kvgen.unified_attention: vLLM's Triton `unified_attention`
 arguments on kvgen's paged attention kernel (kv.paged_attention,
 docs/attention.md). Registered by kvgen.torch (its _register); the public
-functions are kvgen.torch.unified_attention and
-kvgen.torch.unified_attention_workspace_bytes.
+functions are kvgen.torch.unified_attention,
+kvgen.torch.unified_attention_workspace_bytes and
+kvgen.torch.unified_attention_kernel (which kernel a call launches).
 
     ws = torch.zeros(kvgen.torch.unified_attention_workspace_bytes(
         q, k, v, softcap=0.0, sinks=None), dtype=torch.uint8,
@@ -33,7 +34,11 @@ vllm/attention/ops/triton_unified_attention.py, then kvgen's workspace):
   max_seqlen_q: the longest query (>= every cu_seqlens_q[s+1] -
       cu_seqlens_q[s]; it sizes the grid: a smaller value leaves rows
       unwritten). Values above num_tokens are taken as num_tokens (no
-      query is longer). Must be >= 1 when there are tokens.
+      query is longer). Must be >= 1 when there are tokens. It also picks
+      the kernel per call: the prefill plan's when min(max_seqlen_q,
+      num_tokens) x G >= PREFILL_MIN_ROWS (G = num_q_heads /
+      num_kv_heads), else the decode plan's (unified_attention_kernel);
+      both compute the same rows, and one workspace serves both.
   seqused_k [num_seqs] int32, contiguous: context length of each sequence,
       its new tokens included; num_seqs = seqused_k.shape[0].
   max_seqlen_k: the longest context (a hint that sizes split-KV: longer
@@ -121,6 +126,38 @@ SCHEMA = (
     "Tensor(b!)? workspace=None, Tensor(c!)? lse=None) -> ()")
 
 _FP8 = tuple(getattr(torch, n) for n in FP8_TORCH if hasattr(torch, n))
+
+#: Query rows of the longest query, min(max_seqlen_q, num_tokens) x G (G =
+#: num_q_heads / num_kv_heads: the rows of one query token), from which a
+#: call launches the prefill plan's kernel (kv.paged_attention option
+#: prefill: 64 rows per CTA, 16 per warp, each K/V tile staged once in
+#: shared memory for all of them, no split-KV) instead of the decode plan's
+#: (16 rows per CTA, split-KV). 128 rows = two prefill CTA tiles: below
+#: that a prefill CTA holds one partly filled tile and gains little over
+#: the decode kernel's re-reads, while the decode kernel's split-KV still
+#: spreads a few long contexts over the GPU. A starting point, not a
+#: measurement: tune it on the H200 (bench/bench_attention.py's prefill
+#: and decode rows) and change it here only; _torch_fast.cpp takes the
+#: split from the plans this module hands it (_prefill_min_tokens).
+PREFILL_MIN_ROWS = 128
+
+
+def _prefill_min_tokens(q, k):
+    """The smallest min(max_seqlen_q, num_tokens) that takes the prefill
+    kernel for q's and k's heads: ceil(PREFILL_MIN_ROWS / G)."""
+    g = max(1, q.shape[1] // k.shape[2])
+    return -(-PREFILL_MIN_ROWS // g)
+
+
+def _uses_prefill(q, k, max_seqlen_q):
+    """True when a call of these q, k and max_seqlen_q launches the prefill
+    plan's kernel: min(max_seqlen_q, num_tokens) x G >= PREFILL_MIN_ROWS.
+    Host-known values only (shapes and the int argument): no tensor is
+    read. False for shapes the checks refuse (they raise later)."""
+    if q.dim() != 3 or k.dim() != 4 or k.shape[2] < 1 or \
+            not isinstance(max_seqlen_q, int):
+        return False
+    return min(max_seqlen_q, q.shape[0]) >= _prefill_min_tokens(q, k)
 
 
 def _err(msg):
@@ -441,10 +478,12 @@ def _addressed(k, v):
                      (0 if same else 1 << 62)))
 
 
-def _kernel_plan(q, k, v, softcap, sinks, k_descale, v_descale, lse=False):
-    """The kernel of these arguments (lse: with the lse option) and its
-    CacheGeometry (FakeTensors, e.g. under torch.compile, are taken by
-    their shapes, strides, storage offsets and device)."""
+def _kernel_plan(q, k, v, softcap, sinks, k_descale, v_descale, lse=False,
+                 prefill=False):
+    """The kernel of these arguments (lse: with the lse option; prefill:
+    the prefill plan's, option prefill) and its CacheGeometry (FakeTensors,
+    e.g. under torch.compile, are taken by their shapes, strides, storage
+    offsets and device)."""
     dtype, scale = _check_kernel_args(q, k, v, softcap, sinks, k_descale,
                                       v_descale)
     if q.device.type == "meta":
@@ -461,13 +500,15 @@ def _kernel_plan(q, k, v, softcap, sinks, k_descale, v_descale, lse=False):
         opts["logits_soft_cap"] = True
     if lse:
         opts["lse"] = True
+    if prefill:
+        opts["prefill"] = True
     return _kt._kernel(q.device, "paged_attention", geo.layout, **opts), geo
 
 
 def _build(q, k, v, out, block_table, softcap, sinks, k_descale, v_descale,
-           lse):
+           lse, prefill):
     kern, geo = _kernel_plan(q, k, v, softcap, sinks, k_descale, v_descale,
-                             lse is not None)
+                             lse is not None, prefill)
     strides = {} if lse is None else dict(lse_stride_token=lse.stride(0),
                                           lse_stride_head=lse.stride(1))
     p = _AttnPlan(kern, q.device, num_blocks=geo.num_blocks,
@@ -519,9 +560,12 @@ def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
     if workspace is None:
         raise ValueError(_err(_NO_WORKSPACE))
     fp8 = k.dtype in _FP8
-    sig = ("ua", q.dtype, q.device, q.shape[1:], q.stride(), out.dtype,
-           out.device, out.shape[1:], out.stride(), k.dtype, k.device,
-           k.shape, k.stride(), v.dtype, v.device, v.shape, v.stride(),
+    # The kernel (decode or prefill plan) is part of the plan's key.
+    prefill = _uses_prefill(q, k, max_seqlen_q)
+    sig = ("ua", prefill, q.dtype, q.device, q.shape[1:], q.stride(),
+           out.dtype, out.device, out.shape[1:], out.stride(), k.dtype,
+           k.device, k.shape, k.stride(), v.dtype, v.device, v.shape,
+           v.stride(),
            k.dim() == 4 and
            v.data_ptr() - k.data_ptr() == k.shape[3] * k.element_size(),
            block_table.dtype, block_table.device, block_table.shape[1:],
@@ -540,7 +584,7 @@ def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
                lse)
         p = _kt._plan(sig, lambda: _build(q, k, v, out, block_table,
                                            softcap, sinks, k_descale,
-                                           v_descale, lse))
+                                           v_descale, lse, prefill))
     t = q.shape[0]
     ns = seqused_k.shape[0]
     # What the signature leaves open, tested at once; the full checks
@@ -655,9 +699,12 @@ def _slow(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
                                for f in _FIELDS)),
                     t.num_tokens.offset, t.num_seqs.offset)
     offs, tok, seqs = _offsets
-    _cpp.remember_ex(p.handle, ctypes.addressof(a), p.size, int(p.host),
-                     -1 if p.host else p.device_index, offs, len(ROLES),
-                     tok, seqs)
+    # The C++ kernel files the plan under the call's signature on the side
+    # of the split that this call's min(max_seqlen_q, T) is on, the side
+    # _impl chose its kernel by.
+    _cpp.remember_split(p.handle, ctypes.addressof(a), p.size, int(p.host),
+                        -1 if p.host else p.device_index, offs, len(ROLES),
+                        tok, seqs, _prefill_min_tokens(q, k))
 
 
 def _fake(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
@@ -673,19 +720,36 @@ def unified_attention_workspace_bytes(q, k, v, softcap=0.0, sinks=None,
     """Bytes of the `workspace` that unified_attention needs for these
     arguments (q's dtype, heads, head size and device; the caches' layout
     and dtype; sinks / softcap > 0 / the descales' kind as the op will get
-    them; with or without lse, one size): the kernel's
-    max_workspace_bytes, which holds every launch of
-    it whatever the batch (docs/attention.md, "The workspace contract").
-    Compiles the kernel when it is not cached yet (the op's first call
-    would). Allocate it zeroed, once per stream; the counter area at its
-    start has one size for every attention kernel of one device (the
+    them; with or without lse, one size): the larger max_workspace_bytes
+    of its two kernels, the decode plan's and the prefill plan's (0: it
+    never splits), so the one workspace holds every launch whatever the
+    batch and whichever kernel max_seqlen_q picks (docs/attention.md, "The
+    workspace contract"; unified_attention_kernel). Compiles the kernels
+    when they are not cached yet (the op's first calls would). Allocate
+    it zeroed, once per stream; the counter area at its start has one size for every attention kernel of one device (the
     target's split_ctas), so layers of different geometries on one stream
     may share one workspace of the largest of their sizes. Raises as the
     op does for arguments it refuses. Needs no tensor memory: FakeTensors
     (torch.compile's) are served; meta tensors raise ValueError (no
     device, so no kernel)."""
-    return _kernel_plan(q, k, v, softcap, sinks, k_descale,
-                        v_descale)[0].max_workspace_bytes
+    return max(_kernel_plan(q, k, v, softcap, sinks, k_descale, v_descale,
+                            prefill=p)[0].max_workspace_bytes
+               for p in (False, True))
+
+
+def unified_attention_kernel(q, k, v, max_seqlen_q, softcap=0.0, sinks=None,
+                             k_descale=None, v_descale=None, lse=False):
+    """The kvgen.Kernel that torch.ops.kvgen.unified_attention launches for
+    these arguments (as in unified_attention_workspace_bytes; lse: True
+    when the call passes an lse tensor): the prefill plan's kernel
+    (kv.paged_attention option prefill, its name ending in "_prefill")
+    when min(max_seqlen_q, num_tokens) x G >= PREFILL_MIN_ROWS (G =
+    num_q_heads / num_kv_heads, num_tokens = q.shape[0]), else the decode
+    plan's. The choice reads max_seqlen_q and shapes only (no tensor
+    value, no synchronization), per call. Compiles the kernel when it is
+    not cached yet. Raises as the op does for arguments it refuses."""
+    return _kernel_plan(q, k, v, softcap, sinks, k_descale, v_descale,
+                        bool(lse), _uses_prefill(q, k, max_seqlen_q))[0]
 
 
 _op = None
@@ -717,4 +781,5 @@ def register(lib, cpp):
     _op = torch.ops.kvgen.unified_attention.default
     return {"unified_attention": unified_attention,
             "unified_attention_workspace_bytes":
-                unified_attention_workspace_bytes}
+                unified_attention_workspace_bytes,
+            "unified_attention_kernel": unified_attention_kernel}

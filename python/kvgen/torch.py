@@ -85,7 +85,9 @@ _C_cache_ops op; kvgen/_torch_attention.py's doc string and docs/torch.md
       q_descale None. workspace (required: None raises ValueError; pass it
       positionally) holds at least unified_attention_workspace_bytes(q, k,
       v, softcap=..., sinks=...) bytes, zeroed once, one per stream. No
-      LSE output.
+      LSE output. Per call, max_seqlen_q picks the decode or the prefill
+      plan's kernel (unified_attention_kernel says which; one workspace
+      serves both).
 
 Layouts are derived from the tensors (kvgen/_views.py) and validated; a
 view kvgen cannot express raises ValueError naming its strides. Bad
@@ -138,7 +140,8 @@ __all__ = ["context", "reshape_and_cache_flash", "gather_cache",
            "gather_and_maybe_dequant_cache_batch", "cp_gather_cache",
            "convert_fp8", "copy_blocks", "copy_blocks_mla", "swap_blocks",
            "swap_blocks_device_mapping", "unified_attention",
-           "unified_attention_workspace_bytes", "plan_count",
+           "unified_attention_workspace_bytes", "unified_attention_kernel",
+           "plan_count",
            "check_errors", "set_unchecked", "unchecked", "fast_path_info"]
 
 _lock = threading.Lock()

@@ -520,6 +520,185 @@ def test_one_workspace_serves_every_batch_shape():
         c.check()
 
 
+#---------------------------------------------------------------------------
+# The kernel per call: decode plan or prefill plan, from max_seqlen_q
+#---------------------------------------------------------------------------
+
+def prefill_tokens(g):
+    """The shortest max_seqlen_q that takes the prefill kernel for g's heads
+    (PREFILL_MIN_ROWS query rows, G = Hq / H rows per token): the cases
+    below follow the constant when it is tuned."""
+    return -(-_ta.PREFILL_MIN_ROWS // (g.Hq // g.H))
+
+
+def is_prefill(kernel):
+    return kernel.name.endswith("_prefill")
+
+
+def test_kernel_choice_follows_max_seqlen_q():
+    """kvgen.torch.unified_attention_kernel: the decode plan's kernel one
+    token below PREFILL_MIN_ROWS / G, the prefill plan's from it on, for
+    G = 4 and G = 2; max_seqlen_q above num_tokens counts as num_tokens
+    (a padded value does not pick the prefill kernel); lse picks the lse
+    kernel of the same plan. The op's plan (the Python implementation's
+    return) holds that kernel on both sides."""
+    for name in ("gqa4_nhd", "fp8_e4m3_head_packed"):
+        g = GEOS[name]
+        n = prefill_tokens(g)
+        c = Case(g, [n + 10, 5], [n, 1], seed=21)
+        kw = dict(k_descale=c.k_descale, v_descale=c.v_descale)
+        below = kt.unified_attention_kernel(c.q, c.k, c.v, n - 1, **kw)
+        at = kt.unified_attention_kernel(c.q, c.k, c.v, n, **kw)
+        assert not is_prefill(below) and is_prefill(at), (below.name,
+                                                          at.name)
+        assert below.name + "_prefill" == at.name
+        # Padded: q has n + 1 rows, so 10**6 is taken as n + 1; with n - 1
+        # rows it is n - 1 (decode).
+        assert is_prefill(kt.unified_attention_kernel(c.q, c.k, c.v,
+                                                      10 ** 6, **kw))
+        short = c.q[:n - 1]
+        assert not is_prefill(kt.unified_attention_kernel(
+            short, c.k, c.v, 10 ** 6, **kw))
+        lse = kt.unified_attention_kernel(c.q, c.k, c.v, n, lse=True, **kw)
+        assert is_prefill(lse) and lse.name != at.name, lse.name
+        ws = c.workspace()
+        for m, want in ((n - 1, below), (n, at)):
+            d = Case(g, [n + 10, 5], [m, 1], seed=22)
+            p, _ = _ta._impl(*d.args().values(), ws)
+            assert p.kernel is want, (m, p.kernel.name)
+            d.check()
+
+
+PREFILL_BATCHES = {
+    # name: (seq_lens, q_lens) as functions of n = prefill_tokens(g)
+    "prefill": lambda n: ([n + 7, n, 30], [n + 7, n - 9, 30]),
+    "chunk_and_decodes": lambda n: ([n + 90, 37, 1, 16, 300, 0],
+                                    [n + 2, 1, 1, 1, 1, 0]),
+    "chunk_verify_decode": lambda n: ([n + 41, 70, 33], [n, 5, 1]),
+}
+
+
+@pytest.mark.parametrize("batch", list(PREFILL_BATCHES))
+@pytest.mark.parametrize("geo,feats", [
+    ("gqa4_nhd", {}),
+    ("gqa4_nhd", dict(window=23, sinks=True, softcap=4.0)),
+    ("mimo_192_128_packed", {}),
+    ("wide_v_128_192_hnd", dict(sinks=True)),
+    ("fp8_e4m3_head_packed", dict(window=40)),
+    ("nb2_f16", {}),
+])
+def test_prefill_kernel_batches_match_reference(geo, feats, batch):
+    """Batches whose max_seqlen_q takes the prefill kernel (a whole-sequence
+    prefill, one long chunk at a longer context beside decodes, a chunk
+    beside a verification and a decode) through the op against the float64
+    reference, with and without lse (the lse kernel of the prefill plan):
+    every row, decodes included, comes from the prefill kernel."""
+    g = GEOS[geo]
+    lens, qs = PREFILL_BATCHES[batch](prefill_tokens(g))
+    c = Case(g, lens, qs, seed=len(batch) + len(geo), **feats)
+    k = kt.unified_attention_kernel(c.q, c.k, c.v, c.max_q,
+                                    softcap=c.softcap, sinks=c.sinks,
+                                    k_descale=c.k_descale,
+                                    v_descale=c.v_descale)
+    assert is_prefill(k), k.name
+    ws = c.workspace()
+    c.run(ws=ws)
+    c.check()
+    plain = c.out.clone()
+    c.out.fill_(7.25)
+    view, buf = lse_view(c)
+    c.run(ws=ws, lse=view)
+    assert torch.equal(c.out, plain)
+    check_lse(c, view, buf)
+
+
+def test_one_workspace_serves_decode_then_prefill_then_decode():
+    """A workspace of unified_attention_workspace_bytes (the larger of the
+    two kernels' sizes: the decode kernel's, the prefill kernel needs none)
+    through a split decode, a prefill batch, a mixed batch (prefill
+    kernel) and split decodes again: each against the reference, the
+    kernel of each as intended, the workspace's counters zero after
+    every call."""
+    g = GEOS["gqa4_nhd"]
+    n = prefill_tokens(g)
+    first = Case(g, [n], [n], seed=0)  # n rows: max_seqlen_q up to n
+    ws = first.workspace()
+    dec = kt.unified_attention_kernel(first.q, first.k, first.v, 1)
+    pre = kt.unified_attention_kernel(first.q, first.k, first.v, 10 ** 6)
+    assert not is_prefill(dec) and pre.name == dec.name + "_prefill"
+    assert ws.numel() == max(dec.max_workspace_bytes,
+                             pre.max_workspace_bytes) > 0
+    assert pre.max_workspace_bytes == 0
+    for i, (lens, qs, prefill) in enumerate([
+            ([300], [1], False), ([n + 30, n], [n + 30, n], True),
+            ([300, 12, 40], [1, 1, 3], False),
+            ([n + 200, 300, 7], [n + 1, 1, 1], True),
+            ([400], [1], False), ([300] * 3, [3] * 3, False)]):
+        c = Case(g, lens, qs, seed=200 + i)
+        assert is_prefill(kt.unified_attention_kernel(
+            c.q, c.k, c.v, c.max_q)) == prefill, (lens, qs)
+        c.run(ws=ws)
+        c.check()
+        # The split counters (the first 4-byte words) are back to zero.
+        assert (ws[:256] == 0).all(), i
+
+
+def test_cpp_kernel_keeps_a_plan_per_kernel(monkeypatch):
+    """The C++ kernel's signature does not hold max_seqlen_q, so its entry
+    for a signature holds the decode plan and the prefill plan apart (the
+    side of the split the call's min(max_seqlen_q, T) is on): a prefill
+    call after a decode call of the same tensor metadata is sent to the
+    Python op (a miss) and gets the prefill kernel, and repeats of either
+    are launched from C++ with their own kernel: the bits of the Python
+    implementation's launch of that kernel, which differ from the other
+    kernel's."""
+    if kt.fast_path_info()["kernel"] != "c++":
+        pytest.skip("the C++ kernel is not in use: "
+                    + str(kt.fast_path_info()["reason"]))
+    kt._cpp.clear()  # no plan of an earlier test at reused addresses
+    g = GEOS["gqa4_nhd"]
+    n = prefill_tokens(g)
+    # One layout for every call: the caches, the block table's row stride
+    # and the workspace are the first case's.
+    base = Case(g, [n + 300, 300, 9], [n + 8, 1, 1], seed=50)
+    ws = base.workspace()
+
+    def case(seed, q_lens):
+        d = Case(g, [n + 300, 300, 9], q_lens, seed=seed)
+        d.k, d.v, d.allocs = base.k, base.v, base.allocs
+        d.block_table = base.block_table
+        return d
+
+    def python_bits(d, prefill):
+        """d's output from the Python implementation with the kernel of
+        the given plan (the threshold moved out of the way)."""
+        with monkeypatch.context() as m:
+            m.setattr(_ta, "PREFILL_MIN_ROWS", 1 if prefill else 1 << 40)
+            d.out.fill_(7.25)
+            p, _ = _ta._impl(*d.args().values(), ws)
+            assert is_prefill(p.kernel) == prefill
+            return d.out.clone()
+
+    calls = [("decode", [1, 1, 1], False, "miss"),
+             ("prefill", [n + 8, 1, 1], True, "miss"),
+             ("decode", [3, 1, 1], False, "hit"),
+             ("prefill", [n, 2, 1], True, "hit"),
+             ("decode", [n - 1, 1, 1], False, "hit")]
+    for i, (what, q_lens, prefill, how) in enumerate(calls):
+        d = case(60 + i, q_lens)
+        info = kt.fast_path_info()
+        d.run(ws=ws)
+        after = kt.fast_path_info()
+        assert (after["hits"] - info["hits"],
+                after["misses"] - info["misses"]) == \
+            ((1, 0) if how == "hit" else (0, 1)), (what, q_lens)
+        d.check()
+        got = d.out.clone()
+        assert torch.equal(got, python_bits(d, prefill)), (what, q_lens)
+        if prefill:  # the check above tells the kernels apart
+            assert not torch.equal(got, python_bits(d, False))
+
+
 def test_max_seqlen_q_above_the_tokens_is_clamped():
     """vLLM may pass a padded max_seqlen_q: no query is longer than q's
     rows, so the op takes min(max_seqlen_q, num_tokens) (the runtime
@@ -616,10 +795,18 @@ def test_cpp_kernel_launches_repeat_calls_with_their_own_values():
 # torch.library: opcheck, fake, compile
 #---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("geo", ["gqa4_nhd", "fp8_e4m3_head_packed"])
-def test_opcheck(geo):
-    lens, qs = BATCHES["verify"]
+@pytest.mark.parametrize("geo,batch", [("gqa4_nhd", "verify"),
+                                       ("fp8_e4m3_head_packed", "verify"),
+                                       ("gqa4_nhd", "prefill")])
+def test_opcheck(geo, batch):
+    """opcheck with the decode kernel (verify) and the prefill kernel
+    (a prefill batch of max_seqlen_q x G >= PREFILL_MIN_ROWS)."""
+    lens, qs = (BATCHES[batch] if batch != "prefill" else
+                PREFILL_BATCHES[batch](prefill_tokens(GEOS[geo])))
     c = Case(GEOS[geo], lens, qs, seed=13, sinks=True, window=30)
+    assert is_prefill(kt.unified_attention_kernel(
+        c.q, c.k, c.v, c.max_q, sinks=c.sinks, k_descale=c.k_descale,
+        v_descale=c.v_descale)) == (batch == "prefill")
     ws = c.workspace()
     args = c.args()
     tests = None
