@@ -217,6 +217,72 @@ KVGEN_DEVICE inline void attnLoadQ(const typename S::io::storage *const qRow[2],
 
 }
 
+/// The online softmax of a warp's 16 rows over NK n-tiles of 8 keys (key
+/// base + nt 8 + n): s[nt] (the C fragments of Q K^T) becomes the base-2
+/// logits (outside [ta, tb), after rowPos[i] or before rowLo[i] -inf;
+/// unmasked: the caller knows every row attends all of them), then their
+/// exponentials relative to the rows' new max m; l and O take the rescale.
+template <class S, class O, int NK>
+KVGEN_DEVICE inline void
+attnSoftmax(float (&s)[NK][4], int64_t base, int64_t ta, int64_t tb,
+            const int64_t rowPos[2], const int64_t rowLo[2],
+            const float rowMul[2], float capMul, unsigned quad, float m[2],
+            float l[2], float (&o)[S::NT][4], bool unmasked) {
+  enum { NT = S::NT };
+  const float kNegInf = negInf();
+  // Logits (base 2), masks, the online softmax.
+  float mx[2] = {kNegInf, kNegInf};
+  KVGEN_UNROLL
+  for (int nt = 0; nt < NK; ++nt)
+    KVGEN_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const int i = e >> 1;
+      const int64_t t = base + nt * 8 + 2 * quad + (e & 1);
+      float x = s[nt][e];
+      x = O::logits_soft_cap ? capMul * kvgenTanh(x * rowMul[i])
+                             : x * rowMul[i];
+      const bool ok = unmasked ||
+                      (t >= ta && t < tb && t <= rowPos[i] && t >= rowLo[i]);
+      x = ok ? x : kNegInf;
+      s[nt][e] = x;
+      mx[i] = x > mx[i] ? x : mx[i];
+    }
+  float alpha[2];
+  KVGEN_UNROLL
+  for (int i = 0; i < 2; ++i) {
+    float v = kvgenShflXor(mx[i], 1);
+    mx[i] = v > mx[i] ? v : mx[i];
+    v = kvgenShflXor(mx[i], 2);
+    mx[i] = v > mx[i] ? v : mx[i];
+    const float mNew = mx[i] > m[i] ? mx[i] : m[i];
+    const float ref = mNew == kNegInf ? 0.0f : mNew;
+    alpha[i] = kvgenExp2(m[i] - ref);
+    m[i] = mNew;
+    mx[i] = ref; // the reference of this step's exponentials
+  }
+  float rs[2] = {0.0f, 0.0f};
+  KVGEN_UNROLL
+  for (int nt = 0; nt < NK; ++nt)
+    KVGEN_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const float p = kvgenExp2(s[nt][e] - mx[e >> 1]);
+      s[nt][e] = p;
+      rs[e >> 1] += p;
+    }
+  l[0] = l[0] * alpha[0] + rs[0];
+  l[1] = l[1] * alpha[1] + rs[1];
+  // O stays in the MMA's accumulator layout until the loop ends.
+  float oScale[4];
+  MmaAcc<S::MFMA>::rowFactors(alpha, oScale);
+  KVGEN_UNROLL
+  for (int j = 0; j < NT; ++j) {
+    o[j][0] *= oScale[0];
+    o[j][1] *= oScale[1];
+    o[j][2] *= oScale[2];
+    o[j][3] *= oScale[3];
+  }
+}
+
 /// The first half of a 16-token step of a warp's 16 rows: S = Q K^T from
 /// the K rows of tokens group and group + 8 (kraw[nt][c]: chunk c of token
 /// base + nt 8 + group), the logits (base 2; outside [ta, tb), after
@@ -254,62 +320,13 @@ attnScores(const Packed<typename S::CS, S::KC> (&kraw)[2][S::KCHUNKS],
         kb[i] = ToIo<C, MT, S::TO_IO>::pair(kraw[nt][c], 2 * i);
       KVGEN_UNROLL
       for (int ss = 0; ss < KC / 4; ++ss)
-        Mma<MT>::template run<S::MFMA, true>(s[nt], q[c * (KC / 4) + ss],
+        Mma<MT>::template run<S::MFMA, !S::TILED>(s[nt], q[c * (KC / 4) + ss],
                                              kb + 2 * ss);
     }
     MmaAcc<S::MFMA>::finish(s[nt]);
   }
-  // Logits (base 2), masks, the online softmax.
-  float mx[2] = {kNegInf, kNegInf};
-  KVGEN_UNROLL
-  for (int nt = 0; nt < 2; ++nt)
-    KVGEN_UNROLL
-    for (int e = 0; e < 4; ++e) {
-      const int i = e >> 1;
-      const int64_t t = base + nt * 8 + 2 * quad + (e & 1);
-      float x = s[nt][e];
-      x = O::logits_soft_cap ? capMul * kvgenTanh(x * rowMul[i])
-                             : x * rowMul[i];
-      const bool ok = unmasked ||
-                      (t >= ta && t < tb && t <= rowPos[i] && t >= rowLo[i]);
-      x = ok ? x : kNegInf;
-      s[nt][e] = x;
-      mx[i] = x > mx[i] ? x : mx[i];
-    }
-  float alpha[2];
-  KVGEN_UNROLL
-  for (int i = 0; i < 2; ++i) {
-    float v = kvgenShflXor(mx[i], 1);
-    mx[i] = v > mx[i] ? v : mx[i];
-    v = kvgenShflXor(mx[i], 2);
-    mx[i] = v > mx[i] ? v : mx[i];
-    const float mNew = mx[i] > m[i] ? mx[i] : m[i];
-    const float ref = mNew == kNegInf ? 0.0f : mNew;
-    alpha[i] = kvgenExp2(m[i] - ref);
-    m[i] = mNew;
-    mx[i] = ref; // the reference of this step's exponentials
-  }
-  float rs[2] = {0.0f, 0.0f};
-  KVGEN_UNROLL
-  for (int nt = 0; nt < 2; ++nt)
-    KVGEN_UNROLL
-    for (int e = 0; e < 4; ++e) {
-      const float p = kvgenExp2(s[nt][e] - mx[e >> 1]);
-      s[nt][e] = p;
-      rs[e >> 1] += p;
-    }
-  l[0] = l[0] * alpha[0] + rs[0];
-  l[1] = l[1] * alpha[1] + rs[1];
-  // O stays in the MMA's accumulator layout until the loop ends.
-  float oScale[4];
-  MmaAcc<S::MFMA>::rowFactors(alpha, oScale);
-  KVGEN_UNROLL
-  for (int j = 0; j < NT; ++j) {
-    o[j][0] *= oScale[0];
-    o[j][1] *= oScale[1];
-    o[j][2] *= oScale[2];
-    o[j][3] *= oScale[3];
-  }
+  attnSoftmax<S, O, 2>(s, base, ta, tb, rowPos, rowLo, rowMul, capMul, quad,
+                       m, l, o, unmasked);
   pa[0] = PackIo<MT>::run(s[0][0], s[0][1]);
   pa[1] = PackIo<MT>::run(s[0][2], s[0][3]);
   pa[2] = PackIo<MT>::run(s[1][0], s[1][1]);
@@ -348,6 +365,75 @@ attnStep(const Packed<typename S::CS, S::KC> (&kraw)[2][S::KCHUNKS],
     }
     const uint32_t vb[2] = {ev[0] | (ev[1] << 16), ev[2] | (ev[3] << 16)};
     Mma<MT>::template run<S::MFMA>(o[j], pa, vb);
+  }
+}
+
+/// One step of a warp's 16 rows over the KT keys of a staged tile (keys
+/// base + [0, KT)): S = Q K^T over KT / 8 n-tiles (independent accumulator
+/// chains, so the MMAs of one k-step overlap), attnSoftmax, then O += P V
+/// with P's k-steps of 16 keys and V's B fragments by loadTransB2 (V
+/// 16-bit in the MMA type, HV % 16 == 0: n-tile j = V columns [8 j, 8 j +
+/// 8)). kTile / vRows: the tile's K and V rows, KROW / VROW elements apart.
+template <class S, class O, int KT, int KROW, int VROW>
+KVGEN_DEVICE inline void
+attnWideStep(const typename S::CS *kTile, const uint16_t *vRows,
+             const uint32_t (&q)[S::KSTEPS][4], int64_t base, int64_t ta,
+             int64_t tb, const int64_t rowPos[2], const int64_t rowLo[2],
+             const float rowMul[2], float capMul, unsigned lane, float m[2],
+             float l[2], float (&o)[S::NT][4], bool unmasked) {
+  typedef typename S::mma MT;
+  typedef typename S::cache C;
+  typedef typename S::CS CS;
+  enum {
+    HK = S::HK, KC = S::KC, KCHUNKS = S::KCHUNKS, NT = S::NT, NK = KT / 8,
+    AKS = Pow2Gcd<KC, 16 / int(sizeof(CS))>::value
+  };
+  static_assert(KT % 16 == 0 && NT % 2 == 0, "whole k-steps and n-tile pairs");
+  const unsigned group = lane / 4, quad = lane % 4;
+  float s[NK][4];
+  KVGEN_UNROLL
+  for (int nt = 0; nt < NK; ++nt)
+    s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+  KVGEN_UNROLL
+  for (int c = 0; c < KCHUNKS; ++c) {
+    const int d0 = c * 4 * KC + int(quad) * KC;
+    const int n = HK - d0 >= KC ? KC : (HK > d0 ? HK - d0 : 0);
+    KVGEN_UNROLL
+    for (int nt = 0; nt < NK; ++nt) {
+      Packed<CS, KC> kr;
+      const CS *p = kTile + (nt * 8 + int(group)) * KROW + d0;
+      if ((c + 1) * 4 * KC > HK)
+        loadPacked<CS, KC, AKS, true>(kr, p, n);
+      else
+        loadPacked<CS, KC, AKS, false>(kr, p, n);
+      uint32_t kb[KC / 2];
+      KVGEN_UNROLL
+      for (int i = 0; i < KC / 2; ++i)
+        kb[i] = ToIo<C, MT, S::TO_IO>::pair(kr, 2 * i);
+      KVGEN_UNROLL
+      for (int ss = 0; ss < KC / 4; ++ss)
+        Mma<MT>::template run<S::MFMA>(s[nt], q[c * (KC / 4) + ss],
+                                       kb + 2 * ss);
+    }
+  }
+  KVGEN_UNROLL
+  for (int nt = 0; nt < NK; ++nt)
+    MmaAcc<S::MFMA>::finish(s[nt]);
+  attnSoftmax<S, O, NK>(s, base, ta, tb, rowPos, rowLo, rowMul, capMul, quad,
+                        m, l, o, unmasked);
+  KVGEN_UNROLL
+  for (int kk = 0; kk < KT / 16; ++kk) {
+    const uint32_t pa[4] = {PackIo<MT>::run(s[2 * kk][0], s[2 * kk][1]),
+                            PackIo<MT>::run(s[2 * kk][2], s[2 * kk][3]),
+                            PackIo<MT>::run(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                            PackIo<MT>::run(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+    KVGEN_UNROLL
+    for (int j = 0; j < NT; j += 2) {
+      uint32_t vb[4];
+      loadTransB2(vRows + kk * 16 * VROW + 8 * j, VROW, lane, vb);
+      Mma<MT>::template run<S::MFMA>(o[j], pa, vb);
+      Mma<MT>::template run<S::MFMA>(o[j + 1], pa, vb + 2);
+    }
   }
 }
 
@@ -914,45 +1000,42 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     const CS *kTile = sm.k[k % STAGES];
     const CS *vTile = sm.v[k % STAGES];
     const int64_t first = t0 + k * KT;
-    // Not unrolled: the step's unrolled body is large (AMD's unroller
-    // refuses the whole with a warning).
-    KVGEN_NO_UNROLL
-    for (int sub = 0; sub < KT / 16; ++sub) {
-      const int64_t base = first + sub * 16;
-      if (!S::MFMA && (base >= tb || base > wHi || base + 15 < wLo))
-        continue; // no row of this warp attends these 16 keys
-      Packed<CS, KC> kraw[2][KCHUNKS];
-      KVGEN_UNROLL
-      for (int nt = 0; nt < 2; ++nt) {
-        const CS *row = kTile + (sub * 16 + nt * 8 + int(group)) * KROW;
-        KVGEN_UNROLL
-        for (int c = 0; c < KCHUNKS; ++c) {
-          const int d0 = c * 4 * KC + int(quad) * KC;
-          const int n = HK - d0 >= KC ? KC : (HK > d0 ? HK - d0 : 0);
-          if ((c + 1) * 4 * KC > HK)
-            loadPacked<CS, KC, AKS, true>(kraw[nt][c], row + d0, n);
-          else
-            loadPacked<CS, KC, AKS, false>(kraw[nt][c], row + d0, n);
-        }
+    if (LDSM_V) {
+      // The whole tile in one step (skipped when no row of the warp
+      // attends any of its keys).
+      if (S::MFMA || !(first >= tb || first > wHi || first + KT - 1 < wLo)) {
+        const bool unmasked = first >= ta && first + KT <= tb &&
+                              first + KT - 1 <= wFirstPos && first >= wLastLo;
+        attnWideStep<S, O, KT, KROW, VROW>(
+            kTile, reinterpret_cast<const uint16_t *>(vTile), q, first, ta,
+            tb, rowPos, rowLo, rowMul, capMul, lane, m, l, o, unmasked);
       }
-      // Steps inside every row's keys (most of a long prefill) skip the
-      // masks.
-      const bool unmasked = base >= ta && base + 16 <= tb &&
-                            base + 15 <= wFirstPos && base >= wLastLo;
-      if (LDSM_V) {
-        uint32_t pa[4];
-        attnScores<S, O>(kraw, q, base, ta, tb, rowPos, rowLo, rowMul,
-                         capMul, quad, m, l, o, unmasked, pa);
-        const uint16_t *vRows = reinterpret_cast<const uint16_t *>(
-            vTile + sub * 16 * VROW);
+    } else {
+      // Not unrolled: the step's unrolled body is large (AMD's unroller
+      // refuses the whole with a warning).
+      KVGEN_NO_UNROLL
+      for (int sub = 0; sub < KT / 16; ++sub) {
+        const int64_t base = first + sub * 16;
+        if (!S::MFMA && (base >= tb || base > wHi || base + 15 < wLo))
+          continue; // no row of this warp attends these 16 keys
+        Packed<CS, KC> kraw[2][KCHUNKS];
         KVGEN_UNROLL
-        for (int j = 0; j + 1 < NT; j += 2) {
-          uint32_t vb[4];
-          loadTransB2(vRows + 8 * j, VROW, lane, vb);
-          Mma<MT>::template run<S::MFMA>(o[j], pa, vb);
-          Mma<MT>::template run<S::MFMA>(o[j + 1], pa, vb + 2);
+        for (int nt = 0; nt < 2; ++nt) {
+          const CS *row = kTile + (sub * 16 + nt * 8 + int(group)) * KROW;
+          KVGEN_UNROLL
+          for (int c = 0; c < KCHUNKS; ++c) {
+            const int d0 = c * 4 * KC + int(quad) * KC;
+            const int n = HK - d0 >= KC ? KC : (HK > d0 ? HK - d0 : 0);
+            if ((c + 1) * 4 * KC > HK)
+              loadPacked<CS, KC, AKS, true>(kraw[nt][c], row + d0, n);
+            else
+              loadPacked<CS, KC, AKS, false>(kraw[nt][c], row + d0, n);
+          }
         }
-      } else {
+        // Steps inside every row's keys (most of a long prefill) skip the
+        // masks.
+        const bool unmasked = base >= ta && base + 16 <= tb &&
+                              base + 15 <= wFirstPos && base >= wLastLo;
         Packed<CS, NT> vraw[4];
         KVGEN_UNROLL
         for (int v = 0; v < 4; ++v) {

@@ -85,6 +85,7 @@ template <class L, class P, class O> struct AttnShape {
   static_assert(CTA_ROWS == ROWS || CTA_ROWS == ROWS * WARPS,
                 "16 rows per CTA (one m16 tile) or 16 per warp (prefill)");
   static_assert(!TILED || P::split_ctas == 0, "prefill tiles do not split");
+  static_assert(!TILED || !MFMA, "prefill tiles: no MFMA path yet");
 };
 
 /// The launch geometry of plan P (the runtime's LaunchGeometry, Launch.h).

@@ -718,6 +718,10 @@ LogicalResult PagedAttentionOp::verify() {
     if (getPrefill() && plan.getSplitCtas() != 0)
       return emitOpError("a prefill plan must have split_ctas = 0, got ")
              << plan.getSplitCtas();
+    if (getPrefill() && plan.getMfma())
+      return emitOpError("a prefill plan cannot use mfma (its warps own "
+                         "different rows; the MFMA path pairs the two warps "
+                         "of a wavefront on the same rows)");
     if (plan.getSplitCtas() > 0 &&
         plan.getPartialBytes() != 16 * 4 * getPartialFloatsPerRow())
       return emitOpError("plan's 'partial_bytes' must be ")

@@ -263,7 +263,11 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
   c.splitMinTokens = target.vendor() == Vendor::Host ? 32 : 256;
   c.splitAlign = 16 * (c.threads / 32);
   c.partialBytes = 16 * partialFloatsPerRow * 4;
-  c.mfma = target.caps().mfma && c.threads % kMfmaWaveSize == 0;
+  // The prefill body's warps own different rows, which the MFMA path (two
+  // warps of a wavefront in step on one MFMA, amdgpu_mfma.h) does not
+  // serve yet: it takes the emulated mma there.
+  c.mfma = target.caps().mfma && c.threads % kMfmaWaveSize == 0 &&
+           !warpRowTiles;
   if (c.splitCtas == 0)
     c.splitMinTokens = c.splitAlign = c.partialBytes = 0;
   return c;

@@ -59,6 +59,35 @@ kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // -----
 
+// A prefill plan: 16 rows per warp, never split, no MFMA.
+// expected-error @+1 {{'kv.paged_attention' op plan must have rows_per_cta = 64, row_group = 16 and item_ctas = 4}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    num_q_heads 64 prefill {plan = #kv.attention_plan<target = "sm_90",
+    vector_bytes = 16, threads = 128, rows_per_cta = 16, row_group = 16,
+    item_ctas = 4, cache_alignment = proven, hw_fp8 = false>}
+
+// -----
+
+// expected-error @+1 {{'kv.paged_attention' op a prefill plan must have split_ctas = 0, got 264}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    num_q_heads 64 prefill {plan = #kv.attention_plan<target = "sm_90",
+    vector_bytes = 16, threads = 128, rows_per_cta = 64, row_group = 16,
+    item_ctas = 4, split_ctas = 264, split_min_tokens = 256, split_align = 64,
+    partial_bytes = 8320, cache_alignment = proven, hw_fp8 = false>}
+
+// -----
+
+// expected-error @+1 {{'kv.paged_attention' op a prefill plan cannot use mfma}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    num_q_heads 64 prefill {plan = #kv.attention_plan<target = "gfx942",
+    vector_bytes = 16, threads = 128, rows_per_cta = 64, row_group = 16,
+    item_ctas = 4, cache_alignment = proven, hw_fp8 = false, mfma = true>}
+
+// -----
+
 // Split-KV needs its bounds on the plan.
 kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,

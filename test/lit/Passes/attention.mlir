@@ -63,7 +63,7 @@ kv.paged_attention @fp8 : #kv.layout<num_kv_heads = 8, head_size_k = 64,
 // EMITC-SAME: static constexpr int rows_per_cta = 16, row_group = 16, item_ctas = 4;
 // EMITC-SAME: static constexpr int split_ctas = 264, split_min_tokens = 256, split_align = 64, partial_bytes = 8320;
 // EMITC-SAME: static constexpr bool mfma = false;
-// EMITC: struct mimo_options {\0A  typedef kvgen::dt_bf16 io;\0A  static constexpr int num_q_heads = 64;\0A  static constexpr bool sinks = true;\0A  static constexpr bool logits_soft_cap = false;\0A  static constexpr bool lse = false;\0A  static constexpr bool unchecked = false;\0A};
+// EMITC: struct mimo_options {\0A  typedef kvgen::dt_bf16 io;\0A  static constexpr int num_q_heads = 64;\0A  static constexpr bool sinks = true;\0A  static constexpr bool logits_soft_cap = false;\0A  static constexpr bool lse = false;\0A  static constexpr bool prefill = false;\0A  static constexpr bool unchecked = false;\0A};
 // EMITC-LABEL: emitc.func @mimo(
 // EMITC-SAME: !emitc.opaque<"kvgen_paged_attention_args">
 // EMITC: call_opaque "kvgen::paged_attention"(%{{.*}}) {template_args = [#emitc.opaque<"mimo_layout">, #emitc.opaque<"mimo_plan">, #emitc.opaque<"mimo_options">]}
