@@ -633,6 +633,7 @@ TEST(Bundle, EmittedSourceMustMatchItsManifestOptions) {
                      "  static constexpr bool sinks = false;\n"
                      "  static constexpr bool logits_soft_cap = false;\n"
                      "  static constexpr bool lse = false;\n"
+                     "  static constexpr bool prefill = false;\n"
                      "  static constexpr bool unchecked = false;\n"
                      "};");
   ASSERT_FALSE(checkSourceMatches(a, asrc).has_value())
