@@ -5,10 +5,11 @@
 #
 #   scripts/install-deps.sh            # as root (or with sudo available)
 #
-# Python packages (numpy, ml_dtypes, pytest, torch) go to the interpreter named by
-# $KVGEN_PYTHON (default: python3 on PATH). If that interpreter is
-# "externally managed" (PEP 668, e.g. Debian's /usr/bin/python3), they go to a
-# virtual environment at $KVGEN_VENV (default: <repo>/build/.venv) instead.
+# Python packages (numpy, ml_dtypes, pytest, pytest-xdist, torch, ...) go to
+# the interpreter named by $KVGEN_PYTHON (default: python3 on PATH). If that
+# interpreter is "externally managed" (PEP 668, e.g. Debian's
+# /usr/bin/python3), they go to a virtual environment at $KVGEN_VENV
+# (default: <repo>/build/.venv) instead.
 # Either way the interpreter to use is written to <repo>/build/.kvgen-python,
 # which scripts/test.sh reads.
 set -euo pipefail
@@ -23,10 +24,11 @@ APT_PACKAGES=(
   libamd-comgr-dev libfmt-dev libgtest-dev patchelf
 )
 # auditwheel: scripts/check_wheel.sh (the wheel's manylinux check).
+# pytest-xdist: scripts/test.sh runs pytest on every CPU (pytest -n).
 PIP_PACKAGES=('numpy>=1.26,<3' 'ml_dtypes>=0.5,<0.7' 'pytest>=8,<10'
-              'auditwheel>=6,<7')
+              'auditwheel>=6,<7' 'pytest-xdist>=3.5,<4')
 # Import names of PIP_PACKAGES, in the same order.
-PIP_MODULES=(numpy ml_dtypes pytest auditwheel)
+PIP_MODULES=(numpy ml_dtypes pytest auditwheel xdist)
 # torch, for kvgen.torch and its tests (test/python/test_torch_ops.py), the
 # version the H200 image has. PyPI's Linux wheel is the CUDA build: it pulls
 # ~3.5 GB of nvidia-* wheels (4.7 GB installed, ~1.5-2 min here) and does not

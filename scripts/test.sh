@@ -9,9 +9,15 @@
 #
 #   scripts/test.sh
 #
+# ctest runs its tests in parallel (-j JOBS), pytest too (pytest-xdist,
+# which install-deps.sh installs: -n JOBS, one test file per worker at a
+# time, the grid's files together; test/python/conftest.py). Every step's
+# wall time is in the summary.
+#
 # Environment: KVGEN_BUILD_DIR (default <repo>/build), KVGEN_PYTHON (see
 # install-deps.sh), KVGEN_SKIP_DEPS=1 to skip install-deps.sh, JOBS (build
-# parallelism, default: ninja's), KVGEN_SKIP_PIP=1 to skip the pip step.
+# parallelism, default: ninja's; ctest's and pytest's, default: the number
+# of CPUs, pytest at most 8), KVGEN_SKIP_PIP=1 to skip the pip step.
 set -uo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,7 +28,11 @@ cd "$REPO_ROOT"
 declare -a SUMMARY=()
 failed=0
 note() { SUMMARY+=("$1"); }
-step() { echo; echo "=== $* ==="; }
+step_start=$SECONDS
+step() { step_start=$SECONDS; echo; echo "=== $* ==="; }
+took() { echo "$((SECONDS - step_start)) s"; }  # the current step's time
+NPROC=$(nproc 2>/dev/null || echo 2)
+TEST_JOBS=${JOBS:-$NPROC}
 
 finish() {
   echo
@@ -48,7 +58,7 @@ if [[ "${KVGEN_SKIP_DEPS:-0}" != 1 ]]; then
     note "dependencies: FAILED"
     finish
   fi
-  note "dependencies: ok"
+  note "dependencies: ok ($(took))"
 fi
 PYTHON="${KVGEN_PYTHON:-python3}"
 if [[ -z "${KVGEN_PYTHON:-}" && -s "$BUILD_DIR/.kvgen-python" ]]; then
@@ -68,7 +78,7 @@ if ! cmake -S "$REPO_ROOT" -B "$BUILD_DIR" -G Ninja \
   note "configure: FAILED"
   finish
 fi
-note "configure: ok"
+note "configure: ok ($(took))"
 
 step "build"
 if ! ninja -C "$BUILD_DIR" ${JOBS:+-j "$JOBS"}; then
@@ -76,14 +86,15 @@ if ! ninja -C "$BUILD_DIR" ${JOBS:+-j "$JOBS"}; then
   note "build: FAILED"
   finish
 fi
-note "build: ok"
+note "build: ok ($(took))"
 
 #===------------------------------------------------------------------------===#
 # ctest
 #===------------------------------------------------------------------------===#
 step "ctest"
 ctest_log="$BUILD_DIR/ctest-output.log"
-(cd "$BUILD_DIR" && ctest --output-on-failure) 2>&1 | tee "$ctest_log"
+(cd "$BUILD_DIR" && ctest --output-on-failure -j "$TEST_JOBS") 2>&1 |
+  tee "$ctest_log"
 ctest_rc=${PIPESTATUS[0]}
 # e.g. "100% tests passed, 0 tests failed out of 119"
 ctest_line=$(grep -E 'tests passed, [0-9]+ tests? failed out of' "$ctest_log" |
@@ -95,7 +106,7 @@ elif [[ -z "$ctest_line" ]]; then
   failed=1
   note "ctest: FAILED (no tests registered)"
 else
-  note "ctest: ok: ${ctest_line}"
+  note "ctest: ok ($(took)): ${ctest_line}"
 fi
 # Each lit suite runs as one ctest test (kvgen-lit, kvgen-integration);
 # report each suite's own counts from ctest's full log.
@@ -128,7 +139,7 @@ fi
 #===------------------------------------------------------------------------===#
 step "runtime-only build (-DKVGEN_ENABLE_MLIR=OFF) + generator library"
 if bash "$REPO_ROOT/scripts/test_runtime_only.sh"; then
-  note "runtime-only build: ok: its runtime JITs through libkvgen-generator.so"
+  note "runtime-only build: ok ($(took)): its runtime JITs through libkvgen-generator.so"
 else
   failed=1
   note "runtime-only build: FAILED (see $BUILD_DIR/runtime-only.tests.log)"
@@ -145,7 +156,15 @@ if [[ ${#py_tests[@]} -eq 0 ]]; then
   note "pytest: skipped (no tests under test/python)"
 else
   pytest_log="$BUILD_DIR/pytest-output.log"
-  "$PYTHON" -m pytest -q -rs test/python 2>&1 | tee "$pytest_log"
+  # In parallel with pytest-xdist when it is there (install-deps.sh installs
+  # it): one test file per worker at a time, the grid's files together.
+  xdist=()
+  if "$PYTHON" -c 'import xdist' 2>/dev/null; then
+    n=$TEST_JOBS; (( n > 8 )) && n=8
+    (( n > 1 )) && xdist=(-n "$n" --dist loadgroup)
+  fi
+  "$PYTHON" -m pytest -q -rs --durations=15 "${xdist[@]}" test/python 2>&1 |
+    tee "$pytest_log"
   pytest_rc=${PIPESTATUS[0]}
   pytest_line=$(grep -E '(passed|failed|error|skipped|no tests ran)' \
                 "$pytest_log" | tail -1)
@@ -154,7 +173,7 @@ else
     failed=1
     note "pytest: FAILED (exit $pytest_rc) ${pytest_line}"
   else
-    note "pytest: ok: ${pytest_line}"
+    note "pytest: ok ($(took)${xdist:+, ${xdist[*]}}): ${pytest_line}"
   fi
   # Each skipped pytest case with its reason (pytest -rs lines).
   grep -E '^SKIPPED \[' "$pytest_log" > "$BUILD_DIR/pytest-skipped.txt" || true
@@ -177,7 +196,7 @@ else
     failed=1
     note "pip install: FAILED (exit $pip_rc) ${pip_line#pip-install: }"
   else
-    note "pip install: ok: ${pip_line#pip-install: }"
+    note "pip install: ok ($(took)): ${pip_line#pip-install: }"
   fi
 fi
 

@@ -4,6 +4,20 @@ KVGEN_BUILD_DIR selects the build tree whose bin/ holds kvgen-translate
 (default: <repo>/build). The options below belong to the grid harness
 (test/python/grid, see its README.md); they live here so that pytest knows
 them whichever test path it is given.
+
+One kernel disk cache for the whole run: unless KVGEN_CACHE_DIR is set, it
+is set to <build>/test-kernel-cache (kept between runs, like the grid's
+<build>/test-grid/kernel-cache), so every process of the run (pytest-xdist
+workers, subprocesses, kvgen.torch's default context) and every module's
+context (the kernel_cache fixture) compiles a kernel once: the cache's key
+is the source, the compiler command and the kvgen version, and its per-key
+lock lets one process compile while the others wait and read. Tests of the
+cache itself give their contexts a directory of their own.
+
+In parallel (scripts/test.sh: `pytest -n 2 --dist loadgroup`, pytest-xdist):
+each test file is one xdist group, and the grid's files (test/python/grid)
+are one group, so a file's module fixtures (which emit and load its
+kernels) and the grid backend's set-up run on one worker only.
 """
 
 import os
@@ -47,6 +61,15 @@ def pytest_configure(config):
     lib = config.getoption("--lib")
     if lib:
         os.environ["KVGEN_LIB"] = str(Path(lib).resolve())
+    # The grid's summary (grid/summary.py), in this process whichever tests
+    # it runs: under pytest-xdist it prints the workers' reports.
+    from grid import summary
+    if not config.pluginmanager.is_registered(summary):
+        config.pluginmanager.register(summary, "kvgen-grid-summary")
+    # Before xdist starts its workers (they inherit the environment).
+    if not os.environ.get("KVGEN_CACHE_DIR") and kvgen_build_dir().is_dir():
+        os.environ["KVGEN_CACHE_DIR"] = str(kvgen_build_dir() /
+                                            "test-kernel-cache")
     config.addinivalue_line(
         "markers", "memcheck: the grid items run under compute-sanitizer "
         "(scripts/device_memcheck.sh)")
@@ -57,6 +80,30 @@ def pytest_configure(config):
 
 def kvgen_build_dir() -> Path:
     return Path(os.environ.get("KVGEN_BUILD_DIR", REPO_ROOT / "build"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            rel = Path(str(item.path)).resolve().relative_to(here)
+        except ValueError:
+            continue
+        group = "grid" if rel.parts[0] == "grid" else rel.as_posix()
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(scope="session")
+def kernel_cache() -> str:
+    """The run's kernel disk cache ($KVGEN_CACHE_DIR, see the module
+    docstring), for the contexts of the module fixtures: a kernel that
+    several files (or xdist workers) load is compiled once."""
+    d = os.environ.get("KVGEN_CACHE_DIR")
+    if not d:
+        pytest.skip("no kernel cache directory: KVGEN_CACHE_DIR is unset "
+                    "and there is no build directory")
+    return d
 
 
 @pytest.fixture(scope="session")

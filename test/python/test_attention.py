@@ -123,13 +123,13 @@ GEOS = {
 }
 
 
-def host_context(tmp_path_factory, plan_options=None, names=None,
+def host_context(tmp_path_factory, cache, plan_options=None, names=None,
                  lse=False, prefill=False):
     """A host context with every GEOS kernel (or those in `names`), emitted
     by `kvgen emit` (with KVGEN_PLAN_OPTIONS = plan_options when given;
-    with the lse option when lse, planned for prefill when prefill); its
-    fixtures take kvgen_cli (skipped
-    without a build)."""
+    with the lse option when lse, planned for prefill when prefill),
+    compiled into the disk cache `cache` (conftest.py's kernel_cache); its
+    fixtures take kvgen_cli (skipped without a build)."""
     env = dict(os.environ)
     env.pop("KVGEN_PLAN_OPTIONS", None)
     if plan_options:
@@ -152,26 +152,26 @@ def host_context(tmp_path_factory, plan_options=None, names=None,
                 cmd.append(flag)
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         assert r.returncode == 0, r.stdout + r.stderr
-    c = kvgen.Context("host", cache_dir=str(d / "cache"))
+    c = kvgen.Context("host", cache_dir=cache)
     c.load_bundle(str(d / "b"))
     return c, d / "b"
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory, kvgen_cli):
-    c, _ = host_context(tmp_path_factory)
+def ctx(tmp_path_factory, kvgen_cli, kernel_cache):
+    c, _ = host_context(tmp_path_factory, kernel_cache)
     yield c
     c.close()
 
 
 @pytest.fixture(scope="module")
-def ctx_mfma(tmp_path_factory, kvgen_cli):
+def ctx_mfma(tmp_path_factory, kvgen_cli, kernel_cache):
     """The same kernels planned with mfma (kv-plan option mfma=1): the AMD
     kernels' MFMA path - both warps of a 64-lane wavefront in step, the
     operand permutes and accumulator layout of amdgpu_mfma.h - on the host
     prelude's simulated wavefronts, whose MFMA follows AMD's documented
     layout."""
-    c, bundle = host_context(tmp_path_factory, "mfma=1")
+    c, bundle = host_context(tmp_path_factory, kernel_cache, "mfma=1")
     sources = [f for f in bundle.iterdir() if f.suffix == ".cpp"]
     assert len(sources) == len(GEOS)
     for f in sources:
@@ -181,10 +181,10 @@ def ctx_mfma(tmp_path_factory, kvgen_cli):
 
 
 @pytest.fixture(scope="module")
-def ctx_prefill(tmp_path_factory, kvgen_cli):
+def ctx_prefill(tmp_path_factory, kvgen_cli, kernel_cache):
     """Every kernel planned for prefill (op option prefill): 64 rows per
     CTA, each warp owning 16, the K/V tiles staged in shared memory."""
-    c, bundle = host_context(tmp_path_factory, prefill=True)
+    c, bundle = host_context(tmp_path_factory, kernel_cache, prefill=True)
     sources = [f for f in bundle.iterdir() if f.suffix == ".cpp"]
     assert len(sources) == len(GEOS)
     for f in sources:
@@ -194,12 +194,12 @@ def ctx_prefill(tmp_path_factory, kvgen_cli):
 
 
 @pytest.fixture(scope="module")
-def ctx_wide_split(tmp_path_factory, kvgen_cli):
+def ctx_wide_split(tmp_path_factory, kvgen_cli, kernel_cache):
     """mimo_nhd and a checked kernel planned with split_ctas = 264 (an
     H200's 2 x 132 SMs; the host plan's default is 8): a launch splits
     while it has fewer than 264 units, so launches of 2 to 200 units all
     use the split workspace, as on the GPU."""
-    c, _ = host_context(tmp_path_factory, "split-ctas=264",
+    c, _ = host_context(tmp_path_factory, kernel_cache, "split-ctas=264",
                         names=("mimo_nhd", "block1_mha_checked"))
     yield c
     c.close()
@@ -856,8 +856,9 @@ LSE_GEOS = ("mimo_nhd", "mimo_hnd_sinks_window", "fp8_e4m3_head_softcap",
 
 
 @pytest.fixture(scope="module")
-def ctx_lse(tmp_path_factory, kvgen_cli):
-    c, _ = host_context(tmp_path_factory, names=LSE_GEOS, lse=True)
+def ctx_lse(tmp_path_factory, kvgen_cli, kernel_cache):
+    c, _ = host_context(tmp_path_factory, kernel_cache, names=LSE_GEOS,
+                        lse=True)
     yield c
     c.close()
 

@@ -70,8 +70,8 @@ def bundle(tmp_path_factory, kvgen_cli):
 
 
 @pytest.fixture(scope="module")
-def ctx(bundle):
-    c = kvgen.Context("host", cache_dir=str(bundle / "cache"))
+def ctx(bundle, kernel_cache):
+    c = kvgen.Context("host", cache_dir=kernel_cache)
     c.load_bundle(str(bundle / "bundle"))
     yield c
     c.close()
@@ -481,7 +481,7 @@ def test_kernel_options_and_unknown_option(ctx):
         ctx.kernel("reshape_and_kache", BF16)
 
 
-def test_prepare_then_launch_raw_matches_launch(tmp_path):
+def test_prepare_then_launch_raw_matches_launch(tmp_path, kernel_cache):
     """Kernel.prepare does launch()'s checks and filling without launching;
     launch_raw of its struct writes what launch() writes."""
     kv = KVGEN
@@ -493,7 +493,7 @@ def test_prepare_then_launch_raw_matches_launch(tmp_path):
                     "--op", "reshape_and_cache", "--io", "bf16", "--target",
                     "host", "--bundle", str(tmp_path / "b")], check=True,
                    capture_output=True)
-    ctx = kvgen.Context("host", cache_dir=str(tmp_path / "c"))
+    ctx = kvgen.Context("host", cache_dir=kernel_cache)
     ctx.load_bundle(str(tmp_path / "b"))
     k = ctx.kernel("reshape_and_cache", lay, io="bf16")
     rng = np.random.default_rng(3)

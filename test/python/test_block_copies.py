@@ -56,7 +56,7 @@ KERNELS = [(f"{op}_{k}", op, k) for op in OPS for k in LAYOUTS]
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory, kvgen_cli):
+def ctx(tmp_path_factory, kvgen_cli, kernel_cache):
     d = tmp_path_factory.mktemp("copy_blocks")
     for name, op, key in KERNELS:
         lf = d / f"{name}.mlir"
@@ -65,7 +65,7 @@ def ctx(tmp_path_factory, kvgen_cli):
                "--op", op, "--bundle", str(d / "bundle")]
         r = subprocess.run(cmd, capture_output=True, text=True)
         assert r.returncode == 0, r.stdout + r.stderr
-    c = kvgen.Context("host", cache_dir=str(d / "cache"))
+    c = kvgen.Context("host", cache_dir=kernel_cache)
     c.load_bundle(str(d / "bundle"))
     yield c
     c.close()

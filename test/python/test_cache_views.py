@@ -39,7 +39,7 @@ HND = kvgen.Layout(H, D, D, BS, dtype="bf16", order="hnd")
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory, kvgen_cli):
+def ctx(tmp_path_factory, kvgen_cli, kernel_cache):
     d = tmp_path_factory.mktemp("views")
     for i, lay in enumerate((DENSE, HALVES, DYNAMIC, HND)):
         lf = d / f"layout{i}.mlir"
@@ -50,7 +50,7 @@ def ctx(tmp_path_factory, kvgen_cli):
              "--bundle", str(d / "bundle")],
             capture_output=True, text=True)
         assert r.returncode == 0, r.stdout + r.stderr
-    c = kvgen.Context("host", cache_dir=str(d / "cache"))
+    c = kvgen.Context("host", cache_dir=kernel_cache)
     c.load_bundle(str(d / "bundle"))
     yield c
     c.close()

@@ -31,7 +31,7 @@ QH = 4
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory, kvgen_cli):
+def ctx(tmp_path_factory, kvgen_cli, kernel_cache):
     d = tmp_path_factory.mktemp("plans")
     lf = d / "layout.mlir"
     lf.write_text(f"#kv.layout<{LAY.text}>\n")
@@ -42,7 +42,7 @@ def ctx(tmp_path_factory, kvgen_cli):
                             *extra, "--bundle", str(d / "b")],
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stdout + r.stderr
-    c = kvgen.Context("host", cache_dir=str(d / "cache"))
+    c = kvgen.Context("host", cache_dir=kernel_cache)
     c.load_bundle(str(d / "b"))
     yield c
     c.close()
@@ -221,7 +221,8 @@ def test_per_call_checks_run_on_a_remembered_plan(ctx, monkeypatch):
     assert not out.any()
 
 
-def test_launch_on_a_closed_context_is_refused(kvgen_cli, tmp_path):
+def test_launch_on_a_closed_context_is_refused(kvgen_cli, tmp_path,
+                                              kernel_cache):
     """A kernel kept past its Context's close() raised only after it had
     launched through the destroyed handle (a remembered plan made that a
     bare C call): ValueError before any C call."""
@@ -231,7 +232,7 @@ def test_launch_on_a_closed_context_is_refused(kvgen_cli, tmp_path):
                     "host", "--op", "reshape_and_cache", "--io", "bf16",
                     "--bundle", str(tmp_path / "b")], check=True,
                    capture_output=True)
-    c = kvgen.Context("host", cache_dir=str(tmp_path / "c"))
+    c = kvgen.Context("host", cache_dir=kernel_cache)
     c.load_bundle(str(tmp_path / "b"))
     k = write_kernel(c)
     args = write_args(np.random.default_rng(4), 3)

@@ -56,7 +56,7 @@ WRITES = [(k, "bf16") for k in LAYOUTS] + [("deepseek_fp8", "f32"),
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory, kvgen_cli):
+def ctx(tmp_path_factory, kvgen_cli, kernel_cache):
     d = tmp_path_factory.mktemp("mla")
     specs = set()
     for key, io in WRITES:
@@ -73,7 +73,7 @@ def ctx(tmp_path_factory, kvgen_cli):
              "--op", op, "--bundle", str(d / "bundle"), *extra],
             capture_output=True, text=True)
         assert r.returncode == 0, r.stdout + r.stderr
-    c = kvgen.Context("host", cache_dir=str(d / "cache"))
+    c = kvgen.Context("host", cache_dir=kernel_cache)
     c.load_bundle(str(d / "bundle"))
     yield c
     c.close()

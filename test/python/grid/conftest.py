@@ -7,7 +7,8 @@ kernels()). With --backend auto (the default) a backend that cannot run
 here is left out and test_backends.py reports it as skipped, with the
 reason; one named explicitly that cannot run is a usage error.
 
-At the end, a summary per backend and case group (passed / failed).
+At the end, a summary per backend and case group (passed / failed;
+summary.py, a plugin that test/python/conftest.py registers).
 """
 
 import sys
@@ -19,11 +20,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "python"))
 
 from grid import backends as B  # noqa: E402
+# Each grid item's "backend/group", in its user_properties, for the summary.
+from grid.summary import GROUP_PROP  # noqa: E402
 
 _made = {}
 _status = {}
-_groups = {}   # nodeid -> (backend, group)
-_results = {}  # (backend, group) -> [passed, failed]
 
 
 class _Opts:
@@ -90,7 +91,7 @@ def pytest_collection_modifyitems(config, items):
         keep.append(it)
         if "case" in p and "backend" in p:
             group = getattr(it.module, "GRID_GROUP", None) or p["case"].group
-            _groups[it.nodeid] = (p["backend"], group)
+            it.user_properties.append((GROUP_PROP, f"{p['backend']}/{group}"))
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -145,31 +146,3 @@ def pytest_sessionfinish(session):
     for b in _made.values():
         if isinstance(b, B.Backend):
             b.close()
-
-
-def pytest_runtest_logreport(report):
-    g = _groups.get(report.nodeid)
-    if g is None:
-        return
-    if report.when == "call" or (report.when == "setup" and
-                                 not report.passed):
-        r = _results.setdefault(g, [0, 0, 0])
-        r[0 if report.passed else 2 if report.skipped else 1] += 1
-
-
-def pytest_terminal_summary(terminalreporter):
-    if not _results:
-        return
-    tr = terminalreporter
-    tr.section("kvgen grid")
-    tr.write_line(f"{'backend':8s} {'group':18s} {'passed':>6s} "
-                  f"{'failed':>6s} {'skipped':>7s}")
-    tot = {}
-    for (b, g), (p, f, s) in sorted(_results.items()):
-        tr.write_line(f"{b:8s} {g:18s} {p:6d} {f:6d} {s:7d}")
-        t = tot.setdefault(b, [0, 0, 0])
-        t[0] += p
-        t[1] += f
-        t[2] += s
-    for b, (p, f, s) in sorted(tot.items()):
-        tr.write_line(f"{b:8s} {'total':18s} {p:6d} {f:6d} {s:7d}")
