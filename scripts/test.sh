@@ -161,7 +161,7 @@ else
   xdist=()
   if "$PYTHON" -c 'import xdist' 2>/dev/null; then
     n=$TEST_JOBS; (( n > 8 )) && n=8
-    (( n > 1 )) && xdist=(-n "$n" --dist loadgroup)
+    (( n > 1 )) && xdist=(-n "$n" --dist loadfile)
   fi
   "$PYTHON" -m pytest -q -rs --durations=15 "${xdist[@]}" test/python 2>&1 |
     tee "$pytest_log"

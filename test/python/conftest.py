@@ -14,10 +14,11 @@ is the source, the compiler command and the kvgen version, and its per-key
 lock lets one process compile while the others wait and read. Tests of the
 cache itself give their contexts a directory of their own.
 
-In parallel (scripts/test.sh: `pytest -n 2 --dist loadgroup`, pytest-xdist):
-each test file is one xdist group, and the grid's files (test/python/grid)
-are one group, so a file's module fixtures (which emit and load its
-kernels) and the grid backend's set-up run on one worker only.
+In parallel (scripts/test.sh: `pytest -n 2 --dist loadfile`, pytest-xdist):
+a worker runs a whole test file, and the grid's files (test/python/grid)
+count as one, so a file's module fixtures (which emit and load its
+kernels) and the grid backend's set-up run on one worker only
+(pytest_xdist_make_scheduler below).
 """
 
 import os
@@ -82,16 +83,24 @@ def kvgen_build_dir() -> Path:
     return Path(os.environ.get("KVGEN_BUILD_DIR", REPO_ROOT / "build"))
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(config, items):
-    here = Path(__file__).resolve().parent
-    for item in items:
-        try:
-            rel = Path(str(item.path)).resolve().relative_to(here)
-        except ValueError:
-            continue
-        group = "grid" if rel.parts[0] == "grid" else rel.as_posix()
-        item.add_marker(pytest.mark.xdist_group(group))
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile with the grid's files as one file: a worker runs a
+    whole file (its module fixtures emit and load its kernels once), and
+    the grid's backend (its ~770 kernels, emitted and compiled for the
+    grid's selected items) is made by one worker. (xdist's own loadgroup
+    marks a test's group in its node id, which pytest 9 no longer lets a
+    plugin change.) Any other --dist: xdist's scheduler."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndTheGrid(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            path = nodeid.split("::", 1)[0]
+            return "grid" if "/grid/" in f"/{path}" else path
+
+    return FilesAndTheGrid(config, log)
 
 
 @pytest.fixture(scope="session")
