@@ -15,10 +15,9 @@ lock lets one process compile while the others wait and read. Tests of the
 cache itself give their contexts a directory of their own.
 
 In parallel (scripts/test.sh: `pytest -n 2 --dist loadfile`, pytest-xdist):
-a worker runs a whole test file, and the grid's files (test/python/grid)
-count as one, so a file's module fixtures (which emit and load its
-kernels) and the grid backend's set-up run on one worker only
-(pytest_xdist_make_scheduler below).
+a worker runs a whole test file, so a file's module fixtures (which emit
+and load its kernels) run on one worker only; the grid's items are handed
+out one by one (pytest_xdist_make_scheduler below).
 """
 
 import os
@@ -85,22 +84,25 @@ def kvgen_build_dir() -> Path:
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook
 def pytest_xdist_make_scheduler(config, log):
-    """--dist loadfile with the grid's files as one file: a worker runs a
-    whole file (its module fixtures emit and load its kernels once), and
-    the grid's backend (its ~770 kernels, emitted and compiled for the
-    grid's selected items) is made by one worker. (xdist's own loadgroup
-    marks a test's group in its node id, which pytest 9 no longer lets a
-    plugin change.) Any other --dist: xdist's scheduler."""
+    """--dist loadfile, except for the grid: a worker runs a whole test
+    file (its module fixtures emit and load its kernels once), while the
+    grid's items (test/python/grid: hundreds of short tests over one
+    session backend) go to the workers one by one. xdist hands out the
+    files with the most tests first and the grid's single items last, so
+    they even out the workers' ends. Each worker that runs grid items makes
+    the grid backend; they share its shards and kernel cache, starting at
+    different points of its kernel list (grid/backends.py), so each kernel
+    is still emitted and compiled once. Any other --dist: xdist's own."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    class FilesAndTheGrid(LoadFileScheduling):
+    class FilesAndGridItems(LoadFileScheduling):
         def _split_scope(self, nodeid):
             path = nodeid.split("::", 1)[0]
-            return "grid" if "/grid/" in f"/{path}" else path
+            return nodeid if "/grid/" in f"/{path}" else path
 
-    return FilesAndTheGrid(config, log)
+    return FilesAndGridItems(config, log)
 
 
 @pytest.fixture(scope="session")
