@@ -271,9 +271,9 @@ def test_binding_follows_the_plan_on_compile_only_cuda():
     c80.close()
 
 
-def test_host_backend_refuses_pdl_and_writes_nothing():
+def test_host_backend_refuses_pdl_and_writes_nothing(kernel_cache):
     _need_generator()
-    ctx = kvgen.Context("host", cache_dir="")
+    ctx = kvgen.Context("host", cache_dir=kernel_cache)
     k = ctx.kernel("reshape_and_cache", MIMO, io_dtype="bf16")
     assert not k.dependent_launch and k.launch_flags == 0
     key, value, kc, vc, slots, nb = _write_tensors(MIMO)
