@@ -687,6 +687,39 @@ def test_cache_over_4gib_uses_64bit_offsets(ctx):
     c.check()
 
 
+def test_prefill_checked_flags_bad_block_numbers(ctx_prefill):
+    """The prefill plan stages K/V through the block table: a bad entry in
+    the attended range sets the error flag and its rows are staged as
+    zeros (nothing read outside the cache); the other sequence, in other
+    CTAs, is unaffected."""
+    g = GEOS["block1_mha_checked"]
+    rng = np.random.default_rng(4)
+    c = Case(g, [45, 40], [45, 20], rng)
+    c.table[1, 30] = c.num_blocks + 5  # past the cache, attended
+    c.table[1, 31] = -3                # negative, attended
+    c.run(kernel_for(ctx_prefill, g, prefill=True))
+    assert c.flag[0] == 1
+    want = c.reference()
+    np.testing.assert_allclose(c.output[:45].astype(np.float64), want[:45],
+                               atol=1e-2, rtol=1e-2)
+
+
+def test_prefill_cache_over_4gib_uses_64bit_offsets(ctx_prefill):
+    """test_cache_over_4gib_uses_64bit_offsets through the prefill plan: a
+    40-token prefill and a 2-token query, every used block past 4 GiB."""
+    g = GEOS["over_4gib"]
+    blk = g.k_strides[0]
+    rng = np.random.default_rng(5)
+    try:
+        c = Case(g, [40, 17], [40, 2], rng, num_blocks=600, poison=False)
+    except MemoryError:
+        pytest.skip("cannot reserve 2 x 4.7 GiB of (lazily mapped) memory")
+    assert c.kc.nbytes > (1 << 32)
+    assert int(c.table[:, 0].min()) * blk * 2 > (1 << 32)
+    c.run(kernel_for(ctx_prefill, g, prefill=True))
+    c.check()
+
+
 def _raw_args(c, g):
     """The fields of a raw paged_attention argument struct for Case c (two
     decode sequences of 20 and 5 tokens), filled by hand as a C caller
