@@ -283,6 +283,36 @@ attnSoftmax(float (&s)[NK][4], int64_t base, int64_t ta, int64_t tb,
   }
 }
 
+/// A lane's part of the 16-row tile at rowBase: attnLaneRows, its Q
+/// fragments (attnLoadQ) and the logit / output factors (attnScales).
+template <class L, class S, class O>
+KVGEN_DEVICE inline void
+attnWarpRows(const kvgen_paged_attention_args &a, int64_t rowBase,
+             int64_t rowsTotal, int64_t ctx, int64_t qlen, int64_t q0,
+             int64_t kvh, unsigned lane, int64_t rowPos[2], int64_t rowLo[2],
+             uint32_t (&q)[S::KSTEPS][4], float rowMul[2], float &capMul,
+             float &vScale) {
+  const typename S::io::storage *qRow[2];
+  attnLaneRows<S>(a, rowBase, rowsTotal, ctx, qlen, q0, kvh, lane / 4, rowPos,
+                  rowLo, qRow);
+  float qUnscale[2];
+  attnLoadQ<S>(qRow, lane % 4, q, qUnscale);
+  // Scales: K's into the logit multiplier (base 2), V's into the output.
+  attnScales<L, S, O>(a, kvh, qUnscale, rowMul, capMul, vScale);
+}
+
+/// Chunk c of a lane's K run: the first n (KC, fewer at the row's end, 0
+/// for no row) of the KC elements at p (dim c 4 KC + quad KC), with
+/// A-element accesses; a chunk reaching past HK loads element by element.
+template <class S, int A>
+KVGEN_DEVICE inline void loadKChunk(Packed<typename S::CS, S::KC> &r,
+                                    const typename S::CS *p, int c, int n) {
+  if ((c + 1) * 4 * S::KC > S::HK)
+    loadPacked<typename S::CS, S::KC, A, true>(r, p, n);
+  else
+    loadPacked<typename S::CS, S::KC, A, false>(r, p, n);
+}
+
 /// The first half of a 16-token step of a warp's 16 rows: S = Q K^T from
 /// the K rows of tokens group and group + 8 (kraw[nt][c]: chunk c of token
 /// base + nt 8 + group), the logits (base 2; outside [ta, tb), after
@@ -401,11 +431,7 @@ attnWideStep(const typename S::CS *kTile, const uint16_t *vRows,
     KVGEN_UNROLL
     for (int nt = 0; nt < NK; ++nt) {
       Packed<CS, KC> kr;
-      const CS *p = kTile + (nt * 8 + int(group)) * KROW + d0;
-      if ((c + 1) * 4 * KC > HK)
-        loadPacked<CS, KC, AKS, true>(kr, p, n);
-      else
-        loadPacked<CS, KC, AKS, false>(kr, p, n);
+      loadKChunk<S, AKS>(kr, kTile + (nt * 8 + int(group)) * KROW + d0, c, n);
       uint32_t kb[KC / 2];
       KVGEN_UNROLL
       for (int i = 0; i < KC / 2; ++i)
@@ -545,16 +571,10 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
   const unsigned lane = tid % 32, warp = tid / 32, group = lane / 4,
                  quad = lane % 4;
   int64_t rowPos[2], rowLo[2]; // attended keys: [rowLo, rowPos]
-  const IS *qRow[2];
-  attnLaneRows<S>(a, rowBase, rowsTotal, ctx, qlen, q0, kvh, group, rowPos,
-                  rowLo, qRow);
   uint32_t q[KSTEPS][4];
-  float qUnscale[2];
-  attnLoadQ<S>(qRow, quad, q, qUnscale);
-
-  // Scales: K's into the logit multiplier (base 2), V's into the output.
   float rowMul[2], capMul, vScale;
-  attnScales<L, S, O>(a, kvh, qUnscale, rowMul, capMul, vScale);
+  attnWarpRows<L, S, O>(a, rowBase, rowsTotal, ctx, qlen, q0, kvh, lane,
+                        rowPos, rowLo, q, rowMul, capMul, vScale);
 
   const int32_t *table = static_cast<const int32_t *>(a.block_tables) +
                          seq * a.block_tables_stride;
@@ -620,13 +640,8 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
         for (int c = 0; c < KCHUNKS; ++c) {
           const int d0 = c * 4 * KC + int(quad) * KC;
           const int n = blk < 0 ? 0 : (HK - d0 >= KC ? KC : (HK > d0 ? HK - d0 : 0));
-          // Chunk c is whole for every lane unless it reaches past HK.
-          const bool partial = (c + 1) * 4 * KC > HK;
           const CS *p = kBase + (blk < 0 ? 0 : elementOffset(kMap, blk, t % BS, kvh, d0));
-          if (partial)
-            loadPacked<CS, KC, AK, true>(kraw[u][nt][c], p, n);
-          else
-            loadPacked<CS, KC, AK, false>(kraw[u][nt][c], p, n);
+          loadKChunk<S, AK>(kraw[u][nt][c], p, c, n);
         }
       }
       KVGEN_UNROLL
@@ -928,14 +943,10 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
   const int64_t wFirstPos = rowBase < rowsTotal ? ctx - qlen + rowBase / G : -1;
   const int64_t wLastLo = window > 0 ? wHi - window + 1 : 0;
   int64_t rowPos[2], rowLo[2]; // attended keys: [rowLo, rowPos]
-  const IS *qRow[2];
-  attnLaneRows<S>(a, rowBase, rowsTotal, ctx, qlen, q0, kvh, group, rowPos,
-                  rowLo, qRow);
   uint32_t q[KSTEPS][4];
-  float qUnscale[2];
-  attnLoadQ<S>(qRow, quad, q, qUnscale);
   float rowMul[2], capMul, vScale;
-  attnScales<L, S, O>(a, kvh, qUnscale, rowMul, capMul, vScale);
+  attnWarpRows<L, S, O>(a, rowBase, rowsTotal, ctx, qlen, q0, kvh, lane,
+                        rowPos, rowLo, q, rowMul, capMul, vScale);
 
   const int32_t *table = static_cast<const int32_t *>(a.block_tables) +
                          seq * a.block_tables_stride;
@@ -1026,10 +1037,7 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
           for (int c = 0; c < KCHUNKS; ++c) {
             const int d0 = c * 4 * KC + int(quad) * KC;
             const int n = HK - d0 >= KC ? KC : (HK > d0 ? HK - d0 : 0);
-            if ((c + 1) * 4 * KC > HK)
-              loadPacked<CS, KC, AKS, true>(kraw[nt][c], row + d0, n);
-            else
-              loadPacked<CS, KC, AKS, false>(kraw[nt][c], row + d0, n);
+            loadKChunk<S, AKS>(kraw[nt][c], row + d0, c, n);
           }
         }
         // Steps inside every row's keys (most of a long prefill) skip the
