@@ -866,6 +866,30 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
     *counter = 0; // ready for the next launch (CUDA graph replays too)
 }
 
+/// One side's rows (W elements) of tokens first + [0, KT) into dst, ROW
+/// elements apart, U elements per copy (copyToShared), the CTA's THREADS
+/// threads sharing the copies: zeros for tokens outside [ta, tb) and for
+/// bad block ids (CHECKED: PagedKV::tableBlock flags them), whose cache
+/// rows are not read.
+template <class KV, int BS, bool CHECKED, int KT, int W, int U, int ROW,
+          int THREADS, class CS>
+KVGEN_DEVICE inline void
+stageSide(CS *dst, const CS *base, const SideMap &map,
+          const kvgen_paged_attention_args &a, const int32_t *table,
+          int64_t first, int64_t ta, int64_t tb, int64_t kvh, unsigned tid) {
+  for (int e = int(tid); e < KT * (W / U); e += THREADS) {
+    const int i = e / (W / U), d = (e % (W / U)) * U;
+    const int64_t t = first + i;
+    const int64_t blk = t >= ta && t < tb
+                            ? KV::template tableBlock<BS, CHECKED>(a, table, t)
+                            : -1;
+    copyToShared<U * int(sizeof(CS))>(
+        dst + i * ROW + d,
+        base + (blk < 0 ? 0 : elementOffset(map, blk, t % BS, kvh, d)),
+        blk >= 0);
+  }
+}
+
 /// One CTA of a prefill plan (AttnShape::TILED): CTA_ROWS = 16 x WARPS
 /// rows of one (sequence, kv head), warp w owning rows [16 w, 16 w + 16)
 /// of the tile with its own softmax state over all of the CTA's keys (no
@@ -960,30 +984,10 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     CS *kDst = sm.k[k % STAGES];
     CS *vDst = sm.v[k % STAGES];
     const int64_t first = t0 + k * KT;
-    for (int e = int(tid); e < KT * (HK / UK); e += P::threads) {
-      const int i = e / (HK / UK), d = (e % (HK / UK)) * UK;
-      const int64_t t = first + i;
-      const int64_t blk =
-          t >= ta && t < tb
-              ? KV::template tableBlock<BS, !O::unchecked>(a, table, t)
-              : -1;
-      copyToShared<UK * CSB>(
-          kDst + i * KROW + d,
-          kBase + (blk < 0 ? 0 : elementOffset(kMap, blk, t % BS, kvh, d)),
-          blk >= 0);
-    }
-    for (int e = int(tid); e < KT * (HV / UV); e += P::threads) {
-      const int i = e / (HV / UV), d = (e % (HV / UV)) * UV;
-      const int64_t t = first + i;
-      const int64_t blk =
-          t >= ta && t < tb
-              ? KV::template tableBlock<BS, !O::unchecked>(a, table, t)
-              : -1;
-      copyToShared<UV * CSB>(
-          vDst + i * VROW + d,
-          vBase + (blk < 0 ? 0 : elementOffset(vMap, blk, t % BS, kvh, d)),
-          blk >= 0);
-    }
+    stageSide<KV, BS, !O::unchecked, KT, HK, UK, KROW, P::threads>(
+        kDst, kBase, kMap, a, table, first, ta, tb, kvh, tid);
+    stageSide<KV, BS, !O::unchecked, KT, HV, UV, VROW, P::threads>(
+        vDst, vBase, vMap, a, table, first, ta, tb, kvh, tid);
     copyToSharedCommit();
   };
 
