@@ -1015,9 +1015,10 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     const CS *kTile = sm.k[k % STAGES];
     const CS *vTile = sm.v[k % STAGES];
     const int64_t first = t0 + k * KT;
-    if (LDSM_V) {
+    if constexpr (LDSM_V) {
       // The whole tile in one step (skipped when no row of the warp
-      // attends any of its keys).
+      // attends any of its keys). Compile-time: attnWideStep needs n-tile
+      // pairs, which other V widths (HV % 16 == 8) do not have.
       if (S::MFMA || !(first >= tb || first > wHi || first + KT - 1 < wLo)) {
         const bool unmasked = first >= ta && first + KT <= tb &&
                               first + KT - 1 <= wFirstPos && first >= wLastLo;

@@ -124,8 +124,9 @@ GEOS = {
 
 
 def host_context(tmp_path_factory, cache, plan_options=None, names=None,
-                 lse=False, prefill=False):
-    """A host context with every GEOS kernel (or those in `names`), emitted
+                 lse=False, prefill=False, geos=None):
+    """A host context with every GEOS kernel (or those of `geos`, a dict
+    like GEOS; or those in `names`), emitted
     by `kvgen emit` (with KVGEN_PLAN_OPTIONS = plan_options when given;
     with the lse option when lse, planned for prefill when prefill),
     compiled into the disk cache `cache` (conftest.py's kernel_cache); its
@@ -135,7 +136,7 @@ def host_context(tmp_path_factory, cache, plan_options=None, names=None,
     if plan_options:
         env["KVGEN_PLAN_OPTIONS"] = plan_options
     d = tmp_path_factory.mktemp("attention")
-    for name, g in GEOS.items():
+    for name, g in (GEOS if geos is None else geos).items():
         if names is not None and name not in names:
             continue
         lf = d / f"{name}.mlir"
@@ -485,6 +486,44 @@ def test_prefill_path_matches_reference(ctx_prefill, geo, case):
 def test_decode_path_serves_prefill_cases(ctx, geo, case):
     """The same long-query cases through the decode plan's body."""
     run_case(ctx, geo, *PREFILL_CASES[case], seed=case)
+
+
+#: Prefill-only geometries (checked kernels): V widths of an odd number of
+#: 8-column n-tiles (HV % 16 == 8: the decode path's P V step, not
+#: attnWideStep), K not a multiple of 16, GQA 3 (a warp's and a CTA's rows
+#: straddle query tokens, so their windows differ within a warp).
+PREFILL_GEOS = {
+    "v24_k40": Geo(2, 40, 24, 16, 4, checked=True),
+    "v40_k48_b8": Geo(1, 48, 40, 8, 2, checked=True),
+    "group3_hnd_sinks": Geo(2, 64, 64, 16, 6, order="hnd", sinks=True,
+                            checked=True),
+}
+
+
+@pytest.fixture(scope="module")
+def ctx_prefill_geos(tmp_path_factory, kvgen_cli, kernel_cache):
+    c, _ = host_context(tmp_path_factory, kernel_cache, prefill=True,
+                        geos=PREFILL_GEOS)
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("case", ["mtp3", "prefill", "chunk_window"])
+@pytest.mark.parametrize("geo", list(PREFILL_GEOS))
+def test_prefill_odd_geometries(ctx_prefill_geos, geo, case):
+    """The prefill body over PREFILL_GEOS. Before the fix a V width of an
+    odd number of n-tiles (24, 40) did not compile: attnWideStep (which
+    needs n-tile pairs) was instantiated for it though never called."""
+    g = PREFILL_GEOS[geo]
+    spec = CASES.get(case) or PREFILL_CASES[case]
+    batch, max_len, qlen, window = spec
+    rng = np.random.default_rng(abs(hash((geo, case))) % (1 << 32))
+    lens = seqs(rng, batch, max_len, g.bs)
+    q_lens = [max(L, 1) for L in lens] if qlen == "all" else [qlen] * batch
+    lens = [max(L, q) if L > 0 else 0 for L, q in zip(lens, q_lens)]
+    c = Case(g, lens, q_lens, rng, window=window)
+    c.run(kernel_for(ctx_prefill_geos, g, prefill=True))
+    c.check()
 
 
 @pytest.mark.parametrize("case", ["decode", "decode_split",

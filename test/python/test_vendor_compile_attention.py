@@ -48,7 +48,7 @@ SPECS = [
      ["--sinks", "--logits_soft_cap", "--lse"]),
     # The prefill plan (K/V tiles in shared memory, cp.async on NVIDIA):
     # MiMo bf16, fp8 with sinks + window options, packed soft-cap with lse,
-    # odd sizes with dynamic strides, V wider than K in f32.
+    # odd sizes with dynamic strides, V wider than K in f32, V of 3 n-tiles.
     (kvgen.Layout(4, 192, 128, 16), 64, ["--prefill"]),
     (kvgen.Layout(8, 192, 128, 16, order="hnd", dtype="f8E5M2"), 64,
      ["--sinks", "--prefill"]),
@@ -57,6 +57,9 @@ SPECS = [
     (kvgen.Layout(2, 80, 48, 24, k_strides=(None, None, None),
                   v_strides=(None, None, None)), 4, ["--prefill"]),
     (kvgen.Layout(1, 64, 96, 1, dtype="f32"), 16, ["--prefill"]),
+    # V of an odd number of 8-column n-tiles (24: the decode path's P V
+    # step; attnWideStep, which needs pairs, must not be instantiated).
+    (kvgen.Layout(2, 40, 24, 16), 4, ["--prefill"]),
 ]
 
 
