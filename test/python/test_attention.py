@@ -526,6 +526,50 @@ def test_prefill_odd_geometries(ctx_prefill_geos, geo, case):
     c.check()
 
 
+@pytest.mark.parametrize("geo", list(PREFILL_GEOS))
+def test_prefill_checked_hostile_tables(ctx_prefill_geos, geo):
+    """The prefill body's checked kernels on an engine's bad inputs: a bad
+    block id (negative, num_blocks) inside a sequence's attended keys sets
+    the error flag, writes nothing outside the output and leaves the other
+    sequence right; bad ids in the blocks before every row's window are
+    never read (no flag, right output); a seq_len past the block table
+    sets the flag; a seq_len shorter than the query gives its rows before
+    the context zeros (or the sink), as the reference does."""
+    g = PREFILL_GEOS[geo]
+    k = kernel_for(ctx_prefill_geos, g, prefill=True)
+
+    def outside_ok(c):
+        mask = np.ones(c.out_buf.shape, bool)
+        mask[1:1 + c.num_tokens, :, 4:4 + g.dv] = False
+        assert (c.out_buf[mask] == c.canary).all(), \
+            "a write outside the output rows"
+
+    for bad in (-1, "num_blocks"):
+        c = Case(g, [130, 90], [130, 20], np.random.default_rng(30))
+        c.table[0, 1] = c.num_blocks if bad == "num_blocks" else bad
+        c.run(k)
+        assert c.flag[0] == 1, bad
+        got = c.output.astype(np.float64)
+        assert np.isfinite(got).all()
+        np.testing.assert_allclose(got[130:], c.reference()[130:],
+                                   atol=1e-2, rtol=1e-2)
+        outside_ok(c)
+    # Window 7 over the last 20 of 300 tokens: keys from 274 on.
+    c = Case(g, [300, 90], [20, 20], np.random.default_rng(31), window=7)
+    c.table[0, :274 // g.bs] = -5
+    c.table[0, 274 // g.bs - 1] = 1 << 30
+    c.run(k)
+    c.check()
+    c = Case(g, [100, 50], [100, 10], np.random.default_rng(32))
+    c.seq_lens[0] = c.max_blocks * g.bs + 5
+    c.run(k)
+    assert c.flag[0] == 1
+    outside_ok(c)
+    c = Case(g, [5, 40], [20, 64], np.random.default_rng(33), window=3)
+    c.run(k)
+    c.check()
+
+
 @pytest.mark.parametrize("case", ["decode", "decode_split",
                                   "mtp3_split_window", "mixed_q"])
 @pytest.mark.parametrize("geo", [n for n in GEOS if n != "over_4gib"])
