@@ -141,12 +141,33 @@ _FP8 = tuple(getattr(torch, n) for n in FP8_TORCH if hasattr(torch, n))
 #: split from the plans this module hands it (_prefill_min_tokens).
 PREFILL_MIN_ROWS = 128
 
+#: On CUDA devices also: one sequence of the longest query's length gives
+#: the prefill kernel at least this many CTAs (num_kv_heads x its 64-row
+#: tiles), about one per SM of an H100 / H200 (132). The prefill plan never
+#: splits a context, so a short query over a long context on few CTAs
+#: (batch-1 speculative verification of 8 tokens at G = 16 is 128 rows: 8
+#: CTAs for MiMo) would walk all its keys on a few SMs, where the decode
+#: plan splits them over the GPU. The rule reads no batch size: a batch of
+#: many such queries takes the decode kernel too. Not measured; tune with
+#: PREFILL_MIN_ROWS.
+PREFILL_MIN_CTAS = 128
+
+#: Query rows of one prefill-plan CTA (128 threads: 4 warps x 16 rows).
+_PREFILL_CTA_ROWS = 64
+
 
 def _prefill_min_tokens(q, k):
     """The smallest min(max_seqlen_q, num_tokens) that takes the prefill
-    kernel for q's and k's heads: ceil(PREFILL_MIN_ROWS / G)."""
-    g = max(1, q.shape[1] // k.shape[2])
-    return -(-PREFILL_MIN_ROWS // g)
+    kernel for q's and k's heads: ceil(PREFILL_MIN_ROWS / G) and, on CUDA
+    devices, the smallest m with num_kv_heads x ceil(m G / 64) >=
+    PREFILL_MIN_CTAS."""
+    h = max(1, k.shape[2])
+    g = max(1, q.shape[1] // h)
+    m = -(-PREFILL_MIN_ROWS // g)
+    if q.device.type == "cuda":
+        tiles = -(-PREFILL_MIN_CTAS // h)  # 64-row tiles per kv head
+        m = max(m, (tiles - 1) * _PREFILL_CTA_ROWS // g + 1)
+    return m
 
 
 def _uses_prefill(q, k, max_seqlen_q):

@@ -1210,3 +1210,29 @@ def test_cuda_graphs_at_several_batch_sizes(q_len):
             other.check()
     for c in cases.values():
         c.check()
+
+
+def test_prefill_threshold_on_cuda_needs_enough_ctas():
+    """On CUDA the prefill kernel also needs PREFILL_MIN_CTAS CTAs from one
+    sequence: MiMo (64 q / 4 kv heads, G 16) takes it from 125 tokens (4 x
+    32 tiles of 64 rows), not from 8 (a batch-1 verification: 8 CTAs);
+    Llama (32 / 8, G 4) from 241 tokens (8 x 16 tiles); on the CPU the rows
+    alone decide (8 and 32 tokens). Shapes only: stand-ins, no tensors."""
+    from types import SimpleNamespace as NS
+    from kvgen import _torch_attention as ua
+
+    def q_k(hq, h, dev):
+        return (NS(shape=(1, hq, 128), device=NS(type=dev)),
+                NS(shape=(10, 16, h, 128)))
+    assert ua._prefill_min_tokens(*q_k(64, 4, "cpu")) == 8
+    assert ua._prefill_min_tokens(*q_k(64, 4, "cuda")) == 125
+    assert ua._prefill_min_tokens(*q_k(32, 8, "cpu")) == 32
+    assert ua._prefill_min_tokens(*q_k(32, 8, "cuda")) == 241
+    for hq, h in ((64, 4), (32, 8), (8, 8), (64, 8), (16, 1)):
+        q, k = q_k(hq, h, "cuda")
+        m = ua._prefill_min_tokens(q, k)
+        g = hq // h
+        ctas = lambda n: h * -(-n * g // 64)  # noqa: E731
+        assert ctas(m) >= ua.PREFILL_MIN_CTAS and m * g >= ua.PREFILL_MIN_ROWS
+        assert m == 1 or ctas(m - 1) < ua.PREFILL_MIN_CTAS or \
+            (m - 1) * g < ua.PREFILL_MIN_ROWS
