@@ -59,8 +59,12 @@ public:
   virtual Status copy(void *dst, const void *src, uint64_t bytes,
                       kvgen_copy_kind kind) = 0;
   virtual Status synchronize() = 0;
-  /// Loads `binary` and looks up the kernel `entry`.
+  /// Loads `binary` and looks up the kernel `entry`, whose every launch
+  /// gets `dynamicSmemBytes` of dynamic shared memory (LaunchGeometry's
+  /// dynamicSmemBytes; 0: none). Fails if the device cannot give a CTA
+  /// that much.
   virtual Status load(const std::string &binary, const std::string &entry,
+                      uint32_t dynamicSmemBytes,
                       std::unique_ptr<LoadedModule> *out) = 0;
 };
 

@@ -37,6 +37,13 @@ using CUdeviceptr = unsigned long long; // 64-bit device address
 constexpr int kCuAttrComputeCapabilityMajor = 75;
 constexpr int kCuAttrComputeCapabilityMinor = 76;
 
+// CUfunction_attribute CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: the
+// dynamic shared memory a launch of the function may ask for (default 48
+// KiB; more only after cuFuncSetAttribute raises it).
+constexpr int kCuFuncAttributeMaxDynamicSharedSizeBytes = 8;
+/// Dynamic shared memory any kernel may use without opting in.
+constexpr uint32_t kCudaDefaultDynamicSmem = 48 * 1024;
+
 // cuLaunchKernelEx (CUDA 12.0+ drivers): the launch configuration and its
 // attributes (CUlaunchConfig, CUlaunchAttribute, CUlaunchAttributeValue of
 // cuda.h; the value is a 64-byte union after the 4-byte id and 4 bytes of
@@ -88,6 +95,7 @@ struct CudaDriver {
   CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule,
                                   const char *) = nullptr;
   CUresult (*cuModuleUnload)(CUmodule) = nullptr;
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int) = nullptr;
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
                              unsigned, unsigned, unsigned, CUstream, void **,
                              void **) = nullptr;
@@ -134,6 +142,7 @@ const CudaDriver &cudaDriver() {
     d.lib.sym("cuModuleLoadData", &d.cuModuleLoadData, &missing);
     d.lib.sym("cuModuleGetFunction", &d.cuModuleGetFunction, &missing);
     d.lib.sym("cuModuleUnload", &d.cuModuleUnload, &missing);
+    d.lib.sym("cuFuncSetAttribute", &d.cuFuncSetAttribute, &missing);
     d.lib.sym("cuLaunchKernel", &d.cuLaunchKernel, &missing);
     d.lib.sym("cuGetErrorString", &d.cuGetErrorString, &missing);
     d.lib.sym("cuMemAlloc_v2", &d.cuMemAlloc, &missing);
@@ -245,9 +254,12 @@ class CudaModule : public LoadedModule {
 public:
   /// `pdl`: the kernel's programmatic-dependent-launch entry (Launch.h
   /// kDependentLaunchEntrySuffix), or null when the module has none.
+  /// `dynamicSmem`: the sharedMemBytes of every launch (the function is
+  /// opted in where it exceeds 48 KiB; CudaBackend::load).
   CudaModule(CUcontext ctx, CUmodule m, CUfunction f, CUfunction pdl,
-             std::string entry)
-      : ctx_(ctx), module_(m), fn_(f), pdl_(pdl), entry_(std::move(entry)) {}
+             std::string entry, uint32_t dynamicSmem)
+      : ctx_(ctx), module_(m), fn_(f), pdl_(pdl), entry_(std::move(entry)),
+        dynamicSmem_(dynamicSmem) {}
   ~CudaModule() override {
     const CudaDriver &d = cudaDriver();
     CtxScope scope(d, ctx_);
@@ -285,6 +297,7 @@ public:
       config.gridDimY = config.gridDimZ = 1;
       config.blockDimX = blockX;
       config.blockDimY = config.blockDimZ = 1;
+      config.sharedMemBytes = dynamicSmem_;
       config.hStream = static_cast<CUstream>(stream);
       config.attrs = &attr;
       config.numAttrs = 1;
@@ -297,7 +310,7 @@ public:
       return Status::ok();
     }
     CUresult r =
-        d.cuLaunchKernel(fn_, gridX, 1, 1, blockX, 1, 1, 0,
+        d.cuLaunchKernel(fn_, gridX, 1, 1, blockX, 1, 1, dynamicSmem_,
                          static_cast<CUstream>(stream), params, nullptr);
     if (r != kCudaSuccess)
       return Status::error(KVGEN_ERROR_LAUNCH,
@@ -311,6 +324,7 @@ private:
   CUfunction fn_;
   CUfunction pdl_;
   std::string entry_;
+  uint32_t dynamicSmem_;
 };
 
 class CudaBackend : public Backend {
@@ -453,6 +467,7 @@ public:
   }
 
   Status load(const std::string &binary, const std::string &entry,
+              uint32_t dynamicSmemBytes,
               std::unique_ptr<LoadedModule> *out) override {
     if (!ctx_)
       return Status::error(KVGEN_ERROR_COMPILE_ONLY,
@@ -478,7 +493,27 @@ public:
             &pdl, m, (entry + kDependentLaunchEntrySuffix).c_str()) !=
         kCudaSuccess)
       pdl = nullptr;
-    *out = std::make_unique<CudaModule>(ctx_, m, f, pdl, entry);
+    // Above 48 KiB of dynamic shared memory the function (and its
+    // programmatic-dependent-launch entry) must be opted in.
+    if (dynamicSmemBytes > kCudaDefaultDynamicSmem)
+      for (CUfunction fn : {f, pdl}) {
+        if (!fn)
+          continue;
+        r = d.cuFuncSetAttribute(fn, kCuFuncAttributeMaxDynamicSharedSizeBytes,
+                                 int(dynamicSmemBytes));
+        if (r != kCudaSuccess) {
+          d.cuModuleUnload(m);
+          return Status::error(
+              KVGEN_ERROR_LOAD,
+              fmt::format("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES "
+                          "= {}) of '{}' failed: {} (the kernel's "
+                          "dynamic_smem_bytes exceed what this device gives "
+                          "a CTA)",
+                          dynamicSmemBytes, entry, d.describe(r)));
+        }
+      }
+    *out =
+        std::make_unique<CudaModule>(ctx_, m, f, pdl, entry, dynamicSmemBytes);
     return Status::ok();
   }
 

@@ -294,8 +294,8 @@ private:
 
 class HipModule : public LoadedModule {
 public:
-  HipModule(int device, hipModule m, hipFunction f)
-      : device_(device), module_(m), fn_(f) {}
+  HipModule(int device, hipModule m, hipFunction f, uint32_t dynamicSmem)
+      : device_(device), module_(m), fn_(f), dynamicSmem_(dynamicSmem) {}
   ~HipModule() override {
     DeviceScope scope(hip(), device_);
     hip().hipModuleUnload(module_);
@@ -310,8 +310,8 @@ public:
     size_t size = argsSize;
     void *extra[] = {kHipLaunchParamBufferPointer, const_cast<void *>(args),
                      kHipLaunchParamBufferSize, &size, kHipLaunchParamEnd};
-    hipError e = h.hipModuleLaunchKernel(fn_, gridX, 1, 1, blockX, 1, 1, 0,
-                                         stream, nullptr, extra);
+    hipError e = h.hipModuleLaunchKernel(fn_, gridX, 1, 1, blockX, 1, 1,
+                                         dynamicSmem_, stream, nullptr, extra);
     if (e != kHipSuccess)
       return Status::error(KVGEN_ERROR_LAUNCH,
                            "hipModuleLaunchKernel failed: " + h.describe(e));
@@ -322,6 +322,7 @@ private:
   int device_;
   hipModule module_;
   hipFunction fn_;
+  uint32_t dynamicSmem_; ///< sharedMemBytes of every launch
 };
 
 class HipBackend : public Backend {
@@ -466,7 +467,10 @@ public:
                  KVGEN_ERROR_LAUNCH);
   }
 
+  /// Dynamic LDS up to the workgroup's 64 KiB needs no opt-in: every launch
+  /// passes dynamicSmemBytes (the manifest validator bounds it).
   Status load(const std::string &binary, const std::string &entry,
+              uint32_t dynamicSmemBytes,
               std::unique_ptr<LoadedModule> *out) override {
     if (device_ < 0)
       return Status::error(KVGEN_ERROR_COMPILE_ONLY,
@@ -486,7 +490,7 @@ public:
                            fmt::format("hipModuleGetFunction('{}') failed: {}",
                                        entry, h.describe(e)));
     }
-    *out = std::make_unique<HipModule>(device_, m, f);
+    *out = std::make_unique<HipModule>(device_, m, f, dynamicSmemBytes);
     return Status::ok();
   }
 

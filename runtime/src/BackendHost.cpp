@@ -118,7 +118,9 @@ public:
   }
   Status synchronize() override { return Status::ok(); }
 
-  Status load(const std::string &binary, const std::string &entry,
+  /// Dynamic shared memory is the kernel's own buffer here
+  /// (target_host.h KVGEN_DYNAMIC_SHARED): nothing to set up.
+  Status load(const std::string &binary, const std::string &entry, uint32_t,
               std::unique_ptr<LoadedModule> *out) override {
     if (compileOnly_)
       return Status::error(KVGEN_ERROR_COMPILE_ONLY,

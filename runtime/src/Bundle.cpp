@@ -109,6 +109,14 @@ std::optional<std::string> validateEntry(const KernelEntry &e) {
                          "grid dependency control (sm_90+), not {}",
                          e.name, e.target);
   }
+  if (g.dynamicSmemBytes > 0) {
+    std::optional<Target> t = parseTarget(e.target);
+    if (t && g.dynamicSmemBytes > t->info->maxDynamicSmemBytes)
+      return fmt::format("kernel '{}': dynamic_smem_bytes {} exceed the {} "
+                         "bytes of dynamic shared memory a CTA of {} may use",
+                         e.name, g.dynamicSmemBytes,
+                         t->info->maxDynamicSmemBytes, e.target);
+  }
   if (g.rowsPerCta == 0 && g.splitCtas > 0)
     return fmt::format("kernel '{}': split_ctas {} needs rows_per_cta > 0",
                        e.name, g.splitCtas);

@@ -417,7 +417,8 @@ Status kvgen_context_s::obtain(const KernelEntry &e, const std::string &source,
     return st;
   if (backend->canLaunch()) {
     auto start = std::chrono::steady_clock::now();
-    st = backend->load(binary, e.name, &k->module);
+    st = backend->load(binary, e.name, uint32_t(e.geometry.dynamicSmemBytes),
+                       &k->module);
     if (!st.isOk() && fromDisk) {
       // A verified entry that does not load (e.g. written by a broken
       // compiler): replace it once.
@@ -433,7 +434,8 @@ Status kvgen_context_s::obtain(const KernelEntry &e, const std::string &source,
         ++evictions;
       st = getBinary(e, source, key, true, &binary, &fromDisk);
       if (st.isOk())
-        st = backend->load(binary, e.name, &k->module);
+        st = backend->load(binary, e.name,
+                           uint32_t(e.geometry.dynamicSmemBytes), &k->module);
     }
     lastLoadMs = msSince(start);
     if (!st.isOk())

@@ -38,11 +38,11 @@ pytestmark = pytest.mark.skipif(
 # kvgen_generated_kernel of generator_abi.h, API version GENERATED_API (the
 # test asserts the library's version, so a changed struct fails here instead
 # of the library writing past a stale mirror).
-GENERATED_API = 3
+GENERATED_API = 4
 _GEOMETRY = ("threads", "tokens_per_cta", "vector_bytes", "small_max_tokens",
              "small_threads", "rows_per_cta", "row_group", "item_ctas",
              "split_ctas", "split_min_tokens", "split_align", "partial_bytes",
-             "dependent_launch")
+             "dependent_launch", "dynamic_smem_bytes")
 
 
 class Generated(ctypes.Structure):

@@ -358,6 +358,70 @@ TEST(Manifest, RoundTripsDependentLaunchOnSm90Only) {
   EXPECT_NE(err.find("dependent_launch"), std::string::npos) << err;
 }
 
+TEST(Manifest, RoundTripsDynamicSmemWithinTheTargetsLimit) {
+  KernelEntry e;
+  e.name = "prefill";
+  e.target = "sm_90";
+  e.spec = KernelSpec::make(KernelOp::Gather, test::mimoLayout());
+  e.geometry.threads = 128;
+  e.geometry.tokensPerCta = 1;
+  e.geometry.vectorBytes = 16;
+  e.geometry.rowsPerCta = 64;
+  e.geometry.rowGroup = 16;
+  e.geometry.itemCtas = 4;
+  e.source = "prefill.cu";
+  // Absent by default.
+  EXPECT_EQ(formatManifest({e}).find("dynamic_smem_bytes"), std::string::npos);
+  // MiMo's prefill tiles: 2 stages x 64 tokens x (448 + 272) bytes.
+  e.geometry.dynamicSmemBytes = 92160;
+  ASSERT_FALSE(validateEntry(e).has_value()) << *validateEntry(e);
+  std::string text = formatManifest({e});
+  EXPECT_NE(text.find("dynamic_smem_bytes = 92160\n"), std::string::npos)
+      << text;
+  std::vector<KernelEntry> out;
+  std::string err;
+  ASSERT_TRUE(parseManifest(text, &out, &err)) << err;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].geometry.dynamicSmemBytes, 92160);
+  EXPECT_EQ(formatManifest(out), text);
+  // Each target's limit is accepted, one byte more refused with both
+  // numbers named.
+  for (const auto &[t, most] :
+       {std::pair<const char *, int>{"sm_90", 227 * 1024},
+        {"sm_80", 163 * 1024},
+        {"sm_89", 99 * 1024},
+        {"gfx90a", 64 * 1024},
+        {"gfx942:sramecc+:xnack-", 64 * 1024}}) {
+    e.target = t;
+    e.geometry.dynamicSmemBytes = most;
+    EXPECT_FALSE(validateEntry(e).has_value()) << t << *validateEntry(e);
+    e.geometry.dynamicSmemBytes = most + 1;
+    ASSERT_TRUE(validateEntry(e).has_value()) << t;
+    EXPECT_NE(validateEntry(e)->find(
+                  "dynamic_smem_bytes " + std::to_string(most + 1) +
+                  " exceed the " + std::to_string(most) +
+                  " bytes of dynamic shared memory a CTA of " + t + " may use"),
+              std::string::npos)
+        << *validateEntry(e);
+  }
+  // The host has no limit but int's.
+  e.target = "host";
+  e.geometry.dynamicSmemBytes = 1 << 30;
+  EXPECT_FALSE(validateEntry(e).has_value()) << *validateEntry(e);
+  // Parsing applies the same rules: MiMo's 92160 bytes on gfx90a.
+  std::string gfx = text;
+  gfx.replace(gfx.find("target = sm_90"), 14, "target = gfx90a");
+  EXPECT_FALSE(parseManifest(gfx, &out, &err));
+  EXPECT_NE(err.find("dynamic_smem_bytes 92160 exceed the 65536"),
+            std::string::npos)
+      << err;
+  // Negative: refused as every optional field.
+  e.geometry.dynamicSmemBytes = -16;
+  ASSERT_TRUE(validateEntry(e).has_value());
+  EXPECT_NE(validateEntry(e)->find("dynamic_smem_bytes -16 must be >= 0"),
+            std::string::npos);
+}
+
 TEST(Manifest, IgnoresCommentsAndKeyOrder) {
   // Options may come anywhere after `op` (here before `layout` and
   // `target`), in any order among themselves.

@@ -38,7 +38,8 @@ namespace kvgen {
   X(split_min_tokens, splitMinTokens)                                          \
   X(split_align, splitAlign)                                                   \
   X(partial_bytes, partialBytes)                                               \
-  X(dependent_launch, dependentLaunch)
+  X(dependent_launch, dependentLaunch)                                         \
+  X(dynamic_smem_bytes, dynamicSmemBytes)
 
 #ifndef KVGEN_DEVICE_EMBED
 /// A kernel whose plan has dependent_launch has a second entry, its name
@@ -84,7 +85,45 @@ struct LaunchGeometry {
   /// (KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT, kvgen.h), which launches that
   /// entry. 0 or 1.
   int dependentLaunch = 0;
+  /// Bytes of dynamic shared memory per CTA (0: none): the runtime launches
+  /// every CTA with this much (CUDA: sharedMemBytes, opting the function in
+  /// above 48 KiB; HIP: sharedMemBytes; host: the kernel's own buffer). At
+  /// most the target's TargetInfo::maxDynamicSmemBytes.
+  int dynamicSmemBytes = 0;
 };
+
+/// The K/V tiles of a prefill CTA in shared memory (paged attention's
+/// prefill plans; codegen/prelude/attention_shape.h AttnTile): the bytes of
+/// one token's K row and V row there, rows of `headBytes` bytes (head size
+/// x cache element bytes, >= 1) padded to 16 bytes and then so that the
+/// fragment loads meet few bank conflicts (K rows 64 bytes modulo 128
+/// apart, V rows 16 modulo 64). kv-plan sizes dynamic_smem_bytes with these
+/// and the prelude lays the tiles out with them: one formula for both.
+KVGEN_HD constexpr int attnTileKRowBytes(int headBytes) {
+  return (headBytes + 15) / 16 * 16 +
+         (64 - (headBytes + 15) / 16 * 16 % 128 + 128) % 128;
+}
+KVGEN_HD constexpr int attnTileVRowBytes(int headBytes) {
+  return (headBytes + 15) / 16 * 16 +
+         (16 - (headBytes + 15) / 16 * 16 % 64 + 64) % 64;
+}
+/// One token's K and V rows there (head sizes x element bytes).
+KVGEN_HD constexpr int64_t attnTileTokenBytes(int kHeadBytes, int vHeadBytes) {
+  return int64_t(attnTileKRowBytes(kHeadBytes)) + attnTileVRowBytes(vHeadBytes);
+}
+/// Tokens per K/V tile of a prefill CTA whose tokens take `tokenBytes` of
+/// shared memory each (K row + V row above) within `budget` bytes: the
+/// most of 64, 32, 16 whose two stages fit, else 16 (one stage).
+KVGEN_HD constexpr int attnTileTokens(int64_t tokenBytes, int64_t budget) {
+  return 2 * 64 * tokenBytes <= budget   ? 64
+         : 2 * 32 * tokenBytes <= budget ? 32
+                                         : 16;
+}
+/// Stages (buffers) of those tiles: 2 where they fit, else 1.
+KVGEN_HD constexpr int attnTileStages(int64_t tokenBytes, int tileTokens,
+                                      int64_t budget) {
+  return 2 * tileTokens * tokenBytes <= budget ? 2 : 1;
+}
 
 /// The most cache elements one CTA may move: a kernel numbers the accesses
 /// of its CTA in 32-bit ints (codegen/prelude/kernels.h: AccessMap,

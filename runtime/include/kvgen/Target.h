@@ -69,6 +69,14 @@ struct TargetInfo {
   /// class (128) for sm_89, MI250X per GCD (110), MI300X (304), MI355X
   /// (256); 4 for the host (so small host tests split).
   int multiprocessors;
+  /// The most dynamic shared memory (LDS) one CTA may use, in bytes: what
+  /// a kernel's dynamic_smem_bytes (Launch.h) may ask for. sm_80 163 KiB,
+  /// sm_89 99 KiB, sm_90 227 KiB (CUDA C++ Programming Guide, "Technical
+  /// Specifications per Compute Capability": maximum shared memory per
+  /// block, opted in with cudaFuncAttributeMaxDynamicSharedMemorySize);
+  /// CDNA 64 KiB (LDS per workgroup); the host any (INT32_MAX: a static
+  /// buffer of the kernel).
+  int maxDynamicSmemBytes;
   /// The prelude simulates 64-lane wavefronts and their MFMA (not a
   /// hardware capability): the host target, so that tests run the AMD
   /// kernels' MFMA path there; kv-plan plans it only when asked (mfma=1).

@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 /** Bumped when a declaration below changes. */
-#define KVGEN_GENERATOR_API_VERSION 3
+#define KVGEN_GENERATOR_API_VERSION 4
 
 /** The file name the runtime looks for. */
 #define KVGEN_GENERATOR_LIBRARY_NAME "libkvgen-generator.so"
@@ -44,7 +44,8 @@ typedef struct kvgen_generated_kernel {
   int32_t small_max_tokens;
   int32_t small_threads;
   /* LaunchGeometry's KVGEN_OPTIONAL_GEOMETRY members, in that order: row
-   * tiles and split-KV (API version 2), dependent_launch (version 3). */
+   * tiles and split-KV (API version 2), dependent_launch (version 3),
+   * dynamic_smem_bytes (version 4). */
   int32_t rows_per_cta;
   int32_t row_group;
   int32_t item_ctas;
@@ -53,6 +54,7 @@ typedef struct kvgen_generated_kernel {
   int32_t split_align;
   int32_t partial_bytes;
   int32_t dependent_launch;
+  int32_t dynamic_smem_bytes;
 } kvgen_generated_kernel;
 
 /** KVGEN_GENERATOR_API_VERSION of the library. */
