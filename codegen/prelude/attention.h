@@ -1115,7 +1115,8 @@ template <class L, class P, class O> struct AttnEntry<L, P, O, true> {
   static KVGEN_DEVICE inline void run(const kvgen_paged_attention_args &a,
                                       const SideMap &kMap,
                                       const SideMap &vMap, bool aligned) {
-    KVGEN_SHARED AttnTileSmem<AttnShape<L, P, O> > sm;
+    AttnTileSmem<AttnShape<L, P, O> > &sm =
+        AttnTileStorage<AttnShape<L, P, O> >::get();
     if (aligned)
       attentionTileCta<L, P, O, true>(a, kMap, vMap, sm);
     else

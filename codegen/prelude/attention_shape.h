@@ -31,6 +31,20 @@ template <class C, class IO> struct AttnMmaType {
 #endif
 };
 
+/// The prefill tiles of plan P: its tile_tokens, tile_stages and
+/// dynamic_smem_bytes where it has them (convert-kv-to-emitc writes them
+/// for prefill plans only), else 0 (no dynamic shared memory).
+template <class P, class = void> struct PlanTiles {
+  enum { tokens = 0, stages = 0, smem = 0 };
+};
+template <class P> struct PlanTiles<P, decltype(void(P::tile_tokens))> {
+  enum {
+    tokens = P::tile_tokens,
+    stages = P::tile_stages,
+    smem = P::dynamic_smem_bytes
+  };
+};
+
 template <class L, class P, class O> struct AttnShape {
   typedef typename O::io io;
   typedef typename ConvertTag<typename L::cache, P::hw_fp8>::type cache;
@@ -75,7 +89,12 @@ template <class L, class P, class O> struct AttnShape {
 #endif
     /// The MMAs on MFMA (the plan's mfma): the two warps of a 64-lane
     /// wavefront run every loop iteration together.
-    MFMA = P::mfma
+    MFMA = P::mfma,
+    /// The plan's prefill tiles (tokens, stages) and their dynamic shared
+    /// memory; 0: AttnTile's static choice.
+    TILE_TOKENS = PlanTiles<P>::tokens,
+    TILE_STAGES = PlanTiles<P>::stages,
+    DYNAMIC_SMEM = PlanTiles<P>::smem
   };
   static_assert(P::threads % 32 == 0, "whole warps");
 #ifndef KVGEN_MFMA
@@ -103,6 +122,7 @@ template <class P> KVGEN_DEVICE inline LaunchGeometry planGeometry() {
   g.splitMinTokens = P::split_min_tokens;
   g.splitAlign = P::split_align;
   g.partialBytes = P::partial_bytes;
+  g.dynamicSmemBytes = PlanTiles<P>::smem;
   return g;
 }
 
@@ -142,33 +162,38 @@ KVGEN_DEVICE inline void loadCoherentRun(const float *p, float *v) {
 /// The K/V tiles of a prefill CTA (S::TILED) in shared memory: STAGES
 /// buffers of KT tokens, each token's K row (HK elements) at KROW elements
 /// from the previous one, its V row (HV) at VROW. Row strides are padded
-/// so that the fragment loads (attention.h) meet few bank conflicts: a
-/// quad of lanes reads 4 x 16 consecutive bytes of a K row and the next
-/// lane group the next row, so K rows lie 64 bytes modulo 128 apart (no
-/// conflict); the lanes of a V load read rows 2q and 2q + 1 at columns
-/// g NT: 16 bytes modulo 64 apart (two-way). The tiles use at most
-/// kAttnTileSmemBytes (48 KiB, the static shared memory every NVIDIA and
-/// AMD target gives a CTA without opting in, less 1 KiB): KT = 64, 32 or
-/// 16 tokens with two stages where they fit, else one stage of 16.
+/// (kvgen/Launch.h attnTileKRowBytes / attnTileVRowBytes) so that the
+/// fragment loads (attention.h) meet few bank conflicts: a quad of lanes
+/// reads 4 x 16 consecutive bytes of a K row and the next lane group the
+/// next row, so K rows lie 64 bytes modulo 128 apart (no conflict); the
+/// lanes of a V load read rows 2q and 2q + 1 at columns g NT: 16 bytes
+/// modulo 64 apart (two-way). KT and STAGES are the plan's (tile_tokens,
+/// tile_stages: kv-plan sized them for the target's dynamic shared memory,
+/// dynamic_smem_bytes); a plan without them gets KT = 64, 32 or 16 tokens
+/// with two stages where they fit in kAttnTileSmemBytes (48 KiB, the
+/// static shared memory every NVIDIA and AMD target gives a CTA without
+/// opting in, less 1 KiB), else one stage of 16 (kvgen/Launch.h
+/// attnTileTokens / attnTileStages, kv-plan's rule).
 enum { kAttnTileSmemBytes = 47 * 1024 };
 template <class S> struct AttnTile {
   typedef typename S::CS CS;
   enum {
     CSB = int(sizeof(CS)),
-    KB0 = (S::HK * CSB + 15) / 16 * 16,
-    VB0 = (S::HV * CSB + 15) / 16 * 16,
-    KROWB = KB0 + (64 - KB0 % 128 + 128) % 128,
-    VROWB = VB0 + (16 - VB0 % 64 + 64) % 64,
+    KROWB = attnTileKRowBytes(S::HK * CSB),
+    VROWB = attnTileVRowBytes(S::HV * CSB),
     KROW = KROWB / CSB,
     VROW = VROWB / CSB,
     TOKB = KROWB + VROWB,
-    KT = 2 * 64 * TOKB <= kAttnTileSmemBytes   ? 64
-         : 2 * 32 * TOKB <= kAttnTileSmemBytes ? 32
-                                               : 16,
-    STAGES = 2 * KT * TOKB <= kAttnTileSmemBytes ? 2 : 1
+    KT = S::TILE_TOKENS > 0 ? int(S::TILE_TOKENS)
+                            : attnTileTokens(TOKB, kAttnTileSmemBytes),
+    STAGES = S::TILE_TOKENS > 0 ? int(S::TILE_STAGES)
+                                : attnTileStages(TOKB, KT, kAttnTileSmemBytes),
+    BYTES = STAGES * KT * TOKB
   };
-  static_assert(STAGES * KT * TOKB <= kAttnTileSmemBytes,
+  static_assert(S::TILE_TOKENS > 0 || int(BYTES) <= int(kAttnTileSmemBytes),
                 "K and V rows of 16 tokens exceed the CTA's shared memory");
+  static_assert(S::DYNAMIC_SMEM == 0 || int(S::DYNAMIC_SMEM) == int(BYTES),
+                "the plan's dynamic_smem_bytes must be the tiles' bytes");
 };
 
 /// The shared memory of a prefill CTA: the K/V stages.
@@ -176,6 +201,25 @@ template <class S> struct AttnTileSmem {
   typedef AttnTile<S> T;
   __attribute__((aligned(16))) typename S::CS k[T::STAGES][T::KT * T::KROW];
   __attribute__((aligned(16))) typename S::CS v[T::STAGES][T::KT * T::VROW];
+};
+/// Where a prefill CTA's tiles live: in static shared memory, or (the
+/// plan's dynamic_smem_bytes > 0) at the start of the CTA's dynamic shared
+/// memory (KVGEN_DYNAMIC_SHARED: the runtime launches with that many
+/// bytes), which holds exactly them.
+template <class S, bool DYNAMIC = (S::DYNAMIC_SMEM > 0)>
+struct AttnTileStorage {
+  static KVGEN_DEVICE inline AttnTileSmem<S> &get() {
+    KVGEN_SHARED AttnTileSmem<S> sm;
+    return sm;
+  }
+};
+template <class S> struct AttnTileStorage<S, true> {
+  static_assert(int(sizeof(AttnTileSmem<S>)) == int(S::DYNAMIC_SMEM),
+                "the plan's dynamic_smem_bytes must be sizeof(AttnTileSmem)");
+  static KVGEN_DEVICE inline AttnTileSmem<S> &get() {
+    KVGEN_DYNAMIC_SHARED(kvgenDynamicSmem, S::DYNAMIC_SMEM);
+    return *reinterpret_cast<AttnTileSmem<S> *>(kvgenDynamicSmem);
+  }
 };
 
 /// The shared memory of an attention CTA.

@@ -50,6 +50,12 @@ __attribute__((device)) inline void kvgenLaunchDependents() {}
 // where the plan says mfma) or emulated with ds_bpermute and FMAs
 // (kvgenMma16816: correct, not fast).
 #define KVGEN_SHARED __attribute__((shared))
+/// A kernel's dynamic shared memory (LDS; the plan's dynamic_smem_bytes,
+/// which the runtime passes as the launch's sharedMemBytes): `unsigned
+/// char NAME[]`, 16-byte aligned.
+#define KVGEN_DYNAMIC_SHARED(NAME, BYTES)                                      \
+  extern __attribute__((shared))                                               \
+  __attribute__((aligned(16))) unsigned char NAME[]
 namespace kvgen {
 __attribute__((device)) inline void kvgenSyncThreads() {
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");

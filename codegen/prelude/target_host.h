@@ -54,6 +54,11 @@ inline void kvgenLaunchDependents() {}
 /// Shared memory of a CTA: one object per kernel instantiation, which the
 /// fibers of the running CTA share (CTAs run one at a time).
 #define KVGEN_SHARED static thread_local
+/// A kernel's dynamic shared memory (the plan's dynamic_smem_bytes):
+/// `unsigned char NAME[]`, 16-byte aligned, BYTES long (here a buffer of
+/// the kernel's own, as KVGEN_SHARED).
+#define KVGEN_DYNAMIC_SHARED(NAME, BYTES)                                      \
+  static thread_local __attribute__((aligned(16))) unsigned char NAME[BYTES]
 
 #if !defined(__x86_64__)
 #error "kvgen host kernels: the fiber switch of target_host.h is x86-64 only"

@@ -328,6 +328,11 @@ __device__ inline void kvgenBulkStoreWaitRead() {
 #else
 #define KVGEN_SHARED __attribute__((shared))
 #endif
+/// A kernel's dynamic shared memory (the plan's dynamic_smem_bytes, which
+/// the runtime passes as the launch's sharedMemBytes, opting the function
+/// in above 48 KiB): `unsigned char NAME[]`, 16-byte aligned.
+#define KVGEN_DYNAMIC_SHARED(NAME, BYTES)                                      \
+  extern KVGEN_SHARED __attribute__((aligned(16))) unsigned char NAME[]
 namespace kvgen {
 __device__ inline void kvgenSyncThreads() {
   asm volatile("bar.sync 0;" ::: "memory");

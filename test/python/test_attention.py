@@ -189,9 +189,81 @@ def ctx_prefill(tmp_path_factory, kvgen_cli, kernel_cache):
     sources = [f for f in bundle.iterdir() if f.suffix == ".cpp"]
     assert len(sources) == len(GEOS)
     for f in sources:
-        assert "rows_per_cta = 64" in f.read_text(), f
+        text = f.read_text()
+        assert "rows_per_cta = 64" in text, f
+        # The host plan's tiles: 64 tokens in 2 stages of dynamic shared
+        # memory (the most kv-plan chooses; sequences here are longer).
+        assert "tile_tokens = 64, tile_stages = 2, dynamic_smem_bytes = " \
+            in text, f
     yield c
     c.close()
+
+
+def planned_tile_bytes(hk, hv, elem, most):
+    """The prefill tiles' (tokens, stages, bytes) kv-plan should choose: K
+    rows padded to 16 bytes and then to 64 modulo 128, V rows to 16 modulo
+    64; 64 / 32 / 16 tokens in 2 stages where they fit in `most`, else 16
+    in 1 (restated here as the test's oracle)."""
+    k = -(-hk * elem // 16) * 16
+    k += (64 - k % 128 + 128) % 128
+    v = -(-hv * elem // 16) * 16
+    v += (16 - v % 64 + 64) % 64
+    tokens = next((t for t in (64, 32) if 2 * t * (k + v) <= most), 16)
+    stages = 2 if 2 * tokens * (k + v) <= most else 1
+    return tokens, stages, stages * tokens * (k + v)
+
+
+@pytest.mark.parametrize("hk,hv,dtype,elem", [
+    (192, 128, "bf16", 2),  # MiMo: 92160 bytes; gfx90a 32 tokens
+    (128, 128, "f16", 2),  # Llama
+    (80, 48, "bf16", 2),  # odd sizes: padded rows
+    (64, 256, "f8E4M3FN, scale = per_head", 1),  # V wider, 1-byte
+    (64, 96, "f32", 4),  # V wider, 4-byte
+    (512, 512, "f32", 4),  # 16 tokens exceed gfx90a's LDS: refused
+])
+def test_prefill_dynamic_smem_is_the_tiles_bytes(tmp_path, kvgen_cli,
+                                                 kernel_cache, hk, hv, dtype,
+                                                 elem):
+    """kv-plan's dynamic_smem_bytes for a prefill plan is exactly the
+    prelude's sizeof(AttnTileSmem) (the host compile of each kernel checks
+    that in a static_assert), and is the tiles the oracle above sizes for
+    each target's limit: 64 tokens x 2 stages where they fit (sm_90 227
+    KiB, sm_80 163 KiB, the host), fewer on gfx90a's 64 KiB; a tile of 16
+    tokens beyond the limit is refused."""
+    layout = (f"num_kv_heads = 2, head_size_k = {hk}, head_size_v = {hv}, "
+              f"block_size = 16, dtype = {dtype}")
+    f = tmp_path / "layout.mlir"
+    f.write_text(f"#kv.layout<{layout}>\n")
+    for target, most in (("host", 2**31 - 1), ("sm_90", 227 * 1024),
+                         ("sm_80", 163 * 1024), ("gfx90a", 64 * 1024)):
+        out = tmp_path / target
+        r = subprocess.run(
+            [str(KVGEN), "emit", "--layout", str(f), "--target", target,
+             "--op", "paged_attention", "--num_q_heads", "4", "--prefill",
+             "--bundle", str(out)],
+            capture_output=True, text=True)
+        tokens, stages, size = planned_tile_bytes(hk, hv, elem, most)
+        if size > most:
+            assert r.returncode != 0
+            assert (f"a prefill CTA's K/V tile of 16 tokens takes {size} "
+                    f"bytes of shared memory") in r.stderr, r.stderr
+            assert f"more than the {most} a CTA of target '{target}'" \
+                in r.stderr, r.stderr
+            continue
+        assert r.returncode == 0, r.stdout + r.stderr
+        manifest = (out / "kvgen-manifest.txt").read_text()
+        assert f"dynamic_smem_bytes = {size}\n" in manifest, manifest
+        src = next(p for p in out.iterdir() if p.name != "kvgen-manifest.txt")
+        assert (f"tile_tokens = {tokens}, tile_stages = {stages}, "
+                f"dynamic_smem_bytes = {size};") in src.read_text()
+        if target == "host":
+            c = kvgen.Context("host", cache_dir=kernel_cache)
+            try:
+                c.load_bundle(str(out))
+                name = manifest.split("name = ")[1].split("\n")[0]
+                assert c.kernel_by_name(name).op == "paged_attention"
+            finally:
+                c.close()
 
 
 @pytest.fixture(scope="module")

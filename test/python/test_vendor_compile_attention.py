@@ -91,6 +91,19 @@ def test_attention_kernels_compile(tmp_path, backend, target):
     except (OSError, kvgen.KvgenError) as e:
         pytest.skip(f"{backend} compiler not loadable here: {e}")
     bundle, names = emit_bundle(tmp_path, target)
+    # MiMo's prefill tiles (K 192 / V 128 bf16: 448 + 272 bytes a token)
+    # in dynamic shared memory: 64 tokens x 2 stages = 92160 bytes on
+    # NVIDIA, reduced to 32 x 2 = 46080 within gfx90a's 64 KiB of LDS.
+    entries = (bundle / "kvgen-manifest.txt").read_text().split("[kernel]")
+    mimo = [e for e in entries
+            if "name = kvgen_paged_attention_h4_k192_v128_b16_nhd_sep_bf16_"
+               "io_bf16_num_q_heads64_prefill\n" in e]
+    assert len(mimo) == 1, entries
+    expected = 46080 if target == "gfx90a" else 92160
+    assert f"dynamic_smem_bytes = {expected}\n" in mimo[0], mimo[0]
+    # Decode plans have none.
+    assert all("dynamic_smem_bytes" not in e for e in entries
+               if "_prefill\n" not in e), entries
     ctx.load_bundle(bundle)
     for name in names:
         try:

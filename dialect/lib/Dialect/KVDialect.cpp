@@ -424,7 +424,8 @@ LogicalResult AttentionPlanAttr::verify(
     EmitErrorFn emitError, StringRef target, int64_t vectorBytes,
     int64_t threads, int64_t rowsPerCta, int64_t rowGroup, int64_t itemCtas,
     int64_t splitCtas, int64_t splitMinTokens, int64_t splitAlign,
-    int64_t partialBytes, Alignment, bool hwFp8, bool mfma,
+    int64_t partialBytes, int64_t tileTokens, int64_t tileStages,
+    int64_t dynamicSmemBytes, Alignment, bool hwFp8, bool mfma,
     bool dependentLaunch, int64_t minCtasPerSm) {
   FailureOr<Target> t = verifyPlanBase(emitError, target, vectorBytes, threads,
                                        dependentLaunch, minCtasPerSm, threads);
@@ -451,6 +452,23 @@ LogicalResult AttentionPlanAttr::verify(
     return emitError() << "'split_min_tokens', 'split_align' and "
                           "'partial_bytes' must be 0 (omitted) when "
                           "'split_ctas' is 0";
+  // Prefill tiles: all three or none; the bytes within the target's limit
+  // (the op checks that they are the tiles' bytes for its layout).
+  if (dynamicSmemBytes != 0 || tileTokens != 0 || tileStages != 0) {
+    if (tileTokens != 16 && tileTokens != 32 && tileTokens != 64)
+      return emitError() << "'tile_tokens' must be 16, 32 or 64 (or all of "
+                            "'tile_tokens', 'tile_stages' and "
+                            "'dynamic_smem_bytes' 0), got "
+                         << tileTokens;
+    if (tileStages != 1 && tileStages != 2)
+      return emitError() << "'tile_stages' must be 1 or 2, got " << tileStages;
+    const int64_t most = t->info->maxDynamicSmemBytes;
+    if (dynamicSmemBytes < 1 || dynamicSmemBytes > most)
+      return emitError() << "'dynamic_smem_bytes' = " << dynamicSmemBytes
+                         << " is outside [1, " << most << "], the dynamic "
+                         << "shared memory a CTA of target '" << target
+                         << "' may use";
+  }
   const TargetInfo::Caps &caps = t->caps();
   if (failed(needCapability(emitError, target, "hw_fp8", hwFp8,
                             caps.hwFp8Convert,
@@ -495,6 +513,7 @@ LaunchGeometry AttentionPlanAttr::geometry() const {
   g.splitAlign = int(getSplitAlign());
   g.partialBytes = int(getPartialBytes());
   g.dependentLaunch = getDependentLaunch() ? 1 : 0;
+  g.dynamicSmemBytes = int(getDynamicSmemBytes());
   return g;
 }
 
@@ -722,6 +741,22 @@ LogicalResult PagedAttentionOp::verify() {
       return emitOpError("a prefill plan cannot use mfma (its warps own "
                          "different rows; the MFMA path pairs the two warps "
                          "of a wavefront on the same rows)");
+    // Prefill tiles in dynamic shared memory: exactly the bytes of their
+    // stages (kvgen/Launch.h, the prelude's AttnTileSmem).
+    if (!getPrefill() && (plan.getTileTokens() || plan.getTileStages() ||
+                          plan.getDynamicSmemBytes()))
+      return emitOpError("only a prefill plan has 'tile_tokens', "
+                         "'tile_stages' and 'dynamic_smem_bytes'");
+    if (plan.getTileTokens() > 0) {
+      const int64_t bytes =
+          plan.getTileStages() * plan.getTileTokens() *
+          attnTileTokenBytes(int(l.headSize(kKey) * elementSize(l.dtype)),
+                             int(l.headSize(kValue) * elementSize(l.dtype)));
+      if (plan.getDynamicSmemBytes() != bytes)
+        return emitOpError("plan's 'dynamic_smem_bytes' must be ")
+               << bytes << " (tile_stages x tile_tokens x the K and V rows' "
+               << "bytes of one token), got " << plan.getDynamicSmemBytes();
+    }
     if (plan.getSplitCtas() > 0 &&
         plan.getPartialBytes() != 16 * 4 * getPartialFloatsPerRow())
       return emitOpError("plan's 'partial_bytes' must be ")

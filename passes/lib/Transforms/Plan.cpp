@@ -254,6 +254,26 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
     }
     c.rowsPerCta = 16 * (c.threads / 32);
     splitCtas = 0;
+    // The K/V tiles in dynamic shared memory: 64 tokens in two stages, or
+    // fewer where the target's CTA has no room for them (kvgen/Launch.h,
+    // the rule and row strides the prelude's AttnTile lays them out by).
+    const int64_t elem = elementSize(layout.dtype);
+    const int64_t tokenBytes = attnTileTokenBytes(
+        int(layout.headSize(kKey) * elem), int(layout.headSize(kValue) * elem));
+    const int64_t most = target.info->maxDynamicSmemBytes;
+    c.tileTokens = attnTileTokens(tokenBytes, most);
+    c.tileStages = attnTileStages(tokenBytes, int(c.tileTokens), most);
+    c.dynamicSmemBytes = c.tileStages * c.tileTokens * tokenBytes;
+    if (c.dynamicSmemBytes > most) {
+      if (error)
+        *error = "a prefill CTA's K/V tile of 16 tokens takes " +
+                 std::to_string(c.dynamicSmemBytes) +
+                 " bytes of shared memory (K and V rows of " +
+                 std::to_string(tokenBytes) + " bytes per token), more " +
+                 "than the " + std::to_string(most) + " a CTA of target '" +
+                 target.info->name + "' may use";
+      return failure();
+    }
   }
   c.splitCtas = splitCtas >= 0 ? splitCtas : 2 * target.info->multiprocessors;
   if (c.splitCtas > kMaxSplitCtas)
@@ -369,8 +389,9 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
         return AttentionPlanAttr::getChecked(
             emitError, ctx, StringRef(target), c->vectorBytes, c->threads,
             c->rowsPerCta, c->rowGroup, c->itemCtas, c->splitCtas,
-            c->splitMinTokens, c->splitAlign, c->partialBytes, alignment,
-            c->hwFp8, mfma < 0 ? c->mfma : mfma > 0, dependent, minCtas);
+            c->splitMinTokens, c->splitAlign, c->partialBytes, c->tileTokens,
+            c->tileStages, c->dynamicSmemBytes, alignment, c->hwFp8,
+            mfma < 0 ? c->mfma : mfma > 0, dependent, minCtas);
       }
       llvm_unreachable("unknown op family");
     };

@@ -96,3 +96,47 @@ kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     vector_bytes = 16, threads = 128, rows_per_cta = 16, row_group = 16,
     item_ctas = 4, split_ctas = 264, cache_alignment = proven,
     hw_fp8 = false>}
+
+// -----
+
+// A prefill plan's dynamic shared memory is exactly its tiles' bytes:
+// 2 stages x 64 tokens x (448 + 272) bytes for K 192 / V 128 bf16.
+// expected-error @+1 {{'kv.paged_attention' op plan's 'dynamic_smem_bytes' must be 92160 (tile_stages x tile_tokens x the K and V rows' bytes of one token), got 92000}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    num_q_heads 64 prefill {plan = #kv.attention_plan<target = "sm_90",
+    vector_bytes = 16, threads = 128, rows_per_cta = 64, row_group = 16,
+    item_ctas = 4, tile_tokens = 64, tile_stages = 2,
+    dynamic_smem_bytes = 92000, cache_alignment = proven, hw_fp8 = false>}
+
+// -----
+
+// More than the target's CTA may use (gfx90a: 64 KiB of LDS).
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    // expected-error @+1 {{'dynamic_smem_bytes' = 92160 is outside [1, 65536], the dynamic shared memory a CTA of target 'gfx90a' may use}}
+    num_q_heads 64 prefill {plan = #kv.attention_plan<target = "gfx90a",
+    vector_bytes = 16, threads = 128, rows_per_cta = 64, row_group = 16,
+    item_ctas = 4, tile_tokens = 64, tile_stages = 2,
+    dynamic_smem_bytes = 92160, cache_alignment = proven, hw_fp8 = false>}
+
+// -----
+
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    // expected-error @+1 {{'tile_tokens' must be 16, 32 or 64 (or all of 'tile_tokens', 'tile_stages' and 'dynamic_smem_bytes' 0), got 48}}
+    num_q_heads 64 prefill {plan = #kv.attention_plan<target = "sm_90",
+    vector_bytes = 16, threads = 128, rows_per_cta = 64, row_group = 16,
+    item_ctas = 4, tile_tokens = 48, tile_stages = 2,
+    dynamic_smem_bytes = 69120, cache_alignment = proven, hw_fp8 = false>}
+
+// -----
+
+// expected-error @+1 {{'kv.paged_attention' op only a prefill plan has 'tile_tokens', 'tile_stages' and 'dynamic_smem_bytes'}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    num_q_heads 64 {plan = #kv.attention_plan<target = "sm_90",
+    vector_bytes = 16, threads = 128, rows_per_cta = 16, row_group = 16,
+    item_ctas = 4, split_ctas = 264, split_min_tokens = 256, split_align = 64,
+    partial_bytes = 8320, tile_tokens = 64, tile_stages = 2,
+    dynamic_smem_bytes = 92160, cache_alignment = proven, hw_fp8 = false>}

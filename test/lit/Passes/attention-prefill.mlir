@@ -1,21 +1,36 @@
 // RUN: kvgen-opt --kv-plan=target=sm_90 %s | FileCheck %s --check-prefix=PLAN
 // RUN: kvgen-opt --kv-plan="target=sm_90 threads=256" %s | FileCheck %s --check-prefix=WARPS8
 // RUN: kvgen-opt --kv-plan=target=gfx942 %s | FileCheck %s --check-prefix=GFX
+// RUN: kvgen-opt --kv-plan=target=gfx90a %s | FileCheck %s --check-prefix=GFX
+// RUN: kvgen-opt --kv-plan=target=sm_80 %s | FileCheck %s --check-prefix=SM80
+// RUN: kvgen-opt --kv-plan=target=host %s | FileCheck %s --check-prefix=SM80
 // RUN: kvgen-opt --kv-plan=target=sm_90 --convert-kv-to-emitc %s | FileCheck %s --check-prefix=EMITC
 // RUN: not kvgen-opt --kv-plan="target=sm_90 split-ctas=8" %s 2>&1 | FileCheck %s --check-prefix=SPLIT
 
 // The prefill plan: one m16 tile of query rows per warp (4 warps: 64 rows
 // per CTA), a CTA per kv head, never split (no split fields), and on AMD
 // no MFMA (its two warps of a wavefront would own different rows).
+// The K/V tiles in dynamic shared memory: MiMo's token takes a K row of
+// 384 + 64 bytes and a V row of 256 + 16 (kvgen/Launch.h's padding), so
+// 64 tokens x 2 stages = 92160 bytes where the target gives a CTA that
+// much (sm_90 227 KiB, sm_80 163 KiB, the host any); gfx9xx's 64 KiB of
+// LDS take 32 tokens x 2 stages = 46080.
 // PLAN-LABEL: kv.paged_attention @mimo_prefill
 // PLAN-SAME: threads = 128, rows_per_cta = 64, row_group = 16,
-// PLAN-SAME: item_ctas = 4, cache_alignment = proven, hw_fp8 = false>
+// PLAN-SAME: item_ctas = 4, tile_tokens = 64, tile_stages = 2,
+// PLAN-SAME: dynamic_smem_bytes = 92160, cache_alignment = proven,
+// PLAN-SAME: hw_fp8 = false>
 // WARPS8: threads = 256, rows_per_cta = 128,
+// WARPS8-SAME: tile_tokens = 64, tile_stages = 2, dynamic_smem_bytes = 92160,
+// SM80-LABEL: kv.paged_attention @mimo_prefill
+// SM80-SAME: tile_tokens = 64, tile_stages = 2, dynamic_smem_bytes = 92160,
 // GFX-LABEL: kv.paged_attention @mimo_prefill
 // GFX-SAME: rows_per_cta = 64,
+// GFX-SAME: tile_tokens = 32, tile_stages = 2, dynamic_smem_bytes = 46080,
 // GFX-SAME: hw_fp8 = false>
 // GFX-NOT: mfma
 // EMITC: static constexpr int rows_per_cta = 64, row_group = 16, item_ctas = 4;
+// EMITC: static constexpr int tile_tokens = 64, tile_stages = 2, dynamic_smem_bytes = 92160;
 // EMITC: static constexpr bool prefill = true;
 // SPLIT: kv-plan: a prefill plan (warp row tiles) does not split the context: split-ctas must be 0 or planned
 kv.paged_attention @mimo_prefill : #kv.layout<num_kv_heads = 4,

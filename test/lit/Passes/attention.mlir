@@ -20,6 +20,9 @@
 // PLAN-SAME: item_ctas = 4, split_ctas = 264, split_min_tokens = 256,
 // PLAN-SAME: split_align = 64, partial_bytes = 8320,
 // PLAN-SAME: cache_alignment = proven, hw_fp8 = false>
+// (No prefill tiles: the decode plan has no dynamic shared memory.)
+// PLAN-NOT: tile_tokens
+// PLAN-NOT: dynamic_smem_bytes
 // (No dependent_launch: not planned for attention, Plan.cpp. No mfma:
 // sm_90 has none, the plan ends after hw_fp8.)
 // HOST-LABEL: kv.paged_attention @mimo

@@ -314,7 +314,10 @@ def KV_AttentionPlanAttr : KV_PlanAttrBase<"AttentionPlan", "attention_plan",
          KV_IntParameter<"split-KV: CTAs to fill", "0">:$split_ctas,
          KV_IntParameter<"split-KV: fewest tokens per split", "0">:$split_min_tokens,
          KV_IntParameter<"split-KV: split token multiple", "0">:$split_align,
-         KV_IntParameter<"split-KV: workspace bytes per partial", "0">:$partial_bytes),
+         KV_IntParameter<"split-KV: workspace bytes per partial", "0">:$partial_bytes,
+         KV_IntParameter<"prefill: tokens per K/V tile", "0">:$tile_tokens,
+         KV_IntParameter<"prefill: K/V tile stages", "0">:$tile_stages,
+         KV_IntParameter<"dynamic shared memory bytes per CTA", "0">:$dynamic_smem_bytes),
     (ins AttrParameter<"bool", "hardware fp8 conversion">:$hw_fp8,
          DefaultValuedParameter<"bool", "false", "row-tiled MMAs on MFMA">:$mfma)> {
   let summary = "Execution plan of an attention-family kernel";
@@ -338,6 +341,13 @@ def KV_AttentionPlanAttr : KV_PlanAttrBase<"AttentionPlan", "attention_plan",
       (multiples of `split_align`), each CTA's partial result
       (`partial_bytes`) merged by the unit's last CTA; `split_ctas = 0`
       never splits (and the other three are then 0);
+    - `tile_tokens`, `tile_stages`, `dynamic_smem_bytes` (omitted when 0;
+      prefill plans): the K/V tiles of `tile_tokens` tokens (16, 32 or 64)
+      in `tile_stages` buffers (1 or 2) that a prefill CTA stages in
+      `dynamic_smem_bytes` of dynamic shared memory (exactly their bytes,
+      kvgen/Launch.h attnTileKRowBytes / attnTileVRowBytes; at most the
+      target's limit, `kvgen targets`); all 0: the tiles in static shared
+      memory (47 KiB);
     - `hw_fp8`: as in `#kv.rows_plan` (fp8 K/V converted by the target's
       instructions);
     - `mfma` (omitted when false): the matrix products (m16n8k16 MMAs) run

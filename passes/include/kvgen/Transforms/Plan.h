@@ -45,6 +45,9 @@ struct PlanChoice {
   /// Row tiles and split-KV (see Launch.h); 0 / 1 for other ops.
   int64_t rowsPerCta = 0, rowGroup = 1, itemCtas = 1, splitCtas = 0,
           splitMinTokens = 0, splitAlign = 0, partialBytes = 0;
+  /// Prefill plans: K/V tiles of tileTokens tokens in tileStages buffers,
+  /// dynamicSmemBytes of dynamic shared memory per CTA (0 for others).
+  int64_t tileTokens = 0, tileStages = 0, dynamicSmemBytes = 0;
 };
 
 /// Chooses the plan of a kernel over `layout` whose key/value (or gather

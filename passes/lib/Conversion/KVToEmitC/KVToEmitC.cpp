@@ -176,6 +176,16 @@ std::string planStruct(StringRef name, PlanAttrInterface plan,
        << ", split_min_tokens = " << attn.getSplitMinTokens()
        << ", split_align = " << attn.getSplitAlign()
        << ", partial_bytes = " << attn.getPartialBytes() << ";\n";
+    // Only plans with prefill tiles have these (the prelude's PlanTiles
+    // reads 0 without them), so other plans' sources stay as they were.
+    if (attn.getTileTokens() > 0) {
+      os << "  /// Prefill: K/V tiles of tile_tokens tokens in tile_stages "
+            "buffers in\n  /// dynamic_smem_bytes of dynamic shared memory "
+            "(attention_shape.h\n  /// AttnTile).\n";
+      os << "  static constexpr int tile_tokens = " << attn.getTileTokens()
+         << ", tile_stages = " << attn.getTileStages()
+         << ", dynamic_smem_bytes = " << attn.getDynamicSmemBytes() << ";\n";
+    }
     os << "  /// The MMAs on MFMA (attention_mma.h Mma).\n";
     os << "  static constexpr bool mfma = " << boolText(attn.getMfma())
        << ";\n";
