@@ -1236,3 +1236,36 @@ def test_prefill_threshold_on_cuda_needs_enough_ctas():
         assert ctas(m) >= ua.PREFILL_MIN_CTAS and m * g >= ua.PREFILL_MIN_ROWS
         assert m == 1 or ctas(m - 1) < ua.PREFILL_MIN_CTAS or \
             (m - 1) * g < ua.PREFILL_MIN_ROWS
+
+
+def test_one_workspace_serves_a_random_sequence_of_batches():
+    """As an engine's steps: one workspace of unified_attention_workspace_bytes
+    through 14 random batches (1-5 sequences; each a decode, a 2-8 token
+    verification or a chunk / prefill of up to 3 prefill thresholds,
+    contexts up to 400 tokens), so calls alternate between the decode and
+    the prefill kernel and between split and unsplit launches in no fixed
+    order: every call against the reference, its kernel as the rule says,
+    the split counters zero after it."""
+    import random
+    g = GEOS["gqa4_nhd"]
+    n = prefill_tokens(g)
+    first = Case(g, [n], [n], seed=0)
+    ws = first.workspace()
+    rng = random.Random(1234)
+    kinds = set()
+    for i in range(14):
+        lens, qs = [], []
+        for _ in range(rng.randint(1, 5)):
+            kind = rng.choice(("decode", "verify", "prefill"))
+            q = {"decode": 1, "verify": rng.randint(2, 8),
+                 "prefill": rng.randint(1, 3 * n)}[kind]
+            lens.append(q + rng.randint(0, 400 - min(q, 400)))
+            qs.append(q)
+        c = Case(g, lens, qs, seed=500 + i)
+        k = kt.unified_attention_kernel(c.q, c.k, c.v, c.max_q)
+        kinds.add(is_prefill(k))
+        assert is_prefill(k) == (min(c.max_q, sum(qs)) >= n), (lens, qs)
+        c.run(ws=ws)
+        c.check()
+        assert (ws[:256] == 0).all(), i
+    assert kinds == {True, False}  # both kernels served the workspace
