@@ -576,8 +576,7 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
   attnWarpRows<L, S, O>(a, rowBase, rowsTotal, ctx, qlen, q0, kvh, lane,
                         rowPos, rowLo, q, rowMul, capMul, vScale);
 
-  const int32_t *table = static_cast<const int32_t *>(a.block_tables) +
-                         seq * a.block_tables_stride;
+  const int32_t *table = KV::seqTable(a, seq);
   const CS *kBase = KV::tensor(a, true);
   const CS *vBase = KV::tensor(a, false);
 
@@ -972,8 +971,7 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
   attnWarpRows<L, S, O>(a, rowBase, rowsTotal, ctx, qlen, q0, kvh, lane,
                         rowPos, rowLo, q, rowMul, capMul, vScale);
 
-  const int32_t *table = static_cast<const int32_t *>(a.block_tables) +
-                         seq * a.block_tables_stride;
+  const int32_t *table = KV::seqTable(a, seq);
   const CS *kBase = KV::tensor(a, true);
   const CS *vBase = KV::tensor(a, false);
   // Tiles of KT tokens from t0 (16-token steps aligned as the decode

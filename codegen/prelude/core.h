@@ -678,6 +678,13 @@ template <class L, class A, int SET = 0> struct PagedKV {
   static KVGEN_DEVICE inline int64_t numBlocks(const A &a) {
     return F::numBlocks(a);
   }
+  /// Sequence seq's row of A's block table (BLOCK_TABLES, its stride in
+  /// entries), which tableBlock reads.
+  static KVGEN_DEVICE inline const int32_t *seqTable(const A &a,
+                                                     int64_t seq) {
+    return static_cast<const int32_t *>(a.block_tables) +
+           seq * a.block_tables_stride;
+  }
   /// The block of token t of a sequence whose block-table row (BLOCK_TABLE,
   /// MAX_BLOCKS entries) is `table`, in blocks of BS tokens: CHECKED, an
   /// entry past the row or a block id outside [0, NUM_BLOCKS) sets the
