@@ -865,27 +865,60 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
     *counter = 0; // ready for the next launch (CUDA graph replays too)
 }
 
-/// One side's rows (W elements) of tokens first + [0, KT) into dst, ROW
-/// elements apart, U elements per copy (copyToShared), the CTA's THREADS
-/// threads sharing the copies: zeros for tokens outside [ta, tb) and for
-/// bad block ids (CHECKED: PagedKV::tableBlock flags them), whose cache
-/// rows are not read.
-template <class KV, int BS, bool CHECKED, int KT, int W, int U, int ROW,
-          int THREADS, class CS>
+/// The K and V rows (HK and HV elements) of tokens first + [0, KT) into
+/// kDst / vDst (rows KROW / VROW elements apart), UK / UV elements per
+/// copy (copyToShared), the CTA's THREADS threads sharing the copies:
+/// zeros for tokens outside [ta, tb) and for bad block ids (CHECKED:
+/// PagedKV::tableBlock flags them), whose cache rows are not read.
+/// Thread tid serves token slot tid / 8 (then THREADS / 8 tokens further
+/// per round) and, in it, copies tid % 8 + 8 j of each row: the token's
+/// block is resolved once per round for both sides, each copy's source and
+/// destination are the row's plus a constant, and the 8 lanes of a phase
+/// move 8 consecutive copies of one row (bank-conflict free whatever the
+/// row padding, whole 32-byte sectors read).
+template <class KV, int BS, bool CHECKED, int KT, int HK, int HV, int UK,
+          int UV, int KROW, int VROW, int THREADS, class CS>
 KVGEN_DEVICE inline void
-stageSide(CS *dst, const CS *base, const SideMap &map,
+stageTile(CS *kDst, CS *vDst, const CS *kBase, const CS *vBase,
+          const SideMap &kMap, const SideMap &vMap,
           const kvgen_paged_attention_args &a, const int32_t *table,
           int64_t first, int64_t ta, int64_t tb, int64_t kvh, unsigned tid) {
-  for (int e = int(tid); e < KT * (W / U); e += THREADS) {
-    const int i = e / (W / U), d = (e % (W / U)) * U;
+  enum {
+    LPT = 8,                       ///< threads per token row
+    SLOTS = THREADS / LPT,         ///< tokens per round
+    ROUNDS = (KT + SLOTS - 1) / SLOTS,
+    CK = HK / UK, CV = HV / UV,    ///< copies per K / V row
+    JK = (CK + LPT - 1) / LPT, JV = (CV + LPT - 1) / LPT
+  };
+  static_assert(THREADS % LPT == 0 && HK % UK == 0 && HV % UV == 0,
+                "whole token slots and copies");
+  const int u = int(tid % LPT);
+  KVGEN_UNROLL
+  for (int r = 0; r < ROUNDS; ++r) {
+    const int i = int(tid / LPT) + r * SLOTS;
+    if (KT % SLOTS != 0 && i >= KT)
+      break;
     const int64_t t = first + i;
     const int64_t blk = t >= ta && t < tb
                             ? KV::template tableBlock<BS, CHECKED>(a, table, t)
                             : -1;
-    copyToShared<U * int(sizeof(CS))>(
-        dst + i * ROW + d,
-        base + (blk < 0 ? 0 : elementOffset(map, blk, t % BS, kvh, d)),
-        blk >= 0);
+    const bool ok = blk >= 0;
+    const CS *kRow = kBase + (ok ? elementOffset(kMap, blk, t % BS, kvh, 0) : 0);
+    const CS *vRow = vBase + (ok ? elementOffset(vMap, blk, t % BS, kvh, 0) : 0);
+    KVGEN_UNROLL
+    for (int j = 0; j < JK; ++j) {
+      const int c = u + j * LPT;
+      if (CK % LPT == 0 || c < CK)
+        copyToShared<UK * int(sizeof(CS))>(kDst + i * KROW + c * UK,
+                                           kRow + c * UK, ok);
+    }
+    KVGEN_UNROLL
+    for (int j = 0; j < JV; ++j) {
+      const int c = u + j * LPT;
+      if (CV % LPT == 0 || c < CV)
+        copyToShared<UV * int(sizeof(CS))>(vDst + i * VROW + c * UV,
+                                           vRow + c * UV, ok);
+    }
   }
 }
 
@@ -979,13 +1012,10 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
   const int64_t t0 = ta - ta % 16;
   const int64_t tiles = tb > t0 ? (tb - t0 + KT - 1) / KT : 0;
   auto stage = [&](int64_t k) {
-    CS *kDst = sm.k[k % STAGES];
-    CS *vDst = sm.v[k % STAGES];
-    const int64_t first = t0 + k * KT;
-    stageSide<KV, BS, !O::unchecked, KT, HK, UK, KROW, P::threads>(
-        kDst, kBase, kMap, a, table, first, ta, tb, kvh, tid);
-    stageSide<KV, BS, !O::unchecked, KT, HV, UV, VROW, P::threads>(
-        vDst, vBase, vMap, a, table, first, ta, tb, kvh, tid);
+    stageTile<KV, BS, !O::unchecked, KT, HK, HV, UK, UV, KROW, VROW,
+              P::threads>(sm.k[k % STAGES], sm.v[k % STAGES], kBase, vBase,
+                          kMap, vMap, a, table, t0 + k * KT, ta, tb, kvh,
+                          tid);
     copyToSharedCommit();
   };
 

@@ -62,9 +62,12 @@ public:
   /// Loads `binary` and looks up the kernel `entry`, whose every launch
   /// gets `dynamicSmemBytes` of dynamic shared memory (LaunchGeometry's
   /// dynamicSmemBytes; 0: none). Fails if the device cannot give a CTA
-  /// that much.
+  /// that much. `dependentEntry` (LaunchGeometry's dependentLaunch): the
+  /// binary also has the programmatic-dependent-launch entry (`entry` +
+  /// kDependentLaunchEntrySuffix), which only then is looked up (a lookup
+  /// of a missing symbol is an API error under compute-sanitizer).
   virtual Status load(const std::string &binary, const std::string &entry,
-                      uint32_t dynamicSmemBytes,
+                      uint32_t dynamicSmemBytes, bool dependentEntry,
                       std::unique_ptr<LoadedModule> *out) = 0;
 };
 

@@ -467,7 +467,7 @@ public:
   }
 
   Status load(const std::string &binary, const std::string &entry,
-              uint32_t dynamicSmemBytes,
+              uint32_t dynamicSmemBytes, bool dependentEntry,
               std::unique_ptr<LoadedModule> *out) override {
     if (!ctx_)
       return Status::error(KVGEN_ERROR_COMPILE_ONLY,
@@ -489,9 +489,10 @@ public:
     }
     // The programmatic-dependent-launch entry, where the plan has one.
     CUfunction pdl = nullptr;
-    if (d.cuModuleGetFunction(
+    if (dependentEntry &&
+        d.cuModuleGetFunction(
             &pdl, m, (entry + kDependentLaunchEntrySuffix).c_str()) !=
-        kCudaSuccess)
+            kCudaSuccess)
       pdl = nullptr;
     // Above 48 KiB of dynamic shared memory the function (and its
     // programmatic-dependent-launch entry) must be opted in.

@@ -418,7 +418,7 @@ Status kvgen_context_s::obtain(const KernelEntry &e, const std::string &source,
   if (backend->canLaunch()) {
     auto start = std::chrono::steady_clock::now();
     st = backend->load(binary, e.name, uint32_t(e.geometry.dynamicSmemBytes),
-                       &k->module);
+                       e.geometry.dependentLaunch != 0, &k->module);
     if (!st.isOk() && fromDisk) {
       // A verified entry that does not load (e.g. written by a broken
       // compiler): replace it once.
@@ -435,7 +435,8 @@ Status kvgen_context_s::obtain(const KernelEntry &e, const std::string &source,
       st = getBinary(e, source, key, true, &binary, &fromDisk);
       if (st.isOk())
         st = backend->load(binary, e.name,
-                           uint32_t(e.geometry.dynamicSmemBytes), &k->module);
+                           uint32_t(e.geometry.dynamicSmemBytes),
+                           e.geometry.dependentLaunch != 0, &k->module);
     }
     lastLoadMs = msSince(start);
     if (!st.isOk())
