@@ -132,11 +132,32 @@ KVGEN_DEVICE inline void attnScales(const kvgen_paged_attention_args &a,
 /// past the sequence's rows) as m16n8k16 A fragments in MT terms: q[ks]
 /// for k-step ks = (chunk c, s) (the dim map of attentionCta's comment),
 /// and per row the factor qUnscale[i] its logits take back.
-template <class S>
+template <class S, bool STD = false>
 KVGEN_DEVICE inline void attnLoadQ(const typename S::io::storage *const qRow[2],
                                    unsigned quad,
                                    uint32_t (&q)[S::KSTEPS][4],
                                    float qUnscale[2]) {
+  if constexpr (STD) {
+    // mma.sync's own A layout (the wgmma path): k-step ks = dims [16 ks,
+    // 16 ks + 16), q[ks][2 h + i] = row i's dims 16 ks + 8 h + 2 quad and
+    // the next, raw bits (the MMA type is the query type).
+    static_assert(same_type<typename S::mma, typename S::io>::value &&
+                      S::HK % 16 == 0 && S::HK / 16 <= S::KSTEPS,
+                  "the standard Q map: raw 16-bit queries, whole k-steps");
+    qUnscale[0] = qUnscale[1] = 1.0f;
+    KVGEN_UNROLL
+    for (int ks = 0; ks < S::HK / 16; ++ks)
+      KVGEN_UNROLL
+      for (int h = 0; h < 2; ++h)
+        KVGEN_UNROLL
+        for (int i = 0; i < 2; ++i) {
+          const int d = 16 * ks + 8 * h + 2 * int(quad);
+          q[ks][2 * h + i] =
+              qRow[i] ? uint32_t(qRow[i][d]) | (uint32_t(qRow[i][d + 1]) << 16)
+                      : 0u;
+        }
+    return;
+  }
   typedef typename S::io IO;
   typedef typename S::mma MT;
   typedef typename S::cache C;
@@ -285,7 +306,7 @@ attnSoftmax(float (&s)[NK][4], int64_t base, int64_t ta, int64_t tb,
 
 /// A lane's part of the 16-row tile at rowBase: attnLaneRows, its Q
 /// fragments (attnLoadQ) and the logit / output factors (attnScales).
-template <class L, class S, class O>
+template <class L, class S, class O, bool STD_Q = false>
 KVGEN_DEVICE inline void
 attnWarpRows(const kvgen_paged_attention_args &a, int64_t rowBase,
              int64_t rowsTotal, int64_t ctx, int64_t qlen, int64_t q0,
@@ -296,7 +317,7 @@ attnWarpRows(const kvgen_paged_attention_args &a, int64_t rowBase,
   attnLaneRows<S>(a, rowBase, rowsTotal, ctx, qlen, q0, kvh, lane / 4, rowPos,
                   rowLo, qRow);
   float qUnscale[2];
-  attnLoadQ<S>(qRow, lane % 4, q, qUnscale);
+  attnLoadQ<S, STD_Q>(qRow, lane % 4, q, qUnscale);
   // Scales: K's into the logit multiplier (base 2), V's into the output.
   attnScales<L, S, O>(a, kvh, qUnscale, rowMul, capMul, vScale);
 }
@@ -461,6 +482,94 @@ attnWideStep(const typename S::CS *kTile, const uint16_t *vRows,
       Mma<MT>::template run<S::MFMA>(o[j + 1], pa, vb + 2);
     }
   }
+}
+
+/// One step of a warpgroup's 64 rows (warp w: rows 16 w on, this lane's
+/// rows as attnWideStep's) over the KT keys of a tile staged by
+/// stageTileCm (keys base + [0, KT)), on warpgroup MMA (wgmmaRun): S = Q
+/// K^T from q (attnLoadQ's standard map; K-major B: dims along k, 16 ks
+/// on, LBO 128 bytes, a token group of 8 keys SBO = 16 HK bytes), the
+/// online softmax (attnSoftmax), then O += P V with P as A fragments (its
+/// C fragments, two n-tiles per k-step) and V MN-major (V columns along n,
+/// SBO 128 bytes; keys along k, LBO = 16 HV bytes): n-tile j = V columns
+/// [8 j, 8 j + 8). The products go out in n-chunks of 64 (then 32, 16).
+template <class S, class O, int KT>
+KVGEN_DEVICE inline void
+attnWgmmaStep(const typename S::CS *kTile, const typename S::CS *vTile,
+              const uint32_t (&q)[S::KSTEPS][4], int64_t base, int64_t ta,
+              int64_t tb, const int64_t rowPos[2], const int64_t rowLo[2],
+              const float rowMul[2], float capMul, unsigned lane, float m[2],
+              float l[2], float (&o)[S::NT][4], bool unmasked) {
+  typedef typename S::mma MT;
+  enum {
+    HK = S::HK, HV = S::HV, NT = S::NT, NK = KT / 8,
+    KGROUP = 16 * HK, VGROUP = 16 * HV // bytes of 8 tokens' rows
+  };
+  static_assert(KT % 16 == 0 && HV % 16 == 0 && NT == HV / 8,
+                "whole k-steps of keys and V n-tile pairs");
+  const unsigned quad = lane % 4;
+  const unsigned char *kb = reinterpret_cast<const unsigned char *>(kTile);
+  const unsigned char *vb = reinterpret_cast<const unsigned char *>(vTile);
+  float s[NK][4];
+  wgmmaFence();
+  KVGEN_UNROLL
+  for (int ks = 0; ks < HK / 16; ++ks) {
+    KVGEN_UNROLL
+    for (int n0 = 0; n0 < KT; n0 += 64) {
+      // Keys [n0, n0 + N): n-chunks of 64, then 32, 16.
+      const int left = KT - n0;
+      if (left >= 64)
+        wgmmaRun<MT, 64, false, 128, KGROUP>(&s[n0 / 8][0], q[ks],
+                                             kb + (n0 / 8) * KGROUP + 256 * ks,
+                                             ks > 0, lane);
+      else if (left >= 32) {
+        wgmmaRun<MT, 32, false, 128, KGROUP>(&s[n0 / 8][0], q[ks],
+                                             kb + (n0 / 8) * KGROUP + 256 * ks,
+                                             ks > 0, lane);
+        if (left == 48)
+          wgmmaRun<MT, 16, false, 128, KGROUP>(
+              &s[n0 / 8 + 4][0], q[ks], kb + (n0 / 8 + 4) * KGROUP + 256 * ks,
+              ks > 0, lane);
+      } else
+        wgmmaRun<MT, 16, false, 128, KGROUP>(&s[n0 / 8][0], q[ks],
+                                             kb + (n0 / 8) * KGROUP + 256 * ks,
+                                             ks > 0, lane);
+    }
+  }
+  wgmmaFinish<NK * 4>(&s[0][0]);
+  attnSoftmax<S, O, NK>(s, base, ta, tb, rowPos, rowLo, rowMul, capMul, quad,
+                        m, l, o, unmasked);
+  uint32_t pa[KT / 16][4];
+  KVGEN_UNROLL
+  for (int kk = 0; kk < KT / 16; ++kk) {
+    pa[kk][0] = PackIo<MT>::run(s[2 * kk][0], s[2 * kk][1]);
+    pa[kk][1] = PackIo<MT>::run(s[2 * kk][2], s[2 * kk][3]);
+    pa[kk][2] = PackIo<MT>::run(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    pa[kk][3] = PackIo<MT>::run(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  }
+  wgmmaFence();
+  KVGEN_UNROLL
+  for (int kk = 0; kk < KT / 16; ++kk) {
+    KVGEN_UNROLL
+    for (int c0 = 0; c0 < HV; c0 += 64) {
+      // V columns [c0, c0 + N): chunks of 64, then 32, 16.
+      const int left = HV - c0;
+      const unsigned char *at = vb + 2 * kk * VGROUP + (c0 / 8) * 128;
+      if (left >= 64)
+        wgmmaRun<MT, 64, true, VGROUP, 128>(&o[c0 / 8][0], pa[kk], at, true,
+                                            lane);
+      else if (left >= 32) {
+        wgmmaRun<MT, 32, true, VGROUP, 128>(&o[c0 / 8][0], pa[kk], at, true,
+                                            lane);
+        if (left == 48)
+          wgmmaRun<MT, 16, true, VGROUP, 128>(&o[c0 / 8 + 4][0], pa[kk],
+                                              at + 4 * 128, true, lane);
+      } else
+        wgmmaRun<MT, 16, true, VGROUP, 128>(&o[c0 / 8][0], pa[kk], at, true,
+                                            lane);
+    }
+  }
+  wgmmaFinish<NT * 4>(&o[0][0]);
 }
 
 /// The end of row R of a sequence's rows (token R / G, q head kvh G + R %
@@ -865,38 +974,89 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
     *counter = 0; // ready for the next launch (CUDA graph replays too)
 }
 
+/// How a prefill CTA's THREADS threads share the copies of a K/V tile of
+/// KT tokens into shared memory (stageTile), and where each copy goes:
+/// thread tid stages token token(tid, r) in round r < ROUNDS (none when
+/// it is KT or more) and, of its K and V rows, copies copy(tid, j) (j <
+/// JK, JV; those below CK, CV), UK / UV elements each, to element kAt(i,
+/// c) / vAt(i, c) of the tile.
+///
+/// RowOrder: rows KROW / VROW elements apart (AttnTile's padded rows, the
+/// mma.sync path). Thread tid serves token slot tid / 8 (then THREADS / 8
+/// tokens further per round) and copies tid % 8 + 8 j of its rows: the 8
+/// lanes of a phase move 8 consecutive copies of one row (no bank
+/// conflict whatever the padding, whole 32-byte sectors read).
+template <int KT_, int HK, int HV, int UK_, int UV_, int KROW, int VROW,
+          int THREADS>
+struct RowOrder {
+  enum {
+    KT = KT_, UK = UK_, UV = UV_, LPT = 8, SLOTS = THREADS / LPT,
+    ROUNDS = (KT + SLOTS - 1) / SLOTS, PARTIAL = KT % SLOTS != 0,
+    CK = HK / UK, CV = HV / UV, STEP = LPT,
+    JK = (CK + STEP - 1) / STEP, JV = (CV + STEP - 1) / STEP
+  };
+  static_assert(THREADS % LPT == 0 && HK % UK == 0 && HV % UV == 0,
+                "whole token slots and copies");
+  static KVGEN_DEVICE inline int token(unsigned tid, int r) {
+    return int(tid / LPT) + r * SLOTS;
+  }
+  static KVGEN_DEVICE inline int copy(unsigned tid, int j) {
+    return int(tid % LPT) + j * STEP;
+  }
+  static KVGEN_DEVICE inline int kAt(int i, int c) { return i * KROW + c * UK; }
+  static KVGEN_DEVICE inline int vAt(int i, int c) { return i * VROW + c * UV; }
+};
+/// CoreMatrixOrder: the wgmma path's tiles, 16-bit rows in 8 x 16-byte
+/// core matrices (wgmmaRun's no-swizzle layout): element d of token i at
+/// (i / 8) 8 W + (d / 8) 64 + (i % 8) 8 + d % 8 (W = HK or HV), 16-byte
+/// copies. Thread tid serves token tid % 8 of a token group; the H2
+/// thread groups (8 threads) of one token group take copies h, h + H2, ...
+/// of its rows: the 8 lanes of a phase fill one 128-byte core matrix (no
+/// bank conflict), and two thread groups read the halves of a 32-byte
+/// sector together.
+template <int KT_, int HK, int HV, int THREADS> struct CoreMatrixOrder {
+  enum {
+    KT = KT_, UK = 8, UV = 8,
+    TG = KT / 8,                 ///< token groups of the tile
+    NG = THREADS / 8,            ///< thread groups
+    H2 = NG >= TG ? NG / TG : 1, ///< thread groups per token group
+    ROUNDS = NG >= TG ? 1 : TG / NG, PARTIAL = 0,
+    CK = HK / 8, CV = HV / 8, STEP = H2,
+    JK = (CK + STEP - 1) / STEP, JV = (CV + STEP - 1) / STEP
+  };
+  static_assert(HK % 8 == 0 && HV % 8 == 0 && KT % 8 == 0 &&
+                    THREADS % 8 == 0 && (NG % TG == 0 || TG % NG == 0),
+                "whole 16-byte copies and token groups");
+  static KVGEN_DEVICE inline int token(unsigned tid, int r) {
+    return (int(tid / 8) / H2 + r * (NG / H2)) * 8 + int(tid % 8);
+  }
+  static KVGEN_DEVICE inline int copy(unsigned tid, int j) {
+    return int(tid / 8) % H2 + j * STEP;
+  }
+  static KVGEN_DEVICE inline int kAt(int i, int c) {
+    return (i / 8) * 8 * HK + c * 64 + (i % 8) * 8;
+  }
+  static KVGEN_DEVICE inline int vAt(int i, int c) {
+    return (i / 8) * 8 * HV + c * 64 + (i % 8) * 8;
+  }
+};
+
 /// The K and V rows (HK and HV elements) of tokens first + [0, KT) into
-/// kDst / vDst (rows KROW / VROW elements apart), UK / UV elements per
-/// copy (copyToShared), the CTA's THREADS threads sharing the copies:
-/// zeros for tokens outside [ta, tb) and for bad block ids (CHECKED:
-/// PagedKV::tableBlock flags them), whose cache rows are not read.
-/// Thread tid serves token slot tid / 8 (then THREADS / 8 tokens further
-/// per round) and, in it, copies tid % 8 + 8 j of each row: the token's
-/// block is resolved once per round for both sides, each copy's source and
-/// destination are the row's plus a constant, and the 8 lanes of a phase
-/// move 8 consecutive copies of one row (bank-conflict free whatever the
-/// row padding, whole 32-byte sectors read).
-template <class KV, int BS, bool CHECKED, int KT, int HK, int HV, int UK,
-          int UV, int KROW, int VROW, int THREADS, class CS>
+/// kDst / vDst in the order R (RowOrder, CoreMatrixOrder) with
+/// copyToShared: zeros for tokens outside [ta, tb) and for bad block ids
+/// (CHECKED: PagedKV::tableBlock flags them), whose cache rows are not
+/// read. A token's block is resolved once per round for both sides; each
+/// copy's source is the row's plus a constant.
+template <class KV, int BS, bool CHECKED, class R, class CS>
 KVGEN_DEVICE inline void
 stageTile(CS *kDst, CS *vDst, const CS *kBase, const CS *vBase,
           const SideMap &kMap, const SideMap &vMap,
           const kvgen_paged_attention_args &a, const int32_t *table,
           int64_t first, int64_t ta, int64_t tb, int64_t kvh, unsigned tid) {
-  enum {
-    LPT = 8,                       ///< threads per token row
-    SLOTS = THREADS / LPT,         ///< tokens per round
-    ROUNDS = (KT + SLOTS - 1) / SLOTS,
-    CK = HK / UK, CV = HV / UV,    ///< copies per K / V row
-    JK = (CK + LPT - 1) / LPT, JV = (CV + LPT - 1) / LPT
-  };
-  static_assert(THREADS % LPT == 0 && HK % UK == 0 && HV % UV == 0,
-                "whole token slots and copies");
-  const int u = int(tid % LPT);
   KVGEN_UNROLL
-  for (int r = 0; r < ROUNDS; ++r) {
-    const int i = int(tid / LPT) + r * SLOTS;
-    if (KT % SLOTS != 0 && i >= KT)
+  for (int r = 0; r < R::ROUNDS; ++r) {
+    const int i = R::token(tid, r);
+    if (R::PARTIAL && i >= R::KT)
       break;
     const int64_t t = first + i;
     const int64_t blk = t >= ta && t < tb
@@ -906,18 +1066,18 @@ stageTile(CS *kDst, CS *vDst, const CS *kBase, const CS *vBase,
     const CS *kRow = kBase + (ok ? elementOffset(kMap, blk, t % BS, kvh, 0) : 0);
     const CS *vRow = vBase + (ok ? elementOffset(vMap, blk, t % BS, kvh, 0) : 0);
     KVGEN_UNROLL
-    for (int j = 0; j < JK; ++j) {
-      const int c = u + j * LPT;
-      if (CK % LPT == 0 || c < CK)
-        copyToShared<UK * int(sizeof(CS))>(kDst + i * KROW + c * UK,
-                                           kRow + c * UK, ok);
+    for (int j = 0; j < R::JK; ++j) {
+      const int c = R::copy(tid, j);
+      if (R::CK % R::STEP == 0 || c < R::CK)
+        copyToShared<R::UK * int(sizeof(CS))>(kDst + R::kAt(i, c),
+                                              kRow + c * R::UK, ok);
     }
     KVGEN_UNROLL
-    for (int j = 0; j < JV; ++j) {
-      const int c = u + j * LPT;
-      if (CV % LPT == 0 || c < CV)
-        copyToShared<UV * int(sizeof(CS))>(vDst + i * VROW + c * UV,
-                                           vRow + c * UV, ok);
+    for (int j = 0; j < R::JV; ++j) {
+      const int c = R::copy(tid, j);
+      if (R::CV % R::STEP == 0 || c < R::CV)
+        copyToShared<R::UV * int(sizeof(CS))>(vDst + R::vAt(i, c),
+                                              vRow + c * R::UV, ok);
     }
   }
 }
@@ -961,7 +1121,10 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     /// (loadTransB2) where V's 16-bit elements are the MMA type's bits and
     /// whole 16-column pairs of n-tiles: n-tile j = V columns [8 j, 8 j +
     /// 8); else as the decode path (n-tile j's column n = n NT + j).
-    LDSM_V = CSB == 2 && int(S::TO_IO) == int(TO_IO_RAW) && HV % 16 == 0
+    LDSM_V = CSB == 2 && int(S::TO_IO) == int(TO_IO_RAW) && HV % 16 == 0,
+    /// Warpgroup MMA over core-matrix tiles (the plan's wgmma; rows
+    /// 16-byte aligned: the unaligned variant takes the LDSM_V path).
+    WG = S::WGMMA && ALIGNED
   };
   const float kNegInf = negInf();
 
@@ -1001,8 +1164,8 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
   int64_t rowPos[2], rowLo[2]; // attended keys: [rowLo, rowPos]
   uint32_t q[KSTEPS][4];
   float rowMul[2], capMul, vScale;
-  attnWarpRows<L, S, O>(a, rowBase, rowsTotal, ctx, qlen, q0, kvh, lane,
-                        rowPos, rowLo, q, rowMul, capMul, vScale);
+  attnWarpRows<L, S, O, WG>(a, rowBase, rowsTotal, ctx, qlen, q0, kvh, lane,
+                            rowPos, rowLo, q, rowMul, capMul, vScale);
 
   const int32_t *table = KV::seqTable(a, seq);
   const CS *kBase = KV::tensor(a, true);
@@ -1011,11 +1174,14 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
   // path's); tile k goes to buffer k % STAGES.
   const int64_t t0 = ta - ta % 16;
   const int64_t tiles = tb > t0 ? (tb - t0 + KT - 1) / KT : 0;
+  // The tiles' order: core matrices for wgmma, else padded rows.
+  typedef typename Select<WG, CoreMatrixOrder<KT, HK, HV, P::threads>,
+                          RowOrder<KT, HK, HV, UK, UV, KROW, VROW,
+                                   P::threads> >::type Order;
   auto stage = [&](int64_t k) {
-    stageTile<KV, BS, !O::unchecked, KT, HK, HV, UK, UV, KROW, VROW,
-              P::threads>(sm.k[k % STAGES], sm.v[k % STAGES], kBase, vBase,
-                          kMap, vMap, a, table, t0 + k * KT, ta, tb, kvh,
-                          tid);
+    stageTile<KV, BS, !O::unchecked, Order>(
+        sm.k[k % STAGES], sm.v[k % STAGES], kBase, vBase, kMap, vMap, a, table,
+        t0 + k * KT, ta, tb, kvh, tid);
     copyToSharedCommit();
   };
 
@@ -1039,11 +1205,20 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     } else {
       copyToSharedWait<0>();
     }
+    if constexpr (WG)
+      wgmmaSharedFence();
     kvgenSyncThreads();
     const CS *kTile = sm.k[k % STAGES];
     const CS *vTile = sm.v[k % STAGES];
     const int64_t first = t0 + k * KT;
-    if constexpr (LDSM_V) {
+    if constexpr (WG) {
+      // Every warp of the warpgroup (no per-warp skip: the MMA is the
+      // warpgroup's).
+      const bool unmasked = first >= ta && first + KT <= tb &&
+                            first + KT - 1 <= wFirstPos && first >= wLastLo;
+      attnWgmmaStep<S, O, KT>(kTile, vTile, q, first, ta, tb, rowPos, rowLo,
+                              rowMul, capMul, lane, m, l, o, unmasked);
+    } else if constexpr (LDSM_V) {
       // The whole tile in one step (skipped when no row of the warp
       // attends any of its keys). Compile-time: attnWideStep needs n-tile
       // pairs, which other V widths (HV % 16 == 8) do not have.
@@ -1120,7 +1295,7 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
   for (int j = 0; j < NT; ++j)
     for (int e = 0; e < 4; ++e) {
       const int n = 2 * int(quad) + (e & 1); // the n-tile's column
-      const int col = LDSM_V ? 8 * j + n : n * NT + j;
+      const int col = (LDSM_V || WG) ? 8 * j + n : n * NT + j;
       if (row[e >> 1] && col < HV)
         row[e >> 1][col] = IO::store(o[j][e] * fs[e >> 1]);
     }

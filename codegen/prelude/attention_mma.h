@@ -256,6 +256,77 @@ KVGEN_DEVICE inline void loadTransB2(const uint16_t *tile, int stride,
 #endif
 }
 
+/// The warpgroup products of a prefill plan with wgmma (the plan's wgmma):
+/// d (N / 2 floats: warp w's C fragments of N / 8 n-tiles, rows 16 w on)
+/// (+)= A (64 x 16 of MMA type T in the four warps' m16n8k16 A fragments)
+/// x B (16 x N) from a tile in shared memory laid out as 8 x 16-byte core
+/// matrices without swizzling, LBO bytes apart along k and SBO along n:
+/// element (k, n) at byte (n / 8) SBO + (k / 8) LBO + (MN_MAJOR ? 16 (k %
+/// 8) + 2 (n % 8) : 16 (n % 8) + 2 (k % 8)). On sm_90a one wgmma.mma_async
+/// (asynchronous: wgmmaFence before it, wgmmaFinish after the last of a
+/// batch); elsewhere (the host's simulation of the plan) the same product
+/// as N / 8 m16n8k16 MMAs whose B fragments each lane reads from the tile.
+/// Every thread of the warpgroup calls it; N = 16, 32 or 64.
+template <class T, int N, bool MN_MAJOR, int LBO, int SBO>
+KVGEN_DEVICE inline void wgmmaRun(float *d, const uint32_t *a,
+                                  const void *tile, bool accumulate,
+                                  unsigned lane) {
+  static_assert(N == 16 || N == 32 || N == 64, "wgmma n of 16, 32 or 64");
+#ifdef KVGEN_WGMMA
+  (void)lane;
+  kvgenWgmma<N, same_type<T, dt_f16>::value, MN_MAJOR>(
+      d, a, kvgenWgmmaDesc(tile, LBO, SBO), accumulate);
+#else
+  const unsigned char *b = static_cast<const unsigned char *>(tile);
+  const int g = int(lane / 4), t = int(lane % 4);
+  KVGEN_UNROLL
+  for (int j = 0; j < N / 8; ++j) {
+    const int n = 8 * j + g;
+    uint32_t bf[2];
+    KVGEN_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      uint32_t w = 0;
+      KVGEN_UNROLL
+      for (int e = 0; e < 2; ++e) {
+        const int k = 2 * t + 8 * h + e;
+        const int at = (n / 8) * SBO + (k / 8) * LBO +
+                       (MN_MAJOR ? 16 * (k % 8) + 2 * (n % 8)
+                                 : 16 * (n % 8) + 2 * (k % 8));
+        w |= uint32_t(*reinterpret_cast<const uint16_t *>(b + at)) << (16 * e);
+      }
+      bf[h] = w;
+    }
+    if (!accumulate)
+      d[4 * j] = d[4 * j + 1] = d[4 * j + 2] = d[4 * j + 3] = 0.0f;
+    Mma<T>::run(d + 4 * j, a, bf);
+  }
+#endif
+}
+/// Orders register writes before the next wgmmaRun reads them.
+KVGEN_DEVICE inline void wgmmaFence() {
+#ifdef KVGEN_WGMMA
+  kvgenWgmmaFence();
+#endif
+}
+/// Waits for the wgmmaRun batch since the last wait; d[0, COUNT) (its
+/// accumulators) may be read after it.
+template <int COUNT> KVGEN_DEVICE inline void wgmmaFinish(float *d) {
+#ifdef KVGEN_WGMMA
+  kvgenWgmmaCommit();
+  kvgenWgmmaWait<0>();
+  kvgenWgmmaPin<COUNT>(d);
+#else
+  (void)d;
+#endif
+}
+/// This thread's shared-memory writes visible to wgmma's operand reads
+/// (before the barrier that precedes them).
+KVGEN_DEVICE inline void wgmmaSharedFence() {
+#ifdef KVGEN_WGMMA
+  kvgenFenceProxyAsync();
+#endif
+}
+
 /// The largest power of two that divides both A and B (B a power of two).
 template <int A, int B> struct Pow2Gcd {
   enum { value = (A % B == 0) ? B : int(Pow2Gcd<A, (B > 1 ? B / 2 : 1)>::value) };

@@ -45,6 +45,16 @@ template <class P> struct PlanTiles<P, decltype(void(P::tile_tokens))> {
   };
 };
 
+/// The plan's wgmma (convert-kv-to-emitc writes it for attention plans;
+/// false where a plan struct lacks it). KVGEN_FORCE_WGMMA: every prefill
+/// plan, for tests of the simulated path.
+template <class P, class = void> struct PlanWgmma {
+  enum { value = 0 };
+};
+template <class P> struct PlanWgmma<P, decltype(void(P::wgmma))> {
+  enum { value = P::wgmma ? 1 : 0 };
+};
+
 template <class L, class P, class O> struct AttnShape {
   typedef typename O::io io;
   typedef typename ConvertTag<typename L::cache, P::hw_fp8>::type cache;
@@ -94,7 +104,17 @@ template <class L, class P, class O> struct AttnShape {
     /// memory; 0: AttnTile's static choice.
     TILE_TOKENS = PlanTiles<P>::tokens,
     TILE_STAGES = PlanTiles<P>::stages,
-    DYNAMIC_SMEM = PlanTiles<P>::smem
+    DYNAMIC_SMEM = PlanTiles<P>::smem,
+    /// The prefill tiles' products on warpgroup MMA (the plan's wgmma):
+    /// one warpgroup per 64 rows, K/V tiles in core-matrix order
+    /// (attention.h stageTileCm).
+#ifdef KVGEN_FORCE_WGMMA
+    WGMMA = TILED && P::threads % 128 == 0 && HK % 16 == 0 && HV % 16 == 0 &&
+            sizeof(CS) == 2 && int(TO_IO) == int(TO_IO_RAW) &&
+            same_type<mma, io>::value,
+#else
+    WGMMA = PlanWgmma<P>::value,
+#endif
   };
   static_assert(P::threads % 32 == 0, "whole warps");
 #ifndef KVGEN_MFMA
@@ -105,6 +125,12 @@ template <class L, class P, class O> struct AttnShape {
                 "16 rows per CTA (one m16 tile) or 16 per warp (prefill)");
   static_assert(!TILED || P::split_ctas == 0, "prefill tiles do not split");
   static_assert(!TILED || !MFMA, "prefill tiles: no MFMA path yet");
+  static_assert(!WGMMA || (TILED && P::threads % 128 == 0 && HK % 16 == 0 &&
+                           HV % 16 == 0 && sizeof(CS) == 2 &&
+                           int(TO_IO) == int(TO_IO_RAW) &&
+                           same_type<mma, io>::value),
+                "wgmma: prefill tiles of whole warpgroups, 16-bit K/V of "
+                "the query type, head sizes multiples of 16");
 };
 
 /// The launch geometry of plan P (the runtime's LaunchGeometry, Launch.h).

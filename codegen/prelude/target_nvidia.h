@@ -256,6 +256,162 @@ __device__ inline void kvgenCopyAsyncCommit() {
 template <int K> __device__ inline void kvgenCopyAsyncWait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(K) : "memory");
 }
+/// Warpgroup MMA (PTX ISA 8.0+, sm_90a only: "Asynchronous Warpgroup Level
+/// Matrix Multiply-Accumulate Instructions: wgmma.mma_async"), defined
+/// where the compiler targets sm_90a (__CUDA_ARCH_FEAT_SM90_ALL). The four
+/// warps of a warpgroup (threads 128 w .. 128 w + 127) call each function
+/// together. kvgenWgmma<N, F16, TRANS_B>(d, a, desc, accumulate): D (64 x N,
+/// fp32) = A (64 x 16, registers) x B (16 x N, shared memory, described by
+/// desc) + (accumulate ? D : 0), with A of bf16 (F16: f16) elements in
+/// each warp's mma.sync m16n8k16 A fragments (warp w: rows 16 w on) and
+/// d the N / 2 floats of warp w's rows in the C fragments of N / 8 n-tiles
+/// (d[4 j .. 4 j + 3]: n-tile j); B K-major (TRANS_B false) or MN-major.
+/// Asynchronous: kvgenWgmmaFence before the first one that reads registers
+/// written since ("wgmma.fence"), kvgenWgmmaCommit, then kvgenWgmmaWait<0>
+/// and kvgenWgmmaPin on d before d is read. N = 16, 32 or 64.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KVGEN_WGMMA 1
+__device__ inline void kvgenWgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ inline void kvgenWgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N> __device__ inline void kvgenWgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+/// Shared-memory writes of the generic proxy (cp.async, stores) visible to
+/// the async proxy (wgmma's operand reads): each writing thread, before
+/// the barrier that precedes the wgmma ("Memory Consistency Model: proxy
+/// fences").
+__device__ inline void kvgenFenceProxyAsync() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+/// Keeps the compiler from moving reads of d[0, COUNT) above
+/// kvgenWgmmaWait.
+template <int COUNT> __device__ inline void kvgenWgmmaPin(float *d) {
+#pragma unroll
+  for (int i = 0; i < COUNT; ++i)
+    asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int N, bool F16> struct KvgenWgmmaOp;
+template <> struct KvgenWgmmaOp<16, false> {
+  template <int TRANS_B>
+  static __device__ inline void run(float *d, const uint32_t *a,
+                                    uint64_t desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "{%8, %9, %10, %11}, %12, p, 1, 1, %14;\n}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),
+          "r"(accumulate), "n"(TRANS_B));
+  }
+};
+template <> struct KvgenWgmmaOp<16, true> {
+  template <int TRANS_B>
+  static __device__ inline void run(float *d, const uint32_t *a,
+                                    uint64_t desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "{%8, %9, %10, %11}, %12, p, 1, 1, %14;\n}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),
+          "r"(accumulate), "n"(TRANS_B));
+  }
+};
+template <> struct KvgenWgmmaOp<32, false> {
+  template <int TRANS_B>
+  static __device__ inline void run(float *d, const uint32_t *a,
+                                    uint64_t desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),
+          "r"(accumulate), "n"(TRANS_B));
+  }
+};
+template <> struct KvgenWgmmaOp<32, true> {
+  template <int TRANS_B>
+  static __device__ inline void run(float *d, const uint32_t *a,
+                                    uint64_t desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),
+          "r"(accumulate), "n"(TRANS_B));
+  }
+};
+template <> struct KvgenWgmmaOp<64, false> {
+  template <int TRANS_B>
+  static __device__ inline void run(float *d, const uint32_t *a,
+                                    uint64_t desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),
+          "r"(accumulate), "n"(TRANS_B));
+  }
+};
+template <> struct KvgenWgmmaOp<64, true> {
+  template <int TRANS_B>
+  static __device__ inline void run(float *d, const uint32_t *a,
+                                    uint64_t desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),
+          "r"(accumulate), "n"(TRANS_B));
+  }
+};
+template <int N, bool F16, bool TRANS_B>
+__device__ inline void kvgenWgmma(float *d, const uint32_t *a, uint64_t desc,
+                                  bool accumulate) {
+  KvgenWgmmaOp<N, F16>::template run<TRANS_B ? 1 : 0>(d, a, desc,
+                                                  accumulate ? 1 : 0);
+}
+/// The matrix descriptor of a B tile without swizzling ("Matrix Descriptor
+/// Format"): start address, leading (K-direction) and stride (MN-direction)
+/// byte offsets between 8 x 16-byte core matrices, each >> 4 in 14 bits.
+__device__ inline uint64_t kvgenWgmmaDesc(const void *tile, uint32_t lbo,
+                                          uint32_t sbo) {
+  return uint64_t((kvgenSharedAddress(tile) & 0x3ffffu) >> 4) |
+         (uint64_t((lbo >> 4) & 0x3fffu) << 16) |
+         (uint64_t((sbo >> 4) & 0x3fffu) << 32);
+}
+#endif
+
 } // namespace kvgen
 
 #ifdef KVGEN_TARGET_BULK_COPY
