@@ -6,7 +6,8 @@ test/python/grid/emit_bundle.py emits into the GPU bundle), or of a few
 presets (--presets: the kernels `kvgen run --preset NAME` JIT-compiles),
 each build's `kvgen emit` prints the source for --target, and NVRTC
 compiles it with the runtime's options (runtime/src/BackendCuda.cpp:
---gpu-architecture=TARGET -std=c++17) to PTX. The two PTX texts are
+--gpu-architecture=ARCH -std=c++17, ARCH the target's arch-specific
+variant where it has one, sm_90 -> sm_90a: compiler_arch) to PTX. The two PTX texts are
 compared line by line; the NVRTC compile time of each source is measured
 (the smallest of --repeat compiles, both builds' compiles interleaved).
 
@@ -203,6 +204,21 @@ def env_for(lib):
     return env
 
 
+def compiler_arch(kvgen, env, target):
+    """The --gpu-architecture the runtime's CUDA backend compiles `target`
+    for (kvgen/Target.h compilerArchitecture): TARGET + 'a' for an NVIDIA
+    target whose `kvgen targets` capabilities include wgmma (an
+    arch-specific instruction), else TARGET."""
+    out = subprocess.run([kvgen, "targets"], capture_output=True, text=True,
+                         check=True, env=env).stdout
+    for line in out.splitlines():
+        f = line.split(None, 5)
+        if len(f) == 6 and f[0] == target and f[1] == "nvidia" and \
+                "wgmma" in f[5].replace(",", " ").split():
+            return target + "a"
+    return target
+
+
 def emit(kvgen, lib, target, args, work):
     """The source `kvgen emit` prints for `args` (--layout-text T: the
     layout written to a file first)."""
@@ -226,7 +242,7 @@ def one(job):
     label, args, a = job
     if _NVRTC is None:
         _NVRTC = Nvrtc()
-    opts = [f"--gpu-architecture={a['target']}", "-std=c++17"]
+    opts = [f"--gpu-architecture={a['arch']}", "-std=c++17"]
     res = {"label": label}
     try:
         with tempfile.TemporaryDirectory() as work:
@@ -306,6 +322,8 @@ def main():
         specs = specs[:args.limit]
     common = {"base": args.base, "base_lib": args.base_lib, "new": args.new,
               "new_lib": args.new_lib, "target": args.target,
+              "arch": compiler_arch(args.new, env_for(args.new_lib),
+                                    args.target),
               "repeat": max(1, args.repeat)}
     t0 = time.time()
     results = []
@@ -322,7 +340,8 @@ def main():
     globals_only = [r for r in ok if not r["same"] and not r["other_diff"]]
     differ = [r for r in ok if not r["same"] and r["other_diff"]]
     warned = [r for r in ok if r.get("logs")]
-    print(f"compare_ptx: {len(results)} kernels for {args.target}: "
+    print(f"compare_ptx: {len(results)} kernels for {args.target} "
+          f"({common['arch']}): "
           f"{len(same)} identical PTX, {len(globals_only)} differing only "
           f"in removed module-scope declarations, {len(differ)} differing, "
           f"{len(errors)} failed ({time.time() - t0:.0f} s)")

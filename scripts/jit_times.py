@@ -7,7 +7,7 @@ source and this script measures, in CPU milliseconds of this process (user
 + system, all threads; robust against other processes on a shared
 machine, unlike wall time):
 
-  ptx_ms     NVRTC to PTX only (--gpu-architecture=compute_90): front end
+  ptx_ms     NVRTC to PTX only (--gpu-architecture=compute_90a): front end
              and NVVM;
   cubin_ms   NVRTC to a cubin with the runtime's options
              (runtime/src/BackendCuda.cpp options()), what a cold
@@ -161,7 +161,8 @@ def sass_of(cubin, cuobjdump):
 
 def check_options(args, nv, specs, extra):
     """Exit status: 0 when OPTS leaves every function's SASS unchanged."""
-    base = [f"--gpu-architecture={args.target}", "-std=c++17"]
+    arch = C.compiler_arch(args.kvgen, C.env_for(args.lib), args.target)
+    base = [f"--gpu-architecture={arch}", "-std=c++17"]
     differ = 0
     with tempfile.TemporaryDirectory() as work:
         for label, eargs in specs:
@@ -210,8 +211,10 @@ def main():
             specs += C.extra_specs(args.kvgen, env)
         return check_options(args, nv, specs, args.check_options.split())
     base = ["-std=c++17"] + args.options.split()
-    cubin_opts = [f"--gpu-architecture={args.target}"] + base
-    ptx_opts = ["--gpu-architecture=compute_" + args.target[3:]] + base
+    # The runtime's architecture (sm_90 -> sm_90a, compare_ptx.compiler_arch).
+    arch = C.compiler_arch(args.kvgen, env, args.target)
+    cubin_opts = [f"--gpu-architecture={arch}"] + base
+    ptx_opts = ["--gpu-architecture=compute_" + arch[3:]] + base
     rows = []
     print(f"{'kernel':44s} {'ptx':>6s} {'cubin':>6s} {'one':>6s} "
           f"{'fe':>5s} {'opt':>5s} {'ptxas':>5s} {'src':>5s} {'ptx':>5s} "

@@ -14,6 +14,7 @@ enum CapBit : unsigned {
   kGridDependency = 1u << 4,
   kMinCtas = 1u << 5,
   kBulkCopy = 1u << 6,
+  kWgmma = 1u << 7,
 };
 /// Each capability: its bit in the table below and its names.
 struct Capability {
@@ -38,6 +39,7 @@ const Capability kCapabilities[] = {
       "KVGEN_TARGET_MIN_CTAS_LAUNCH_BOUND"}},
     {kBulkCopy,
      {&TargetInfo::Caps::bulkCopy, "bulk_copy", "KVGEN_TARGET_BULK_COPY"}},
+    {kWgmma, {&TargetInfo::Caps::wgmma, "wgmma", "KVGEN_TARGET_WGMMA"}},
 };
 TargetInfo::Caps caps(unsigned bits) {
   TargetInfo::Caps c;
@@ -70,7 +72,8 @@ std::string capabilityDefines(const TargetInfo &t) {
 const std::vector<TargetInfo> &knownTargets() {
   // Sources of the capabilities: PTX ISA 8.x, "cvt" (e4m3x2 / e5m2x2 need
   // sm_89), "mma" (m16n8k16 bf16 needs sm_80) and "griddepcontrol"
-  // (sm_90, PTX ISA 7.8), "cp.async.bulk" (sm_90, PTX ISA 8.0); AMD
+  // (sm_90, PTX ISA 7.8), "cp.async.bulk" (sm_90, PTX ISA 8.0),
+  // "wgmma.mma_async" (sm_90a, PTX ISA 8.0); AMD
   // CDNA2/CDNA3 ISA
   // guides (MFMA on gfx90a, gfx942, gfx950). Streaming stores are measured
   // on the H200 only (docs/performance.md), so they are enabled on NVIDIA.
@@ -88,12 +91,19 @@ const std::vector<TargetInfo> &knownTargets() {
        ".cu", 128, 99 * 1024},
       {"sm_90", Vendor::Nvidia, 32,
        caps(kHwFp8 | kStreaming | kMmaSync | kGridDependency | kMinCtas |
-            kBulkCopy),
+            kBulkCopy | kWgmma),
        "target_nvidia.h", ".cu", 132, 227 * 1024},
       {"host", Vendor::Host, 32, caps(0), "target_host.h", ".cpp", 4,
-       0x7fffffff, /*mfmaSimulation=*/true},
+       0x7fffffff, /*mfmaSimulation=*/true, /*wgmmaSimulation=*/true},
   };
   return all;
+}
+
+std::string compilerArchitecture(std::string_view target) {
+  const TargetInfo *t = findTarget(target);
+  if (t && t->vendor == Vendor::Nvidia && t->caps.wgmma)
+    return std::string(target) + "a";
+  return std::string(target);
 }
 
 std::string knownTargetNames() { return joinAlternatives(knownTargets()); }

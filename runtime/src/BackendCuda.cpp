@@ -8,6 +8,7 @@
 #include "Backend.h"
 #include "Util.h"
 #include "kvgen/Launch.h"
+#include "kvgen/Target.h"
 
 #include <fmt/format.h>
 
@@ -363,8 +364,13 @@ public:
   /// (scripts/jit_times.py --check-options; the fp8 write differs in two
   /// carry predicates' numbers), and its JIT time on one thread is spread
   /// over two (docs/performance.md, "JIT compile time").
+  /// --gpu-architecture: the target's arch-specific variant where kernels
+  /// may use its arch-specific instructions (sm_90 -> sm_90a: wgmma,
+  /// kvgen/Target.h compilerArchitecture); the device is the one the
+  /// target names, so its cubins load there.
   std::vector<std::string> options() const {
-    return {"--gpu-architecture=" + target_, "-std=c++17", "--split-compile=0"};
+    return {"--gpu-architecture=" + compilerArchitecture(target_), "-std=c++17",
+            "--split-compile=0"};
   }
 
   Status compile(const std::string &source, const std::string &entry,

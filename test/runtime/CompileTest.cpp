@@ -159,6 +159,27 @@ TEST(NvrtcCompile, TinyKernelToSm90Cubin) {
   EXPECT_EQ(elfMachine(payload), kEmCuda);
 }
 
+// The CUDA backend compiles sm_90 for sm_90a (kvgen/Target.h
+// compilerArchitecture), whose arch-specific wgmma instructions the prefill
+// plans' wgmma path uses: plain sm_90 makes ptxas refuse them.
+TEST(NvrtcCompile, Sm90CompilesArchSpecificWgmma) {
+  EXPECT_EQ(compilerArchitecture("sm_90"), "sm_90a");
+  EXPECT_EQ(compilerArchitecture("sm_80"), "sm_80");
+  EXPECT_EQ(compilerArchitecture("sm_89"), "sm_89");
+  EXPECT_EQ(compilerArchitecture("sm_86"), "sm_86"); // a device's, unknown
+  EXPECT_EQ(compilerArchitecture("host"), "host");
+  if (!haveNvrtc())
+    GTEST_SKIP() << "libnvrtc cannot be dlopen'ed here (no CUDA toolkit)";
+  std::string payload;
+  Status s = compileOnly(KVGEN_BACKEND_CUDA, "sm_90", "kv_wgmma",
+                         "extern \"C\" __global__ void kv_wgmma(int *p) {\n"
+                         "  asm volatile(\"wgmma.fence.sync.aligned;\");\n"
+                         "  *p = 1;\n}\n",
+                         &payload);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_EQ(elfMachine(payload), kEmCuda);
+}
+
 TEST(NvrtcCompile, RealTestKernelsCompile) {
   if (!haveNvrtc())
     GTEST_SKIP() << "libnvrtc cannot be dlopen'ed here (no CUDA toolkit)";

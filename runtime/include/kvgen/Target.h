@@ -59,6 +59,12 @@ struct TargetInfo {
     /// mbarrier's transaction count (PTX ISA 8.0+, sm_90+: the Tensor
     /// Memory Accelerator's bulk copies).
     bool bulkCopy = false;
+    /// wgmma.mma_async (PTX ISA 8.0+, sm_90a only: an arch-specific
+    /// instruction, so the CUDA backend compiles such a target for its 'a'
+    /// variant, compilerArchitecture): warpgroup MMA of 128 threads, A from
+    /// registers or shared memory, B from shared memory, which a prefill
+    /// plan's Q K^T and P V products use where the plan says wgmma.
+    bool wgmma = false;
   } caps;
   /// The target part of the device prelude (codegen/prelude/).
   const char *prelude;
@@ -81,6 +87,11 @@ struct TargetInfo {
   /// hardware capability): the host target, so that tests run the AMD
   /// kernels' MFMA path there; kv-plan plans it only when asked (mfma=1).
   bool mfmaSimulation = false;
+  /// The prelude simulates warpgroup MMA (wgmma.mma_async) on its emulated
+  /// warps (not a hardware capability): the host target, so that tests run
+  /// the sm_90 prefill kernels' wgmma path there; kv-plan plans it only when
+  /// asked (wgmma=1).
+  bool wgmmaSimulation = false;
 };
 
 /// One capability of TargetInfo::Caps, as every consumer names it: the
@@ -108,6 +119,18 @@ std::string capabilityDefines(const TargetInfo &t);
 /// Lanes of the wavefront an MFMA runs on (CDNA, and the host's
 /// simulation): a CTA of a plan with mfma is whole wavefronts.
 constexpr int kMfmaWaveSize = 64;
+
+/// Threads of the warpgroup one wgmma.mma_async runs on: a CTA of a plan
+/// with wgmma is whole warpgroups, each owning 64 query rows.
+constexpr int kWgmmaGroupThreads = 128;
+
+/// The --gpu-architecture NVRTC compiles the CUDA target `target` ("sm_90")
+/// for: its arch-specific variant ("sm_90a": sm_90 plus wgmma.mma_async and
+/// the other arch-specific instructions; its cubins load on compute
+/// capability 9.0 only) where the target has a capability that needs one
+/// (wgmma), else `target` itself (also for names that are not in
+/// knownTargets(), e.g. the "sm_86" of a device).
+std::string compilerArchitecture(std::string_view target);
 
 /// Every target, in the order lists print them.
 const std::vector<TargetInfo> &knownTargets();
