@@ -425,7 +425,7 @@ LogicalResult AttentionPlanAttr::verify(
     int64_t threads, int64_t rowsPerCta, int64_t rowGroup, int64_t itemCtas,
     int64_t splitCtas, int64_t splitMinTokens, int64_t splitAlign,
     int64_t partialBytes, int64_t tileTokens, int64_t tileStages,
-    int64_t dynamicSmemBytes, Alignment, bool hwFp8, bool mfma,
+    int64_t dynamicSmemBytes, Alignment, bool hwFp8, bool mfma, bool wgmma,
     bool dependentLaunch, int64_t minCtasPerSm) {
   FailureOr<Target> t = verifyPlanBase(emitError, target, vectorBytes, threads,
                                        dependentLaunch, minCtasPerSm, threads);
@@ -481,7 +481,41 @@ LogicalResult AttentionPlanAttr::verify(
   if (mfma && threads % kMfmaWaveSize != 0)
     return emitError() << "'mfma' needs whole wavefronts: 'threads' = "
                        << threads << " is not a multiple of " << kMfmaWaveSize;
+  // wgmma: the K/V tiles' tokens (16, 32 or 64 above, or the static
+  // tiles' 16-64) are whole k16 / n8 steps of its MMAs; the op checks the
+  // rest (a prefill plan, the cache type, the head sizes: wgmmaUnfit).
+  if (wgmma && !caps.wgmma && !t->info->wgmmaSimulation)
+    return emitError() << "'wgmma' needs a target with warpgroup MMA "
+                          "(wgmma.mma_async, sm_90a; or the host's "
+                          "simulation of it); '"
+                       << target << "' has none";
+  if (wgmma && threads % kWgmmaGroupThreads != 0)
+    return emitError() << "'wgmma' needs whole warpgroups: 'threads' = "
+                       << threads << " is not a multiple of "
+                       << kWgmmaGroupThreads;
+  if (wgmma && mfma)
+    return emitError() << "'wgmma' and 'mfma' cannot both be true";
   return success();
+}
+
+std::optional<std::string> kvgen::kv::wgmmaUnfit(const LayoutDesc &layout,
+                                                 DType io) {
+  // wgmma.mma_async's shapes (PTX ISA, "Warpgroup MMA"): m64nNk16 for
+  // bf16 / f16, N a multiple of 8 up to 256, A and B of one type.
+  constexpr int64_t kStep = 16, kMaxN = 256;
+  if (layout.dtype != io || (io != DType::BF16 && io != DType::F16))
+    return std::string("wgmma needs a bf16 or f16 cache of the query's type "
+                       "(") +
+           toString(io) + "), got cache dtype " + toString(layout.dtype);
+  const int64_t k = layout.headSize(kKey), v = layout.headSize(kValue);
+  if (k % kStep != 0)
+    return "wgmma needs head_size_k to be a multiple of " +
+           std::to_string(kStep) + ", got " + std::to_string(k);
+  if (v % kStep != 0 || v > kMaxN)
+    return "wgmma needs head_size_v to be a multiple of " +
+           std::to_string(kStep) + " and at most " + std::to_string(kMaxN) +
+           ", got " + std::to_string(v);
+  return std::nullopt;
 }
 
 StringRef kvgen::kv::planMnemonic(OpFamily f) {
@@ -741,6 +775,15 @@ LogicalResult PagedAttentionOp::verify() {
       return emitOpError("a prefill plan cannot use mfma (its warps own "
                          "different rows; the MFMA path pairs the two warps "
                          "of a wavefront on the same rows)");
+    if (plan.getWgmma()) {
+      if (!getPrefill())
+        return emitOpError("only a prefill plan can use wgmma (a warpgroup "
+                           "MMA covers 64 rows; the other plans' CTAs have "
+                           "16)");
+      if (std::optional<std::string> why =
+              wgmmaUnfit(l, *fromMlirType(getIo())))
+        return emitOpError("plan's ") << *why;
+    }
     // Prefill tiles in dynamic shared memory: exactly the bytes of their
     // stages (kvgen/Launch.h, the prelude's AttnTileSmem).
     if (!getPrefill() && (plan.getTileTokens() || plan.getTileStages() ||

@@ -52,6 +52,17 @@
 //               permutes and FMAs. Not measured (no AMD GPU here). The
 //               option mfma=0 turns it off, mfma=1 asks for it also on
 //               the host, whose prelude simulates it (tests).
+//   wgmma       prefill plans (warp row tiles) on targets with warpgroup
+//               MMA (sm_90, compiled as sm_90a) whose CTAs are whole
+//               128-thread warpgroups, over a bf16 / f16 cache of the
+//               query's type with head sizes of whole 16-element steps
+//               (head_size_v <= 256; kv::wgmmaUnfit): Q K^T and P V run
+//               on wgmma.mma_async, A from registers, B the K / V tile in
+//               shared memory, one warpgroup per 64 query rows. Not with
+//               mfma. The option wgmma=0 turns it off, wgmma=1 asks for
+//               it on every prefill plan, also on the host, whose prelude
+//               simulates it (tests); a prefill plan that cannot have it
+//               is then an error naming why, other plans never have it.
 //
 //===----------------------------------------------------------------------===//
 #include "kvgen/Transforms/Plan.h"
@@ -288,6 +299,14 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
   // serve yet: it takes the emulated mma there.
   c.mfma = target.caps().mfma && c.threads % kMfmaWaveSize == 0 &&
            !warpRowTiles;
+  // The prefill body's products on warpgroup MMA where the target has it
+  // (not the host's simulation: only when asked, KVPlanPass) and the op
+  // fits it (whole warpgroups, a 16-bit cache of the query's type, head
+  // sizes of whole k16 steps: kv::wgmmaUnfit, which the op verifier
+  // applies too).
+  c.wgmma = target.caps().wgmma && warpRowTiles &&
+            c.threads % kWgmmaGroupThreads == 0 && !c.mfma &&
+            !kv::wgmmaUnfit(layout, io);
   if (c.splitCtas == 0)
     c.splitMinTokens = c.splitAlign = c.partialBytes = 0;
   return c;
@@ -320,6 +339,7 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
         {"split-ctas", splitCtas, -1, kMaxSplitCtas},
         {"min-ctas-per-sm", minCtasPerSm, -1, INT32_MAX},
         {"mfma", mfma, -1, 1},
+        {"wgmma", wgmma, -1, 1},
     };
     for (const Range &r : ranges)
       if (r.value < r.min || r.value > r.max)
@@ -391,7 +411,11 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
             c->rowsPerCta, c->rowGroup, c->itemCtas, c->splitCtas,
             c->splitMinTokens, c->splitAlign, c->partialBytes, c->tileTokens,
             c->tileStages, c->dynamicSmemBytes, alignment, c->hwFp8,
-            mfma < 0 ? c->mfma : mfma > 0, dependent, minCtas);
+            mfma < 0 ? c->mfma : mfma > 0,
+            // wgmma=1 asks for it on every prefill plan (also the host's
+            // simulation); the other plans never have it.
+            wgmma < 0 ? c->wgmma : wgmma > 0 && op.getWarpRowTiles(), dependent,
+            minCtas);
       }
       llvm_unreachable("unknown op family");
     };

@@ -88,6 +88,66 @@ kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // -----
 
+// wgmma: prefill plans only (a warpgroup MMA covers 64 rows).
+// expected-error @+1 {{'kv.paged_attention' op only a prefill plan can use wgmma}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    num_q_heads 64 {plan = #kv.attention_plan<target = "sm_90",
+    vector_bytes = 16, threads = 128, rows_per_cta = 16, row_group = 16,
+    item_ctas = 4, cache_alignment = proven, hw_fp8 = false, wgmma = true>}
+
+// -----
+
+// wgmma: a 16-bit cache of the query's type (no fp8: its B operand would
+// need converting first).
+// expected-error @+1 {{'kv.paged_attention' op plan's wgmma needs a bf16 or f16 cache of the query's type (bf16), got cache dtype f8E4M3FN}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = f8E4M3FN, scale = per_head>,
+    query bf16, num_q_heads 64 prefill {plan = #kv.attention_plan<
+    target = "sm_90", vector_bytes = 16, threads = 128, rows_per_cta = 64,
+    row_group = 16, item_ctas = 4, cache_alignment = proven, hw_fp8 = true,
+    wgmma = true>}
+
+// -----
+
+// expected-error @+1 {{'kv.paged_attention' op plan's wgmma needs a bf16 or f16 cache of the query's type (f16), got cache dtype bf16}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 128,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query f16,
+    num_q_heads 16 prefill {plan = #kv.attention_plan<target = "sm_90",
+    vector_bytes = 16, threads = 128, rows_per_cta = 64, row_group = 4,
+    item_ctas = 4, cache_alignment = proven, hw_fp8 = false, wgmma = true>}
+
+// -----
+
+// wgmma: Q K^T in k16 steps over head_size_k.
+// expected-error @+1 {{'kv.paged_attention' op plan's wgmma needs head_size_k to be a multiple of 16, got 72}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 72,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    num_q_heads 16 prefill {plan = #kv.attention_plan<target = "sm_90",
+    vector_bytes = 16, threads = 128, rows_per_cta = 64, row_group = 4,
+    item_ctas = 4, cache_alignment = proven, hw_fp8 = false, wgmma = true>}
+
+// -----
+
+// wgmma: P V's N = head_size_v, a multiple of 16 up to 256.
+// expected-error @+1 {{'kv.paged_attention' op plan's wgmma needs head_size_v to be a multiple of 16 and at most 256, got 136}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 128,
+    head_size_v = 136, block_size = 16, dtype = bf16>, query bf16,
+    num_q_heads 16 prefill {plan = #kv.attention_plan<target = "sm_90",
+    vector_bytes = 16, threads = 128, rows_per_cta = 64, row_group = 4,
+    item_ctas = 4, cache_alignment = proven, hw_fp8 = false, wgmma = true>}
+
+// -----
+
+// expected-error @+1 {{'kv.paged_attention' op plan's wgmma needs head_size_v to be a multiple of 16 and at most 256, got 272}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 128,
+    head_size_v = 272, block_size = 16, dtype = bf16>, query bf16,
+    num_q_heads 16 prefill {plan = #kv.attention_plan<target = "sm_90",
+    vector_bytes = 16, threads = 128, rows_per_cta = 64, row_group = 4,
+    item_ctas = 4, cache_alignment = proven, hw_fp8 = false, wgmma = true>}
+
+// -----
+
 // Split-KV needs its bounds on the plan.
 kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,

@@ -311,3 +311,30 @@ kv.gather_mla @r : #kv.layout<num_kv_heads = 1,
 
 // expected-error @+1 {{'mfma' needs whole wavefronts: 'threads' = 96 is not a multiple of 64}}
 #bad = #kv.attention_plan<target = "gfx90a", vector_bytes = 16, threads = 96, rows_per_cta = 16, row_group = 1, item_ctas = 1, cache_alignment = proven, hw_fp8 = false, mfma = true>
+
+// -----
+
+// wgmma: the target's warpgroup MMA (or the host's simulation of it), for
+// plans of whole 128-thread warpgroups, not together with mfma.
+// expected-error @+1 {{'wgmma' needs a target with warpgroup MMA (wgmma.mma_async, sm_90a; or the host's simulation of it); 'sm_80' has none}}
+#bad = #kv.attention_plan<target = "sm_80", vector_bytes = 16, threads = 128, rows_per_cta = 64, row_group = 1, item_ctas = 1, cache_alignment = proven, hw_fp8 = false, wgmma = true>
+
+// -----
+
+// expected-error @+1 {{'wgmma' needs a target with warpgroup MMA (wgmma.mma_async, sm_90a; or the host's simulation of it); 'gfx942' has none}}
+#bad = #kv.attention_plan<target = "gfx942", vector_bytes = 16, threads = 128, rows_per_cta = 64, row_group = 1, item_ctas = 1, cache_alignment = proven, hw_fp8 = false, wgmma = true>
+
+// -----
+
+// expected-error @+1 {{'wgmma' needs whole warpgroups: 'threads' = 192 is not a multiple of 128}}
+#bad = #kv.attention_plan<target = "sm_90", vector_bytes = 16, threads = 192, rows_per_cta = 96, row_group = 1, item_ctas = 1, cache_alignment = proven, hw_fp8 = false, wgmma = true>
+
+// -----
+
+// expected-error @+1 {{'wgmma' and 'mfma' cannot both be true}}
+#bad = #kv.attention_plan<target = "host", vector_bytes = 16, threads = 128, rows_per_cta = 64, row_group = 1, item_ctas = 1, cache_alignment = proven, hw_fp8 = false, mfma = true, wgmma = true>
+
+// -----
+
+// expected-error @+1 {{duplicate or unknown struct parameter name: wgmma}}
+#bad = #kv.rows_plan<target = "sm_90", vector_bytes = 16, threads = 128, tokens_per_cta = 1, small_max_tokens = 0, small_threads = 0, cache_alignment = proven, hw_fp8 = false, streaming_stores = false, wgmma = true>

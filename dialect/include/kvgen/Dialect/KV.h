@@ -78,6 +78,14 @@ llvm::LogicalResult verifyKVLayout(mlir::Operation *op, LayoutAttr layout);
 /// (packed, or at most two components), for the block copies, whose
 /// argument structs have two cache tensors per set; else an error.
 llvm::LogicalResult verifyBlockLayout(mlir::Operation *op, LayoutAttr layout);
+/// Why the Q K^T and P V products of a prefill plan of paged attention over
+/// `layout` with query (io) type `io` cannot run on warpgroup MMA (the
+/// plan's wgmma: m64nNk16, N a multiple of 8 up to 256, bf16 / f16 A and B
+/// of one type): the cache's element type is not `io` (an fp8 or f32
+/// cache), or head_size_k is not a multiple of 16 (the k16 steps of Q K^T),
+/// or head_size_v is not a multiple of 16 or more than 256 (P V's N).
+/// std::nullopt when it can. The op verifier and kv-plan both ask this.
+std::optional<std::string> wgmmaUnfit(const LayoutDesc &layout, DType io);
 } // namespace kvgen::kv
 #include "kvgen/Dialect/KVInterfaces.h.inc"
 

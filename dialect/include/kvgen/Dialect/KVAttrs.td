@@ -319,7 +319,8 @@ def KV_AttentionPlanAttr : KV_PlanAttrBase<"AttentionPlan", "attention_plan",
          KV_IntParameter<"prefill: K/V tile stages", "0">:$tile_stages,
          KV_IntParameter<"dynamic shared memory bytes per CTA", "0">:$dynamic_smem_bytes),
     (ins AttrParameter<"bool", "hardware fp8 conversion">:$hw_fp8,
-         DefaultValuedParameter<"bool", "false", "row-tiled MMAs on MFMA">:$mfma)> {
+         DefaultValuedParameter<"bool", "false", "row-tiled MMAs on MFMA">:$mfma,
+         DefaultValuedParameter<"bool", "false", "prefill MMAs on wgmma">:$wgmma)> {
   let summary = "Execution plan of an attention-family kernel";
   let description = !strconcat([{
     The plan of the ops of the attention family (Ops.def: `paged_attention`;
@@ -356,6 +357,17 @@ def KV_AttentionPlanAttr : KV_PlanAttrBase<"AttentionPlan", "attention_plan",
       of a 64-lane wavefront then run the same loop iterations. Only on
       targets with MFMA (or the host, whose prelude simulates it for
       tests), for plans whose `threads` fill whole 64-lane wavefronts.
+    - `wgmma` (omitted when false; prefill plans): the Q K^T and P V
+      products run on warpgroup MMA (sm_90a `wgmma.mma_async`: A, the
+      query or probability fragments, from registers; B, the K / V tile,
+      from shared memory), one 128-thread warpgroup per 64 query rows,
+      instead of each warp's m16n8k16 `mma.sync`. Only on targets with
+      wgmma (sm_90, compiled as sm_90a; or the host, whose prelude
+      simulates it for tests), for plans whose `threads` are whole
+      warpgroups, not with `mfma`; the op also needs a 16-bit cache of the
+      query's type (bf16 or f16), head sizes that are multiples of 16
+      (`head_size_v` at most 256) and K/V tiles of a multiple of 16 tokens
+      (at most 256).
 
     Example:
 

@@ -19,7 +19,9 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
     whether the kernel supports programmatic dependent launch
     (`dependent_launch`: on sm_90+, every op but paged attention), and
     whether paged attention's MMAs use MFMA (`mfma`: on gfx90a, gfx942,
-    gfx950). The decisions are recorded on the op as the plan attribute of
+    gfx950), and whether a prefill plan's products use warpgroup MMA
+    (`wgmma`: on sm_90, for bf16 / f16 caches of the query's type with
+    head sizes of whole 16-element steps). The decisions are recorded on the op as the plan attribute of
     its family (Ops.def KVGEN_OP_FAMILY: `#kv.rows_plan`, `#kv.blocks_plan`,
     `#kv.attention_plan`; rules:
     passes/lib/Transforms/Plan.cpp, docs/codegen.md). An existing plan is replaced.
@@ -70,6 +72,14 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
            "target has it (and CTAs are whole wavefronts), 0 never (the "
            "lane-permute emulation), 1 always (the host simulates it; "
            "fails on other targets without MFMA)">,
+    Option<"wgmma", "wgmma", "int64_t", /*default=*/"-1",
+           "prefill plans of paged attention: -1 Q K^T and P V on "
+           "warpgroup MMA (wgmma) where the target has it and the op fits "
+           "it (whole warpgroups, a bf16 / f16 cache of the query's type, "
+           "head sizes multiples of 16, head_size_v <= 256), 0 never "
+           "(each warp's mma.sync), 1 on every prefill plan (the host "
+           "simulates it; fails where the target lacks it or the op does "
+           "not fit); other plans never use it">,
   ];
   let dependentDialects = ["::kvgen::kv::KVDialect"];
 }

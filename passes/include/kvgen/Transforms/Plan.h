@@ -42,6 +42,9 @@ struct PlanChoice {
   /// Row-tiled kernels: the MMAs on the target's MFMA instructions (the
   /// two warps of a wavefront in step); else their lane-permute emulation.
   bool mfma = false;
+  /// Prefill plans: Q K^T and P V on warpgroup MMA (wgmma.mma_async, one
+  /// 128-thread warpgroup per 64 rows); else each warp's mma.sync.
+  bool wgmma = false;
   /// Row tiles and split-KV (see Launch.h); 0 / 1 for other ops.
   int64_t rowsPerCta = 0, rowGroup = 1, itemCtas = 1, splitCtas = 0,
           splitMinTokens = 0, splitAlign = 0, partialBytes = 0;

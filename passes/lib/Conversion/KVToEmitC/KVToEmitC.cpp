@@ -189,6 +189,9 @@ std::string planStruct(StringRef name, PlanAttrInterface plan,
     os << "  /// The MMAs on MFMA (attention_mma.h Mma).\n";
     os << "  static constexpr bool mfma = " << boolText(attn.getMfma())
        << ";\n";
+    os << "  /// Prefill: Q K^T and P V on warpgroup MMA (wgmma.mma_async).\n";
+    os << "  static constexpr bool wgmma = " << boolText(attn.getWgmma())
+       << ";\n";
   }
   os << "};";
   return out;
