@@ -16,6 +16,13 @@
 // RUN: kvgen-opt --kv-plan=target=sm_90 %t/unfit.mlir | FileCheck %s --check-prefix=NONE
 // RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=1" %t/fp8.mlir 2>&1 | FileCheck %s --check-prefix=FP8ASK
 // RUN: not kvgen-opt --kv-plan="target=host wgmma=1" %t/k72.mlir 2>&1 | FileCheck %s --check-prefix=K72ASK
+// The option travels with KVGEN_PLAN_OPTIONS (kvgen emit, the generator
+// library): the emitted plan struct says it.
+// RUN: kvgen emit --preset mimo-v2-flash --op paged_attention --num_q_heads 64 --prefill --target sm_90 | FileCheck %s --check-prefix=EMIT1
+// RUN: env KVGEN_PLAN_OPTIONS="wgmma=0" kvgen emit --preset mimo-v2-flash --op paged_attention --num_q_heads 64 --prefill --target sm_90 | FileCheck %s --check-prefix=EMIT0
+// RUN: env KVGEN_PLAN_OPTIONS="wgmma=1" kvgen emit --preset mimo-v2-flash --op paged_attention --num_q_heads 64 --prefill --target host | FileCheck %s --check-prefix=EMIT1
+// EMIT1: static constexpr bool wgmma = true;
+// EMIT0: static constexpr bool wgmma = false;
 
 // wgmma (Plan.cpp): a prefill plan's Q K^T and P V on warpgroup MMA, planned
 // on sm_90 only (not sm_80, not AMD, not the host, whose simulation is only
