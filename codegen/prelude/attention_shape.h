@@ -46,8 +46,7 @@ template <class P> struct PlanTiles<P, decltype(void(P::tile_tokens))> {
 };
 
 /// The plan's wgmma (convert-kv-to-emitc writes it for attention plans;
-/// false where a plan struct lacks it). KVGEN_FORCE_WGMMA: every prefill
-/// plan, for tests of the simulated path.
+/// false where a plan struct lacks it: hand-written plans).
 template <class P, class = void> struct PlanWgmma {
   enum { value = 0 };
 };
@@ -108,13 +107,7 @@ template <class L, class P, class O> struct AttnShape {
     /// The prefill tiles' products on warpgroup MMA (the plan's wgmma):
     /// one warpgroup per 64 rows, K/V tiles in core-matrix order
     /// (attention.h stageTileCm).
-#ifdef KVGEN_FORCE_WGMMA
-    WGMMA = TILED && P::threads % 128 == 0 && HK % 16 == 0 && HV % 16 == 0 &&
-            sizeof(CS) == 2 && int(TO_IO) == int(TO_IO_RAW) &&
-            same_type<mma, io>::value,
-#else
     WGMMA = PlanWgmma<P>::value,
-#endif
   };
   static_assert(P::threads % 32 == 0, "whole warps");
 #ifndef KVGEN_MFMA

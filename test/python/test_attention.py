@@ -553,6 +553,48 @@ def test_prefill_path_matches_reference(ctx_prefill, geo, case):
     run_case(ctx_prefill, geo, *spec, prefill=True, seed=case)
 
 
+#: GEOS whose prefill plan can take wgmma (16-bit caches of the query's
+#: type, head sizes multiples of 16): kv-plan's wgmma=1 plans them so on
+#: the host, whose prelude does each warpgroup MMA as m16n8k16 MMAs with
+#: B read through the same core-matrix layout and strides as sm_90a's
+#: descriptors (attention_mma.h wgmmaRun).
+WGMMA_GEOS = [n for n, g in GEOS.items()
+              if g.dtype in ("bf16", "f16") and g.dtype == g.io and
+              g.dk % 16 == 0 and g.dv % 16 == 0]
+
+
+@pytest.fixture(scope="module")
+def ctx_prefill_wgmma(tmp_path_factory, kvgen_cli, kernel_cache):
+    c, bundle = host_context(tmp_path_factory, kernel_cache, "wgmma=1",
+                             names=WGMMA_GEOS, prefill=True)
+    sources = [f for f in bundle.iterdir() if f.suffix == ".cpp"]
+    assert len(sources) == len(WGMMA_GEOS) >= 8
+    for f in sources:
+        assert "static constexpr bool wgmma = true;" in f.read_text(), f
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("case", list(CASES) + list(PREFILL_CASES))
+@pytest.mark.parametrize("geo", [n for n in WGMMA_GEOS if n != "over_4gib"])
+def test_prefill_wgmma_path_matches_reference(ctx_prefill_wgmma, geo, case):
+    """The prefill plan with wgmma (attnWgmmaStep over CoreMatrixOrder
+    tiles: one warpgroup's 64 rows per product) against the reference on
+    the same cases as test_prefill_path_matches_reference."""
+    spec = CASES.get(case) or PREFILL_CASES[case]
+    run_case(ctx_prefill_wgmma, geo, *spec, prefill=True, seed=case)
+
+
+def test_prefill_wgmma_cache_over_4gib(ctx_prefill_wgmma):
+    """test_prefill_cache_over_4gib_uses_64bit_offsets on the wgmma plan."""
+    test_prefill_cache_over_4gib_uses_64bit_offsets(ctx_prefill_wgmma)
+
+
+def test_prefill_wgmma_checked_flags_bad_block_numbers(ctx_prefill_wgmma):
+    """test_prefill_checked_flags_bad_block_numbers on the wgmma plan."""
+    test_prefill_checked_flags_bad_block_numbers(ctx_prefill_wgmma)
+
+
 @pytest.mark.parametrize("case", list(PREFILL_CASES))
 @pytest.mark.parametrize("geo", ["mimo_nhd", "block1_mha_checked"])
 def test_decode_path_serves_prefill_cases(ctx, geo, case):
