@@ -113,3 +113,57 @@ def test_attention_kernels_compile(tmp_path, backend, target):
                 pytest.skip(f"{backend} compiler not loadable here: {e}")
             raise
         assert k.op == "paged_attention"
+
+
+#: Prefill kernels planned with wgmma=1 (kv-plan; not chosen by default
+#: yet): MiMo bf16 with sinks, Llama packed with soft-cap and lse, f16 with
+#: V wider than K (V = 256, wgmma's largest), a block of 8 tokens.
+WGMMA_SPECS = [
+    (kvgen.Layout(4, 192, 128, 16), 64, ["--sinks", "--prefill"]),
+    (kvgen.Layout(8, 128, 128, 16, packing="packed"), 32,
+     ["--logits_soft_cap", "--lse", "--prefill"]),
+    (kvgen.Layout(2, 64, 256, 8, dtype="f16"), 8,
+     ["--io", "f16", "--prefill"]),
+]
+
+
+@pytest.mark.parametrize("threads", [128, 256])
+def test_wgmma_prefill_kernels_compile_for_sm_90a(tmp_path, threads):
+    """The prefill body on warpgroup MMA (attnWgmmaStep: wgmma.mma_async,
+    fences, descriptors) compiles warning-free with NVRTC for sm_90, which
+    the runtime compiles as sm_90a; the emitted plans say wgmma."""
+    if not KVGEN.is_file():
+        pytest.skip(f"{KVGEN} not built")
+    try:
+        ctx = kvgen.Context.compile_only("cuda", "sm_90",
+                                         cache_dir=str(tmp_path / "cache"))
+    except (OSError, kvgen.KvgenError) as e:
+        pytest.skip(f"cuda compiler not loadable here: {e}")
+    env = dict(os.environ, KVGEN_PLAN_OPTIONS=f"wgmma=1 threads={threads}")
+    for i, (layout, q_heads, extra) in enumerate(WGMMA_SPECS):
+        f = tmp_path / f"layout{i}.mlir"
+        f.write_text(f"#kv.layout<{layout.text}>\n")
+        r = subprocess.run([str(KVGEN), "emit", "--layout", str(f), "--op",
+                            "paged_attention", "--num_q_heads", str(q_heads),
+                            "--target", "sm_90", "--bundle",
+                            str(tmp_path / "bundle")] + extra,
+                           capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+    bundle = tmp_path / "bundle"
+    sources = sorted(bundle.glob("*.cu"))
+    assert len(sources) == len(WGMMA_SPECS)
+    for s in sources:
+        assert "static constexpr bool wgmma = true;" in s.read_text(), s
+    ctx.load_bundle(bundle)
+    names = [line.split("=", 1)[1].strip()
+             for line in (bundle / "kvgen-manifest.txt").read_text()
+             .splitlines() if line.startswith("name")]
+    assert len(names) == len(WGMMA_SPECS)
+    for name in names:
+        try:
+            k = ctx.kernel_by_name(name)
+        except kvgen.KvgenError as e:
+            if e.status_name == "KVGEN_ERROR_BACKEND_UNAVAILABLE":
+                pytest.skip(f"cuda compiler not loadable here: {e}")
+            raise
+        assert k.op == "paged_attention"

@@ -59,10 +59,12 @@
 //               (head_size_v <= 256; kv::wgmmaUnfit): Q K^T and P V run
 //               on wgmma.mma_async, A from registers, B the K / V tile in
 //               shared memory, one warpgroup per 64 query rows. Not with
-//               mfma. The option wgmma=0 turns it off, wgmma=1 asks for
-//               it on every prefill plan, also on the host, whose prelude
+//               mfma. Not chosen by default yet (kWgmmaByDefault: not
+//               run on a GPU so far). The option wgmma=1 asks for it on
+//               every prefill plan, also on the host, whose prelude
 //               simulates it (tests); a prefill plan that cannot have it
-//               is then an error naming why, other plans never have it.
+//               is then an error naming why, other plans never have it;
+//               wgmma=0 turns it off.
 //
 //===----------------------------------------------------------------------===//
 #include "kvgen/Transforms/Plan.h"
@@ -304,7 +306,13 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
   // fits it (whole warpgroups, a 16-bit cache of the query's type, head
   // sizes of whole k16 steps: kv::wgmmaUnfit, which the op verifier
   // applies too).
-  c.wgmma = target.caps().wgmma && warpRowTiles &&
+  // Off by default for now (kWgmmaByDefault): the path was written and
+  // checked on the host's simulation and by NVRTC / ptxas for sm_90a, but
+  // no GPU was lent to run it (docs/performance.md, "Ninth round"); an
+  // engine's prefill stays on the mma.sync body, measured on the H200,
+  // until a GPU run checks it. wgmma=1 asks for it.
+  constexpr bool kWgmmaByDefault = false;
+  c.wgmma = kWgmmaByDefault && target.caps().wgmma && warpRowTiles &&
             c.threads % kWgmmaGroupThreads == 0 && !c.mfma &&
             !kv::wgmmaUnfit(layout, io);
   if (c.splitCtas == 0)

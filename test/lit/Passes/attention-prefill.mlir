@@ -19,7 +19,7 @@
 // PLAN-SAME: threads = 128, rows_per_cta = 64, row_group = 16,
 // PLAN-SAME: item_ctas = 4, tile_tokens = 64, tile_stages = 2,
 // PLAN-SAME: dynamic_smem_bytes = 92160, cache_alignment = proven,
-// PLAN-SAME: hw_fp8 = false, wgmma = true>
+// PLAN-SAME: hw_fp8 = false>
 // WARPS8: threads = 256, rows_per_cta = 128,
 // WARPS8-SAME: tile_tokens = 64, tile_stages = 2, dynamic_smem_bytes = 92160,
 // SM80-LABEL: kv.paged_attention @mimo_prefill
