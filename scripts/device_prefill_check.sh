@@ -6,15 +6,25 @@
 #   python3 bench/bench_attention.py --emit .dev/attn/bench_bundle
 #   KVGEN_PLAN_OPTIONS=threads=256 \
 #       python3 bench/bench_attention.py --emit .dev/attn/bench_bundle256
+#   # the prefill body on warpgroup MMA (kv-plan wgmma=1; not chosen by
+#   # default until this script has passed on an H200):
+#   KVGEN_PLAN_OPTIONS=wgmma=1 \
+#       python3 test/python/test_attention_gpu.py --emit .dev/attn/bundle_wg
+#   KVGEN_PLAN_OPTIONS=wgmma=1 \
+#       python3 bench/bench_attention.py --emit .dev/attn/bench_wg
+#   KVGEN_PLAN_OPTIONS="wgmma=1 threads=256" \
+#       python3 bench/bench_attention.py --emit .dev/attn/bench_wg256
 #   (cd .dev && tar -cJf attn.tar.xz attn)
 #
 # and there:  bash scripts/device_prefill_check.sh $OUT
 #
 # Runs: the runtime-only build; test_attention_gpu.py's prefill and mixed
-# cases (fp32 torch reference); bench_attention.py --prefill-only (kvgen's
-# two plans beside cuDNN SDPA, output checked); the same rows with 8-warp
-# prefill CTAs (128 rows) when bench_bundle256 exists; the decode rows.
-# Exit status 1 when a step failed.
+# cases (fp32 torch reference) on each test bundle present (bundle,
+# bundle_wg); compute-sanitizer memcheck of five prefill / mixed cases on
+# each (0 errors expected); bench_attention.py --prefill-only on each bench
+# bundle present (kvgen's plans beside cuDNN SDPA, output checked); the
+# decode rows. Bundles that were not emitted are skipped. Exit status 1
+# when a step failed.
 set -u
 OUT=${1:-out/prefill}
 mkdir -p "$OUT"
@@ -22,27 +32,36 @@ cd "$(dirname "$0")/.."
 rc=0
 [ -f .dev/attn.tar.xz ] && tar -xJf .dev/attn.tar.xz -C .dev
 cmake -S . -B build-dev -G Ninja -DKVGEN_ENABLE_MLIR=OFF \
-  -DKVGEN_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 &&
-  ninja -C build-dev >"$OUT/ninja.log" 2>&1 || { tail -20 "$OUT/ninja.log"; exit 1; }
-echo "== test_attention_gpu.py: prefill and mixed cases"
-KVGEN_ATTN_BUNDLE=.dev/attn/bundle KVGEN_LIB=build-dev/lib \
-  python3 test/python/test_attention_gpu.py --run prefill,x8 \
-  >"$OUT/attn_prefill.txt" 2>&1 || rc=1
-grep -v '^PASS' "$OUT/attn_prefill.txt" | head -20
-echo "passed: $(grep -c '^PASS' "$OUT/attn_prefill.txt")"
-echo "== bench_attention.py --prefill-only"
-python3 bench/bench_attention.py --bundle .dev/attn/bench_bundle \
-  --lib build-dev/lib --out "$OUT/attn" --prefill-only \
-  >"$OUT/bench_prefill.log" 2>&1 || rc=1
-grep '^prefill' "$OUT/bench_prefill.log"
-if [ -d .dev/attn/bench_bundle256 ]; then
-  echo "== the same with 8-warp prefill CTAs (threads=256)"
-  python3 bench/bench_attention.py --bundle .dev/attn/bench_bundle256 \
-    --lib build-dev/lib --out "$OUT/attn256" --prefill-only \
-    --prefill-rows mimo_8k,mimo_32k,llama_32k,mimo_chunk2k_32k \
-    >"$OUT/bench256.log" 2>&1 || rc=1
-  grep '^prefill' "$OUT/bench256.log"
-fi
+  -DKVGEN_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release >/tmp/cmake.log 2>&1 &&
+  ninja -C build-dev >/tmp/ninja.log 2>&1 || { tail -20 /tmp/ninja.log; exit 1; }
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+MC_CASES="mimo_b16-b1-ctx2048-q2048,llama-b2-ctx8192-q512,wide_v-b12"
+MC_CASES="$MC_CASES,mimo_swa-b1-ctx4096-q4096,mimo_fp8_t-b12"
+for b in bundle bundle_wg; do
+  [ -d .dev/attn/$b ] || continue
+  echo "== test_attention_gpu.py prefill and mixed cases: $b"
+  KVGEN_ATTN_BUNDLE=.dev/attn/$b KVGEN_LIB=build-dev/lib \
+    python3 test/python/test_attention_gpu.py --run prefill,x8 \
+    >"$OUT/attn_$b.txt" 2>&1 || rc=1
+  grep -v '^PASS' "$OUT/attn_$b.txt" | head -20
+  echo "passed: $(grep -c '^PASS' "$OUT/attn_$b.txt")"
+  echo "== memcheck: $b"
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 KVGEN_ATTN_BUNDLE=.dev/attn/$b \
+    KVGEN_LIB=build-dev/lib timeout 150 "$CS" --tool memcheck \
+    --kernel-name kns=kvgen --leak-check no --error-exitcode 3 \
+    --print-limit 20 --log-file "$OUT/memcheck_$b.log" \
+    python3 test/python/test_attention_gpu.py --run "$MC_CASES" \
+    >/tmp/memcheck_$b.txt 2>&1 || rc=1
+  grep -h "ERROR SUMMARY" "$OUT/memcheck_$b.log"
+done
+for b in bench_bundle bench_wg bench_bundle256 bench_wg256; do
+  [ -d .dev/attn/$b ] || continue
+  echo "== bench_attention.py --prefill-only: $b"
+  python3 bench/bench_attention.py --bundle .dev/attn/$b \
+    --lib build-dev/lib --out "/tmp/attn_$b" --prefill-only \
+    >"$OUT/$b.log" 2>&1 || rc=1
+  grep '^prefill' "$OUT/$b.log" | sort -u
+done
 echo "== decode rows"
 python3 bench/bench_attention.py --bundle .dev/attn/bench_bundle \
   --lib build-dev/lib --out "$OUT/attn_decode" --no-prefill \
