@@ -1,11 +1,13 @@
 //===- attention_mma.h - Attention: MMA and K/V operand helpers -*- C++ -*-===//
 //
-// First of the attention family's three pieces (Ops.def KVGEN_OP_FAMILY
-// attention: attention_mma.h, attention_shape.h, attention.h, embedded in
-// that order after core.h): the m16n8k16 MMA on the target's primitives and
-// its accumulator layout, IO pairs from floats, K/V runs kept packed in
-// 32-bit words and their loads, and their elements as MMA operand bits.
-// attention.h describes the kernel that uses them.
+// First of the attention family's pieces (Ops.def KVGEN_OP_FAMILY
+// attention: attention_mma.h, attention_shape.h, attention_phases.h,
+// attention_decode.h, attention_prefill.h, attention.h, embedded in that
+// order after core.h): the m16n8k16 MMA on the target's primitives and its
+// accumulator layout, the prefill's warpgroup MMA (wgmmaRun), IO pairs from
+// floats, K/V runs kept packed in 32-bit words and their loads, and their
+// elements as MMA operand bits. attention_phases.h describes the kernel
+// that uses them.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KVGEN_PRELUDE_ATTENTION_MMA_H

@@ -1,7 +1,7 @@
 //===- attention_shape.h - Attention: shape and launch ----------*- C++ -*-===//
 //
 // Second of the attention family's pieces (after attention_mma.h, before
-// attention.h): the compile-time shape of a paged-attention kernel
+// attention_phases.h): the compile-time shape of a paged-attention kernel
 // (AttnShape: MMA type, warps, rows, tiles), its launch geometry and launch
 // rule inputs, L2-coherent loads of the split
 // workspace and the CTA's shared memory.
@@ -106,7 +106,7 @@ template <class L, class P, class O> struct AttnShape {
     DYNAMIC_SMEM = PlanTiles<P>::smem,
     /// The prefill tiles' products on warpgroup MMA (the plan's wgmma):
     /// one warpgroup per 64 rows, K/V tiles in core-matrix order
-    /// (attention.h stageTileCm).
+    /// (attention_prefill.h CoreMatrixOrder).
     WGMMA = PlanWgmma<P>::value,
   };
   static_assert(P::threads % 32 == 0, "whole warps");
@@ -182,7 +182,7 @@ KVGEN_DEVICE inline void loadCoherentRun(const float *p, float *v) {
 /// buffers of KT tokens, each token's K row (HK elements) at KROW elements
 /// from the previous one, its V row (HV) at VROW. Row strides are padded
 /// (kvgen/Launch.h attnTileKRowBytes / attnTileVRowBytes) so that the
-/// fragment loads (attention.h) meet few bank conflicts: a quad of lanes
+/// fragment loads (attention_prefill.h) meet few bank conflicts: a quad of lanes
 /// reads 4 x 16 consecutive bytes of a K row and the next lane group the
 /// next row, so K rows lie 64 bytes modulo 128 apart (no conflict); the
 /// lanes of a V load read rows 2q and 2q + 1 at columns g NT: 16 bytes

@@ -3,7 +3,7 @@
 // Embedded into every emitted kernel source, after the target prelude
 // (target_*.h), Numerics.h, LayoutMap.h, Launch.h and the argument structs,
 // and before the op's family (Ops.def KVGEN_OP_FAMILY: rows.h, blocks.h or
-// attention_mma.h + attention_shape.h + attention.h; kvgen::preludeFor). The
+// attention_mma.h ... attention.h; kvgen::preludeFor). The
 // emitted kernel function (generated from MLIR through EmitC) calls its op's
 // entry template with the layout's sizes, element types and plan as template
 // arguments, so every size here is a compile-time constant of the

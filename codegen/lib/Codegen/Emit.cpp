@@ -72,8 +72,9 @@ const char *shortDType(DType t) {
 ArrayRef<StringRef> familyHeaders(OpFamily f) {
   static const StringRef rows[] = {"rows.h"};
   static const StringRef blocks[] = {"blocks.h"};
-  static const StringRef attention[] = {"attention_mma.h", "attention_shape.h",
-                                        "attention.h"};
+  static const StringRef attention[] = {
+      "attention_mma.h",    "attention_shape.h",   "attention_phases.h",
+      "attention_decode.h", "attention_prefill.h", "attention.h"};
   switch (f) {
   case OpFamily::Rows:
     return rows;

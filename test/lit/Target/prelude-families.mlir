@@ -11,7 +11,8 @@
 // An emitted source embeds the prelude's core (core.h) and the kernel
 // bodies of its kernels' op families only (Ops.def KVGEN_OP_FAMILY): rows
 // (rows.h), blocks (blocks.h), attention (attention_mma.h,
-// attention_shape.h, attention.h), each once, in that order. The include
+// attention_shape.h, attention_phases.h, attention_decode.h,
+// attention_prefill.h, attention.h), each once, in that order. The include
 // guards of the pieces mark where each one is.
 
 // ROWS-NOT: #define KVGEN_PRELUDE_{{BLOCKS|ATTENTION[A-Z_]*}}_H
@@ -32,6 +33,12 @@
 // ATTN: #define KVGEN_PRELUDE_ATTENTION_MMA_H
 // ATTN-NOT: #define KVGEN_PRELUDE_{{ROWS|BLOCKS}}_H
 // ATTN: #define KVGEN_PRELUDE_ATTENTION_SHAPE_H
+// ATTN-NOT: #define KVGEN_PRELUDE_{{ROWS|BLOCKS}}_H
+// ATTN: #define KVGEN_PRELUDE_ATTENTION_PHASES_H
+// ATTN-NOT: #define KVGEN_PRELUDE_{{ROWS|BLOCKS}}_H
+// ATTN: #define KVGEN_PRELUDE_ATTENTION_DECODE_H
+// ATTN-NOT: #define KVGEN_PRELUDE_{{ROWS|BLOCKS}}_H
+// ATTN: #define KVGEN_PRELUDE_ATTENTION_PREFILL_H
 // ATTN-NOT: #define KVGEN_PRELUDE_{{ROWS|BLOCKS}}_H
 // ATTN: #define KVGEN_PRELUDE_ATTENTION_H
 // ATTN-NOT: #define KVGEN_PRELUDE_{{ROWS|BLOCKS}}_H
@@ -66,6 +73,9 @@ kv.gather_mla @read_mla : #kv.layout<num_kv_heads = 1,
 // CHECK-NOT: #define KVGEN_PRELUDE_ROWS_H
 // CHECK: #define KVGEN_PRELUDE_ATTENTION_MMA_H
 // CHECK: #define KVGEN_PRELUDE_ATTENTION_SHAPE_H
+// CHECK: #define KVGEN_PRELUDE_ATTENTION_PHASES_H
+// CHECK: #define KVGEN_PRELUDE_ATTENTION_DECODE_H
+// CHECK: #define KVGEN_PRELUDE_ATTENTION_PREFILL_H
 // CHECK: #define KVGEN_PRELUDE_ATTENTION_H
 // CHECK-NOT: #define KVGEN_PRELUDE_{{[A-Z_]+}}_H
 // CHECK: kvgen::paged_attention<attend_layout, attend_plan, attend_options>(
@@ -86,6 +96,9 @@ kv.copy_blocks @cow : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 // CHECK: #define KVGEN_PRELUDE_BLOCKS_H
 // CHECK: #define KVGEN_PRELUDE_ATTENTION_MMA_H
 // CHECK: #define KVGEN_PRELUDE_ATTENTION_SHAPE_H
+// CHECK: #define KVGEN_PRELUDE_ATTENTION_PHASES_H
+// CHECK: #define KVGEN_PRELUDE_ATTENTION_DECODE_H
+// CHECK: #define KVGEN_PRELUDE_ATTENTION_PREFILL_H
 // CHECK: #define KVGEN_PRELUDE_ATTENTION_H
 // CHECK: void by_hand(
 module {

@@ -1,0 +1,497 @@
+//===- attention_prefill.h - Attention: the prefill CTA ---------*- C++ -*-===//
+//
+// The prefill body of kv.paged_attention (attentionTileCta, the plan's
+// prefill tiles): each warp owns 16 rows, the CTA stages K/V tiles in
+// shared memory (stageTile in RowOrder or CoreMatrixOrder), one step per
+// tile on mma.sync (attnWideStep) or, with the plan's wgmma, on warpgroup
+// MMA (attnWgmmaStep).
+//
+//===----------------------------------------------------------------------===//
+#ifndef KVGEN_PRELUDE_ATTENTION_PREFILL_H
+#define KVGEN_PRELUDE_ATTENTION_PREFILL_H
+
+namespace kvgen {
+
+/// One step of a warp's 16 rows over the KT keys of a staged tile (keys
+/// base + [0, KT)): S = Q K^T over KT / 8 n-tiles (independent accumulator
+/// chains, so the MMAs of one k-step overlap), attnSoftmax, then O += P V
+/// with P's k-steps of 16 keys and V's B fragments by loadTransB2 (V
+/// 16-bit in the MMA type, HV % 16 == 0: n-tile j = V columns [8 j, 8 j +
+/// 8)). kTile / vRows: the tile's K and V rows, KROW / VROW elements apart.
+template <class S, class O, int KT, int KROW, int VROW>
+KVGEN_DEVICE inline void
+attnWideStep(const typename S::CS *kTile, const uint16_t *vRows,
+             const uint32_t (&q)[S::KSTEPS][4], int64_t base, int64_t ta,
+             int64_t tb, const int64_t rowPos[2], const int64_t rowLo[2],
+             const float rowMul[2], float capMul, unsigned lane, float m[2],
+             float l[2], float (&o)[S::NT][4], bool unmasked) {
+  typedef typename S::mma MT;
+  typedef typename S::cache C;
+  typedef typename S::CS CS;
+  enum {
+    HK = S::HK, KC = S::KC, KCHUNKS = S::KCHUNKS, NT = S::NT, NK = KT / 8,
+    AKS = Pow2Gcd<KC, 16 / int(sizeof(CS))>::value
+  };
+  static_assert(KT % 16 == 0 && NT % 2 == 0, "whole k-steps and n-tile pairs");
+  const unsigned group = lane / 4, quad = lane % 4;
+  float s[NK][4];
+  KVGEN_UNROLL
+  for (int nt = 0; nt < NK; ++nt)
+    s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+  KVGEN_UNROLL
+  for (int c = 0; c < KCHUNKS; ++c) {
+    const int d0 = c * 4 * KC + int(quad) * KC;
+    const int n = HK - d0 >= KC ? KC : (HK > d0 ? HK - d0 : 0);
+    KVGEN_UNROLL
+    for (int nt = 0; nt < NK; ++nt) {
+      Packed<CS, KC> kr;
+      loadKChunk<S, AKS>(kr, kTile + (nt * 8 + int(group)) * KROW + d0, c, n);
+      uint32_t kb[KC / 2];
+      KVGEN_UNROLL
+      for (int i = 0; i < KC / 2; ++i)
+        kb[i] = ToIo<C, MT, S::TO_IO>::pair(kr, 2 * i);
+      KVGEN_UNROLL
+      for (int ss = 0; ss < KC / 4; ++ss)
+        Mma<MT>::template run<S::MFMA>(s[nt], q[c * (KC / 4) + ss],
+                                       kb + 2 * ss);
+    }
+  }
+  KVGEN_UNROLL
+  for (int nt = 0; nt < NK; ++nt)
+    MmaAcc<S::MFMA>::finish(s[nt]);
+  attnSoftmax<S, O, NK>(s, base, ta, tb, rowPos, rowLo, rowMul, capMul, quad,
+                        m, l, o, unmasked);
+  KVGEN_UNROLL
+  for (int kk = 0; kk < KT / 16; ++kk) {
+    const uint32_t pa[4] = {PackIo<MT>::run(s[2 * kk][0], s[2 * kk][1]),
+                            PackIo<MT>::run(s[2 * kk][2], s[2 * kk][3]),
+                            PackIo<MT>::run(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                            PackIo<MT>::run(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+    KVGEN_UNROLL
+    for (int j = 0; j < NT; j += 2) {
+      uint32_t vb[4];
+      loadTransB2(vRows + kk * 16 * VROW + 8 * j, VROW, lane, vb);
+      Mma<MT>::template run<S::MFMA>(o[j], pa, vb);
+      Mma<MT>::template run<S::MFMA>(o[j + 1], pa, vb + 2);
+    }
+  }
+}
+
+/// One step of a warpgroup's 64 rows (warp w: rows 16 w on, this lane's
+/// rows as attnWideStep's) over the KT keys of a tile staged by
+/// stageTile in CoreMatrixOrder (keys base + [0, KT)), on warpgroup MMA (wgmmaRun): S = Q
+/// K^T from q (attnLoadQ's standard map; K-major B: dims along k, 16 ks
+/// on, LBO 128 bytes, a token group of 8 keys SBO = 16 HK bytes), the
+/// online softmax (attnSoftmax), then O += P V with P as A fragments (its
+/// C fragments, two n-tiles per k-step) and V MN-major (V columns along n,
+/// SBO 128 bytes; keys along k, LBO = 16 HV bytes): n-tile j = V columns
+/// [8 j, 8 j + 8). The products go out in n-chunks of 64 (then 32, 16).
+template <class S, class O, int KT>
+KVGEN_DEVICE inline void
+attnWgmmaStep(const typename S::CS *kTile, const typename S::CS *vTile,
+              const uint32_t (&q)[S::KSTEPS][4], int64_t base, int64_t ta,
+              int64_t tb, const int64_t rowPos[2], const int64_t rowLo[2],
+              const float rowMul[2], float capMul, unsigned lane, float m[2],
+              float l[2], float (&o)[S::NT][4], bool unmasked) {
+  typedef typename S::mma MT;
+  enum {
+    HK = S::HK, HV = S::HV, NT = S::NT, NK = KT / 8,
+    KGROUP = 16 * HK, VGROUP = 16 * HV // bytes of 8 tokens' rows
+  };
+  static_assert(KT % 16 == 0 && HV % 16 == 0 && NT == HV / 8,
+                "whole k-steps of keys and V n-tile pairs");
+  const unsigned quad = lane % 4;
+  const unsigned char *kb = reinterpret_cast<const unsigned char *>(kTile);
+  const unsigned char *vb = reinterpret_cast<const unsigned char *>(vTile);
+  float s[NK][4];
+  wgmmaFence();
+  KVGEN_UNROLL
+  for (int ks = 0; ks < HK / 16; ++ks) {
+    KVGEN_UNROLL
+    for (int n0 = 0; n0 < KT; n0 += 64) {
+      // Keys [n0, n0 + N): n-chunks of 64, then 32, 16.
+      const int left = KT - n0;
+      if (left >= 64)
+        wgmmaRun<MT, 64, false, 128, KGROUP>(&s[n0 / 8][0], q[ks],
+                                             kb + (n0 / 8) * KGROUP + 256 * ks,
+                                             ks > 0, lane);
+      else if (left >= 32) {
+        wgmmaRun<MT, 32, false, 128, KGROUP>(&s[n0 / 8][0], q[ks],
+                                             kb + (n0 / 8) * KGROUP + 256 * ks,
+                                             ks > 0, lane);
+        if (left == 48)
+          wgmmaRun<MT, 16, false, 128, KGROUP>(
+              &s[n0 / 8 + 4][0], q[ks], kb + (n0 / 8 + 4) * KGROUP + 256 * ks,
+              ks > 0, lane);
+      } else
+        wgmmaRun<MT, 16, false, 128, KGROUP>(&s[n0 / 8][0], q[ks],
+                                             kb + (n0 / 8) * KGROUP + 256 * ks,
+                                             ks > 0, lane);
+    }
+  }
+  wgmmaFinish<NK * 4>(&s[0][0]);
+  attnSoftmax<S, O, NK>(s, base, ta, tb, rowPos, rowLo, rowMul, capMul, quad,
+                        m, l, o, unmasked);
+  uint32_t pa[KT / 16][4];
+  KVGEN_UNROLL
+  for (int kk = 0; kk < KT / 16; ++kk) {
+    pa[kk][0] = PackIo<MT>::run(s[2 * kk][0], s[2 * kk][1]);
+    pa[kk][1] = PackIo<MT>::run(s[2 * kk][2], s[2 * kk][3]);
+    pa[kk][2] = PackIo<MT>::run(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    pa[kk][3] = PackIo<MT>::run(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  }
+  wgmmaFence();
+  KVGEN_UNROLL
+  for (int kk = 0; kk < KT / 16; ++kk) {
+    KVGEN_UNROLL
+    for (int c0 = 0; c0 < HV; c0 += 64) {
+      // V columns [c0, c0 + N): chunks of 64, then 32, 16.
+      const int left = HV - c0;
+      const unsigned char *at = vb + 2 * kk * VGROUP + (c0 / 8) * 128;
+      if (left >= 64)
+        wgmmaRun<MT, 64, true, VGROUP, 128>(&o[c0 / 8][0], pa[kk], at, true,
+                                            lane);
+      else if (left >= 32) {
+        wgmmaRun<MT, 32, true, VGROUP, 128>(&o[c0 / 8][0], pa[kk], at, true,
+                                            lane);
+        if (left == 48)
+          wgmmaRun<MT, 16, true, VGROUP, 128>(&o[c0 / 8 + 4][0], pa[kk],
+                                              at + 4 * 128, true, lane);
+      } else
+        wgmmaRun<MT, 16, true, VGROUP, 128>(&o[c0 / 8][0], pa[kk], at, true,
+                                            lane);
+    }
+  }
+  wgmmaFinish<NT * 4>(&o[0][0]);
+}
+
+/// How a prefill CTA's THREADS threads share the copies of a K/V tile of
+/// KT tokens into shared memory (stageTile), and where each copy goes:
+/// thread tid stages token token(tid, r) in round r < ROUNDS (none when
+/// it is KT or more) and, of its K and V rows, copies copy(tid, j) (j <
+/// JK, JV; those below CK, CV), UK / UV elements each, to element kAt(i,
+/// c) / vAt(i, c) of the tile.
+///
+/// RowOrder: rows KROW / VROW elements apart (AttnTile's padded rows, the
+/// mma.sync path). Thread tid serves token slot tid / 8 (then THREADS / 8
+/// tokens further per round) and copies tid % 8 + 8 j of its rows: the 8
+/// lanes of a phase move 8 consecutive copies of one row (no bank
+/// conflict whatever the padding, whole 32-byte sectors read).
+template <int KT_, int HK, int HV, int UK_, int UV_, int KROW, int VROW,
+          int THREADS>
+struct RowOrder {
+  enum {
+    KT = KT_, UK = UK_, UV = UV_, LPT = 8, SLOTS = THREADS / LPT,
+    ROUNDS = (KT + SLOTS - 1) / SLOTS, PARTIAL = KT % SLOTS != 0,
+    CK = HK / UK, CV = HV / UV, STEP = LPT,
+    JK = (CK + STEP - 1) / STEP, JV = (CV + STEP - 1) / STEP
+  };
+  static_assert(THREADS % LPT == 0 && HK % UK == 0 && HV % UV == 0,
+                "whole token slots and copies");
+  static KVGEN_DEVICE inline int token(unsigned tid, int r) {
+    return int(tid / LPT) + r * SLOTS;
+  }
+  static KVGEN_DEVICE inline int copy(unsigned tid, int j) {
+    return int(tid % LPT) + j * STEP;
+  }
+  static KVGEN_DEVICE inline int kAt(int i, int c) { return i * KROW + c * UK; }
+  static KVGEN_DEVICE inline int vAt(int i, int c) { return i * VROW + c * UV; }
+};
+/// CoreMatrixOrder: the wgmma path's tiles, 16-bit rows in 8 x 16-byte
+/// core matrices (wgmmaRun's no-swizzle layout): element d of token i at
+/// (i / 8) 8 W + (d / 8) 64 + (i % 8) 8 + d % 8 (W = HK or HV), 16-byte
+/// copies. Thread tid serves token tid % 8 of a token group; the H2
+/// thread groups (8 threads) of one token group take copies h, h + H2, ...
+/// of its rows: the 8 lanes of a phase fill one 128-byte core matrix (no
+/// bank conflict), and two thread groups read the halves of a 32-byte
+/// sector together.
+template <int KT_, int HK, int HV, int THREADS> struct CoreMatrixOrder {
+  enum {
+    KT = KT_, UK = 8, UV = 8,
+    TG = KT / 8,                 ///< token groups of the tile
+    NG = THREADS / 8,            ///< thread groups
+    H2 = NG >= TG ? NG / TG : 1, ///< thread groups per token group
+    ROUNDS = NG >= TG ? 1 : TG / NG, PARTIAL = 0,
+    CK = HK / 8, CV = HV / 8, STEP = H2,
+    JK = (CK + STEP - 1) / STEP, JV = (CV + STEP - 1) / STEP
+  };
+  static_assert(HK % 8 == 0 && HV % 8 == 0 && KT % 8 == 0 &&
+                    THREADS % 8 == 0 && (NG % TG == 0 || TG % NG == 0),
+                "whole 16-byte copies and token groups");
+  static KVGEN_DEVICE inline int token(unsigned tid, int r) {
+    return (int(tid / 8) / H2 + r * (NG / H2)) * 8 + int(tid % 8);
+  }
+  static KVGEN_DEVICE inline int copy(unsigned tid, int j) {
+    return int(tid / 8) % H2 + j * STEP;
+  }
+  static KVGEN_DEVICE inline int kAt(int i, int c) {
+    return (i / 8) * 8 * HK + c * 64 + (i % 8) * 8;
+  }
+  static KVGEN_DEVICE inline int vAt(int i, int c) {
+    return (i / 8) * 8 * HV + c * 64 + (i % 8) * 8;
+  }
+};
+
+/// The K and V rows (HK and HV elements) of tokens first + [0, KT) into
+/// kDst / vDst in the order R (RowOrder, CoreMatrixOrder) with
+/// copyToShared: zeros for tokens outside [ta, tb) and for bad block ids
+/// (CHECKED: PagedKV::tableBlock flags them), whose cache rows are not
+/// read. A token's block is resolved once per round for both sides; each
+/// copy's source is the row's plus a constant.
+template <class KV, int BS, bool CHECKED, class R, class CS>
+KVGEN_DEVICE inline void
+stageTile(CS *kDst, CS *vDst, const CS *kBase, const CS *vBase,
+          const SideMap &kMap, const SideMap &vMap,
+          const kvgen_paged_attention_args &a, const int32_t *table,
+          int64_t first, int64_t ta, int64_t tb, int64_t kvh, unsigned tid) {
+  KVGEN_UNROLL
+  for (int r = 0; r < R::ROUNDS; ++r) {
+    const int i = R::token(tid, r);
+    if (R::PARTIAL && i >= R::KT)
+      break;
+    const int64_t t = first + i;
+    const int64_t blk = t >= ta && t < tb
+                            ? KV::template tableBlock<BS, CHECKED>(a, table, t)
+                            : -1;
+    const bool ok = blk >= 0;
+    const CS *kRow = kBase + (ok ? elementOffset(kMap, blk, t % BS, kvh, 0) : 0);
+    const CS *vRow = vBase + (ok ? elementOffset(vMap, blk, t % BS, kvh, 0) : 0);
+    KVGEN_UNROLL
+    for (int j = 0; j < R::JK; ++j) {
+      const int c = R::copy(tid, j);
+      if (R::CK % R::STEP == 0 || c < R::CK)
+        copyToShared<R::UK * int(sizeof(CS))>(kDst + R::kAt(i, c),
+                                              kRow + c * R::UK, ok);
+    }
+    KVGEN_UNROLL
+    for (int j = 0; j < R::JV; ++j) {
+      const int c = R::copy(tid, j);
+      if (R::CV % R::STEP == 0 || c < R::CV)
+        copyToShared<R::UV * int(sizeof(CS))>(vDst + R::vAt(i, c),
+                                              vRow + c * R::UV, ok);
+    }
+  }
+}
+
+/// One CTA of a prefill plan (AttnShape::TILED): CTA_ROWS = 16 x WARPS
+/// rows of one (sequence, kv head), warp w owning rows [16 w, 16 w + 16)
+/// of the tile with its own softmax state over all of the CTA's keys (no
+/// merge, no split). The CTA stages the K and V rows of KT tokens at a
+/// time in shared memory (AttnTile: all threads copy, asynchronously where
+/// the target can, the next tile while the warps attend the current one
+/// when two stages fit) and every warp reads its fragments from there, so
+/// each K/V row is read from global memory once per CTA instead of once
+/// per 16 rows. Tokens outside the CTA's keys [ta, tb) (before the first
+/// row's window, after the last row's position) and rows of bad block ids
+/// are staged as zeros and masked; a warp skips the 16-token steps none
+/// of its rows attends (not on MFMA, whose wavefronts run in step).
+template <class L, class P, class O, bool ALIGNED>
+KVGEN_DEVICE inline void
+attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
+                 const SideMap &vMap, AttnTileSmem<AttnShape<L, P, O> > &sm) {
+  typedef PagedKV<L, kvgen_paged_attention_args> KV;
+  typedef AttnShape<L, P, O> S;
+  typedef AttnTile<S> T;
+  typedef typename S::io IO;
+  typedef typename S::mma MT;
+  typedef typename S::CS CS;
+  typedef typename IO::storage IS;
+  enum {
+    HK = S::HK, HV = S::HV, H = S::H, G = S::G, BS = S::BS, KC = S::KC,
+    KCHUNKS = S::KCHUNKS, KSTEPS = S::KSTEPS, NT = S::NT,
+    CTA_ROWS = S::CTA_ROWS, KT = T::KT, KROW = T::KROW, VROW = T::VROW,
+    STAGES = T::STAGES, CSB = T::CSB,
+    /// Elements per copy into shared memory (rows VEC-aligned or not).
+    UK = ALIGNED ? int(Pow2Gcd<HK, S::VEC>::value) : 1,
+    UV = ALIGNED ? int(Pow2Gcd<HV, S::VEC>::value) : 1,
+    /// Elements per fragment load from shared memory (rows 16-byte
+    /// aligned there).
+    AKS = Pow2Gcd<KC, 16 / CSB>::value,
+    AVS = Pow2Gcd<NT, 16 / CSB>::value,
+    /// P V's B fragments straight from the V tile by transposing loads
+    /// (loadTransB2) where V's 16-bit elements are the MMA type's bits and
+    /// whole 16-column pairs of n-tiles: n-tile j = V columns [8 j, 8 j +
+    /// 8); else as the decode path (n-tile j's column n = n NT + j).
+    LDSM_V = CSB == 2 && int(S::TO_IO) == int(TO_IO_RAW) && HV % 16 == 0,
+    /// Warpgroup MMA over core-matrix tiles (the plan's wgmma; rows
+    /// 16-byte aligned: the unaligned variant takes the LDSM_V path).
+    WG = S::WGMMA && ALIGNED
+  };
+  const float kNegInf = negInf();
+
+  const LaunchShape sh = launchShape(planGeometry<P>(), attentionInputs(a));
+  const unsigned tid = KVGEN_THREAD_ID_X;
+  const int64_t unit = int64_t(KVGEN_BLOCK_ID_X); // never split
+  const int64_t tile = unit % sh.rowTiles;
+  const int64_t kvh = (unit / sh.rowTiles) % H;
+  const int64_t seq = unit / sh.rowTiles / H;
+  int64_t q0, qlen, ctx;
+  attnSequence<L, O>(a, seq, tid, q0, qlen, ctx);
+  const int64_t ctaRow = tile * CTA_ROWS, rowsTotal = qlen * G;
+  if (ctaRow >= rowsTotal)
+    return; // every thread of the CTA
+  // The CTA's keys [ta, tb): the first row's window start to the last
+  // row's position (<= ctx).
+  const int64_t window = a.sliding_window;
+  const int64_t lastRow =
+      (ctaRow + CTA_ROWS < rowsTotal ? ctaRow + CTA_ROWS : rowsTotal) - 1;
+  int64_t ta = window > 0 ? ctx - qlen + ctaRow / G - window + 1 : 0;
+  if (ta < 0)
+    ta = 0;
+  int64_t tb = ctx - qlen + lastRow / G + 1;
+  if (tb < ta)
+    tb = ta;
+
+  // This warp's rows and the keys any of them attends [wLo, wHi].
+  const unsigned lane = tid % 32, warp = tid / 32, group = lane / 4,
+                 quad = lane % 4;
+  const int64_t rowBase = ctaRow + int64_t(warp) * 16;
+  const int64_t wLast = rowBase + 15 < rowsTotal ? rowBase + 15 : rowsTotal - 1;
+  const int64_t wHi = rowBase < rowsTotal ? ctx - qlen + wLast / G : -1;
+  const int64_t wLo = window > 0 ? ctx - qlen + rowBase / G - window + 1 : 0;
+  // Keys every row of the warp attends: [wLastLo, wFirstPos].
+  const int64_t wFirstPos = rowBase < rowsTotal ? ctx - qlen + rowBase / G : -1;
+  const int64_t wLastLo = window > 0 ? wHi - window + 1 : 0;
+  int64_t rowPos[2], rowLo[2]; // attended keys: [rowLo, rowPos]
+  uint32_t q[KSTEPS][4];
+  float rowMul[2], capMul, vScale;
+  attnWarpRows<L, S, O, WG>(a, rowBase, rowsTotal, ctx, qlen, q0, kvh, lane,
+                            rowPos, rowLo, q, rowMul, capMul, vScale);
+
+  const int32_t *table = KV::seqTable(a, seq);
+  const CS *kBase = KV::tensor(a, true);
+  const CS *vBase = KV::tensor(a, false);
+  // Tiles of KT tokens from t0 (16-token steps aligned as the decode
+  // path's); tile k goes to buffer k % STAGES.
+  const int64_t t0 = ta - ta % 16;
+  const int64_t tiles = tb > t0 ? (tb - t0 + KT - 1) / KT : 0;
+  // The tiles' order: core matrices for wgmma, else padded rows.
+  typedef typename Select<WG, CoreMatrixOrder<KT, HK, HV, P::threads>,
+                          RowOrder<KT, HK, HV, UK, UV, KROW, VROW,
+                                   P::threads> >::type Order;
+  auto stage = [&](int64_t k) {
+    stageTile<KV, BS, !O::unchecked, Order>(
+        sm.k[k % STAGES], sm.v[k % STAGES], kBase, vBase, kMap, vMap, a, table,
+        t0 + k * KT, ta, tb, kvh, tid);
+    copyToSharedCommit();
+  };
+
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+  float o[NT][4];
+  KVGEN_UNROLL
+  for (int j = 0; j < NT; ++j)
+    o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  const int vCol = int(group) * NT;
+  const int vCount = HV - vCol >= NT ? NT : (HV > vCol ? HV - vCol : 0);
+  if (tiles > 0)
+    stage(0);
+  for (int64_t k = 0; k < tiles; ++k) {
+    if (STAGES == 1) {
+      if (k > 0)
+        stage(k);
+      copyToSharedWait<0>();
+    } else if (k + 1 < tiles) {
+      stage(k + 1);
+      copyToSharedWait<1>();
+    } else {
+      copyToSharedWait<0>();
+    }
+    if constexpr (WG)
+      wgmmaSharedFence();
+    kvgenSyncThreads();
+    const CS *kTile = sm.k[k % STAGES];
+    const CS *vTile = sm.v[k % STAGES];
+    const int64_t first = t0 + k * KT;
+    if constexpr (WG) {
+      // Every warp of the warpgroup (no per-warp skip: the MMA is the
+      // warpgroup's).
+      const bool unmasked = first >= ta && first + KT <= tb &&
+                            first + KT - 1 <= wFirstPos && first >= wLastLo;
+      attnWgmmaStep<S, O, KT>(kTile, vTile, q, first, ta, tb, rowPos, rowLo,
+                              rowMul, capMul, lane, m, l, o, unmasked);
+    } else if constexpr (LDSM_V) {
+      // The whole tile in one step (skipped when no row of the warp
+      // attends any of its keys). Compile-time: attnWideStep needs n-tile
+      // pairs, which other V widths (HV % 16 == 8) do not have.
+      if (S::MFMA || !(first >= tb || first > wHi || first + KT - 1 < wLo)) {
+        const bool unmasked = first >= ta && first + KT <= tb &&
+                              first + KT - 1 <= wFirstPos && first >= wLastLo;
+        attnWideStep<S, O, KT, KROW, VROW>(
+            kTile, reinterpret_cast<const uint16_t *>(vTile), q, first, ta,
+            tb, rowPos, rowLo, rowMul, capMul, lane, m, l, o, unmasked);
+      }
+    } else {
+      // Not unrolled: the step's unrolled body is large (AMD's unroller
+      // refuses the whole with a warning).
+      KVGEN_NO_UNROLL
+      for (int sub = 0; sub < KT / 16; ++sub) {
+        const int64_t base = first + sub * 16;
+        if (!S::MFMA && (base >= tb || base > wHi || base + 15 < wLo))
+          continue; // no row of this warp attends these 16 keys
+        Packed<CS, KC> kraw[2][KCHUNKS];
+        KVGEN_UNROLL
+        for (int nt = 0; nt < 2; ++nt) {
+          const CS *row = kTile + (sub * 16 + nt * 8 + int(group)) * KROW;
+          KVGEN_UNROLL
+          for (int c = 0; c < KCHUNKS; ++c) {
+            const int d0 = c * 4 * KC + int(quad) * KC;
+            const int n = HK - d0 >= KC ? KC : (HK > d0 ? HK - d0 : 0);
+            loadKChunk<S, AKS>(kraw[nt][c], row + d0, c, n);
+          }
+        }
+        // Steps inside every row's keys (most of a long prefill) skip the
+        // masks.
+        const bool unmasked = base >= ta && base + 16 <= tb &&
+                              base + 15 <= wFirstPos && base >= wLastLo;
+        Packed<CS, NT> vraw[4];
+        KVGEN_UNROLL
+        for (int v = 0; v < 4; ++v) {
+          const int r = sub * 16 + 2 * int(quad) + (v & 1) + (v >= 2 ? 8 : 0);
+          loadPacked<CS, NT, AVS, (HV % 8 != 0)>(
+              vraw[v], vTile + r * VROW + vCol, vCount);
+        }
+        attnStep<S, O>(kraw, vraw, q, base, ta, tb, rowPos, rowLo, rowMul,
+                       capMul, quad, m, l, o, unmasked);
+      }
+    }
+    kvgenSyncThreads(); // the buffer is free for tile k + STAGES
+  }
+
+  KVGEN_UNROLL
+  for (int j = 0; j < NT; ++j)
+    MmaAcc<S::MFMA>::finish(o[j]);
+  KVGEN_UNROLL
+  for (int i = 0; i < 2; ++i) {
+    l[i] += kvgenShflXor(l[i], 1);
+    l[i] += kvgenShflXor(l[i], 2);
+  }
+  const AttnRowEnd<S, O> rowEnd = {a, kvh, q0, rowsTotal, vScale};
+  IS *const out = static_cast<IS *>(a.output);
+  // The lane's rows (group, group + 8): their factors and output rows;
+  // then its columns (2 quad + {0, 1}) NT + j of each.
+  // (No unroll pragmas here: AMD's unroller refuses them after the
+  // step loop's with a warning; the compilers unroll these small loops.)
+  float fs[2];
+  IS *row[2];
+  for (int i = 0; i < 2; ++i) {
+    const int64_t R = rowBase + group + 8 * i;
+    const bool valid = R < rowsTotal;
+    fs[i] = valid ? rowEnd.finalScale(R, m[i], l[i]) : 0.0f;
+    if (O::lse && quad == 0)
+      rowEnd.writeLse(R, m[i], l[i]); // nothing past rowsTotal
+    row[i] = valid ? out + (q0 + R / G) * a.output_stride_token +
+                         (kvh * G + R % G) * a.output_stride_head
+                   : nullptr;
+  }
+  for (int j = 0; j < NT; ++j)
+    for (int e = 0; e < 4; ++e) {
+      const int n = 2 * int(quad) + (e & 1); // the n-tile's column
+      const int col = (LDSM_V || WG) ? 8 * j + n : n * NT + j;
+      if (row[e >> 1] && col < HV)
+        row[e >> 1][col] = IO::store(o[j][e] * fs[e >> 1]);
+    }
+}
+
+} // namespace kvgen
+
+#endif // KVGEN_PRELUDE_ATTENTION_PREFILL_H
