@@ -264,7 +264,12 @@ KVGEN_DEVICE inline void loadTransB2(const uint16_t *tile, int stride,
 /// x B (16 x N) from a tile in shared memory laid out as 8 x 16-byte core
 /// matrices without swizzling, LBO bytes apart along k and SBO along n:
 /// element (k, n) at byte (n / 8) SBO + (k / 8) LBO + (MN_MAJOR ? 16 (k %
-/// 8) + 2 (n % 8) : 16 (n % 8) + 2 (k % 8)). On sm_90a one wgmma.mma_async
+/// 8) + 2 (n % 8) : 16 (n % 8) + 2 (k % 8)). These are the PTX ISA's
+/// canonical no-swizzle layouts ("Asynchronous Warpgroup Level Matrix
+/// Shared Memory Layout", canonical layouts, T = 8 16-bit elements):
+/// K-major ((8,m),(T,2k)):((1T,SBO),(1,LBO)), MN-major
+/// ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)) - in both, LBO steps along k and
+/// SBO along m / n. On sm_90a one wgmma.mma_async
 /// (asynchronous: wgmmaFence before it, wgmmaFinish after the last of a
 /// batch); elsewhere (the host's simulation of the plan) the same product
 /// as N / 8 m16n8k16 MMAs whose B fragments each lane reads from the tile.
