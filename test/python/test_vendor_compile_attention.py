@@ -79,6 +79,21 @@ def emit_bundle(directory, target):
     return directory / "bundle", names
 
 
+def compile_all(ctx, bundle, names, backend):
+    """Loads `bundle` into the compile-only context and compiles each of
+    `names` (any compiler warning is an error); skips where the backend's
+    compiler cannot be loaded."""
+    ctx.load_bundle(bundle)
+    for name in names:
+        try:
+            k = ctx.kernel_by_name(name)
+        except kvgen.KvgenError as e:
+            if e.status_name == "KVGEN_ERROR_BACKEND_UNAVAILABLE":
+                pytest.skip(f"{backend} compiler not loadable here: {e}")
+            raise
+        assert k.op == "paged_attention"
+
+
 @pytest.mark.parametrize("backend,target", [("cuda", "sm_90"),
                                             ("cuda", "sm_80"),
                                             ("hip", "gfx90a")])
@@ -104,15 +119,7 @@ def test_attention_kernels_compile(tmp_path, backend, target):
     # Decode plans have none.
     assert all("dynamic_smem_bytes" not in e for e in entries
                if "_prefill\n" not in e), entries
-    ctx.load_bundle(bundle)
-    for name in names:
-        try:
-            k = ctx.kernel_by_name(name)
-        except kvgen.KvgenError as e:
-            if e.status_name == "KVGEN_ERROR_BACKEND_UNAVAILABLE":
-                pytest.skip(f"{backend} compiler not loadable here: {e}")
-            raise
-        assert k.op == "paged_attention"
+    compile_all(ctx, bundle, names, backend)
 
 
 #: Prefill kernels planned with wgmma=1 (kv-plan; not chosen by default
@@ -154,16 +161,8 @@ def test_wgmma_prefill_kernels_compile_for_sm_90a(tmp_path, threads):
     assert len(sources) == len(WGMMA_SPECS)
     for s in sources:
         assert "static constexpr bool wgmma = true;" in s.read_text(), s
-    ctx.load_bundle(bundle)
     names = [line.split("=", 1)[1].strip()
              for line in (bundle / "kvgen-manifest.txt").read_text()
              .splitlines() if line.startswith("name")]
     assert len(names) == len(WGMMA_SPECS)
-    for name in names:
-        try:
-            k = ctx.kernel_by_name(name)
-        except kvgen.KvgenError as e:
-            if e.status_name == "KVGEN_ERROR_BACKEND_UNAVAILABLE":
-                pytest.skip(f"cuda compiler not loadable here: {e}")
-            raise
-        assert k.op == "paged_attention"
+    compile_all(ctx, bundle, names, "cuda")
