@@ -77,15 +77,15 @@ attnWideStep(const typename S::CS *kTile, const uint16_t *vRows,
   }
 }
 
-/// One step of a warpgroup's 64 rows (warp w: rows 16 w on, this lane's
-/// rows as attnWideStep's) over the KT keys of a tile staged by
-/// stageTile in CoreMatrixOrder (keys base + [0, KT)), on warpgroup MMA (wgmmaRun): S = Q
-/// K^T from q (attnLoadQ's standard map; K-major B: dims along k, 16 ks
-/// on, LBO 128 bytes, a token group of 8 keys SBO = 16 HK bytes), the
-/// online softmax (attnSoftmax), then O += P V with P as A fragments (its
-/// C fragments, two n-tiles per k-step) and V MN-major (V columns along n,
-/// SBO 128 bytes; keys along k, LBO = 16 HV bytes): n-tile j = V columns
-/// [8 j, 8 j + 8). The products go out in n-chunks of 64 (then 32, 16).
+/// One step of a warpgroup's 64 rows (warp w: rows 16 w on, this lane's rows as
+/// attnWideStep's) over the KT keys of a tile staged by stageTile in
+/// CoreMatrixOrder (keys base + [0, KT)), on warpgroup MMA (wgmmaRun): S = Q
+/// K^T from q (attnLoadQ's standard map; K-major B: dims along k, 16 ks on, LBO
+/// 128 bytes, a token group of 8 keys SBO = 16 HK bytes), the online softmax
+/// (attnSoftmax), then O += P V with P as A fragments (its C fragments, two
+/// n-tiles per k-step) and V MN-major (V columns along n, SBO 128 bytes; keys
+/// along k, LBO = 16 HV bytes): n-tile j = V columns [8 j, 8 j + 8). The
+/// products go out in n-chunks of 64 (then 32, 16).
 template <class S, class O, int KT>
 KVGEN_DEVICE inline void
 attnWgmmaStep(const typename S::CS *kTile, const typename S::CS *vTile,
@@ -199,37 +199,44 @@ struct RowOrder {
 };
 /// CoreMatrixOrder: the wgmma path's tiles, 16-bit rows in 8 x 16-byte
 /// core matrices (wgmmaRun's no-swizzle layout): element d of token i at
-/// (i / 8) 8 W + (d / 8) 64 + (i % 8) 8 + d % 8 (W = HK or HV), 16-byte
-/// copies. Thread tid serves token tid % 8 of a token group; the H2
-/// thread groups (8 threads) of one token group take copies h, h + H2, ...
-/// of its rows: the 8 lanes of a phase fill one 128-byte core matrix (no
-/// bank conflict), and two thread groups read the halves of a 32-byte
-/// sector together.
-template <int KT_, int HK, int HV, int THREADS> struct CoreMatrixOrder {
+/// (i / 8) 8 W + (d / 8) 64 + (i % 8) 8 + d % 8 (W = HK or HV), copies of
+/// UK / UV elements (the rows' proven alignment, as RowOrder's: 8, one
+/// 16-byte core-matrix row, where the cache rows are 16-byte aligned; 4,
+/// 2 or 1 elements, parts of one, where they are less aligned, e.g. token
+/// strides of 68 elements). Thread tid serves token tid % 8 of a token
+/// group; the H2 thread groups (8 threads) of one token group take copies
+/// h, h + H2, ... of its rows: with 16-byte copies the 8 lanes of a phase
+/// fill one 128-byte core matrix (no bank conflict), and two thread groups
+/// read the halves of a 32-byte sector together.
+template <int KT_, int HK, int HV, int UK_, int UV_, int THREADS>
+struct CoreMatrixOrder {
   enum {
-    KT = KT_, UK = 8, UV = 8,
+    KT = KT_, UK = UK_, UV = UV_,
     TG = KT / 8,                 ///< token groups of the tile
     NG = THREADS / 8,            ///< thread groups
     H2 = NG >= TG ? NG / TG : 1, ///< thread groups per token group
     ROUNDS = NG >= TG ? 1 : TG / NG, PARTIAL = 0,
-    CK = HK / 8, CV = HV / 8, STEP = H2,
+    CK = HK / UK, CV = HV / UV, STEP = H2,
     JK = (CK + STEP - 1) / STEP, JV = (CV + STEP - 1) / STEP
   };
   static_assert(HK % 8 == 0 && HV % 8 == 0 && KT % 8 == 0 &&
                     THREADS % 8 == 0 && (NG % TG == 0 || TG % NG == 0),
-                "whole 16-byte copies and token groups");
+                "whole core-matrix rows and token groups");
+  static_assert(UK >= 1 && UV >= 1 && 8 % UK == 0 && 8 % UV == 0,
+                "copies within one core-matrix row");
   static KVGEN_DEVICE inline int token(unsigned tid, int r) {
     return (int(tid / 8) / H2 + r * (NG / H2)) * 8 + int(tid % 8);
   }
   static KVGEN_DEVICE inline int copy(unsigned tid, int j) {
     return int(tid / 8) % H2 + j * STEP;
   }
-  static KVGEN_DEVICE inline int kAt(int i, int c) {
-    return (i / 8) * 8 * HK + c * 64 + (i % 8) * 8;
+  /// Element d (a multiple of the copy width) of token i of a tile of
+  /// rows of W elements.
+  template <int W> static KVGEN_DEVICE inline int at(int i, int d) {
+    return (i / 8) * 8 * W + (d / 8) * 64 + (i % 8) * 8 + d % 8;
   }
-  static KVGEN_DEVICE inline int vAt(int i, int c) {
-    return (i / 8) * 8 * HV + c * 64 + (i % 8) * 8;
-  }
+  static KVGEN_DEVICE inline int kAt(int i, int c) { return at<HK>(i, c * UK); }
+  static KVGEN_DEVICE inline int vAt(int i, int c) { return at<HV>(i, c * UV); }
 };
 
 /// The K and V rows (HK and HV elements) of tokens first + [0, KT) into
@@ -254,8 +261,10 @@ stageTile(CS *kDst, CS *vDst, const CS *kBase, const CS *vBase,
                             ? KV::template tableBlock<BS, CHECKED>(a, table, t)
                             : -1;
     const bool ok = blk >= 0;
-    const CS *kRow = kBase + (ok ? elementOffset(kMap, blk, t % BS, kvh, 0) : 0);
-    const CS *vRow = vBase + (ok ? elementOffset(vMap, blk, t % BS, kvh, 0) : 0);
+    const CS *kRow =
+        kBase + (ok ? elementOffset(kMap, blk, t % BS, kvh, 0) : 0);
+    const CS *vRow =
+        vBase + (ok ? elementOffset(vMap, blk, t % BS, kvh, 0) : 0);
     KVGEN_UNROLL
     for (int j = 0; j < R::JK; ++j) {
       const int c = R::copy(tid, j);
@@ -313,8 +322,10 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     /// whole 16-column pairs of n-tiles: n-tile j = V columns [8 j, 8 j +
     /// 8); else as the decode path (n-tile j's column n = n NT + j).
     LDSM_V = CSB == 2 && int(S::TO_IO) == int(TO_IO_RAW) && HV % 16 == 0,
-    /// Warpgroup MMA over core-matrix tiles (the plan's wgmma; rows
-    /// 16-byte aligned: the unaligned variant takes the LDSM_V path).
+    /// Warpgroup MMA over core-matrix tiles (the plan's wgmma), staged in
+    /// copies of UK / UV elements (the plan's proven or checked row
+    /// alignment, which may be less than 16 bytes); the unaligned variant
+    /// takes the LDSM_V path.
     WG = S::WGMMA && ALIGNED
   };
   const float kNegInf = negInf();
@@ -366,7 +377,7 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
   const int64_t t0 = ta - ta % 16;
   const int64_t tiles = tb > t0 ? (tb - t0 + KT - 1) / KT : 0;
   // The tiles' order: core matrices for wgmma, else padded rows.
-  typedef typename Select<WG, CoreMatrixOrder<KT, HK, HV, P::threads>,
+  typedef typename Select<WG, CoreMatrixOrder<KT, HK, HV, UK, UV, P::threads>,
                           RowOrder<KT, HK, HV, UK, UV, KROW, VROW,
                                    P::threads> >::type Order;
   auto stage = [&](int64_t k) {

@@ -524,8 +524,8 @@ PREFILL_CASES = {
 
 
 def run_case(ctx, geo, batch, max_len, qlen, window, prefill=False,
-             seed=None):
-    g = GEOS[geo]
+             seed=None, geos=None):
+    g = (GEOS if geos is None else geos)[geo]
     rng = np.random.default_rng(abs(hash((geo, seed))) % (1 << 32))
     lens = seqs(rng, batch, max_len, g.bs)
     if qlen == "all":  # whole sequences: prefill
@@ -593,6 +593,46 @@ def test_prefill_wgmma_cache_over_4gib(ctx_prefill_wgmma):
 def test_prefill_wgmma_checked_flags_bad_block_numbers(ctx_prefill_wgmma):
     """test_prefill_checked_flags_bad_block_numbers on the wgmma plan."""
     test_prefill_checked_flags_bad_block_numbers(ctx_prefill_wgmma)
+
+
+#: wgmma-fit geometries whose cache rows are only 8-byte aligned (static
+#: token strides of 68 and 132 elements): kv-plan proves that alignment
+#: (vector_bytes = 8) and still plans wgmma with wgmma=1, so the
+#: core-matrix staging (CoreMatrixOrder) must copy 8 bytes at a time.
+WGMMA_ROWS8_GEOS = {
+    "wgmma_rows8": Geo(1, 64, 64, 16, 2, k_strides=(16 * 68, 68, 68),
+                       v_strides=(16 * 68, 68, 68)),
+    "wgmma_rows8_k48_v80_checked": Geo(
+        2, 48, 80, 16, 6, sinks=True, checked=True,
+        k_strides=(2 * 16 * 132, 132, 16 * 132),
+        v_strides=(2 * 16 * 132, 132, 16 * 132)),
+}
+
+
+@pytest.fixture(scope="module")
+def ctx_prefill_wgmma_rows8(tmp_path_factory, kvgen_cli, kernel_cache):
+    c, bundle = host_context(tmp_path_factory, kernel_cache, "wgmma=1",
+                             prefill=True, geos=WGMMA_ROWS8_GEOS)
+    sources = [f for f in bundle.iterdir() if f.suffix == ".cpp"]
+    assert len(sources) == len(WGMMA_ROWS8_GEOS)
+    for f in sources:
+        text = f.read_text()
+        assert "vector_bytes = 8," in text and \
+            "static constexpr bool wgmma = true;" in text, f
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("case", ["prefill", "chunk_window", "mixed_prefill"])
+@pytest.mark.parametrize("geo", list(WGMMA_ROWS8_GEOS))
+def test_prefill_wgmma_rows_8byte_aligned(ctx_prefill_wgmma_rows8, geo,
+                                          case):
+    """The wgmma plan over cache rows 8-byte aligned (vector_bytes 8):
+    before the fix CoreMatrixOrder staged every row in 16-byte copies
+    whatever the plan's alignment (a misaligned 16-byte load: the host
+    process died of SIGSEGV; on the GPU a misaligned cp.async)."""
+    run_case(ctx_prefill_wgmma_rows8, geo, *PREFILL_CASES[case],
+             prefill=True, seed=case, geos=WGMMA_ROWS8_GEOS)
 
 
 @pytest.mark.parametrize("case", list(PREFILL_CASES))
