@@ -1160,7 +1160,7 @@ class LseOut:
 
 
 def run_lse_case(ctx_lse, geo, case, lens=None, q_lens=None, window=0,
-                 **extra):
+                 prefill=False, **extra):
     """Case `case` of CASES (or, case None, the given lens, q_lens and
     window) through geo's lse kernel: output and lse against the
     reference, lse's canaries intact. Returns (the Case, the reference
@@ -1175,7 +1175,8 @@ def run_lse_case(ctx_lse, geo, case, lens=None, q_lens=None, window=0,
         lens = [max(L, q) if L > 0 else 0 for L, q in zip(lens, q_lens)]
     c = Case(g, lens, q_lens, rng, window=window)
     lse = LseOut(c)
-    c.run(kernel_for(ctx_lse, g, lse=True), lse=lse.view, **extra)
+    c.run(kernel_for(ctx_lse, g, lse=True, prefill=prefill), lse=lse.view,
+          **extra)
     c.check()  # the output is unchanged by the option
     want = c.reference_with_lse()[1]
     lse.check(want)
@@ -1199,6 +1200,44 @@ def test_lse_matches_reference(ctx_lse, geo, case):
                                       rows.shape))
         else:
             assert np.isneginf(rows).all()
+
+
+@pytest.fixture(scope="module", params=["mma", "wgmma"])
+def ctx_lse_prefill(request, tmp_path_factory, kvgen_cli, kernel_cache):
+    """LSE_GEOS' lse kernels planned for prefill: on the mma.sync body, and
+    (those that fit) on the wgmma body (kv-plan wgmma=1)."""
+    wg = request.param == "wgmma"
+    names = [n for n in LSE_GEOS if not wg or n in WGMMA_GEOS]
+    c, bundle = host_context(tmp_path_factory, kernel_cache,
+                             "wgmma=1" if wg else None, names=names,
+                             lse=True, prefill=True)
+    for f in bundle.iterdir():
+        if f.suffix == ".cpp":
+            assert ("static constexpr bool wgmma = true;" in f.read_text()) \
+                == wg, f
+    yield c, names
+    c.close()
+
+
+@pytest.mark.parametrize("case", list(CASES) + ["prefill", "chunk_window"])
+@pytest.mark.parametrize("geo", LSE_GEOS)
+def test_lse_of_prefill_plans(ctx_lse_prefill, geo, case):
+    """lse of the prefill body (each warp's own m and l over all of the
+    CTA's keys, no merge) against the reference, on both products' paths;
+    decodes, verifications, windows, whole prefills and chunks."""
+    ctx, names = ctx_lse_prefill
+    if geo not in names:
+        pytest.skip(f"{geo} does not fit the wgmma plan")
+    if case in CASES:
+        run_lse_case(ctx, geo, case, prefill=True)
+        return
+    g = GEOS[geo]
+    rng = np.random.default_rng(abs(hash((geo, case, "lse-p"))) % (1 << 32))
+    batch, max_len, qlen, window = PREFILL_CASES[case]
+    lens = seqs(rng, batch, max_len, g.bs)
+    q_lens = [max(L, 1) for L in lens] if qlen == "all" else [qlen] * batch
+    lens = [max(L, q) if L > 0 else 0 for L, q in zip(lens, q_lens)]
+    run_lse_case(ctx, geo, None, lens, q_lens, window, prefill=True)
 
 
 @pytest.mark.parametrize("shape", ["decode", "verify_window", "with_empty"])
