@@ -16,7 +16,11 @@ template <class L, class P, class O, bool TILED> struct AttnEntry {
   static KVGEN_DEVICE inline void run(const kvgen_paged_attention_args &a,
                                       const SideMap &kMap,
                                       const SideMap &vMap, bool aligned) {
-    KVGEN_SHARED AttnSmem<AttnShape<L, P, O> > sm;
+    typedef AttnShape<L, P, O> S;
+    static_assert(int64_t(sizeof(AttnSmem<S>)) ==
+                      attnDecodeSmemBytes(S::WARPS, S::HV, S::MAX_SPLITS),
+                  "kvgen/Launch.h attnDecodeSmemBytes is AttnSmem's size");
+    KVGEN_SHARED AttnSmem<S> sm;
     if (aligned)
       attentionCta<L, P, O, true>(a, kMap, vMap, sm);
     else

@@ -784,6 +784,22 @@ LogicalResult PagedAttentionOp::verify() {
               wgmmaUnfit(l, *fromMlirType(getIo())))
         return emitOpError("plan's ") << *why;
     }
+    // The decode CTA's static shared memory (kvgen/Launch.h, the
+    // prelude's AttnSmem) within what a GPU kernel may declare.
+    if (!getPrefill()) {
+      const int64_t bytes =
+          attnDecodeSmemBytes(int(plan.getThreads() / 32),
+                              int(l.headSize(kValue)), plan.getSplitCtas());
+      std::optional<Target> t = parseTarget(plan.getTarget().str(), nullptr);
+      if (t && t->vendor() != Vendor::Host && bytes > maxStaticSmemBytes())
+        return emitOpError("plan's 'threads' = ")
+               << plan.getThreads() << " gives the decode CTA " << bytes
+               << " bytes of static shared memory (the warps' merge of "
+                  "head_size_v = "
+               << l.headSize(kValue) << "), over the " << maxStaticSmemBytes()
+               << " a kernel may declare on target '" << plan.getTarget()
+               << "'";
+    }
     // Prefill tiles in dynamic shared memory: exactly the bytes of their
     // stages (kvgen/Launch.h, the prelude's AttnTileSmem).
     if (!getPrefill() && (plan.getTileTokens() || plan.getTileStages() ||

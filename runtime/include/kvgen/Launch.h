@@ -107,6 +107,33 @@ KVGEN_HD constexpr int attnTileVRowBytes(int headBytes) {
   return (headBytes + 15) / 16 * 16 +
          (16 - (headBytes + 15) / 16 * 16 % 64 + 64) % 64;
 }
+/// The shared memory of a decode-plan attention CTA in bytes (the
+/// prelude's AttnSmem, codegen/prelude/attention_shape.h, whose size the
+/// prelude checks against this): each of its `warps` warps' row max and
+/// sum (2 x 16 floats), the CTA's row max, sum and output scale (16 x 4
+/// floats), the warps' O for their merge or the splits' weights
+/// (max(warps x 16 x 8 x min(ceil(headSizeV / 8), 16), 16 x max(splitCtas,
+/// 1)) floats) and one int. Static shared memory: at most
+/// maxStaticSmemBytes() on GPUs (the op verifier refuses plans above it).
+KVGEN_HD constexpr int64_t attnDecodeSmemBytes(int warps, int headSizeV,
+                                               int64_t splitCtas) {
+  return 4 * (2 * int64_t(warps) * 16 + 16 * 4 +
+              (int64_t(warps) * 16 * 8 *
+                           ((headSizeV + 7) / 8 < 16 ? (headSizeV + 7) / 8
+                                                     : 16) >
+                       16 * (splitCtas > 0 ? splitCtas : 1)
+                   ? int64_t(warps) * 16 * 8 *
+                         ((headSizeV + 7) / 8 < 16 ? (headSizeV + 7) / 8 : 16)
+                   : 16 * (splitCtas > 0 ? splitCtas : 1))) +
+         4;
+}
+/// The static shared memory a GPU kernel may declare per CTA, in bytes:
+/// 48 KiB on NVIDIA (CUDA C++ Programming Guide, "Shared Memory": more
+/// needs dynamic shared memory and an opt-in); AMD's LDS per workgroup is
+/// 64 KiB, so this bound holds there too. (A function: an unused constant
+/// in the embedded prelude is an NVRTC warning.)
+KVGEN_HD constexpr int64_t maxStaticSmemBytes() { return 48 * 1024; }
+
 /// One token's K and V rows there (head sizes x element bytes).
 KVGEN_HD constexpr int64_t attnTileTokenBytes(int kHeadBytes, int vHeadBytes) {
   return int64_t(attnTileKRowBytes(kHeadBytes)) + attnTileVRowBytes(vHeadBytes);

@@ -200,3 +200,27 @@ kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     item_ctas = 4, split_ctas = 264, split_min_tokens = 256, split_align = 64,
     partial_bytes = 8320, tile_tokens = 64, tile_stages = 2,
     dynamic_smem_bytes = 92160, cache_alignment = proven, hw_fp8 = false>}
+
+// -----
+
+// The decode CTA's static shared memory (kvgen/Launch.h
+// attnDecodeSmemBytes, the prelude's AttnSmem): 8 warps merging V = 128
+// take 66820 bytes, over the 48 KiB a kernel may declare on a GPU (NVRTC
+// refused the kernel before this check). The host has no such limit.
+// expected-error @+1 {{'kv.paged_attention' op plan's 'threads' = 256 gives the decode CTA 66820 bytes of static shared memory (the warps' merge of head_size_v = 128), over the 49152 a kernel may declare on target 'sm_90'}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    num_q_heads 64 {plan = #kv.attention_plan<target = "sm_90",
+    vector_bytes = 16, threads = 256, rows_per_cta = 16, row_group = 16,
+    item_ctas = 4, split_ctas = 264, split_min_tokens = 256, split_align = 128,
+    partial_bytes = 8320, cache_alignment = proven, hw_fp8 = false>}
+
+// -----
+
+// The same plan on the host: no static limit there.
+kv.paged_attention @host_ok : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    num_q_heads 64 {plan = #kv.attention_plan<target = "host",
+    vector_bytes = 16, threads = 256, rows_per_cta = 16, row_group = 16,
+    item_ctas = 4, split_ctas = 8, split_min_tokens = 32, split_align = 128,
+    partial_bytes = 8320, cache_alignment = proven, hw_fp8 = false>}
