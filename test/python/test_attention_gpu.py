@@ -148,7 +148,20 @@ def emit(out):
         if spec[10]:
             cmd.append("--logits_soft_cap")
         subprocess.run(cmd, check=True)
-        subprocess.run(cmd + ["--prefill"], check=True)
+        r = subprocess.run(cmd + ["--prefill"], capture_output=True,
+                           text=True)
+        if r.returncode and os.environ.get("KVGEN_PLAN_OPTIONS"):
+            # A plan override the prefill op refuses (wgmma=1 on an fp8
+            # cache): that kernel keeps the default plan.
+            why = (r.stderr or r.stdout).strip().splitlines()
+            print(f"note: {name}: prefill without KVGEN_PLAN_OPTIONS "
+                  f"({why[-1] if why else ''})")
+            env = dict(os.environ)
+            env.pop("KVGEN_PLAN_OPTIONS")
+            r = subprocess.run(cmd + ["--prefill"], capture_output=True,
+                               text=True, env=env)
+        if r.returncode:
+            sys.exit(f"kvgen emit --prefill {name}: {r.stdout}{r.stderr}")
         f.unlink()
 
 
