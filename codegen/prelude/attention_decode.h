@@ -43,9 +43,8 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
   int64_t b = int64_t(KVGEN_BLOCK_ID_X);
   const int64_t split = b % sh.splits;
   const int64_t unit = b / sh.splits;
-  const int64_t tile = unit % sh.rowTiles;
-  const int64_t kvh = (unit / sh.rowTiles) % H;
-  const int64_t seq = unit / sh.rowTiles / H;
+  const AttnUnit un = attnUnit(sh, unit, H);
+  const int64_t tile = un.tile, kvh = un.kvh, seq = un.seq;
 
   // The sequence: its query rows and context.
   int64_t q0, qlen, ctx;

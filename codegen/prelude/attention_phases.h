@@ -52,6 +52,21 @@ namespace kvgen {
 // all splits, writes the output (and with the lse option each row's
 // ln(denominator), from the merged m and l) and resets the counter to 0.
 
+/// Unit `unit` of a launch of shape sh (Launch.h: unit = (seq x
+/// num_kv_heads + kv head) x row_tiles + tile): its row tile, kv head and
+/// sequence; H = num_kv_heads. Both CTA bodies number their units so.
+struct AttnUnit {
+  int64_t tile, kvh, seq;
+};
+KVGEN_DEVICE inline AttnUnit attnUnit(const LaunchShape &sh, int64_t unit,
+                                      int64_t H) {
+  AttnUnit u;
+  u.tile = unit % sh.rowTiles;
+  u.kvh = (unit / sh.rowTiles) % H;
+  u.seq = unit / sh.rowTiles / H;
+  return u;
+}
+
 /// Sequence seq's first query token q0, query length qlen and context ctx
 /// (its seq_lens entry). Checked kernels: entries outside their bounds set
 /// the error flag (thread 0) and are clamped (qlen 0, ctx into the block

@@ -332,10 +332,9 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
 
   const LaunchShape sh = launchShape(planGeometry<P>(), attentionInputs(a));
   const unsigned tid = KVGEN_THREAD_ID_X;
-  const int64_t unit = int64_t(KVGEN_BLOCK_ID_X); // never split
-  const int64_t tile = unit % sh.rowTiles;
-  const int64_t kvh = (unit / sh.rowTiles) % H;
-  const int64_t seq = unit / sh.rowTiles / H;
+  // Never split: CTA b is unit b.
+  const AttnUnit un = attnUnit(sh, int64_t(KVGEN_BLOCK_ID_X), H);
+  const int64_t tile = un.tile, kvh = un.kvh, seq = un.seq;
   int64_t q0, qlen, ctx;
   attnSequence<L, O>(a, seq, tid, q0, qlen, ctx);
   const int64_t ctaRow = tile * CTA_ROWS, rowsTotal = qlen * G;
