@@ -168,15 +168,7 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
                      capMul, quad, m, l, o);
     }
   }
-  KVGEN_UNROLL
-  for (int j = 0; j < NT; ++j)
-    MmaAcc<S::MFMA>::finish(o[j]);
-  // Row sums over the quad (each lane summed its own columns).
-  KVGEN_UNROLL
-  for (int i = 0; i < 2; ++i) {
-    l[i] += kvgenShflXor(l[i], 1);
-    l[i] += kvgenShflXor(l[i], 2);
-  }
+  attnWarpFinish<S>(o, l);
 
   // Merge the warps: per row the CTA's max M, sum L; each warp's O scaled
   // by exp2(m_w - M) and summed through shared memory.

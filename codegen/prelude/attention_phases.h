@@ -67,6 +67,20 @@ KVGEN_DEVICE inline AttnUnit attnUnit(const LaunchShape &sh, int64_t unit,
   return u;
 }
 
+/// The end of a warp's key loop: O's accumulators as C fragments and each
+/// row's sum over its quad (each lane summed its own columns).
+template <class S>
+KVGEN_DEVICE inline void attnWarpFinish(float (&o)[S::NT][4], float l[2]) {
+  KVGEN_UNROLL
+  for (int j = 0; j < S::NT; ++j)
+    MmaAcc<S::MFMA>::finish(o[j]);
+  KVGEN_UNROLL
+  for (int i = 0; i < 2; ++i) {
+    l[i] += kvgenShflXor(l[i], 1);
+    l[i] += kvgenShflXor(l[i], 2);
+  }
+}
+
 /// Sequence seq's first query token q0, query length qlen and context ctx
 /// (its seq_lens entry). Checked kernels: entries outside their bounds set
 /// the error flag (thread 0) and are clamped (qlen 0, ctx into the block

@@ -467,14 +467,7 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     kvgenSyncThreads(); // the buffer is free for tile k + STAGES
   }
 
-  KVGEN_UNROLL
-  for (int j = 0; j < NT; ++j)
-    MmaAcc<S::MFMA>::finish(o[j]);
-  KVGEN_UNROLL
-  for (int i = 0; i < 2; ++i) {
-    l[i] += kvgenShflXor(l[i], 1);
-    l[i] += kvgenShflXor(l[i], 2);
-  }
+  attnWarpFinish<S>(o, l);
   const AttnRowEnd<S, O> rowEnd = {a, kvh, q0, rowsTotal, vScale};
   IS *const out = static_cast<IS *>(a.output);
   // The lane's rows (group, group + 8): their factors and output rows;
