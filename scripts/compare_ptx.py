@@ -25,9 +25,13 @@ linked in has changed since). NVRTC: libnvrtc.so from $CUDA_HOME/lib64
 (default /usr/local/cuda) or the loader's search path.
 
 Exit status: 0 when every kernel's PTX is identical, or differs only in
-lines that are module-scope declarations present in the base alone
-(globals the new prelude no longer defines; listed); 1 otherwise; 2 when
-a kernel fails to emit or compile.
+lines that are module-scope declarations (globals one prelude defines and
+the other does not: listed when removed, counted when added), or has the
+same instruction mix in another order or with other register numbers
+(the multiset of its instruction lines, registers renamed to their class,
+is the same: counted; this does not show that the data flow is the same,
+the tests do); 1 otherwise; 2 when a kernel fails to emit or
+compile.
 """
 
 import argparse
@@ -267,17 +271,40 @@ def one(job):
         res["same"] = True
         return res
     res["same"] = False
-    removed, other = [], []
+    removed, added, other = [], [], []
     for line in difflib.unified_diff(b, n, "base", "new", n=0, lineterm=""):
         if line.startswith(("---", "+++", "@@")):
             continue
         if line.startswith("-") and GLOBAL_DECL.match(line[1:]):
             removed.append(line)
+        elif line.startswith("+") and GLOBAL_DECL.match(line[1:]):
+            added.append(line)
         else:
             other.append(line)
     res["removed_globals"] = removed
+    res["added_globals"] = added
     res["other_diff"] = other
+    res["same_instructions"] = instructions(b) == instructions(n)
     return res
+
+
+REGISTER = re.compile(r"%[a-z]+\d+")
+
+
+def instructions(ptx_lines):
+    """The multiset of a PTX text's lines outside module-scope
+    declarations, registers renamed to their class (%rd12 -> %rd): equal
+    for two texts that execute the same instructions, with the same
+    operand kinds and immediates, in another order or register
+    assignment (what a change in LLVM's instruction order gives)."""
+    out = {}
+    for line in ptx_lines:
+        if GLOBAL_DECL.match(line):
+            continue
+        key = REGISTER.sub(lambda m: m.group(0).rstrip("0123456789"),
+                           line.strip())
+        out[key] = out.get(key, 0) + 1
+    return out
 
 
 def main():
@@ -337,13 +364,22 @@ def main():
     errors = [r for r in results if "error" in r]
     ok = [r for r in results if "error" not in r]
     same = [r for r in ok if r["same"]]
-    globals_only = [r for r in ok if not r["same"] and not r["other_diff"]]
-    differ = [r for r in ok if not r["same"] and r["other_diff"]]
+    globals_only = [r for r in ok if not r["same"] and not r["other_diff"]
+                    and not r["added_globals"]]
+    decls = [r for r in ok if not r["same"] and not r["other_diff"]
+             and r["added_globals"]]
+    reordered = [r for r in ok if not r["same"] and r["other_diff"]
+                 and r["same_instructions"]]
+    differ = [r for r in ok if not r["same"] and r["other_diff"]
+              and not r["same_instructions"]]
     warned = [r for r in ok if r.get("logs")]
     print(f"compare_ptx: {len(results)} kernels for {args.target} "
           f"({common['arch']}): "
           f"{len(same)} identical PTX, {len(globals_only)} differing only "
-          f"in removed module-scope declarations, {len(differ)} differing, "
+          f"in removed module-scope declarations, {len(decls)} differing in "
+          f"added ones (constants) only, {len(reordered)} with the same "
+          f"instructions in another order / other registers, "
+          f"{len(differ)} differing, "
           f"{len(errors)} failed ({time.time() - t0:.0f} s)")
     for r in globals_only[:20]:
         print(f"  removed only: {r['label']}")
