@@ -484,7 +484,13 @@ template <class C>
 KVGEN_DEVICE inline SideMap sideMap(const int64_t *dyn) {
   SideMap m = {C::block == kDynamicStride ? dyn[0] : C::block,
                C::token == kDynamicStride ? dyn[1] : C::token,
-               C::head == kDynamicStride ? dyn[2] : C::head, C::base};
+               C::head == kDynamicStride ? dyn[2] : C::head,
+               C::base,
+               C::elem,
+               C::token_chunk,
+               C::token_chunk_stride,
+               C::elem_chunk,
+               C::elem_chunk_stride};
   return m;
 }
 
@@ -503,8 +509,9 @@ KVGEN_DEVICE inline SideMap sideMap(const int64_t *dyn) {
 //     CacheFields), as T, the cache's storage type, const when A's field
 //     is; a packed layout (L::packed) keeps both sides in tensor 0 and
 //     never reads tensor 1;
-//   - map: a SideMap (block, token and head strides and the side's row
-//     base, elements of T): the layout's static strides, '?' ones from the
+//   - map: a SideMap (block, token and head strides, the side's row
+//     base and its chunks, elements of T): the layout's static strides and
+//     chunks, '?' strides from the
 //     side's CACHE_STRIDES field (kMapOf, vMapOf);
 //   - scale: the side's SCALE field (k_scale / v_scale), float32 [1]
 //     (per_tensor) or [num_kv_heads] (per_head), as L::scale says.
@@ -537,6 +544,13 @@ KVGEN_DEVICE inline SideMap sideMap(const int64_t *dyn) {
 struct NoComponent {
   enum { head_size = 0 };
   enum : int64_t { block = 0, token = 0, head = 0, base = 0 };
+  enum : int64_t {
+    elem = 1,
+    token_chunk = 0,
+    token_chunk_stride = 0,
+    elem_chunk = 0,
+    elem_chunk_stride = 0
+  };
 };
 template <class L, int I, bool HAS = (I < L::num_components)>
 struct ComponentOf {
@@ -655,9 +669,15 @@ template <class L, class A, int SET = 0> struct PagedKV {
   /// The map of side isK (field by field: a choice between the two maps'
   /// addresses would keep them in memory).
   KVGEN_DEVICE inline SideMap map(bool isK) const {
-    const SideMap m = {
-        isK ? kMap.block : vMap.block, isK ? kMap.token : vMap.token,
-        isK ? kMap.head : vMap.head, isK ? kMap.base : vMap.base};
+    const SideMap m = {isK ? kMap.block : vMap.block,
+                       isK ? kMap.token : vMap.token,
+                       isK ? kMap.head : vMap.head,
+                       isK ? kMap.base : vMap.base,
+                       isK ? kMap.elem : vMap.elem,
+                       isK ? kMap.tokenChunk : vMap.tokenChunk,
+                       isK ? kMap.tokenChunkStride : vMap.tokenChunkStride,
+                       isK ? kMap.elemChunk : vMap.elemChunk,
+                       isK ? kMap.elemChunkStride : vMap.elemChunkStride};
     return m;
   }
   /// Element `elem` of kv head `head` of token `token` of block `block` of

@@ -80,6 +80,13 @@ int64_t LayoutDesc::base(int c) const {
   return b;
 }
 
+bool LayoutDesc::anyChunked() const {
+  for (const Component &x : components)
+    if (!x.chunks.isDefault())
+      return true;
+  return false;
+}
+
 bool LayoutDesc::anyDynamic() const {
   for (int c = 0; c < numComponents(); ++c)
     if (strides(c).anyDynamic())
@@ -96,10 +103,15 @@ int64_t LayoutDesc::denseBlockElements(int t) const {
   if (s.anyDynamic())
     return 0;
   const int64_t w = rowWidth(t);
-  // The rows of one block cover offsets up to (B-1) token + (H-1) head + w
-  // - 1; validate() rules out overlaps, so B * H * w distinct elements in a
-  // range of exactly that many leave no gap.
-  const int64_t span = (blockSize - 1) * s.token + (numKvHeads - 1) * s.head + w;
+  // The rows of one block cover offsets up to the one of its last position
+  // (token B-1, head H-1, element w-1: the largest, strides being
+  // non-negative and chunks dividing their dimension), w - 1 past row
+  // start 0 when packed; validate() rules out overlaps, so B * H * w
+  // distinct elements in a range of exactly that many leave no gap.
+  SideMap m = map(t);
+  m.base = 0;
+  const int64_t span =
+      elementOffset(m, 0, blockSize - 1, numKvHeads - 1, w - 1) + 1;
   return span == blockSize * numKvHeads * w ? span : 0;
 }
 
@@ -108,7 +120,10 @@ SideMap LayoutDesc::map(int c, const int64_t *dynamic) const {
   auto pick = [&](int64_t v, int i) {
     return v == kDynamic ? (dynamic ? dynamic[i] : 0) : v;
   };
-  return SideMap{pick(s.block, 0), pick(s.token, 1), pick(s.head, 2), base(c)};
+  const Chunks &k = components[size_t(c)].chunks;
+  return SideMap{pick(s.block, 0), pick(s.token, 1), pick(s.head, 2),
+                 base(c),          k.elem,           k.tokenChunk,
+                 k.tokenChunkStride, k.elemChunk,    k.elemChunkStride};
 }
 
 int64_t LayoutDesc::extentElements(int c, int64_t numBlocks,
@@ -147,10 +162,20 @@ LayoutDesc::checkedExtentBytes(int c, int64_t numBlocks,
     if (v[i] < 0 || v[i] > kMaxStride)
       return std::nullopt;
   }
-  // One past the last element (LayoutMap.h's formula), in 128 bits.
-  SideMap m{v[0], v[1], v[2], base(c)};
+  const Chunks &k = components[size_t(c)].chunks;
+  for (int64_t x : {k.elem, k.tokenChunkStride, k.elemChunkStride})
+    if (x < 0 || x > kMaxStride)
+      return std::nullopt;
+  if (k.tokenChunk < 0 || k.tokenChunk > blockSize || k.elemChunk < 0 ||
+      k.elemChunk > headSize(c))
+    return std::nullopt;
+  // One past the last element (LayoutMap.h's formula; its last position
+  // is the largest), in 128 bits.
+  SideMap m{v[0], v[1], v[2], base(c), k.elem, k.tokenChunk,
+            k.tokenChunkStride, k.elemChunk, k.elemChunkStride};
   __int128 end = elementOffsetAs<__int128>(m, numBlocks - 1, blockSize - 1,
-                                           numKvHeads - 1, headSize(c));
+                                           numKvHeads - 1, headSize(c) - 1) +
+                 1;
   __int128 bytes = end * elementSize(dtype);
   if (bytes > __int128(INT64_MAX))
     return std::nullopt;
@@ -317,6 +342,48 @@ sweep(std::vector<Arc> arcs, const std::vector<Row> &rows, bool crossOnly) {
   return std::nullopt;
 }
 
+/// Rule 1 for a chunked component (Chunks, LayoutMap.h): its dimensions
+/// inside a block are the token (inner and, chunked, outer), the head and
+/// the element (inner and, chunked, outer) ones, each with a size and a
+/// stride; the span of the ones with smaller strides starts at 1 (one
+/// element). The message names the first dimension that breaks it, or is
+/// empty when the strides are nested.
+std::string chunkedNestFailure(const Strides &s, const Chunks &k,
+                               int64_t blockSize, int64_t heads,
+                               int64_t headSize) {
+  struct Dim {
+    const char *name;
+    int64_t stride, size;
+  };
+  const int64_t xt = k.tokenChunk ? k.tokenChunk : blockSize;
+  const int64_t xe = k.elemChunk ? k.elemChunk : headSize;
+  std::vector<Dim> dims = {{"token", s.token, xt},
+                           {"token chunk", k.tokenChunkStride, blockSize / xt},
+                           {"head", s.head, heads},
+                           {"element", k.elem, xe},
+                           {"element chunk", k.elemChunkStride, headSize / xe}};
+  // Insertion sort by stride: stable, and five entries.
+  for (size_t i = 1; i < dims.size(); ++i)
+    for (size_t j = i; j > 0 && dims[j].stride < dims[j - 1].stride; --j)
+      std::swap(dims[j], dims[j - 1]);
+  // Bounded sizes and strides (<= 2^20, 2^38) keep the spans below 2^62.
+  int64_t span = 1;
+  for (const Dim &d : dims) {
+    if (d.size == 1)
+      continue;
+    if (d.stride < span)
+      return std::string("the ") + d.name + " stride " +
+             std::to_string(d.stride) + " is smaller than " +
+             std::to_string(span) + ", the span of the dimensions inside it";
+    span += (d.size - 1) * d.stride;
+  }
+  if (s.block < span)
+    return "the block stride " + std::to_string(s.block) +
+           " is smaller than " + std::to_string(span) +
+           ", the span of one block";
+  return "";
+}
+
 int64_t gcd64(int64_t a, int64_t b) {
   while (b) {
     int64_t t = a % b;
@@ -365,6 +432,20 @@ LayoutDesc::diagnoseStrides(const std::vector<Strides> &all) const {
   }
   for (const std::vector<int> &group : groups) {
     const Strides &s0 = all[size_t(group[0])];
+    // A chunked component (separate layouts only: diagnose()) is proven by
+    // rule 1 over its chunk dimensions, or refused.
+    if (group.size() == 1 && !components[size_t(group[0])].chunks.isDefault()) {
+      const int c = group[0];
+      std::string why = chunkedNestFailure(s0, components[size_t(c)].chunks,
+                                           blockSize, numKvHeads, headSize(c));
+      if (!why.empty())
+        return at(c, "the strides of " + shown(*this, c) +
+                         " with its chunks are not nested: " + why +
+                         "; kvgen proves chunked layouts only when each "
+                         "stride is at least the span of the dimensions "
+                         "inside it (docs/layout.md)");
+      continue;
+    }
     bool shared = true;
     for (int c : group)
       shared &= all[size_t(c)] == s0;
@@ -568,6 +649,42 @@ std::optional<LayoutIssue> LayoutDesc::diagnose() const {
   if (!isFp8(dtype) && scale != ScaleKind::None)
     return at("scale", std::string("'scale' must be none for a ") +
                            toString(dtype) + " cache");
+  // Chunks: static, separate layouts only, sizes dividing their dimension.
+  for (int c = 0; c < numComponents(); ++c) {
+    const Chunks &k = components[size_t(c)].chunks;
+    if (k.isDefault())
+      continue;
+    const std::string &name = components[size_t(c)].name;
+    if (packing == Packing::Packed)
+      return at(name + "_elem_stride",
+                "'" + name + "' has chunks or an element stride, which "
+                "kvgen serves in separate layouts only (a packed row keeps "
+                "its components' elements adjacent)");
+    if (k.elem < 0 || k.elem > kMaxStride)
+      return at(name + "_elem_stride",
+                "'" + name + "_elem_stride' = " + std::to_string(k.elem) +
+                    " must be 0 to " + boundText(kMaxStride));
+    struct Split {
+      const char *what;
+      int64_t size, stride, of;
+      const char *dimension;
+    } splits[2] = {{"_token_chunks", k.tokenChunk, k.tokenChunkStride,
+                    blockSize, "block_size"},
+                   {"_elem_chunks", k.elemChunk, k.elemChunkStride,
+                    headSize(c), "the head size"}};
+    for (const Split &x : splits) {
+      const std::string key = name + x.what;
+      if (x.size == 0 && x.stride == 0)
+        continue;
+      if (x.size < 1 || x.size > x.of || x.of % x.size != 0)
+        return at(key, "'" + key + "' chunk size " + std::to_string(x.size) +
+                           " must divide " + x.dimension + " " +
+                           std::to_string(x.of));
+      if (x.stride < 0 || x.stride > kMaxStride)
+        return at(key, "'" + key + "' stride " + std::to_string(x.stride) +
+                           " must be 0 to " + boundText(kMaxStride));
+    }
+  }
   // Dense strides (products of bounded sizes: < 2^62, no overflow) must
   // obey the stride bound too; the block stride is the largest.
   bool anyExplicit = false;
@@ -730,9 +847,19 @@ std::string toString(const LayoutDesc &l) {
        ", order = " + toString(l.order) +
        ", packing = " + toString(l.packing) +
        ", dtype = " + toString(l.dtype) + ", scale = " + toString(l.scale);
-  for (const Component &c : l.components)
+  for (const Component &c : l.components) {
     if (c.strides)
       s += ", " + c.name + "_strides = " + stridesToString(*c.strides);
+    const Chunks &k = c.chunks;
+    if (k.elem != 1)
+      s += ", " + c.name + "_elem_stride = " + std::to_string(k.elem);
+    if (k.tokenChunk || k.tokenChunkStride)
+      s += ", " + c.name + "_token_chunks = [" + std::to_string(k.tokenChunk) +
+           ", " + std::to_string(k.tokenChunkStride) + "]";
+    if (k.elemChunk || k.elemChunkStride)
+      s += ", " + c.name + "_elem_chunks = [" + std::to_string(k.elemChunk) +
+           ", " + std::to_string(k.elemChunkStride) + "]";
+  }
   return s;
 }
 

@@ -10,7 +10,8 @@ namespace {
 
 const char kFieldList[] =
     "num_kv_heads, block_size, head_size_k, head_size_v, components, order, "
-    "packing, dtype, scale or NAME_strides";
+    "packing, dtype, scale, NAME_strides, NAME_elem_stride, "
+    "NAME_token_chunks or NAME_elem_chunks";
 const char kDTypeList[] =
     "bf16, f16, f32, f8E4M3FN, f8E4M3FNUZ, f8E5M2, f8E5M2FNUZ";
 
@@ -93,6 +94,35 @@ struct Parser {
     *out = Strides{v[0], v[1], v[2]};
     return true;
   }
+  /// `[size, stride]`: a chunk (Chunks), both integers.
+  bool chunk(const std::string &key, int64_t *size, int64_t *stride) {
+    if (!expect('[', "to open '" + key + "'"))
+      return false;
+    if (!integer(key, size))
+      return false;
+    if (!expect(',', "after the chunk size of '" + key + "'"))
+      return false;
+    if (!integer(key, stride))
+      return false;
+    return expect(']', "to close '" + key + "' ([chunk size, stride])");
+  }
+  /// The component a `<name><suffix>` field names, if `key` ends with
+  /// `suffix` after a non-empty name.
+  static std::optional<std::string> suffixed(const std::string &key,
+                                             const std::string &suffix) {
+    if (key.size() <= suffix.size() ||
+        key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0)
+      return std::nullopt;
+    return key.substr(0, key.size() - suffix.size());
+  }
+  /// The component a chunk field (`<name>_elem_stride`, `_token_chunks`,
+  /// `_elem_chunks`) names.
+  static std::optional<std::string> chunkField(const std::string &key) {
+    for (const char *suffix : {"_elem_stride", "_token_chunks", "_elem_chunks"})
+      if (std::optional<std::string> name = suffixed(key, suffix))
+        return name;
+    return std::nullopt;
+  }
   template <class E, class Fn>
   bool word(const std::string &key, Fn parse, E *out, const char *expected) {
     const char *at = t.pos();
@@ -117,6 +147,10 @@ struct Parser {
     // At most kMaxComponents entries, each naming a distinct component.
     std::vector<std::pair<std::string, const char *>> strideKeys;
     std::map<std::string, Strides> stridesOf;
+    // The chunk fields (<name>_elem_stride, _token_chunks, _elem_chunks):
+    // each names a component, at most kMaxComponents of them per suffix.
+    std::vector<std::pair<std::string, const char *>> chunkKeys;
+    std::map<std::string, Chunks> chunksOf;
     do {
       const char *keyAt = t.pos();
       std::string key;
@@ -211,6 +245,22 @@ struct Parser {
         ok = strides(key, &s);
         stridesOf[key.substr(0, key.size() - 8)] = s;
         strideKeys.emplace_back(key, keyAt);
+      } else if (std::optional<std::string> name = chunkField(key)) {
+        if (chunkKeys.size() == 3 * kMaxComponents) {
+          fail(keyAt, "a layout has at most " + std::to_string(kMaxComponents) +
+                          " components, so at most " +
+                          std::to_string(3 * kMaxComponents) +
+                          " chunk fields; '" + key + "' is one more");
+          return std::nullopt;
+        }
+        Chunks &k = chunksOf[*name];
+        if (suffixed(key, "_elem_stride"))
+          ok = integer(key, &k.elem);
+        else if (suffixed(key, "_token_chunks"))
+          ok = chunk(key, &k.tokenChunk, &k.tokenChunkStride);
+        else
+          ok = chunk(key, &k.elemChunk, &k.elemChunkStride);
+        chunkKeys.emplace_back(*name, keyAt);
       } else {
         fail(keyAt, "unknown field '" + key + "' (expected " + kFieldList +
                         ")");
@@ -260,6 +310,15 @@ struct Parser {
         return std::nullopt;
       }
       l.components[size_t(c)].strides = stridesOf[name];
+    }
+    for (const auto &[name, at] : chunkKeys) {
+      int c = l.find(name);
+      if (c < 0) {
+        fail(at, "'" + name + "' of a chunk field names no component of "
+                 "the layout");
+        return std::nullopt;
+      }
+      l.components[size_t(c)].chunks = chunksOf[name];
     }
     return l;
   }

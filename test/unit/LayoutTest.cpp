@@ -715,4 +715,154 @@ TEST(LayoutHostile, OneGrammarForIntegersAndComments) {
   EXPECT_EQ(l->order, Order::HND);
 }
 
+//===----------------------------------------------------------------------===//
+// Chunked dimensions (Chunks): the legacy vLLM and ROCm aiter layouts.
+// Each expected offset is the row-major index of a 5-D (or 4-D) tensor
+// written out with its own shape, independent of the chunk terms.
+//===----------------------------------------------------------------------===//
+
+/// bf16, 2 kv heads, head size 16, blocks of 4 tokens, x = 8 (16 bytes).
+constexpr int64_t kH = 2, kD = 16, kBS = 4, kX = 8, kNB = 3;
+
+/// The text of a K/V layout whose V is adjacent NHD and whose K has the
+/// given strides and chunk fields (`extra`).
+std::string chunkedText(const std::string &extra) {
+  return "num_kv_heads = 2, head_size_k = 16, head_size_v = 16, "
+         "block_size = 4, dtype = bf16, " +
+         extra;
+}
+
+LayoutDesc parsed(const std::string &text) {
+  std::string err;
+  std::optional<LayoutDesc> l = parseLayout(text, &err);
+  EXPECT_TRUE(l) << text << ": " << err;
+  return l ? *l : LayoutDesc();
+}
+
+TEST(ChunkedLayout, VllmLegacyKey) {
+  // K [nb, H, D/x, bs, x]: strides 128, 64, 32, 8, 1.
+  LayoutDesc l = parsed(chunkedText(
+      "k_strides = [128, 8, 64], k_elem_chunks = [8, 32]"));
+  ASSERT_EQ(validateMessage(l), "<valid>");
+  SideMap m = l.map(kKey);
+  for (int64_t b = 0; b < kNB; ++b)
+    for (int64_t t = 0; t < kBS; ++t)
+      for (int64_t h = 0; h < kH; ++h)
+        for (int64_t e = 0; e < kD; ++e) {
+          int64_t index =
+              (((b * kH + h) * (kD / kX) + e / kX) * kBS + t) * kX + e % kX;
+          ASSERT_EQ(elementOffset(m, b, t, h, e), index)
+              << b << " " << t << " " << h << " " << e;
+        }
+  EXPECT_EQ(l.extentElements(kKey, kNB), kNB * kH * kD * kBS);
+  EXPECT_EQ(l.denseBlockElements(0), kH * kD * kBS);
+  EXPECT_TRUE(elemRunAdjacent(m, 8));
+  EXPECT_FALSE(elemRunAdjacent(m, 16)); // crosses a chunk
+}
+
+TEST(ChunkedLayout, VllmLegacyValue) {
+  // V [nb, H, D, bs]: strides 128, 64, 4, 1: the element stride is bs.
+  LayoutDesc l = parsed(chunkedText(
+      "v_strides = [128, 1, 64], v_elem_stride = 4"));
+  ASSERT_EQ(validateMessage(l), "<valid>");
+  SideMap m = l.map(kValue);
+  for (int64_t b = 0; b < kNB; ++b)
+    for (int64_t t = 0; t < kBS; ++t)
+      for (int64_t h = 0; h < kH; ++h)
+        for (int64_t e = 0; e < kD; ++e)
+          ASSERT_EQ(elementOffset(m, b, t, h, e),
+                    ((b * kH + h) * kD + e) * kBS + t);
+  EXPECT_EQ(l.extentElements(kValue, kNB), kNB * kH * kD * kBS);
+  EXPECT_EQ(l.denseBlockElements(1), kH * kD * kBS);
+  EXPECT_TRUE(elemRunAdjacent(m, 1));
+  EXPECT_FALSE(elemRunAdjacent(m, 2));
+}
+
+TEST(ChunkedLayout, AiterShuffledValue) {
+  // V [nb, H, bs/x, D, x] with x = 2 (blocks of 4 tokens): strides 128,
+  // 64, 32, 2, 1. Token t at (t / 2) * 32 + (t % 2), element e at 2 e.
+  LayoutDesc l = parsed(chunkedText(
+      "v_strides = [128, 1, 64], v_token_chunks = [2, 32], "
+      "v_elem_stride = 2"));
+  ASSERT_EQ(validateMessage(l), "<valid>");
+  SideMap m = l.map(kValue);
+  const int64_t x = 2;
+  for (int64_t b = 0; b < kNB; ++b)
+    for (int64_t t = 0; t < kBS; ++t)
+      for (int64_t h = 0; h < kH; ++h)
+        for (int64_t e = 0; e < kD; ++e)
+          ASSERT_EQ(elementOffset(m, b, t, h, e),
+                    (((b * kH + h) * (kBS / x) + t / x) * kD + e) * x + t % x);
+  // slotOffset + rowOffset is the same split as for adjacent rows.
+  EXPECT_EQ(slotOffset(m, 2, 3) + rowOffset(m, 1, 5),
+            elementOffset(m, 2, 3, 1, 5));
+  EXPECT_EQ(l.extentElements(kValue, kNB), kNB * kH * kD * kBS);
+}
+
+TEST(ChunkedLayout, PrintsAndParsesBack) {
+  LayoutDesc l = parsed(chunkedText(
+      "k_strides = [128, 8, 64], k_elem_chunks = [8, 32], "
+      "v_strides = [128, 1, 64], v_token_chunks = [2, 32], "
+      "v_elem_stride = 2"));
+  const std::string text = toString(l);
+  EXPECT_NE(text.find(", k_strides = [128, 8, 64], k_elem_chunks = [8, 32]"),
+            std::string::npos)
+      << text;
+  // Fields at their defaults (v_elem_chunks, k_elem_stride) are not printed.
+  EXPECT_NE(text.find(", v_strides = [128, 1, 64], v_elem_stride = 2, "
+                      "v_token_chunks = [2, 32]"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("v_elem_chunks"), std::string::npos) << text;
+  EXPECT_EQ(text.find("k_elem_stride"), std::string::npos) << text;
+  LayoutDesc back = parsed(text);
+  EXPECT_TRUE(back == l);
+  EXPECT_EQ(toString(back), text);
+}
+
+TEST(ChunkedLayout, RejectsWhatItCannotServe) {
+  // A chunk that does not divide its dimension.
+  EXPECT_EQ(validateMessage(parsed(chunkedText(
+                "k_strides = [128, 8, 64], k_elem_chunks = [3, 32]"))),
+            "'k_elem_chunks' chunk size 3 must divide the head size 16");
+  EXPECT_EQ(validateMessage(parsed(chunkedText(
+                "v_strides = [128, 1, 64], v_token_chunks = [3, 32]"))),
+            "'v_token_chunks' chunk size 3 must divide block_size 4");
+  // Chunks overlapping the tokens: chunk stride 16 < the 4 tokens x 8
+  // elements inside it.
+  EXPECT_EQ(validateMessage(parsed(chunkedText(
+                "k_strides = [128, 8, 64], k_elem_chunks = [8, 16]"))),
+            "the strides of K with its chunks are not nested: the element "
+            "chunk stride 16 is smaller than 32, the span of the dimensions "
+            "inside it; kvgen proves chunked layouts only when each stride "
+            "is at least the span of the dimensions inside it "
+            "(docs/layout.md)");
+  // An element stride of 0 puts every element of a row at one address.
+  EXPECT_NE(validateMessage(parsed(chunkedText(
+                "v_strides = [128, 1, 64], v_elem_stride = 0")))
+                .find("the element stride 0 is smaller than 1"),
+            std::string::npos);
+  // Packed rows keep their elements adjacent.
+  EXPECT_EQ(validateMessage(parsed(chunkedText(
+                "packing = packed, v_elem_stride = 2"))),
+            "'v' has chunks or an element stride, which kvgen serves in "
+            "separate layouts only (a packed row keeps its components' "
+            "elements adjacent)");
+  // A chunk field naming no component.
+  std::string err;
+  EXPECT_FALSE(parseLayout(chunkedText("q_elem_stride = 2"), &err));
+  EXPECT_NE(err.find("'q' of a chunk field names no component"),
+            std::string::npos)
+      << err;
+  EXPECT_FALSE(parseLayout(chunkedText("k_elem_chunks = [8]"), &err));
+  EXPECT_NE(err.find("expected ','"), std::string::npos) << err;
+}
+
+TEST(ChunkedLayout, BoundsCheckedExtent) {
+  LayoutDesc l = parsed(chunkedText(
+      "k_strides = [128, 8, 64], k_elem_chunks = [8, 32]"));
+  EXPECT_EQ(l.checkedExtentBytes(kKey, kNB), kNB * 128 * 2);
+  EXPECT_EQ(l.extentBytes(kKey, kNB), kNB * 128 * 2);
+}
+
 } // namespace

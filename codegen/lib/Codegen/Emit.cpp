@@ -126,7 +126,8 @@ std::string kvgen::defaultKernelName(const KernelSpec &r) {
   const LayoutDesc &l = r.layout;
   const OpDesc &op = opDesc(r.op);
   // Components as `_<name><head size>` (`_k192_v128` for K/V), explicit
-  // strides as `_<name>s<block>x<token>x<head>` (`d` = dynamic).
+  // strides as `_<name>s<block>x<token>x<head>` (`d` = dynamic), chunks
+  // (below) as `_<name>c...`.
   std::string name = llvm::formatv("kvgen_{0}_h{1}", op.name, l.numKvHeads);
   for (const Component &c : l.components)
     name += "_" + c.name + std::to_string(c.headSize);
@@ -144,6 +145,15 @@ std::string kvgen::defaultKernelName(const KernelSpec &r) {
   for (const Component &c : l.components)
     if (c.strides)
       name += "_" + c.name + "s" + stridesTag(*c.strides);
+  // Chunks, as `_<name>c<elem>x<token chunk>x<its stride>x<element
+  // chunk>x<its stride>` for each component that has any.
+  for (const Component &c : l.components)
+    if (!c.chunks.isDefault()) {
+      const Chunks &k = c.chunks;
+      name += llvm::formatv("_{0}c{1}x{2}x{3}x{4}x{5}", c.name, k.elem,
+                            k.tokenChunk, k.tokenChunkStride, k.elemChunk,
+                            k.elemChunkStride);
+    }
   // The options, in table order: element types by their short names, slot
   // types as they are, set flags by name.
   for (size_t i = 0; i < op.numOptions; ++i) {

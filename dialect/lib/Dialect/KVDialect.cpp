@@ -627,6 +627,13 @@ LogicalResult kvgen::kv::verifyPlanFits(Operation *op) {
       return op->emitOpError("plan's ")
              << vec << " elements per access do not divide head size "
              << c.headSize << " of component '" << c.name << "'";
+  // A vector access moves adjacent elements (LayoutMap.h's elemRunAdjacent).
+  for (int c = 0; c < l.numComponents(); ++c)
+    if (!elemRunAdjacent(l.map(c), vec))
+      return op->emitOpError("plan's ")
+             << vec << " elements per access are not adjacent in component '"
+             << l.components[size_t(c)].name
+             << "' (its element stride or element chunks)";
   if (plan.getCacheAlignment() == Alignment::proven && l.anyDynamic())
     return op->emitOpError("plan's 'cache_alignment' = proven needs static "
                            "strides; the layout has '?' strides");
@@ -747,6 +754,12 @@ LogicalResult PagedAttentionOp::verify() {
   if (!isa<BFloat16Type, Float16Type>(getIo()))
     return emitOpError("'query' must be bf16 or f16, got ") << getIo();
   const LayoutDesc &l = getLayout().getDesc();
+  // The attention bodies read a K or V row as adjacent elements.
+  if (l.anyChunked())
+    return emitOpError("does not read layouts with chunks or an element "
+                       "stride yet (its K and V rows are read as adjacent "
+                       "elements), got ")
+           << getLayout();
   const int64_t q = getNumQHeads();
   if (q < 1 || q > kMaxCountOption)
     return emitOpError("'num_q_heads' = ")

@@ -3,9 +3,10 @@
 // The plan decides how a kernel moves its rows:
 //   vec_elems   the largest power of two n with n * cache element size <= 16
 //               and n * io element size <= 32 bytes that divides both head
-//               sizes (so rows
-//               have no tail) and, when every cache stride is static, every
-//               static row start (strides and the packed V base) - then
+//               sizes (so rows have no tail), every element chunk size and
+//               chunk stride (n = 1 where elements are not adjacent:
+//               Chunks, Layout.h) and, when every cache stride is static,
+//               every static row start (strides and the packed V base) - then
 //               cache alignment is `proven`; with a dynamic stride it is
 //               `checked` at run time, with a one-element fallback;
 //   tokens/CTA  the largest power of two, at most 8, whose vector accesses
@@ -110,6 +111,18 @@ kvgen::choosePlan(const LayoutDesc &layout, DType io, const Target &target,
   for (int c = 0; c < layout.numComponents(); ++c)
     g = std::gcd(g, layout.headSize(c));
   bool allStatic = !layout.anyDynamic();
+  // Chunked dimensions (static): a vector stays inside one element chunk
+  // and every chunk start keeps it aligned; elements that are not
+  // adjacent (an element stride other than 1) move one at a time.
+  bool adjacent = true;
+  for (int c = 0; c < layout.numComponents(); ++c) {
+    const Chunks &k = layout.components[size_t(c)].chunks;
+    adjacent &= k.elem == 1;
+    for (int64_t x : {k.tokenChunkStride, k.elemChunk, k.elemChunkStride})
+      g = std::gcd(g, x);
+  }
+  if (!adjacent)
+    g = 1;
   if (allStatic) {
     for (int c = 0; c < layout.numComponents(); ++c) {
       Strides s = layout.strides(c);

@@ -98,6 +98,27 @@ struct Strides {
   bool operator!=(const Strides &o) const { return !(*this == o); }
 };
 
+/// How a component splits its token and element dimensions, in elements
+/// (LayoutMap.h's chunk terms; always static). The default, elements
+/// adjacent and nothing chunked, is every NHD / HND layout. Text fields
+/// (docs/layout.md, "Chunked dimensions"): `<name>_elem_stride = elem`,
+/// `<name>_token_chunks = [tokenChunk, tokenChunkStride]`,
+/// `<name>_elem_chunks = [elemChunk, elemChunkStride]`.
+struct Chunks {
+  int64_t elem = 1;             ///< between consecutive elements of a chunk
+  int64_t tokenChunk = 0;       ///< tokens per chunk (divides block_size); 0: none
+  int64_t tokenChunkStride = 0; ///< between consecutive token chunks
+  int64_t elemChunk = 0;        ///< elements per chunk (divides the head size); 0: none
+  int64_t elemChunkStride = 0;  ///< between consecutive element chunks
+  bool isDefault() const { return *this == Chunks(); }
+  bool operator==(const Chunks &o) const {
+    return elem == o.elem && tokenChunk == o.tokenChunk &&
+           tokenChunkStride == o.tokenChunkStride &&
+           elemChunk == o.elemChunk && elemChunkStride == o.elemChunkStride;
+  }
+  bool operator!=(const Chunks &o) const { return !(*this == o); }
+};
+
 /// One component of a cache row.
 struct Component {
   std::string name;  ///< an identifier, unique in the layout
@@ -105,8 +126,11 @@ struct Component {
   /// Explicit strides; std::nullopt: the dense strides of order/packing (or,
   /// packed, another component's explicit strides, see strides()).
   std::optional<Strides> strides;
+  /// Chunked dimensions (separate layouts only; validate()).
+  Chunks chunks;
   bool operator==(const Component &o) const {
-    return name == o.name && headSize == o.headSize && strides == o.strides;
+    return name == o.name && headSize == o.headSize && strides == o.strides &&
+           chunks == o.chunks;
   }
 };
 
@@ -164,6 +188,9 @@ struct LayoutDesc {
   SideMap map(int c, const int64_t *dynamic = nullptr) const;
   /// True when any component has a dynamic stride.
   bool anyDynamic() const;
+  /// True when any component has chunked dimensions or an element stride
+  /// other than 1 (Chunks::isDefault).
+  bool anyChunked() const;
   /// Elements of one block of cache tensor t (0: the first component's or
   /// the packed rows' tensor, 1: the second component's) when they are one
   /// gap-free range starting at element block * strides.block (+ 0): static

@@ -33,28 +33,62 @@ constexpr int64_t kDynamicStride = -9223372036854775807LL - 1;
 
 /// Where one side (K or V) of a paged cache lives, in elements of the cache
 /// element type:
-///   offset(block, token, head, e) = block * block + token * token
-///                                   + head * head + base + e
+///   offset(block, token, head, e) = block * block + tokenTerm(token)
+///                                   + head * head + base + elemTerm(e)
+///   tokenTerm(t) = t * token                        (token_chunk == 0)
+///                = (t / token_chunk) * token_chunk_stride
+///                  + (t % token_chunk) * token       (otherwise)
+///   elemTerm(e)  = e * elem                          (elem_chunk == 0)
+///                = (e / elem_chunk) * elem_chunk_stride
+///                  + (e % elem_chunk) * elem         (otherwise)
 /// `base` is the column where the side starts inside a row: 0 for K and for a
-/// separate V tensor, head_size_k for V in a packed K|V row.
+/// separate V tensor, head_size_k for V in a packed K|V row. A row whose
+/// elements are adjacent has elem = 1 and no chunks (every NHD / HND
+/// layout). The chunk terms state the layouts that split a dimension:
+/// vLLM's legacy K `[num_blocks, H, D/x, block_size, x]` (elem_chunk = x,
+/// elem_chunk_stride = block_size * x, token = x, elem = 1), its legacy V
+/// `[num_blocks, H, D, block_size]` (token = 1, elem = block_size), ROCm
+/// aiter's shuffled V `[num_blocks, H, block_size/x, D, x]` (token_chunk =
+/// x, token_chunk_stride = D * x, token = 1, elem = x). A chunk size divides
+/// block_size (tokens) or the head size (elements): LayoutDesc::validate.
 struct SideMap {
   int64_t block; ///< elements between consecutive cache blocks
-  int64_t token; ///< elements between consecutive tokens of one block
+  int64_t token; ///< elements between consecutive tokens (of one chunk)
   int64_t head;  ///< elements between consecutive kv heads of one token
   int64_t base;  ///< first element of this side inside a (token, head) row
+  // The chunk terms default to adjacent elements and no chunks, so that a
+  // map written as {block, token, head, base} is the plain NHD / HND one.
+  int64_t elem = 1; ///< elements between consecutive elements (of one chunk)
+  int64_t tokenChunk = 0;       ///< tokens per chunk; 0: not chunked
+  int64_t tokenChunkStride = 0; ///< elements between consecutive token chunks
+  int64_t elemChunk = 0;        ///< elements per chunk; 0: not chunked
+  int64_t elemChunkStride = 0;  ///< elements between consecutive element chunks
 };
 
 /// The two parts of the address formula, in integer type I: rowOffsetAs is
 /// the part a token's slot does not decide (kv head, element), slotOffsetAs
 /// the part it does (block, token in block). Kernels that place one (kv
 /// head, element) column at several slots compute the first once.
+/// elemTermAs is rowOffsetAs's element part: a kernel that has the address
+/// of element 0 of a row adds elemTermAs(e) to reach element e.
+template <class I> KVGEN_HD inline I elemTermAs(const SideMap &m, I elem) {
+  return m.elemChunk == 0 ? elem * I(m.elem)
+                          : (elem / I(m.elemChunk)) * I(m.elemChunkStride) +
+                                (elem % I(m.elemChunk)) * I(m.elem);
+}
+template <class I> KVGEN_HD inline I tokenTermAs(const SideMap &m, I token) {
+  return m.tokenChunk == 0
+             ? token * I(m.token)
+             : (token / I(m.tokenChunk)) * I(m.tokenChunkStride) +
+                   (token % I(m.tokenChunk)) * I(m.token);
+}
 template <class I>
 KVGEN_HD inline I rowOffsetAs(const SideMap &m, I head, I elem) {
-  return head * I(m.head) + I(m.base) + elem;
+  return head * I(m.head) + I(m.base) + elemTermAs<I>(m, elem);
 }
 template <class I>
 KVGEN_HD inline I slotOffsetAs(const SideMap &m, I block, I token) {
-  return block * I(m.block) + token * I(m.token);
+  return block * I(m.block) + tokenTermAs<I>(m, token);
 }
 
 /// The element offset of element `elem` of kv head `head` of token `token`
@@ -66,6 +100,13 @@ template <class I>
 KVGEN_HD inline I elementOffsetAs(const SideMap &m, I block, I token, I head,
                                   I elem) {
   return slotOffsetAs<I>(m, block, token) + rowOffsetAs<I>(m, head, elem);
+}
+
+/// True when `n` consecutive elements of a row starting at any multiple of
+/// n are adjacent in memory (elem == 1 and, chunked, n divides the chunk):
+/// what a kernel needs to move them in one vector access.
+KVGEN_HD inline bool elemRunAdjacent(const SideMap &m, int64_t n) {
+  return n == 1 || (m.elem == 1 && (m.elemChunk == 0 || m.elemChunk % n == 0));
 }
 
 /// elementOffsetAs in 64-bit arithmetic: what every kernel computes.

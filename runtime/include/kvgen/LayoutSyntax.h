@@ -14,13 +14,18 @@
 //              | 'dtype' '=' type      (bf16, f16, f32, f8E4M3FN, ...)
 //              | 'scale' '=' ('none' | 'per_tensor' | 'per_head')
 //              | NAME '_strides' '=' '[' s ',' s ',' s ']'   (s: int or '?')
+//              | NAME '_elem_stride' '=' int
+//              | NAME '_token_chunks' '=' '[' int ',' int ']'
+//              | NAME '_elem_chunks' '=' '[' int ',' int ']'
+//                (Chunks in Layout.h: [chunk size, chunk stride])
 //
 // `int` is decimal, with an optional '-' right before its digits, of at most
 // kMaxLayoutIntegerDigits (19) digits and within int64; blanks and `//`
 // comments separate tokens.
 // Lists are bounded as they are read: `components` has at most
 // kMaxComponents (4) entries, a stride list 3, and at most kMaxComponents
-// `<name>_strides` fields are given; the parser stops at the first entry
+// `<name>_strides` fields (and 3 x kMaxComponents chunk fields) are given;
+// the parser stops at the first entry
 // past a bound, so no work grows with a hostile text's length beyond one
 // pass over it.
 // Fields come in any order, each at most once. head_size_k and head_size_v

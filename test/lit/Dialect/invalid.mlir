@@ -172,7 +172,7 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // -----
 
-// expected-error @+1 {{unknown field 'head_size' (expected num_kv_heads, block_size, head_size_k, head_size_v, components, order, packing, dtype, scale or NAME_strides)}}
+// expected-error @+1 {{unknown field 'head_size' (expected num_kv_heads, block_size, head_size_k, head_size_v, components, order, packing, dtype, scale, NAME_strides, NAME_elem_stride, NAME_token_chunks or NAME_elem_chunks)}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size = 128,
     block_size = 16, dtype = bf16>, input bf16, slots i64
 

@@ -18,8 +18,8 @@
 // CHECK-SAME: static constexpr int block_size = 16;
 // CHECK-SAME: static constexpr int scale = kvgen::SCALE_NONE;
 // CHECK-SAME: static constexpr bool packed = false;
-// CHECK-SAME: /// k: 4 x 192, strides [block 12288, token 768, head 192], row base 0 (elements).\0A  struct c0 {\0A    static constexpr int head_size = 192;\0A    static constexpr int64_t block = 12288, token = 768, head = 192, base = 0;\0A  };
-// CHECK-SAME: /// v: 4 x 128, strides [block 8192, token 512, head 128], row base 0 (elements).\0A  struct c1 {\0A    static constexpr int head_size = 128;\0A    static constexpr int64_t block = 8192, token = 512, head = 128, base = 0;\0A  };
+// CHECK-SAME: /// k: 4 x 192, strides [block 12288, token 768, head 192], row base 0 (elements).\0A  struct c0 {\0A    static constexpr int head_size = 192;\0A    static constexpr int64_t block = 12288, token = 768, head = 192, base = 0;\0A    static constexpr int64_t elem = 1, token_chunk = 0, token_chunk_stride = 0, elem_chunk = 0, elem_chunk_stride = 0;\0A  };
+// CHECK-SAME: /// v: 4 x 128, strides [block 8192, token 512, head 128], row base 0 (elements).\0A  struct c1 {\0A    static constexpr int head_size = 128;\0A    static constexpr int64_t block = 8192, token = 512, head = 128, base = 0;\0A    static constexpr int64_t elem = 1, token_chunk = 0, token_chunk_stride = 0, elem_chunk = 0, elem_chunk_stride = 0;\0A  };
 // CHECK-SAME: typedef c0 k;\0A  typedef c1 v;
 // The plan's decisions (pinned in plan.mlir) as constants; vec is
 // vector_bytes / 2 bytes of bf16.

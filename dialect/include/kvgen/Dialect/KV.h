@@ -27,9 +27,12 @@ inline llvm::hash_code hash_value(const Strides &s) {
   return llvm::hash_combine(s.block, s.token, s.head);
 }
 inline llvm::hash_code hash_value(const Component &c) {
+  const Chunks &k = c.chunks;
   return llvm::hash_combine(c.name, c.headSize, c.strides.has_value(),
                             c.strides ? hash_value(*c.strides)
-                                      : llvm::hash_code(0));
+                                      : llvm::hash_code(0),
+                            k.elem, k.tokenChunk, k.tokenChunkStride,
+                            k.elemChunk, k.elemChunkStride);
 }
 inline llvm::hash_code hash_value(const LayoutDesc &l) {
   return llvm::hash_combine(

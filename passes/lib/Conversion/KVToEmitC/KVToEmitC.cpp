@@ -102,6 +102,13 @@ std::string layoutStruct(StringRef name, LayoutAttr attr) {
        << ", token = " << strideText(s.token)
        << ", head = " << strideText(s.head) << ", base = " << l.base(c)
        << ";\n";
+    // Chunks (LayoutMap.h): the defaults are adjacent elements, no chunks.
+    const Chunks &k = l.components[c].chunks;
+    os << "    static constexpr int64_t elem = " << k.elem
+       << ", token_chunk = " << k.tokenChunk
+       << ", token_chunk_stride = " << k.tokenChunkStride
+       << ", elem_chunk = " << k.elemChunk
+       << ", elem_chunk_stride = " << k.elemChunkStride << ";\n";
     os << "  };\n";
   }
   // K/V kernels name their components.
