@@ -140,7 +140,7 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
           const int d0 = c * 4 * KC + int(quad) * KC;
           const int n = blk < 0 ? 0 : (HK - d0 >= KC ? KC : (HK > d0 ? HK - d0 : 0));
           const CS *p = kBase + (blk < 0 ? 0 : elementOffset(kMap, blk, t % BS, kvh, d0));
-          loadKChunk<S, AK>(kraw[u][nt][c], p, c, n);
+          loadKChunkAt<S, AK>(kraw[u][nt][c], p, kMap, d0, c, n);
         }
       }
       KVGEN_UNROLL
@@ -155,7 +155,8 @@ KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
         const CS *p = vBase + (blk < 0 ? 0 : elementOffset(vMap, blk, t % BS, kvh, vCol));
         // Lane group g's columns [g NT, g NT + NT) reach past HV only when HV
         // is not a multiple of 8.
-        loadPacked<CS, NT, AV, (HV % 8 != 0)>(vraw[u][v], p, blk < 0 ? 0 : vCount);
+        loadRun<CS, NT, AV, (HV % 8 != 0)>(vraw[u][v], p, vMap, vCol,
+                                           blk < 0 ? 0 : vCount);
       }
 
     }

@@ -178,6 +178,32 @@ KVGEN_DEVICE inline void loadPacked(Packed<T, N> &r, const T *p, int n) {
   }
 }
 
+/// loadPacked of elements e0 + [0, N) of a cache row in map m (LayoutMap.h)
+/// whose element e0 is at p: where those N elements are not adjacent
+/// (elemRunAdjacent: an element stride other than 1, or element chunks
+/// narrower than N), one access per element, element e0 + i at p +
+/// elemTerm(m, e0 + i) - elemTerm(m, e0) (the first n; zeros past n).
+/// Adjacent runs (every NHD / HND layout: m's chunk terms are compile-time
+/// constants) take loadPacked itself.
+template <class T, int N, int A, bool PARTIAL>
+KVGEN_DEVICE inline void loadRun(Packed<T, N> &r, const T *p, const SideMap &m,
+                                 int64_t e0, int n) {
+  if (elemRunAdjacent(m, N)) {
+    loadPacked<T, N, A, PARTIAL>(r, p, n);
+    return;
+  }
+  typedef Packed<T, N> R;
+  KVGEN_UNROLL
+  for (int k = 0; k < R::WORDS; ++k)
+    r.w[k] = 0;
+  const int64_t at0 = elemTerm(m, e0);
+  KVGEN_UNROLL
+  for (int i = 0; i < N; ++i)
+    if (i < n)
+      r.w[i / R::PER] |=
+          PackedBits<T>::put(p[elemTerm(m, e0 + i) - at0], i % R::PER);
+}
+
 /// Elements of a packed run of cache type C as IO bits: pair(r, i) gives
 /// elements i and i + 1 (i even) as one register of two IO values (element
 /// i in the low half), one(r, i) element i in the low 16 bits. Raw bits

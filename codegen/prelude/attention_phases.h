@@ -366,6 +366,20 @@ KVGEN_DEVICE inline void loadKChunk(Packed<typename S::CS, S::KC> &r,
     loadPacked<typename S::CS, S::KC, A, false>(r, p, n);
 }
 
+/// loadKChunk of a K row in global memory (map m): the chunk's KC
+/// elements from d0 through loadRun, so rows whose elements are not
+/// adjacent (chunked layouts) are read element by element.
+template <class S, int A>
+KVGEN_DEVICE inline void loadKChunkAt(Packed<typename S::CS, S::KC> &r,
+                                      const typename S::CS *p,
+                                      const SideMap &m, int64_t d0, int c,
+                                      int n) {
+  if ((c + 1) * 4 * S::KC > S::HK)
+    loadRun<typename S::CS, S::KC, A, true>(r, p, m, d0, n);
+  else
+    loadRun<typename S::CS, S::KC, A, false>(r, p, m, d0, n);
+}
+
 /// The first half of a 16-token step of a warp's 16 rows: S = Q K^T from
 /// the K rows of tokens group and group + 8 (kraw[nt][c]: chunk c of token
 /// base + nt 8 + group), the logits (base 2; outside [ta, tb), after

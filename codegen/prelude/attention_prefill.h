@@ -244,7 +244,9 @@ struct CoreMatrixOrder {
 /// copyToShared: zeros for tokens outside [ta, tb) and for bad block ids
 /// (CHECKED: PagedKV::tableBlock flags them), whose cache rows are not
 /// read. A token's block is resolved once per round for both sides; each
-/// copy's source is the row's plus a constant.
+/// copy's source is the row's plus its elements' term (elemTerm: a
+/// constant for adjacent rows; copies of UK / UV adjacent elements, the
+/// plan's vector width bounding them by the layout's element chunks).
 template <class KV, int BS, bool CHECKED, class R, class CS>
 KVGEN_DEVICE inline void
 stageTile(CS *kDst, CS *vDst, const CS *kBase, const CS *vBase,
@@ -269,15 +271,15 @@ stageTile(CS *kDst, CS *vDst, const CS *kBase, const CS *vBase,
     for (int j = 0; j < R::JK; ++j) {
       const int c = R::copy(tid, j);
       if (R::CK % R::STEP == 0 || c < R::CK)
-        copyToShared<R::UK * int(sizeof(CS))>(kDst + R::kAt(i, c),
-                                              kRow + c * R::UK, ok);
+        copyToShared<R::UK * int(sizeof(CS))>(
+            kDst + R::kAt(i, c), kRow + elemTerm(kMap, c * R::UK), ok);
     }
     KVGEN_UNROLL
     for (int j = 0; j < R::JV; ++j) {
       const int c = R::copy(tid, j);
       if (R::CV % R::STEP == 0 || c < R::CV)
-        copyToShared<R::UV * int(sizeof(CS))>(vDst + R::vAt(i, c),
-                                              vRow + c * R::UV, ok);
+        copyToShared<R::UV * int(sizeof(CS))>(
+            vDst + R::vAt(i, c), vRow + elemTerm(vMap, c * R::UV), ok);
     }
   }
 }

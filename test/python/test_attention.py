@@ -97,6 +97,49 @@ class Geo:
         return st, base
 
 
+class ChunkedGeo(Geo):
+    """A layout with chunked dimensions (docs/layout.md): vLLM's legacy K
+    [nb, H, D/x, bs, x] with V either vLLM's legacy [nb, H, D, bs]
+    (v_kind "legacy") or ROCm aiter's shuffled [nb, H, bs/x, D, x]
+    ("aiter"), x = 16 bytes of the element. row_offsets places a row by
+    the row-major index of those tensor shapes, not by kvgen's formula."""
+
+    def __init__(self, heads, dk, dv, bs, q_heads, v_kind, **kw):
+        super().__init__(heads, dk, dv, bs, q_heads, **kw)
+        self.v_kind = v_kind
+        self.x = 16 // np.dtype(NP_TYPES[self.dtype]).itemsize
+
+    def layout(self):
+        H, bs, x, dk, dv = self.heads, self.bs, self.x, self.dk, self.dv
+        k = (f"k_strides = [{H * dk * bs}, {x}, {dk * bs}], "
+             f"k_elem_chunks = [{x}, {bs * x}]")
+        if self.v_kind == "legacy":
+            v = f"v_strides = [{H * dv * bs}, 1, {dv * bs}], v_elem_stride = {bs}"
+        else:
+            v = (f"v_strides = [{H * dv * bs}, 1, {dv * bs}], "
+                 f"v_token_chunks = [{x}, {dv * x}], v_elem_stride = {x}")
+        return kvgen.Layout.parse(
+            f"num_kv_heads = {H}, head_size_k = {dk}, head_size_v = {dv}, "
+            f"block_size = {bs}, dtype = {self.dtype}, scale = {self.scale}, "
+            f"{k}, {v}")
+
+    def strides(self, side):
+        return (0, 0, 0), 0  # unused: row_offsets places the rows
+
+    def row_offsets(self, side, blk, off, h):
+        """Element indices of the row of (block, token offset, head)."""
+        H, bs, x = self.heads, self.bs, self.x
+        if side == "k":
+            e = np.arange(self.dk)
+            return ((((blk * H + h) * (self.dk // x) + e // x) * bs + off) *
+                    x + e % x)
+        e = np.arange(self.dv)
+        if self.v_kind == "legacy":
+            return ((blk * H + h) * self.dv + e) * bs + off
+        return ((((blk * H + h) * (bs // x) + off // x) * self.dv + e) * x +
+                off % x)
+
+
 GEOS = {
     # MiMo's asymmetric heads (192 / 128), GQA 4.
     "mimo_nhd": Geo(2, 192, 128, 16, 8),
@@ -346,6 +389,8 @@ class Case:
                                     ("v", (vst, vbase), g.dv)):
             last = ((self.num_blocks - 1) * st[0] + (g.bs - 1) * st[1] +
                     (g.heads - 1) * st[2] + base + d)
+            if isinstance(g, ChunkedGeo):  # dense 5-D / 4-D tensors
+                last = self.num_blocks * g.heads * d * g.bs
             ext[side] = last
         packed = g.packing == "packed"
         n_k = max(ext["k"], ext["v"]) if packed else ext["k"]
@@ -383,6 +428,9 @@ class Case:
                     blk = int(self.table[s, t // g.bs])
                     off = t % g.bs
                     for h in range(g.heads):
+                        if isinstance(g, ChunkedGeo):
+                            buf[g.row_offsets(side, blk, off, h)] = bits[t, h]
+                            continue
                         o = blk * st[0] + off * st[1] + h * st[2] + base
                         buf[o:o + d] = bits[t, h]
                 f = q.astype(np.float64)
@@ -678,6 +726,39 @@ def test_prefill_odd_geometries(ctx_prefill_geos, geo, case):
     c = Case(g, lens, q_lens, rng, window=window)
     c.run(kernel_for(ctx_prefill_geos, g, prefill=True))
     c.check()
+
+
+#: Chunked layouts (ChunkedGeo): vLLM's legacy caches and ROCm aiter's.
+CHUNKED_GEOS = {
+    "legacy_mimo": ChunkedGeo(2, 192, 128, 16, 8, "legacy"),
+    "legacy_f16_b32_checked": ChunkedGeo(1, 64, 64, 32, 2, "legacy",
+                                         dtype="f16", io="f16",
+                                         checked=True),
+    "aiter_bf16_sinks": ChunkedGeo(2, 64, 128, 16, 4, "aiter", sinks=True),
+    "aiter_fp8_head": ChunkedGeo(2, 128, 64, 32, 4, "aiter",
+                                 dtype="f8E4M3FN", scale="per_head"),
+}
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["decode",
+                                                          "prefill"])
+def ctx_chunked(request, tmp_path_factory, kvgen_cli, kernel_cache):
+    c, _ = host_context(tmp_path_factory, kernel_cache,
+                        prefill=request.param, geos=CHUNKED_GEOS)
+    yield c, request.param
+    c.close()
+
+
+@pytest.mark.parametrize("case", ["decode", "mtp3_split_window", "mixed_q",
+                                  "prefill", "chunk_window"])
+@pytest.mark.parametrize("geo", list(CHUNKED_GEOS))
+def test_chunked_layouts_match_reference(ctx_chunked, geo, case):
+    """Both plans (decode, prefill) read K and V through the layout's
+    chunk terms: element by element where a run is not adjacent (legacy
+    V's element stride bs, aiter V's x), vectors within K's chunks."""
+    c, prefill = ctx_chunked
+    spec = CASES.get(case) or PREFILL_CASES[case]
+    run_case(c, geo, *spec, prefill=prefill, seed=case, geos=CHUNKED_GEOS)
 
 
 @pytest.mark.parametrize("geo", list(PREFILL_GEOS))

@@ -60,6 +60,20 @@ SPECS = [
     # V of an odd number of 8-column n-tiles (24: the decode path's P V
     # step; attnWideStep, which needs pairs, must not be instantiated).
     (kvgen.Layout(2, 40, 24, 16), 4, ["--prefill"]),
+    # Chunked layouts (docs/layout.md): vLLM's legacy MiMo K [nb, H, D/8,
+    # bs, 8] / V [nb, H, D, bs] (bf16), ROCm aiter's fp8 K [nb, H, D/16,
+    # bs, 16] / shuffled V [nb, H, bs/16, D, 16]; decode and prefill.
+    *[(kvgen.Layout.parse(text), 64, flags) for flags in ([], ["--prefill"])
+      for text in (
+          "num_kv_heads = 4, head_size_k = 192, head_size_v = 128, "
+          "block_size = 16, dtype = bf16, k_strides = [12288, 8, 3072], "
+          "k_elem_chunks = [8, 128], v_strides = [8192, 1, 2048], "
+          "v_elem_stride = 16",
+          "num_kv_heads = 4, head_size_k = 128, head_size_v = 128, "
+          "block_size = 16, dtype = f8E4M3FN, scale = per_head, "
+          "k_strides = [8192, 16, 2048], k_elem_chunks = [16, 256], "
+          "v_strides = [8192, 1, 2048], v_token_chunks = [16, 2048], "
+          "v_elem_stride = 16")],
 ]
 
 

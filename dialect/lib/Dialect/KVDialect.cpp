@@ -754,12 +754,6 @@ LogicalResult PagedAttentionOp::verify() {
   if (!isa<BFloat16Type, Float16Type>(getIo()))
     return emitOpError("'query' must be bf16 or f16, got ") << getIo();
   const LayoutDesc &l = getLayout().getDesc();
-  // The attention bodies read a K or V row as adjacent elements.
-  if (l.anyChunked())
-    return emitOpError("does not read layouts with chunks or an element "
-                       "stride yet (its K and V rows are read as adjacent "
-                       "elements), got ")
-           << getLayout();
   const int64_t q = getNumQHeads();
   if (q < 1 || q > kMaxCountOption)
     return emitOpError("'num_q_heads' = ")

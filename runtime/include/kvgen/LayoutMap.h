@@ -126,6 +126,11 @@ KVGEN_HD inline int64_t slotOffset(const SideMap &m, int64_t block,
                                    int64_t token) {
   return slotOffsetAs<int64_t>(m, block, token);
 }
+/// elemTermAs in 64-bit arithmetic (rowOffset == head * m.head + m.base +
+/// elemTerm).
+KVGEN_HD inline int64_t elemTerm(const SideMap &m, int64_t elem) {
+  return elemTermAs<int64_t>(m, elem);
+}
 
 } // namespace kvgen
 
