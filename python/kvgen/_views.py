@@ -166,14 +166,7 @@ class CacheGeometry:
             parts.append("k_strides = [" + ", ".join(map(str, kb)) + "]")
             if not packed:
                 parts.append("v_strides = [" + ", ".join(map(str, vb)) + "]")
-        self.text = ", ".join(parts)
-        try:
-            self.layout = Layout.parse(self.text)
-        except ValueError as e:
-            raise ValueError(
-                "kvgen: the cache views cannot be expressed as a kvgen "
-                f"layout (key_cache strides {list(kst)}, value_cache strides "
-                f"{list(vst)}, derived layout '{self.text}'): {e}") from None
+        self._parse(", ".join(parts), kst, vst)
         self.packed = packed
         self.num_blocks, self.block_size, self.num_kv_heads = nb, bs, heads
         kspan = span_bytes(ks, kst, isz)
@@ -194,6 +187,18 @@ class CacheGeometry:
                        dk * isz, dv * isz) if same else None)
         self._disjoint = set()  # pointer differences proven disjoint
         self.check_disjoint(key_cache.data_ptr(), value_cache.data_ptr())
+
+    def _parse(self, text, kst, vst):
+        """Sets text and layout (ValueError naming the views' strides when
+        the runtime refuses the layout)."""
+        self.text = text
+        try:
+            self.layout = Layout.parse(text)
+        except ValueError as e:
+            raise ValueError(
+                "kvgen: the cache views cannot be expressed as a kvgen "
+                f"layout (key_cache strides {list(kst)}, value_cache strides "
+                f"{list(vst)}, derived layout '{text}'): {e}") from None
 
     def check_disjoint(self, key_ptr, value_ptr):
         """Raises ValueError when views of this geometry at key_ptr and
@@ -229,3 +234,98 @@ class CacheGeometry:
             f"kvgen: key_cache and value_cache overlap: {where} of "
             f"{self.num_blocks} blocks; {why}; K and V of layout "
             f"{self.text} need disjoint memory")
+
+
+#: Bytes per chunk of vLLM's legacy key cache: x = LEGACY_CHUNK_BYTES //
+#: element size elements (8 for bf16 / f16, 16 for fp8, 4 for f32).
+LEGACY_CHUNK_BYTES = 16
+
+
+def legacy_dims(key_cache, value_cache):
+    """(num_kv_heads, head_size_k, head_size_v) of vLLM's legacy cache
+    pair: key_cache [num_blocks, H, Dk / x, block_size, x], value_cache
+    [num_blocks, H, Dv, block_size]. Checks the dimensions only (x against
+    the element size: legacy_chunk); ValueError naming the argument."""
+    ks, vs = list(key_cache.shape), list(value_cache.shape)
+    if len(ks) != 5:
+        raise ValueError(f"kvgen: key_cache has shape {ks}, need 5 dims "
+                         "[num_blocks, num_kv_heads, head_size / x, "
+                         "block_size, x] (vLLM's legacy key cache)")
+    if len(vs) != 4:
+        raise ValueError(f"kvgen: value_cache has shape {vs}, need 4 dims "
+                         "[num_blocks, num_kv_heads, head_size, block_size] "
+                         "(vLLM's legacy value cache)")
+    if ks[:2] != vs[:2]:
+        raise ValueError(f"kvgen: key_cache {ks} and value_cache {vs} differ "
+                         "in [num_blocks, num_kv_heads]")
+    if ks[3] != vs[3]:
+        raise ValueError(f"kvgen: key_cache {ks} has block_size {ks[3]} "
+                         f"(dim 3), value_cache {vs} {vs[3]} (dim 3)")
+    return ks[1], ks[2] * ks[4], vs[2]
+
+
+def legacy_chunk(key_cache):
+    """x of a legacy key cache: 16 bytes of its elements; ValueError when
+    its last dimension is not x."""
+    isz = key_cache.element_size()
+    x = LEGACY_CHUNK_BYTES // isz
+    if key_cache.shape[4] != x:
+        raise ValueError(
+            f"kvgen: key_cache has shape {list(key_cache.shape)}: its last "
+            f"dimension must be x = {LEGACY_CHUNK_BYTES} bytes / {isz}-byte "
+            f"elements = {x} (vLLM's legacy key cache [num_blocks, "
+            "num_kv_heads, head_size / x, block_size, x])")
+    return x
+
+
+class LegacyCacheGeometry(CacheGeometry):
+    """CacheGeometry of vLLM's legacy paged cache (legacy_dims): a
+    separate layout whose K rows are split into chunks of x elements
+    (k_elem_chunks = [x, chunk stride]) with the token between chunk and
+    element, and whose V elements are block_size apart (v_elem_stride):
+
+        K strides s (elements)  -> k_strides = [s0, s3, s1],
+                                   k_elem_chunks = [x, s2],
+                                   k_elem_stride = s4 (when not 1)
+        V strides s             -> v_strides = [s0, s3, s1],
+                                   v_elem_stride = s2
+
+    (dimensions of size 1 take their dense stride). Any strides the
+    runtime proves (e.g. a [2, num_blocks, ...] allocation's halves,
+    blocks padded with tokens) are served; others raise ValueError naming
+    the strides. K and V must not share bytes (check_disjoint: the strides
+    differ, so any intersection of the spans is refused)."""
+
+    def __init__(self, key_cache, value_cache, dtype, scale):
+        heads, dk, dv = legacy_dims(key_cache, value_cache)
+        x = legacy_chunk(key_cache)
+        ks, vs = tuple(key_cache.shape), tuple(value_cache.shape)
+        kst, vst = tuple(key_cache.stride()), tuple(value_cache.stride())
+        isz = key_cache.element_size()
+        if value_cache.element_size() != isz:
+            raise ValueError("key_cache and value_cache have different "
+                             "element sizes")
+        nb, _, chunks, bs, _ = ks
+        dense_k = (heads * chunks * bs * x, chunks * bs * x, bs * x, x, 1)
+        dense_v = (heads * dv * bs, dv * bs, bs, 1)
+        k = [d if n == 1 else s for n, s, d in zip(ks, kst, dense_k)]
+        v = [d if n == 1 else s for n, s, d in zip(vs, vst, dense_v)]
+        parts = [f"num_kv_heads = {heads}", f"head_size_k = {dk}",
+                 f"head_size_v = {dv}", f"block_size = {bs}",
+                 "order = hnd", "packing = separate", f"dtype = {dtype}",
+                 f"scale = {scale}",
+                 f"k_strides = [{k[0]}, {k[3]}, {k[1]}]",
+                 f"k_elem_chunks = [{x}, {k[2]}]"]
+        if k[4] != 1:
+            parts.append(f"k_elem_stride = {k[4]}")
+        parts += [f"v_strides = [{v[0]}, {v[3]}, {v[1]}]",
+                  f"v_elem_stride = {v[2]}"]
+        self._parse(", ".join(parts), kst, vst)
+        self.packed = False
+        self.num_blocks, self.block_size, self.num_kv_heads = nb, bs, heads
+        self.key_bytes = span_bytes(ks, kst, isz)
+        self.value_bytes = span_bytes(vs, vst, isz)
+        self._spans = (self.key_bytes, self.value_bytes)
+        self._rows = None  # K's and V's strides differ
+        self._disjoint = set()
+        self.check_disjoint(key_cache.data_ptr(), value_cache.data_ptr())

@@ -133,9 +133,11 @@ import torch
 
 from . import Context, KvgenError, Layout, _capi, _torch_fast
 from ._views import (FLOAT_DTYPES, FP8_TORCH, KV_CACHE_DTYPES, CacheGeometry,
-                     dtype_name, span_bytes)
+                     LegacyCacheGeometry, dtype_name, legacy_chunk,
+                     legacy_dims, span_bytes)
 
-__all__ = ["context", "reshape_and_cache_flash", "gather_cache",
+__all__ = ["context", "reshape_and_cache_flash", "reshape_and_cache",
+           "gather_cache",
            "concat_and_cache_mla", "gather_and_maybe_dequant_cache",
            "gather_and_maybe_dequant_cache_batch", "cp_gather_cache",
            "convert_fp8", "copy_blocks", "copy_blocks_mla", "swap_blocks",
@@ -546,32 +548,49 @@ def _scale_kind(kv_cache_dtype, heads, **scales):
 # read out of them ("g")
 #---------------------------------------------------------------------------
 
-#: tag -> (kvgen op, the names of the rows (arguments and struct fields))
+#: tag -> (kvgen op, the names of the rows (arguments and struct fields)):
+#: "w" reshape_and_cache_flash's caches [nb, bs, H, D], "l"
+#: reshape_and_cache's (vLLM's legacy K [nb, H, D/x, bs, x], V [nb, H, D,
+#: bs]), "g" gather_cache of either (legacy when key_cache has 5 dims).
 _KV_OPS = {"w": ("reshape_and_cache", ("key", "value")),
+           "l": ("reshape_and_cache", ("key", "value")),
            "g": ("gather", ("key_out", "value_out"))}
+
+
+def _legacy(tag, key_cache):
+    """Whether a K/V op's caches are vLLM's legacy pair."""
+    return tag == "l" or (tag == "g" and key_cache.dim() == 5)
 
 
 def _check_kv(tag, k_rows, v_rows, key_cache, value_cache, slot_mapping,
               kv_cache_dtype, k_scale, v_scale):
     """Everything but what needs data pointers; returns (dtype, scale)."""
     kn, vn = _KV_OPS[tag][1]
-    for name, t in (("key_cache", key_cache), ("value_cache", value_cache)):
-        if t.dim() != 4:
-            raise ValueError(f"kvgen: {name} has shape {list(t.shape)}, need "
-                             "[num_blocks, block_size, num_kv_heads, "
-                             "head_size]")
-    heads = key_cache.shape[2]
+    legacy = _legacy(tag, key_cache)
+    if legacy:
+        heads, dk, dv = legacy_dims(key_cache, value_cache)
+    else:
+        for name, t in (("key_cache", key_cache),
+                        ("value_cache", value_cache)):
+            if t.dim() != 4:
+                raise ValueError(f"kvgen: {name} has shape {list(t.shape)}, "
+                                 "need [num_blocks, block_size, "
+                                 "num_kv_heads, head_size]")
+        heads, dk, dv = key_cache.shape[2], key_cache.shape[3], \
+            value_cache.shape[3]
     tokens = _slots(slot_mapping)
     _rows(kn, k_rows, heads, tokens)
     _rows(vn, v_rows, heads, tokens)
     if v_rows.dtype != k_rows.dtype:
         raise TypeError(f"kvgen: {vn} has dtype {v_rows.dtype}, {kn} "
                         f"{k_rows.dtype}")
-    for rn, r, cn, c in ((kn, k_rows, "key_cache", key_cache),
-                         (vn, v_rows, "value_cache", value_cache)):
-        if r.shape[2] != c.shape[3]:
+    for rn, r, cn, d in ((kn, k_rows, "key_cache", dk),
+                         (vn, v_rows, "value_cache", dv)):
+        if r.shape[2] != d:
+            held = (f"{key_cache.shape[2]} chunks x {key_cache.shape[4]} = "
+                    f"{d}" if legacy and cn == "key_cache" else f"{d}")
             raise ValueError(f"kvgen: {rn} has head_size {r.shape[2]}, {cn} "
-                             f"{c.shape[3]} (K and V head sizes are "
+                             f"{held} (K and V head sizes are "
                              "independent: each cache must match its own "
                              "rows)")
     _same_device(k_rows, **{vn: v_rows}, key_cache=key_cache,
@@ -583,6 +602,8 @@ def _check_kv(tag, k_rows, v_rows, key_cache, value_cache, slot_mapping,
                     tie) != dtype:
         raise TypeError(f"kvgen: key_cache ({key_cache.dtype}) and "
                         f"value_cache ({value_cache.dtype}) differ")
+    if legacy:
+        legacy_chunk(key_cache)  # x = 16 bytes of the cache's elements
     scale = _scale_kind(kv_cache_dtype, heads, k_scale=k_scale,
                         v_scale=v_scale)
     if scale != "none":
@@ -595,7 +616,10 @@ def _kv_plan(tag, k_rows, v_rows, key_cache, value_cache, slot_mapping,
     op, (kn, vn) = _KV_OPS[tag]
     dtype, scale = _check_kv(tag, k_rows, v_rows, key_cache, value_cache,
                              slot_mapping, kv_cache_dtype, k_scale, v_scale)
-    geo = CacheGeometry(key_cache, value_cache, dtype, scale)
+    if _legacy(tag, key_cache):
+        geo = LegacyCacheGeometry(key_cache, value_cache, dtype, scale)
+    else:
+        geo = CacheGeometry(key_cache, value_cache, dtype, scale)
     io = FLOAT_DTYPES[dtype_name(k_rows)]
     options = {"io": io,
                "slots": "i32" if slot_mapping.dtype == torch.int32 else "i64"}
@@ -675,9 +699,9 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping,
 
 
 def _write_fast(key, value, key_cache, value_cache, slot_mapping,
-                kv_cache_dtype, k_scale, v_scale, pdl=False):
+                kv_cache_dtype, k_scale, v_scale, pdl=False, _tag="w"):
     """The op's CPU/CUDA implementation where the C++ kernel is not in
-    use (and the Python function's)."""
+    use (and the Python function's); _tag "l": reshape_and_cache's."""
     # Engines pass the same cache and scale tensors each step: by identity
     # (checked through weak references) and unchanged pointers, shapes and
     # strides (_tensor_meta: a tensor changed in place by set_ / resize_
@@ -685,7 +709,7 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
     # the rows' and slots' metadata.
     # Unquantized ("auto", ...) the scales are not read: any tensors will do.
     scaled = _quantized(kv_cache_dtype)
-    key_ = (id(key_cache), id(value_cache),
+    key_ = (_tag, id(key_cache), id(value_cache),
             id(k_scale) if scaled else 0, id(v_scale) if scaled else 0,
             kv_cache_dtype, key.stride(), value.stride(), key.dtype,
             value.dtype, slot_mapping.dtype)
@@ -730,7 +754,7 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
                                  _capi.last_error())
             return
     p, _ = _write_impl(key, value, key_cache, value_cache, slot_mapping,
-                       kv_cache_dtype, k_scale, v_scale, pdl)
+                       kv_cache_dtype, k_scale, v_scale, pdl, _tag)
     _remember(key_, p, (key_cache, value_cache) +
               ((k_scale, v_scale) if scaled else ()),
               (key.shape[1], key.shape[2], value.shape[2]),
@@ -741,21 +765,23 @@ def _write_fast(key, value, key_cache, value_cache, slot_mapping,
 
 
 def _write_impl(key, value, key_cache, value_cache, slot_mapping,
-                kv_cache_dtype, k_scale, v_scale, pdl=False):
-    """torch.ops.kvgen.reshape_and_cache_flash's implementation (see the
-    module doc). Returns the plan it launched and its args struct."""
-    return _kv_launch("w", key, value, key_cache, value_cache, slot_mapping,
+                kv_cache_dtype, k_scale, v_scale, pdl=False, tag="w"):
+    """torch.ops.kvgen.reshape_and_cache_flash's implementation (tag "l":
+    reshape_and_cache's; see the module doc). Returns the plan it launched
+    and its args struct."""
+    return _kv_launch(tag, key, value, key_cache, value_cache, slot_mapping,
                       kv_cache_dtype, k_scale, v_scale, pdl)
 
 
 def _write_slow(key, value, key_cache, value_cache, slot_mapping,
-                kv_cache_dtype, k_scale, v_scale, pdl=False):
-    """kvgen::_reshape_and_cache_flash_py, where the C++ kernel of
-    torch.ops.kvgen.reshape_and_cache_flash sends every call it has no plan
-    for: the checks, the plan and the launch of _write_impl; then the plan
-    goes to the C++ kernel for later calls of the same signature."""
+                kv_cache_dtype, k_scale, v_scale, pdl=False, _tag="w"):
+    """kvgen::_reshape_and_cache_flash_py (_tag "l":
+    kvgen::_reshape_and_cache_py), where the C++ kernel of the op sends
+    every call it has no plan for: the checks, the plan and the launch of
+    _write_impl; then the plan goes to the C++ kernel for later calls of
+    the same signature."""
     p, a = _write_impl(key, value, key_cache, value_cache, slot_mapping,
-                       kv_cache_dtype, k_scale, v_scale, pdl)
+                       kv_cache_dtype, k_scale, v_scale, pdl, _tag)
     if _cpp is None:
         return
     if not _cpp_has_launch:
@@ -788,6 +814,43 @@ def _cpp_set_launch():
 def _write_fake(key, value, key_cache, value_cache, slot_mapping,
                 kv_cache_dtype, k_scale, v_scale, pdl=False):
     _check_kv("w", key, value, key_cache, value_cache, slot_mapping,
+              kv_cache_dtype, k_scale, v_scale)
+
+
+#---------------------------------------------------------------------------
+# reshape_and_cache: vLLM's legacy caches, K [num_blocks, H, D/x,
+# block_size, x], V [num_blocks, H, D, block_size] (_views.py,
+# LegacyCacheGeometry); the same kernel as reshape_and_cache_flash over
+# that layout
+#---------------------------------------------------------------------------
+
+def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping,
+                      kv_cache_dtype, k_scale, v_scale, pdl=False):
+    """torch.ops.kvgen.reshape_and_cache as a Python function (the same
+    checks and kernel; entered as reshape_and_cache_flash is)."""
+    if _cpp is not None or _compiling():
+        return _legacy_write_op(key, value, key_cache, value_cache,
+                                slot_mapping, kv_cache_dtype, k_scale,
+                                v_scale, pdl)
+    _write_fast(key, value, key_cache, value_cache, slot_mapping,
+                kv_cache_dtype, k_scale, v_scale, pdl, "l")
+
+
+def _legacy_write_fast(key, value, key_cache, value_cache, slot_mapping,
+                       kv_cache_dtype, k_scale, v_scale, pdl=False):
+    _write_fast(key, value, key_cache, value_cache, slot_mapping,
+                kv_cache_dtype, k_scale, v_scale, pdl, "l")
+
+
+def _legacy_write_slow(key, value, key_cache, value_cache, slot_mapping,
+                       kv_cache_dtype, k_scale, v_scale, pdl=False):
+    _write_slow(key, value, key_cache, value_cache, slot_mapping,
+                kv_cache_dtype, k_scale, v_scale, pdl, "l")
+
+
+def _legacy_write_fake(key, value, key_cache, value_cache, slot_mapping,
+                       kv_cache_dtype, k_scale, v_scale, pdl=False):
+    _check_kv("l", key, value, key_cache, value_cache, slot_mapping,
               kv_cache_dtype, k_scale, v_scale)
 
 
@@ -1781,6 +1844,11 @@ _SCHEMAS = {
         "Tensor(b!) value_cache, Tensor slot_mapping, str kv_cache_dtype, "
         "Tensor k_scale, Tensor v_scale, bool pdl=False) -> ()",
         _write_fast, _write_fake),
+    "reshape_and_cache": (
+        "(Tensor key, Tensor value, Tensor(a!) key_cache, "
+        "Tensor(b!) value_cache, Tensor slot_mapping, str kv_cache_dtype, "
+        "Tensor k_scale, Tensor v_scale, bool pdl=False) -> ()",
+        _legacy_write_fast, _legacy_write_fake),
     "gather_cache": (
         "(Tensor key_cache, Tensor value_cache, Tensor slot_mapping, "
         "Tensor(a!) key_out, Tensor(b!) value_out, str kv_cache_dtype, "
@@ -1832,6 +1900,8 @@ _SCHEMAS = {
 _CPP_OPS = {
     "reshape_and_cache_flash": ("_reshape_and_cache_flash_py", _write_slow,
                                 "RRFFSKCCP"),
+    "reshape_and_cache": ("_reshape_and_cache_py", _legacy_write_slow,
+                          "RRFFSKCCP"),
 }
 
 def _register():
@@ -1873,6 +1943,7 @@ if _cpp is None and _cpp_why != "KVGEN_TORCH_FAST=0":
                   "KVGEN_TORCH_FAST=0 silences this): " + _cpp_why,
                   RuntimeWarning, stacklevel=2)
 _write_op = torch.ops.kvgen.reshape_and_cache_flash.default
+_legacy_write_op = torch.ops.kvgen.reshape_and_cache.default
 
 
 def fast_path_info():
