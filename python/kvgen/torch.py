@@ -587,8 +587,11 @@ def _check_kv(tag, k_rows, v_rows, key_cache, value_cache, slot_mapping,
     for rn, r, cn, d in ((kn, k_rows, "key_cache", dk),
                          (vn, v_rows, "value_cache", dv)):
         if r.shape[2] != d:
-            held = (f"{key_cache.shape[2]} chunks x {key_cache.shape[4]} = "
-                    f"{d}" if legacy and cn == "key_cache" else f"{d}")
+            held = f"{d}"
+            if legacy and cn == "key_cache":
+                held = (f"{key_cache.shape[2]} chunks x "
+                        f"{key_cache.shape[4]} = {d}: its head_size is a "
+                        "multiple of x")
             raise ValueError(f"kvgen: {rn} has head_size {r.shape[2]}, {cn} "
                              f"{held} (K and V head sizes are "
                              "independent: each cache must match its own "
@@ -596,7 +599,7 @@ def _check_kv(tag, k_rows, v_rows, key_cache, value_cache, slot_mapping,
     _same_device(k_rows, **{vn: v_rows}, key_cache=key_cache,
                  value_cache=value_cache, slot_mapping=slot_mapping)
     # A write stores unquantized rows unconverted; a gather converts.
-    tie = k_rows.dtype if tag == "w" else None
+    tie = k_rows.dtype if tag != "g" else None
     dtype = _cache_dtype("key_cache", key_cache, kv_cache_dtype, tie)
     if _cache_dtype("value_cache", value_cache, kv_cache_dtype,
                     tie) != dtype:

@@ -3,8 +3,9 @@ definitions with plain torch indexing (no kvgen code): what the GPU tests
 compare kvgen's CUDA kernels with. On the CPU, test_torch_ops.py checks it
 against the numpy reference (kvgen_ref.py) first.
 
-Caches are [num_blocks, block_size, H, D] views (any strides); fp8 caches
-are uint8 or float8 tensors.
+Caches are [num_blocks, block_size, H, D] views (any strides), or vLLM's
+legacy pair (write_legacy, gather_legacy); fp8 caches are uint8 or float8
+tensors.
 """
 
 import torch
@@ -38,13 +39,19 @@ def write(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
     s = slot_mapping[ok].long()
     for rows, cache, scale in ((key, key_cache, k_scale),
                                (value, value_cache, v_scale)):
-        r = rows[:T][ok]
-        if kv_cache_dtype not in UNQUANTIZED:
-            t = _fp8_type(cache, kv_cache_dtype)
-            m = torch.finfo(t).max
-            q = (r.float() / _scale(scale, r.shape[1])).clamp(-m, m).to(t)
-            r = q.view(cache.dtype) if cache.dtype != t else q
+        r = _stored(rows[:T][ok], cache, kv_cache_dtype, scale)
         cache[s // bs, s % bs] = r
+
+
+def _stored(r, cache, kv_cache_dtype, scale):
+    """Rows [n, H, D] as a cache stores them: unconverted, or
+    saturate(x / scale) in the cache's fp8 type (viewed as its dtype)."""
+    if kv_cache_dtype in UNQUANTIZED:
+        return r
+    t = _fp8_type(cache, kv_cache_dtype)
+    m = torch.finfo(t).max
+    q = (r.float() / _scale(scale, r.shape[1])).clamp(-m, m).to(t)
+    return q.view(cache.dtype) if cache.dtype != t else q
 
 
 def gather(key_cache, value_cache, slot_mapping, key_out, value_out,
@@ -157,3 +164,43 @@ def swap_blocks_bytes(src, dst, block_size_in_bytes, block_mapping):
     n = block_size_in_bytes
     for s, d in block_mapping.tolist():
         rd[d * n:(d + 1) * n] = rs[s * n:(s + 1) * n].to(rd.device)
+
+
+def write_legacy(key, value, key_cache, value_cache, slot_mapping,
+                 kv_cache_dtype, k_scale, v_scale):
+    """reshape_and_cache on vLLM's legacy caches, key_cache [nb, H, D/x,
+    bs, x], value_cache [nb, H, D, bs]: element d of a key row goes to
+    key_cache[b, h, d // x, o, d % x], of a value row to value_cache[b, h,
+    d, o], for slot = b * bs + o >= 0 of the first T =
+    slot_mapping.numel() rows."""
+    bs, x = key_cache.shape[3], key_cache.shape[4]
+    T = slot_mapping.numel()
+    ok = slot_mapping >= 0
+    s = slot_mapping[ok].long()
+    b, o = s // bs, s % bs
+    k = _stored(key[:T][ok], key_cache, kv_cache_dtype, k_scale)
+    v = _stored(value[:T][ok], value_cache, kv_cache_dtype, v_scale)
+    n, H, D = k.shape
+    # Advanced indices around slices: the indexed result is [n, H, D/x, x]
+    # (key) and [n, H, D] (value).
+    key_cache[b, :, :, o, :] = k.reshape(n, H, D // x, x)
+    value_cache[b, :, :, o] = v
+
+
+def gather_legacy(key_cache, value_cache, slot_mapping, key_out, value_out,
+                  kv_cache_dtype, k_scale, v_scale):
+    """gather_cache from legacy caches (write_legacy's inverse, as
+    gather)."""
+    bs = key_cache.shape[3]
+    ok = slot_mapping >= 0
+    s = slot_mapping[ok].long()
+    b, o = s // bs, s % bs
+    k = key_cache[b, :, :, o, :]
+    rows = ((k.reshape(k.shape[0], k.shape[1], -1), key_out, key_cache,
+             k_scale), (value_cache[b, :, :, o], value_out, value_cache,
+                        v_scale))
+    for c, out, cache, scale in rows:
+        if kv_cache_dtype not in UNQUANTIZED:
+            t = _fp8_type(cache, kv_cache_dtype)
+            c = c.view(t).float() * _scale(scale, c.shape[1])
+        out[ok] = c.to(out.dtype)

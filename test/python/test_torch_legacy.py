@@ -1,0 +1,359 @@
+"""kvgen.torch's reshape_and_cache: vLLM's legacy paged cache, key_cache
+[num_blocks, H, D/x, block_size, x] (x = 16 bytes of elements), value_cache
+[num_blocks, H, D, block_size], written through the layout the tensors'
+strides give (k_elem_chunks / v_elem_stride, python/kvgen/_views.py), and
+gather_cache reading it back.
+
+Checked against a plain-torch reference (torch_ref.write_legacy, itself
+checked here against vLLM's index formula) bit for bit over the whole
+allocations, which start as random bits (bytes outside the written rows
+unchanged): bf16, f16, fp8 (uint8 and float8_e4m3fn caches, per-tensor and
+per-head scales), MiMo K 192 / V 128 and 128 / 128, block sizes 16 and 32,
+int32 / int64 slots with padding (-1), fewer slots than rows, caches that
+are the halves of one [2, ...] allocation or have padded blocks;
+torch.library.opcheck; bad shapes raising ValueError naming the argument
+and writing nothing; the C++ kernel launching the second call. CUDA
+variants run where torch sees a GPU.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed "
+                            "(scripts/install-deps.sh installs it)")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from conftest import jit_skip_reason  # noqa: E402
+
+_WHY = jit_skip_reason()
+pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+
+import kvgen.torch as kt  # noqa: E402  (registers torch.ops.kvgen)
+from kvgen._views import LegacyCacheGeometry  # noqa: E402
+import torch_ref  # noqa: E402
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                          reason="no CUDA device visible to torch")
+DEVICES = ["cpu", pytest.param("cuda", marks=cuda)]
+
+#: kind -> (cache dtype, kv_cache_dtype)
+KINDS = {"bf16": (torch.bfloat16, "auto"),
+         "f16": (torch.float16, "float16"),
+         "fp8": (torch.uint8, "fp8"),
+         "float8_e4m3fn": (torch.float8_e4m3fn, "fp8_e4m3")}
+#: (num_kv_heads, head_size_k, head_size_v)
+GEOMETRIES = {"mimo": (4, 192, 128), "d128": (2, 128, 128)}
+
+
+def _x(dtype):
+    return 16 // torch.empty((), dtype=dtype).element_size()
+
+
+def _random(shape, dtype, gen, dev):
+    """A tensor of random bits (NaNs included for floats)."""
+    n = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+    raw = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=gen)
+    return raw.view(dtype).reshape(shape).to(dev)
+
+
+def _bits(t):
+    return t.contiguous().view(torch.uint8)
+
+
+def legacy_caches(nb, H, dk, dv, bs, dtype, gen, dev, arrangement):
+    """(allocations, key_cache, value_cache) of vLLM's legacy pair:
+    "separate" tensors, "split" (both halves of one [2, nb * H * D * bs]
+    allocation, as vLLM's PagedAttention.split_kv_cache views them; needs
+    dk == dv), "padded" (blocks of bs + 3 token slots of which the views
+    take bs, and an extra head: strides no dense layout has)."""
+    x = _x(dtype)
+    if arrangement == "separate":
+        k = _random((nb, H, dk // x, bs, x), dtype, gen, dev)
+        v = _random((nb, H, dv, bs), dtype, gen, dev)
+        return [k, v], k, v
+    if arrangement == "split":
+        assert dk == dv
+        kv = _random((2, nb, H * dk * bs), dtype, gen, dev)
+        return [kv], kv[0].view(nb, H, dk // x, bs, x), \
+            kv[1].view(nb, H, dv, bs)
+    assert arrangement == "padded"
+    k = _random((nb, H + 1, dk // x, bs + 3, x), dtype, gen, dev)
+    v = _random((nb, H + 1, dv, bs + 3), dtype, gen, dev)
+    return [k, v], k[:, :H, :, :bs, :], v[:, :H, :, :bs]
+
+
+def _rows(n, H, d, gen, dev, dtype=torch.bfloat16):
+    return ((torch.randn(n, H, d, generator=gen) * 3).to(dtype)).to(dev)
+
+
+def _slots(T, nb, bs, gen, dtype, dev):
+    s = torch.randperm(nb * bs, generator=gen)[:T].to(dtype)
+    s[1::4] = -1
+    return s.to(dev)
+
+
+def _scales(kind, H, dev):
+    if kind == "per_head":
+        return (torch.linspace(0.25, 1.0, H).to(dev),
+                torch.linspace(0.5, 2.0, H).to(dev))
+    return torch.tensor([0.5], device=dev), torch.tensor([0.25], device=dev)
+
+
+def _mirror(allocs, key_cache, value_cache):
+    """Copies of the allocations and the same views into them."""
+    copies = [a.clone() for a in allocs]
+
+    def same(view):
+        for a, c in zip(allocs, copies):
+            off = view.data_ptr() - a.data_ptr()
+            if 0 <= off < a.numel() * a.element_size():
+                return c.as_strided(view.shape, view.stride(),
+                                    c.storage_offset() +
+                                    off // a.element_size())
+        raise AssertionError("view outside its allocations")
+    return copies, same(key_cache), same(value_cache)
+
+
+def test_reference_is_vllms_index_formula():
+    """torch_ref.write_legacy against vLLM's reshape_and_cache_kernel
+    index formula (contiguous caches), element by element."""
+    gen = torch.Generator().manual_seed(1)
+    nb, H, D, bs, x = 3, 2, 16, 4, 8
+    key, value = _rows(5, H, D, gen, "cpu"), _rows(5, H, D, gen, "cpu")
+    slots = torch.tensor([7, -1, 0, 11, 5])
+    kc = torch.zeros(nb, H, D // x, bs, x, dtype=torch.bfloat16)
+    vc = torch.zeros(nb, H, D, bs, dtype=torch.bfloat16)
+    torch_ref.write_legacy(key, value, kc, vc, slots, "auto", None, None)
+    wk, wv = torch.zeros(kc.numel()), torch.zeros(vc.numel())
+    for t, s in enumerate(slots.tolist()):
+        if s < 0:
+            continue
+        b, o = divmod(s, bs)
+        for h in range(H):
+            for d in range(D):
+                wk[(((b * H + h) * (D // x) + d // x) * bs + o) * x +
+                   d % x] = key[t, h, d].float()
+                wv[((b * H + h) * D + d) * bs + o] = value[t, h, d].float()
+    assert torch.equal(kc.reshape(-1).float(), wk)
+    assert torch.equal(vc.reshape(-1).float(), wv)
+
+
+CASES = [(kind, geo, bs) for kind in KINDS for geo in GEOMETRIES
+         for bs in (16, 32)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind,geo,bs", CASES,
+                         ids=[f"{k}-{g}-b{b}" for k, g, b in CASES])
+def test_write_and_gather_bit_exact(kind, geo, bs, device):
+    """The whole allocations equal the reference's after the write (T =
+    slot_mapping.numel() < key rows, padding rows NaN, slots -1 skipped);
+    gather_cache reads the rows back as the reference does. Slots int64
+    for block size 16, int32 for 32; fp8 with per-tensor scales for block
+    size 16, per-head for 32."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(CASES.index((kind, geo, bs)))
+    cdt, kvd = KINDS[kind]
+    H, dk, dv = GEOMETRIES[geo]
+    nb, T, pad = 5, 11, 4
+    rdt = torch.float16 if kind == "f16" else torch.bfloat16
+    allocs, kc, vc = legacy_caches(nb, H, dk, dv, bs, cdt, gen, dev,
+                                   "separate")
+    ks, vs = _scales("per_tensor" if bs == 16 else "per_head", H, dev)
+    slot_dt = torch.int64 if bs == 16 else torch.int32
+    for entry in ("torch.ops", "kvgen.torch"):
+        write = torch.ops.kvgen.reshape_and_cache if entry == "torch.ops" \
+            else kt.reshape_and_cache
+        key, value = _rows(T + pad, H, dk, gen, dev, rdt), \
+            _rows(T + pad, H, dv, gen, dev, rdt)
+        key[T:], value[T:] = float("nan"), float("nan")
+        slots = _slots(T, nb, bs, gen, slot_dt, dev)
+        want, wk, wv = _mirror(allocs, kc, vc)
+        torch_ref.write_legacy(key, value, wk, wv, slots, kvd, ks, vs)
+        write(key, value, kc, vc, slots, kvd, ks, vs)
+        for a, w in zip(allocs, want):
+            assert torch.equal(_bits(a), _bits(w)), entry
+        ko = torch.zeros(T, H, dk, dtype=rdt, device=dev)
+        vo = torch.zeros(T, H, dv, dtype=rdt, device=dev)
+        wko, wvo = ko.clone(), vo.clone()
+        torch.ops.kvgen.gather_cache(kc, vc, slots, ko, vo, kvd, ks, vs)
+        torch_ref.gather_legacy(kc, vc, slots, wko, wvo, kvd, ks, vs)
+        assert torch.equal(_bits(ko), _bits(wko))
+        assert torch.equal(_bits(vo), _bits(wvo))
+        if kvd == "auto":
+            ok = (slots >= 0).cpu()
+            assert torch.equal(ko.cpu()[ok], key.cpu()[:T][ok])
+            assert torch.equal(vo.cpu()[ok], value.cpu()[:T][ok])
+    kt.check_errors(dev)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("arrangement", ["split", "padded"])
+@pytest.mark.parametrize("kind", ["bf16", "fp8"])
+def test_strided_cache_views(kind, arrangement, device):
+    """The halves of one [2, ...] allocation (vLLM's split_kv_cache) and
+    views with padded blocks and an extra head: the layout takes the
+    views' strides (k_elem_chunks' stride is (bs + 3) * x for the padded
+    ones); the padding and the other half stay as they were."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(7)
+    cdt, kvd = KINDS[kind]
+    H, D, bs, nb, T = 2, 128, 16, 4, 9
+    allocs, kc, vc = legacy_caches(nb, H, D, D, bs, cdt, gen, dev,
+                                   arrangement)
+    ks, vs = _scales("per_tensor", H, dev)
+    key, value = _rows(T, H, D, gen, dev), _rows(T, H, D, gen, dev)
+    slots = _slots(T, nb, bs, gen, torch.int64, dev)
+    want, wk, wv = _mirror(allocs, kc, vc)
+    torch_ref.write_legacy(key, value, wk, wv, slots, kvd, ks, vs)
+    torch.ops.kvgen.reshape_and_cache(key, value, kc, vc, slots, kvd, ks, vs)
+    for a, w in zip(allocs, want):
+        assert torch.equal(_bits(a), _bits(w))
+    if arrangement == "padded":
+        x = _x(cdt)
+        text = LegacyCacheGeometry(kc, vc, "bf16", "none").text
+        assert f"k_elem_chunks = [{x}, {(bs + 3) * x}]" in text, text
+        assert f"v_elem_stride = {bs + 3}" in text, text
+    kt.check_errors(dev)
+
+
+def test_cpp_kernel_launches_the_second_call():
+    """The second call of a call site is launched from the remembered plan
+    (the C++ kernel where it is in use), the rows' token count checked
+    there: T = slot_mapping.numel() <= rows."""
+    gen = torch.Generator().manual_seed(11)
+    H, D, bs, nb = 2, 128, 16, 4
+    _, kc, vc = legacy_caches(nb, H, D, D, bs, torch.bfloat16, gen, "cpu",
+                              "separate")
+    one = torch.tensor([1.0])
+    hits = []
+    for T in (6, 3):
+        key, value = _rows(8, H, D, gen, "cpu"), _rows(8, H, D, gen, "cpu")
+        slots = _slots(T, nb, bs, gen, torch.int64, "cpu")
+        wk, wv = kc.clone(), vc.clone()
+        torch_ref.write_legacy(key, value, wk, wv, slots, "auto", one, one)
+        torch.ops.kvgen.reshape_and_cache(key, value, kc, vc, slots, "auto",
+                                          one, one)
+        assert torch.equal(_bits(kc), _bits(wk))
+        assert torch.equal(_bits(vc), _bits(wv))
+        hits.append(kt.fast_path_info()["hits"])
+    if kt.fast_path_info()["kernel"] == "c++":
+        assert hits[1] == hits[0] + 1
+
+
+def _bad_setup():
+    gen = torch.Generator().manual_seed(13)
+    H, D, bs, nb = 2, 64, 16, 4
+    key, value = _rows(5, H, D, gen, "cpu"), _rows(5, H, D, gen, "cpu")
+    kc = torch.zeros(nb, H, D // 8, bs, 8, dtype=torch.bfloat16)
+    vc = torch.zeros(nb, H, D, bs, dtype=torch.bfloat16)
+    slots = torch.tensor([3, -1, 17, 40, 2])
+    return key, value, kc, vc, slots
+
+
+# name -> (change of (key, value, key_cache, value_cache, slots), exception,
+# message pattern)
+BAD = {
+    "flash_key_cache": (
+        lambda k, v, kc, vc, s: (k, v, kc.view(4, 16, 2, 64), vc, s),
+        ValueError, r"key_cache has shape \[4, 16, 2, 64\], need 5 dims"),
+    "value_cache_5d": (
+        lambda k, v, kc, vc, s: (k, v, kc, vc.view(4, 2, 8, 8, 16), s),
+        ValueError, r"value_cache has shape \[4, 2, 8, 8, 16\], need 4 dims"),
+    "x_not_16_bytes": (
+        lambda k, v, kc, vc, s: (k, v, kc.view(4, 2, 4, 16, 16), vc, s),
+        ValueError, r"key_cache has shape \[4, 2, 4, 16, 16\]: its last "
+        r"dimension must be x = 16 bytes / 2-byte elements = 8"),
+    "head_size_not_a_multiple_of_x": (
+        lambda k, v, kc, vc, s: (k[..., :60], v, kc[:, :, :7], vc, s),
+        ValueError, r"key has head_size 60, key_cache 7 chunks x 8 = 56"),
+    "key_head_size": (
+        lambda k, v, kc, vc, s: (k, v, kc[:, :, :4], vc, s),
+        ValueError, r"key has head_size 64, key_cache 4 chunks x 8 = 32"),
+    "value_head_size": (
+        lambda k, v, kc, vc, s: (k, v, kc, vc[:, :, :32], s),
+        ValueError, r"value has head_size 64, value_cache 32"),
+    "block_size": (
+        lambda k, v, kc, vc, s: (k, v, kc, vc[..., :8], s),
+        ValueError, r"block_size 16 \(dim 3\), value_cache \[4, 2, 64, 8\] "
+        r"8"),
+    "heads": (
+        lambda k, v, kc, vc, s: (k, v, kc, vc[:, :1], s),
+        ValueError, r"differ in \[num_blocks, num_kv_heads\]"),
+    "kv_overlap": (
+        lambda k, v, kc, vc, s: (k, v, kc, kc.view(4, 2, 64, 16), s),
+        ValueError, r"key_cache and value_cache overlap"),
+    "rows_dtype": (
+        lambda k, v, kc, vc, s: (k.half(), v.half(), kc, vc, s),
+        TypeError, r"key_cache has dtype torch.bfloat16; with kv_cache_dtype "
+        r"'auto' it must be torch.float16"),
+    "value_dtype": (
+        lambda k, v, kc, vc, s: (k, v, kc, vc.half(), s),
+        TypeError, r"value_cache has dtype torch.float16"),
+}
+
+
+@pytest.mark.parametrize("entry", ["torch.ops", "kvgen.torch"])
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_shapes_raise_and_write_nothing(case, entry):
+    """Shapes that are not the legacy pair raise (naming the argument)
+    before anything is written, also after a good call of the same caches
+    remembered its plan."""
+    write = torch.ops.kvgen.reshape_and_cache if entry == "torch.ops" \
+        else kt.reshape_and_cache
+    key, value, kc, vc, slots = _bad_setup()
+    one = torch.tensor([1.0])
+    write(key, value, kc, vc, slots, "auto", one, one)
+    kc.zero_()
+    vc.zero_()
+    change, exc, pattern = BAD[case]
+    args = change(key, value, kc, vc, slots)
+    with pytest.raises(exc, match=pattern):
+        write(*args, "auto", one, one)
+    assert not kc.any() and not vc.any()
+
+
+def test_flash_op_refuses_legacy_caches():
+    """reshape_and_cache_flash keeps its [nb, bs, H, D] caches."""
+    key, value, kc, vc, slots = _bad_setup()
+    one = torch.tensor([1.0])
+    with pytest.raises(ValueError, match=r"key_cache has shape "
+                       r"\[4, 2, 8, 16, 8\], need \[num_blocks, block_size"):
+        torch.ops.kvgen.reshape_and_cache_flash(key, value, kc, vc, slots,
+                                                "auto", one, one)
+
+
+def _opcheck_args(kvd):
+    gen = torch.Generator().manual_seed(17)
+    cdt = torch.uint8 if kvd == "fp8" else torch.bfloat16
+    _, kc, vc = legacy_caches(4, 2, 64, 64, 16, cdt, gen, "cpu", "separate")
+    one = torch.tensor([0.5])
+    return (_rows(9, 2, 64, gen, "cpu"), _rows(9, 2, 64, gen, "cpu"), kc, vc,
+            torch.tensor([5, -1, 40, 2, 63, 9]), kvd, one, one)
+
+
+def _opcheck(op, args):
+    res = torch.library.opcheck(op, args, raise_exception=False)
+    bad = {k: v for k, v in res.items() if v != "SUCCESS"}
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kvd", ["auto", "bfloat16", "fp8"])
+def test_opcheck(kvd, device):
+    """torch.library.opcheck of reshape_and_cache and of gather_cache on
+    legacy caches: the schema's mutations, the fake implementation, AOT
+    dispatch."""
+    args = [a.to(device) if isinstance(a, torch.Tensor) else a
+            for a in _opcheck_args(kvd)]
+    _opcheck(torch.ops.kvgen.reshape_and_cache.default, args)
+    key, value, kc, vc, slots, _, ks, vs = args
+    out = (torch.zeros(6, 2, 64, device=device),
+           torch.zeros(6, 2, 64, device=device))
+    _opcheck(torch.ops.kvgen.gather_cache.default,
+             (kc, vc, slots) + out + (kvd, ks, vs))
+    kt.check_errors(device)
