@@ -20,6 +20,11 @@ The layout rules (no overlap, positive block stride, ...) are the runtime's
 (kvgen_layout_parse); a view they reject raises ValueError with that
 message. Source of the formulas: docs/layout.md ("Dense strides").
 
+vLLM's legacy pair (key_cache [num_blocks, H, Dk/x, block_size, x],
+value_cache [num_blocks, H, Dv, block_size]) is LegacyCacheGeometry: the
+same layout with chunked K rows (k_elem_chunks) and V elements block_size
+apart (v_elem_stride), from the tensors' strides.
+
 K and V must not share an element (CacheGeometry.check_disjoint, run when
 the geometry is derived and by kvgen.torch on every call that is not
 launched from a remembered plan of the same cache pointers): the byte

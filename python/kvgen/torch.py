@@ -30,6 +30,14 @@ says what differs):
       waits for its writes on the GPU; the kernel before should call
       griddepcontrol.launch_dependents); refused with KvgenError where the
       kernel has no dependent_launch (e.g. the CPU).
+  reshape_and_cache(key, value, key_cache!, value_cache!, slot_mapping,
+      kv_cache_dtype, k_scale, v_scale, pdl=False)
+      the same over vLLM's legacy caches: key_cache [num_blocks, H, Dk / x,
+      block_size, x] with x = 16 // key_cache.element_size() (8 for bf16 /
+      f16, 16 for fp8), value_cache [num_blocks, H, Dv, block_size], any
+      strides kvgen can express (_views.LegacyCacheGeometry: a layout with
+      k_elem_chunks / v_elem_stride); other shapes raise ValueError naming
+      the argument. K and V head sizes may differ.
   concat_and_cache_mla(kv_c, k_pe, kv_cache!, slot_mapping, kv_cache_dtype,
       scale, pdl=False) (T = slot_mapping.numel(), kv_c [>= T, L], k_pe
       [>= T, R], kv_cache [num_blocks, block_size, L + R]): the MLA writer,
@@ -56,7 +64,8 @@ kvgen's own ops (no vLLM counterpart, or kvgen's earlier form):
       the inverse of the write: key_out[t] = cache[slot_mapping[t]] for t <
       slot_mapping.numel() (rows of negative slots untouched); fp8 caches
       are dequantized (q * scale) to key_out's dtype, other caches copied
-      or converted to it.
+      or converted to it. Caches as reshape_and_cache_flash's, or, when
+      key_cache has 5 dims, as reshape_and_cache's.
   gather_and_maybe_dequant_cache_batch(src_cache, dst!, block_table,
       cu_seq_lens, batch_size, kv_cache_dtype, scale, seq_starts=None):
       the MLA gather by batch (vLLM's form before token_to_seq), fp8
@@ -103,7 +112,8 @@ temporaries per call, convert_fp8 a scale tensor, and swap_blocks copies
 its CPU block_mapping to the GPU (swap_blocks_device_mapping does not). Fake (meta) implementations check shapes, dtypes and devices, so
 torch.compile(fullgraph=True) traces the ops.
 
-reshape_and_cache_flash's CPU / CUDA kernel is a C++ one
+reshape_and_cache_flash's (and reshape_and_cache's) CPU / CUDA kernel is a
+C++ one
 (kvgen/_torch_fast.cpp, compiled against this torch on the first import,
 about 10 s, cached in the kvgen cache directory): it launches the calls
 whose tensor metadata it has seen checked, about 2 us of host time per call

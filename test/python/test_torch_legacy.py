@@ -13,7 +13,7 @@ int32 / int64 slots with padding (-1), fewer slots than rows, caches that
 are the halves of one [2, ...] allocation or have padded blocks;
 torch.library.opcheck; bad shapes raising ValueError naming the argument
 and writing nothing; the C++ kernel launching the second call. CUDA
-variants run where torch sees a GPU.
+variants (and a CUDA graph capture / replay) run where torch sees a GPU.
 """
 
 import sys
@@ -357,3 +357,100 @@ def test_opcheck(kvd, device):
     _opcheck(torch.ops.kvgen.gather_cache.default,
              (kc, vc, slots) + out + (kvd, ks, vs))
     kt.check_errors(device)
+
+
+@cuda
+def test_cuda_graph_capture_and_replay():
+    """reshape_and_cache captured in a CUDA graph (after one eager call
+    made its plan) and replayed with new rows and slots: each replay
+    writes what the reference writes onto the cache as it was before."""
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(23)
+    T, H, dk, dv, bs, nb = 64, 4, 192, 128, 16, 32
+    _, kc, vc = legacy_caches(nb, H, dk, dv, bs, torch.bfloat16, gen, dev,
+                              "separate")
+    key, value = _rows(T, H, dk, gen, dev), _rows(T, H, dv, gen, dev)
+    slots = _slots(T, nb, bs, gen, torch.int64, dev)
+    one = torch.ones(1, device=dev)
+    op = torch.ops.kvgen.reshape_and_cache
+    op(key, value, kc, vc, slots, "auto", one, one)  # JIT before capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        op(key, value, kc, vc, slots, "auto", one, one)
+    for step in range(3):
+        key.copy_(_rows(T, H, dk, gen, dev))
+        value.copy_(_rows(T, H, dv, gen, dev))
+        slots.copy_(_slots(T, nb, bs, gen, torch.int64, dev))
+        wk, wv = kc.clone(), vc.clone()
+        torch_ref.write_legacy(key, value, wk, wv, slots, "auto", one, one)
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(_bits(kc), _bits(wk)), step
+        assert torch.equal(_bits(vc), _bits(wv)), step
+    kt.check_errors(dev)
+
+
+def test_python_kernels_without_the_cpp_kernel():
+    """KVGEN_TORCH_FAST=0: the op's Python kernel and the Python function
+    (both through the identity table after the first call) write what the
+    reference writes."""
+    import os
+    import subprocess
+    here = Path(__file__).resolve().parent
+    code = (
+        "import sys, torch\n"
+        f"sys.path.insert(0, {str(here)!r})\n"
+        "import kvgen.torch as kt, torch_ref\n"
+        "from test_torch_legacy import legacy_caches, _rows, _slots\n"
+        "assert kt.fast_path_info()['kernel'] == 'python'\n"
+        "gen = torch.Generator().manual_seed(3)\n"
+        "_, kc, vc = legacy_caches(4, 2, 64, 64, 16, torch.uint8, gen, "
+        "'cpu', 'separate')\n"
+        "s = torch.tensor([0.5])\n"
+        "for f in [torch.ops.kvgen.reshape_and_cache, kt.reshape_and_cache]"
+        " * 2:\n"
+        "    k, v = _rows(7, 2, 64, gen, 'cpu'), _rows(7, 2, 64, gen, 'cpu')\n"
+        "    sl = _slots(5, 4, 16, gen, torch.int32, 'cpu')\n"
+        "    wk, wv = kc.clone(), vc.clone()\n"
+        "    torch_ref.write_legacy(k, v, wk, wv, sl, 'fp8', s, s)\n"
+        "    f(k, v, kc, vc, sl, 'fp8', s, s)\n"
+        "    assert torch.equal(kc, wk) and torch.equal(vc, wv), f\n"
+        "print('ok')\n")
+    env = dict(os.environ, KVGEN_TORCH_FAST="0",
+               PYTHONPATH=str(here.parents[1] / "python"))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, env=env, cwd=str(here))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_cuda_kernels_compile_with_nvrtc(tmp_path):
+    """Without a GPU: the write and gather kernels of the legacy layouts
+    that kvgen.torch derives (bf16 and fp8, MiMo and 128 / 128, blocks 16
+    and 32) compile with NVRTC for sm_90 through a compile-only context
+    (any compiler warning is an error); skipped where libnvrtc cannot be
+    loaded."""
+    import kvgen
+    try:
+        ctx = kvgen.Context.compile_only("cuda", "sm_90",
+                                         cache_dir=str(tmp_path))
+    except (OSError, kvgen.KvgenError) as e:
+        pytest.skip(f"cuda compiler not loadable here: {e}")
+    for cdt, dt, scale in ((torch.bfloat16, "bf16", "none"),
+                           (torch.uint8, "f8E4M3FN", "per_tensor")):
+        x = _x(cdt)
+        for H, dk, dv in GEOMETRIES.values():
+            for bs in (16, 32):
+                geo = LegacyCacheGeometry(
+                    torch.empty(3, H, dk // x, bs, x, dtype=cdt),
+                    torch.empty(3, H, dv, bs, dtype=cdt), dt, scale)
+                for op, opts in (("reshape_and_cache", {}),
+                                 ("gather", {"dequantize": scale != "none"})):
+                    try:
+                        k = ctx.kernel(op, geo.layout, io="bf16",
+                                       slots="i64", **opts)
+                    except kvgen.KvgenError as e:
+                        if e.status_name == "KVGEN_ERROR_BACKEND_UNAVAILABLE":
+                            pytest.skip(f"cuda compiler not loadable: {e}")
+                        raise
+                    assert k.op == op
