@@ -182,9 +182,15 @@ def write_legacy(key, value, key_cache, value_cache, slot_mapping,
     v = _stored(value[:T][ok], value_cache, kv_cache_dtype, v_scale)
     n, H, D = k.shape
     # Advanced indices around slices: the indexed result is [n, H, D/x, x]
-    # (key) and [n, H, D] (value).
-    key_cache[b, :, :, o, :] = k.reshape(n, H, D // x, x)
-    value_cache[b, :, :, o] = v
+    # (key) and [n, H, D] (value). fp8 through uint8 views (index_put of
+    # float8 dtypes is not on every device).
+    _raw(key_cache)[b, :, :, o, :] = _raw(k).reshape(n, H, D // x, x)
+    _raw(value_cache)[b, :, :, o] = _raw(v)
+
+
+def _raw(t):
+    """1-byte (fp8) tensors as uint8, others as they are."""
+    return t.view(torch.uint8) if t.element_size() == 1 else t
 
 
 def gather_legacy(key_cache, value_cache, slot_mapping, key_out, value_out,
@@ -195,10 +201,10 @@ def gather_legacy(key_cache, value_cache, slot_mapping, key_out, value_out,
     ok = slot_mapping >= 0
     s = slot_mapping[ok].long()
     b, o = s // bs, s % bs
-    k = key_cache[b, :, :, o, :]
+    k = _raw(key_cache)[b, :, :, o, :]
     rows = ((k.reshape(k.shape[0], k.shape[1], -1), key_out, key_cache,
-             k_scale), (value_cache[b, :, :, o], value_out, value_cache,
-                        v_scale))
+             k_scale), (_raw(value_cache)[b, :, :, o], value_out,
+                        value_cache, v_scale))
     for c, out, cache, scale in rows:
         if kv_cache_dtype not in UNQUANTIZED:
             t = _fp8_type(cache, kv_cache_dtype)
