@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from kvgen_ref import Layout  # noqa: E402  (the numpy reference's model)
+from kvgen_ref import DTYPES, Layout  # noqa: E402  (the numpy reference's model)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -133,6 +133,8 @@ class KVCase:
     oob           checked kernels: some slots >= num_blocks * block_size
     allbits       inputs: every non-NaN 16-bit pattern of io in order
     memcheck      part of the compute-sanitizer subset (its T <= 300)
+    backends      the backends that run it (None: every one; the others
+                  deselect its items)
     """
     name: str
     group: str
@@ -153,6 +155,7 @@ class KVCase:
     oob: bool = False
     allbits: bool = False
     memcheck: bool = False
+    backends: Optional[Tuple[str, ...]] = None
 
     def __post_init__(self):
         assert self.inputs in ROW_MODES, self.inputs
@@ -575,7 +578,210 @@ def host_grid_cases():
     return C
 
 
-KV_CASES = device_grid_cases() + host_grid_cases()
+#---------------------------------------------------------------------------
+# Chunked layouts: engines' cache tensors that split a dimension
+#---------------------------------------------------------------------------
+
+# A side's cache tensor, its dimensions outermost first: b block, h head,
+# t token, e element; "t/x" / "t%x" ("e/x" / "e%x") the chunk of x tokens
+# (elements) and the position inside it. One dense C-order tensor per side
+# (the block dimension optionally padded), as the engines allocate them.
+FORMS = {
+    "nhd": ("b", "t", "h", "e"),
+    "hnd": ("b", "h", "t", "e"),
+    "legacy_k": ("b", "h", "e/x", "t", "e%x"),    # vLLM [nb, H, D/x, bs, x]
+    "legacy_v": ("b", "h", "e", "t"),             # vLLM [nb, H, D, bs]
+    "shuffled_v": ("b", "h", "t/x", "e", "t%x"),  # aiter [nb, H, bs/x, D, x]
+}
+ENGINES = {"vllm": ("legacy_k", "legacy_v"),
+           "aiter": ("legacy_k", "shuffled_v")}
+
+
+@dataclass(frozen=True)
+class ChunkedLayout(Layout):
+    """A separate layout whose sides are the cache tensors of FORMS
+    (k_form, v_form) with chunks of x elements (tokens), x = 16 bytes of
+    the cache dtype as vLLM and aiter choose it, and block_pad extra
+    elements after each block. Build it with chunked(): its k_strides /
+    v_strides and chunk fields are the tensors' (what kvgen is told);
+    the harness's reference addresses the tensors by their shape
+    (inner_dims) instead, so the two are independent."""
+    k_form: str = "nhd"
+    v_form: str = "nhd"
+    x: int = 0
+    block_pad: int = 0
+
+    def form(self, side):
+        return self.k_form if side == "k" else self.v_form
+
+    def inner_dims(self, side):
+        """((index name, size), ...) of one block of the side's tensor,
+        outermost first."""
+        D, bs, x = self.head_size(side), self.block_size, self.x
+        size = {"h": self.heads, "t": bs, "e": D, "t/x": bs // x, "t%x": x,
+                "e/x": D // x, "e%x": x}
+        return tuple((d, size[d]) for d in FORMS[self.form(side)][1:])
+
+    def tensor_strides(self, side):
+        """{dimension name: element stride} of the side's tensor."""
+        st, acc = {}, 1
+        for d, n in reversed(self.inner_dims(side)):
+            st[d] = acc
+            acc *= n
+        st["b"] = acc + self.block_pad
+        return st
+
+    def chunk_fields(self, side):
+        """The side's `NAME_elem_stride` / `_token_chunks` / `_elem_chunks`
+        values (None: the default) from its tensor's strides."""
+        st = self.tensor_strides(side)
+        elem = st.get("e%x", st.get("e"))
+        return {"elem_stride": elem if elem != 1 else None,
+                "token_chunks": (self.x, st["t/x"]) if "t/x" in st else None,
+                "elem_chunks": (self.x, st["e/x"]) if "e/x" in st else None}
+
+    def mlir(self) -> str:
+        parts = []
+        for s in "kv":
+            for k, v in self.chunk_fields(s).items():
+                if v is not None:
+                    v = v if isinstance(v, int) else f"[{v[0]}, {v[1]}]"
+                    parts.append(f"{s}_{k} = {v}")
+        return Layout.mlir(self)[:-1] + "".join(", " + p for p in parts) + \
+            ">"
+
+    def short(self) -> str:
+        s = (f"h{self.heads}-k{self.hk}-v{self.hv}-bs{self.block_size}-"
+             f"{self.dtype}-{self.scale}-K_{self.k_form}-V_{self.v_form}"
+             f"-x{self.x}")
+        if self.block_pad:
+            s += f"-pad{self.block_pad}"
+        if self.has_dynamic():
+            s += "-dyn" + "".join("d" if v is None else "s" for v in
+                                  self.declared_strides("k"))
+        return s
+
+
+def chunked(H, Dk, Dv, bs, dtype="bf16", engine="vllm", scale=None,
+            x=None, block_pad=0, forms=None):
+    """The ChunkedLayout of an engine's (ENGINES) or the given (k, v)
+    forms; x defaults to 16 bytes of the dtype."""
+    kf, vf = forms or ENGINES[engine]
+    lay = ChunkedLayout(H, Dk, Dv, bs, "nhd", "separate", dtype,
+                        _scale(dtype, scale), k_form=kf, v_form=vf,
+                        x=x or 16 // DTYPES[dtype].size,
+                        block_pad=block_pad)
+
+    def strides(side):
+        st = lay.tensor_strides(side)
+        return (st["b"], st.get("t%x", st.get("t")), st["h"])
+    return lay.replace(k_strides=strides("k"), v_strides=strides("v"))
+
+
+CHUNK_GEOMETRIES = {"mimo": (4, 192, 128), "sym": (8, 128, 128)}
+CHUNK_DTYPES = [("bf16", "none"), ("f16", "none"), ("f8E4M3FN", "per_tensor"),
+                ("f8E4M3FN", "per_head")]
+# (T, input view, slot type), taken in turn by the layouts.
+CHUNK_RUNS = [(42, "fused", "i64"), (300, "padded", "i32"),
+              (7, "misaligned", "i64"), (42, "dense", "i32")]
+
+
+def _chunk_case(name, lay, run, group="chunked", **kw):
+    T, mode, slots = run
+    kw.setdefault("io", "f16" if lay.dtype == "f16" else "bf16")
+    kw.setdefault("Ts", (T,))
+    return KVCase(f"chunked-{name}-{lay.short()}-{mode}-{slots}", group, lay,
+                  slots=slots, inputs=mode, **kw)
+
+
+def chunked_cases():
+    """vLLM's legacy K [nb, H, D/x, bs, x] + V [nb, H, D, bs] and ROCm
+    aiter's (legacy K, shuffled V [nb, H, bs/x, D, x]): MiMo (4 heads, K 192
+    / V 128) and 8x128 geometries, bf16 / f16 / fp8 (per tensor and per
+    head), block sizes 8 / 16 / 32, i32 / i64 slots, checked kernels with
+    out-of-range slots, a padded and dynamic block stride, a K / V mix of
+    chunked and plain tensors. Groups chunked (every backend) and
+    chunked-device (the cuda backend only: T sweep, more block sizes and
+    dtypes)."""
+    C = []
+    i = 0
+    for g, (H, Dk, Dv) in CHUNK_GEOMETRIES.items():
+        for eng in ENGINES:
+            for dt, sc in CHUNK_DTYPES:
+                lay = chunked(H, Dk, Dv, 16, dt, eng, sc)
+                C.append(_chunk_case(f"{eng}-{g}", lay,
+                                     CHUNK_RUNS[i % len(CHUNK_RUNS)],
+                                     memcheck=i < 4))
+                i += 1
+    for eng, g, bs, dt, sc, run in [
+            ("vllm", "mimo", 32, "f8E4M3FN", "per_head", CHUNK_RUNS[0]),
+            ("aiter", "sym", 32, "bf16", "none", CHUNK_RUNS[1]),
+            # One chunk of x = 8 tokens per block (aiter), x = bs (vLLM).
+            ("vllm", "mimo", 8, "bf16", "none", CHUNK_RUNS[2]),
+            ("aiter", "sym", 8, "f16", "none", CHUNK_RUNS[3]),
+            ("aiter", "mimo", 16, "f8E5M2", "per_tensor", CHUNK_RUNS[0]),
+            # ROCm's fp8 (MI300).
+            ("aiter", "sym", 16, "f8E4M3FNUZ", "per_head", CHUNK_RUNS[1])]:
+        C.append(_chunk_case(f"{eng}-{g}", chunked(
+            *CHUNK_GEOMETRIES[g], bs, dt, eng, sc), run))
+    # f16 rows into a bf16 cache and bf16 into f16 (conversions).
+    C.append(_chunk_case("io-vllm-mimo", chunked(4, 192, 128, 16, "bf16"),
+                         CHUNK_RUNS[0], io="f16"))
+    # Chunked and plain sides mixed.
+    for forms in (("legacy_k", "nhd"), ("hnd", "shuffled_v")):
+        C.append(_chunk_case("mixed", chunked(4, 192, 128, 16, "f8E4M3FN",
+                                              forms=forms), CHUNK_RUNS[3]))
+    # Checked kernels, out-of-range slots.
+    for eng, g, dt, sc, sl in [("vllm", "mimo", "bf16", "none", "i32"),
+                               ("aiter", "sym", "f8E4M3FN", "per_head",
+                                "i64")]:
+        C.append(_chunk_case(f"checked-{eng}-{g}", chunked(
+            *CHUNK_GEOMETRIES[g], 16, dt, eng, sc), (42, "padded", sl),
+            checked=True, oob=True, memcheck=True))
+    # A padded block stride (the blocks are not dense: no whole-block
+    # paths); dynamic strides (all, or the block stride only).
+    C.append(_chunk_case("padded-vllm-mimo", chunked(
+        4, 192, 128, 16, "bf16", block_pad=64), CHUNK_RUNS[1]))
+    lay, kw = dynamic((chunked(4, 192, 128, 16, "f8E4M3FN", "aiter",
+                               "per_head", block_pad=16), {}))
+    C.append(_chunk_case("dyn-aiter-mimo", lay, CHUNK_RUNS[0], **kw))
+    lay, kw = dynamic((chunked(8, 128, 128, 16, "bf16", "vllm",
+                               block_pad=8), {}), partial=True)
+    C.append(_chunk_case("dyn-block-vllm-sym", lay, CHUNK_RUNS[3], **kw))
+    # -- The cuda backend only (the bundle): T sweep, block sizes 32 / 64
+    #    for every dtype, e5m2 per head, fnuz, caches past 4 GiB.
+    dev = dict(group="chunked-device", backends=("cuda",))
+    for eng, g, dt, sc, Ts in [
+            ("vllm", "mimo", "bf16", "none", (1, 7, 300, 4096, 16384)),
+            ("aiter", "mimo", "f8E4M3FN", "per_head", (1, 42, 4096, 16384)),
+            ("aiter", "sym", "bf16", "none", (7, 300, 4096)),
+            ("vllm", "sym", "f8E4M3FN", "per_tensor", (1, 300, 4096))]:
+        C.append(_chunk_case(f"T-{eng}-{g}", chunked(
+            *CHUNK_GEOMETRIES[g], 16, dt, eng, sc), (0, "strided", "i64"),
+            Ts=Ts, **dev))
+    i = 0
+    for bs in (32, 64):
+        for eng in ENGINES:
+            for dt, sc in CHUNK_DTYPES + [("f8E5M2", "per_head")]:
+                g = ("mimo", "sym")[i % 2]
+                C.append(_chunk_case(f"bs-{eng}-{g}", chunked(
+                    *CHUNK_GEOMETRIES[g], bs, dt, eng, sc),
+                    CHUNK_RUNS[i % len(CHUNK_RUNS)], **dev))
+                i += 1
+    for dt, sc in (("f8E4M3FNUZ", "per_tensor"), ("f8E5M2FNUZ", "per_head")):
+        C.append(_chunk_case("aiter-mimo", chunked(4, 192, 128, 16, dt,
+                                                   "aiter", sc),
+                             (300, "fused", "i32"), **dev))
+    C.append(_chunk_case("big-vllm-mimo", chunked(4, 192, 128, 16),
+                         (4096, "dense", "i64"), num_blocks=270000, big=True,
+                         **dev))
+    C.append(_chunk_case("big-aiter-mimo", chunked(
+        4, 192, 128, 16, "f8E4M3FN", "aiter", "per_head"),
+        (4096, "dense", "i32"), num_blocks=400000, big=True, **dev))
+    return C
+
+
+KV_CASES = device_grid_cases() + host_grid_cases() + chunked_cases()
 
 
 #---------------------------------------------------------------------------
@@ -588,9 +794,9 @@ class CopyBlocksCase:
     cache of num_blocks blocks; dsts distinct and never a src. Checked
     cases add out-of-range and negative blocks (skipped, flag set).
 
-    real_strides / v_offset as for KVCase (dynamic strides: the buffers'
-    own). Each entry of Ts is a number of pairs; num_blocks defaults to
-    2 * pairs + 3."""
+    real_strides / v_offset / backends as for KVCase (dynamic strides: the
+    buffers' own). Each entry of Ts is a number of pairs; num_blocks
+    defaults to 2 * pairs + 3."""
     name: str
     group: str
     layout: Layout
@@ -600,6 +806,7 @@ class CopyBlocksCase:
     v_offset: Optional[int] = None
     num_blocks: Optional[int] = None
     memcheck: bool = False
+    backends: Optional[Tuple[str, ...]] = None
 
     def strides(self, side):
         if self.real_strides is not None:
@@ -653,6 +860,25 @@ def copy_blocks_cases():
                             Ts=(512,)))
     C.append(CopyBlocksCase("block_ids_above_65535", "copy-blocks-large",
                             _lay(1, 8, 8, 2), Ts=(64,), num_blocks=70000))
+    # Chunked layouts (chunked_cases): vLLM's legacy and aiter's tensors,
+    # dense blocks, a padded block stride, dynamic strides, checked.
+    G = "copy-blocks-chunked"
+    for name, lay, kw in [
+            ("chunked_vllm_mimo", chunked(4, 192, 128, 16), {}),
+            ("chunked_aiter_sym_e4m3", chunked(8, 128, 128, 16, "f8E4M3FN",
+                                               "aiter", "per_head"), {}),
+            ("chunked_vllm_padded_f16", chunked(4, 192, 128, 32, "f16",
+                                                block_pad=24), {}),
+            ("chunked_aiter_dynamic", *dynamic((chunked(
+                4, 192, 128, 16, "bf16", "aiter", block_pad=8), {})))]:
+        C.append(CopyBlocksCase(name, G, lay, Ts=(3, 11), memcheck=True,
+                                **kw))
+    C.append(CopyBlocksCase("chunked_checked_aiter_mimo_e5m2", G,
+                            chunked(4, 192, 128, 16, "f8E5M2", "aiter"),
+                            Ts=(4,), checked=True))
+    C.append(CopyBlocksCase("chunked_vllm_mimo_many", G,
+                            chunked(4, 192, 128, 16, "f8E4M3FN"),
+                            Ts=(1024,), backends=("cuda",)))
     return C
 
 

@@ -88,6 +88,10 @@ def pytest_collection_modifyitems(config, items):
         if mt is not None and "T" in p and p["T"] > mt:
             drop.append(it)
             continue
+        only = getattr(p.get("case"), "backends", None)
+        if only is not None and p.get("backend") not in only:
+            drop.append(it)  # a case of other backends (cases.py)
+            continue
         keep.append(it)
         if "case" in p and "backend" in p:
             group = getattr(it.module, "GRID_GROUP", None) or p["case"].group

@@ -587,7 +587,7 @@ class Caches:
         lay = self.lay = case.layout
         es = self.es = ESIZE[lay.dtype]
         self.st = {s: case.strides(s) for s in "kv"}
-        ext = {s: R.side_extent(lay, s, nb, self.st[s]) for s in "kv"}
+        ext = {s: self._extent(s) for s in "kv"}
         v_off = getattr(case, "v_offset", None)
         if lay.packed:
             sizes = {"kv": max(ext.values())}
@@ -608,6 +608,16 @@ class Caches:
         if lay.packed and vc == "decoy":
             self.decoy = Buf(X, self.bufs["kv"].n, gen, "random", tail)
         self.value_cache = vc
+
+    def _extent(self, side):
+        """Elements of the side's buffer: to the last element of its last
+        block (a chunked side's tensor: num_blocks - 1 blocks, then one
+        block's elements)."""
+        inner = chunked_dims(self.lay, side)
+        if inner is None:
+            return R.side_extent(self.lay, side, self.nb, self.st[side])
+        return (self.nb - 1) * self.st[side][0] + math.prod(
+            n for _, n in inner)
 
     @property
     def slots(self):
@@ -644,6 +654,11 @@ class Caches:
         bs = lay.block_size
         blk = slots // bs
         tok = slots - blk * bs
+        inner = chunked_dims(lay, side)
+        if inner is not None:
+            return (blk * b + self.where[side][1]).reshape(-1, 1, 1) + \
+                chunked_block_offsets(X, inner, lay.x, tok, lay.heads,
+                                      lay.head_size(side))
         row = blk * b + tok * t + self.where[side][1]
         heads = X.arange(lay.heads) * h
         cols = X.arange(lay.head_size(side)) + lay.base(side)
@@ -665,6 +680,31 @@ class Caches:
     def adopt(self, loose):
         for k, idx in (loose or {}).items():
             self.bufs[k].adopt(self.es, idx)
+
+
+def chunked_dims(lay, side):
+    """The dimensions inside one block of a chunked layout's side tensor
+    (cases.ChunkedLayout.inner_dims: ((name, size), ...), outermost
+    first), or None for the other layouts."""
+    f = getattr(lay, "inner_dims", None)
+    return None if f is None else f(side)
+
+
+def chunked_block_offsets(X, inner, x, tok, heads, D):
+    """[n, H, D] element offsets inside their block of (token tok [n],
+    every head, every element) in a dense C-order tensor of the dimensions
+    `inner`: the row-major index of the tensor's subscripts (the token's
+    and the element's split at x where the tensor splits them), written
+    from the shape alone, not from the strides given to kvgen."""
+    t = tok.reshape(-1, 1, 1)
+    h = X.arange(heads).reshape(1, -1, 1)
+    e = X.arange(D).reshape(1, 1, -1)
+    sub = {"t": t, "t/x": t // x, "t%x": t % x, "h": h, "e": e,
+           "e/x": e // x, "e%x": e % x}
+    off = 0
+    for name, n in inner:
+        off = off * n + sub[name]
+    return off
 
 
 CHUNK_TOKENS = 4096  # rows per step of the reference (bounds its memory)

@@ -15,6 +15,12 @@ from grid import harness as H
 GRID_GROUP = "api"
 CASE = C.case_by_name(C.KV_CASES, "mimo_b16")
 FP8_CASE = C.case_by_name(C.KV_CASES, "checked_oob_e4m3")
+# Chunked layouts (cases.chunked_cases): vLLM's legacy K + V, aiter's.
+CHUNKED_CASES = [C.case_by_name(C.KV_CASES, n) for n in (
+    "chunked-vllm-mimo-h4-k192-v128-bs16-bf16-none-K_legacy_k-V_legacy_v-x8"
+    "-fused-i64",
+    "chunked-aiter-mimo-h4-k192-v128-bs16-bf16-none-K_legacy_k-V_shuffled_v"
+    "-x8-fused-i64")]
 T, NB = 42, 8
 
 
@@ -59,10 +65,15 @@ def raises(exc, fn, status=None, text=()):
 
 
 one_case = pytest.mark.parametrize("case", [CASE], ids=[CASE.name])
+# The extent checks, also of chunked layouts: the runtime's extent of a
+# chunked side is the harness's (its tensor's) to the byte.
+extent_cases = pytest.mark.parametrize(
+    "case", [CASE] + CHUNKED_CASES,
+    ids=[CASE.name, "chunked-vllm", "chunked-aiter"])
 fp8_case = pytest.mark.parametrize("case", [FP8_CASE], ids=[FP8_CASE.name])
 
 
-@one_case
+@extent_cases
 def test_k_cache_one_byte_short(s):
     extent = s.caches.bufs["k"].n
     raises(s.kvgen.KvgenError,
@@ -72,18 +83,42 @@ def test_k_cache_one_byte_short(s):
     s.nothing_written()
 
 
-@one_case
+@extent_cases
 def test_v_cache_short_gather(s):
-    out = H.Rows(s.X, s.X.gen(3), T, CASE.layout.heads, CASE.layout.hk,
-                 CASE.layout.hv, CASE.layout.dtype, "dense")
+    lay = s.case.layout
+    out = H.Rows(s.X, s.X.gen(3), T, lay.heads, lay.hk, lay.hv, lay.dtype,
+                 "dense")
     raises(s.kvgen.KvgenError,
            lambda: s.gather.gather(s.kc, s.vc[:-64], s.slots,
                                    out.views["k"], out.views["v"],
                                    num_blocks=NB),
-           "KVGEN_ERROR_OUT_OF_BOUNDS")
+           "KVGEN_ERROR_OUT_OF_BOUNDS", (str(s.caches.bufs["v"].n),))
     s.nothing_written()
-    assert out.check("outputs of the rejected gather", CASE.layout.dtype) \
-        == []
+    assert out.check("outputs of the rejected gather", lay.dtype) == []
+
+
+@pytest.mark.parametrize("lay,text", [
+    # x = 7 elements: no divisor of the head size.
+    (C.chunked(4, 192, 128, 16, x=7),
+     "'k_elem_chunks' chunk size 7 must divide the head size 192"),
+    # x = 32 tokens (aiter's V) in blocks of 16.
+    (C.chunked(4, 192, 128, 16, "bf16", "aiter", x=32),
+     "'v_token_chunks' chunk size 32 must divide block_size 16"),
+    # A head stride inside the element chunks' span: rows would overlap.
+    (C.chunked(4, 192, 128, 16).replace(k_strides=(12288, 8, 1024)),
+     "the head stride 1024 is smaller than"),
+    # Chunks in a packed layout.
+    (C.chunked(4, 192, 128, 16).replace(packing="packed", v_strides=None),
+     "separate layouts only"),
+], ids=["elem-chunk-7", "token-chunk-32-of-16", "overlapping-heads",
+        "packed"])
+def test_chunked_layout_refused(lay, text):
+    """Chunked layouts kvgen cannot serve are refused when parsed (the
+    runtime's validate), naming the field and its limit."""
+    import kvgen
+    with pytest.raises(ValueError) as info:
+        kvgen.Layout.parse(lay.mlir())
+    assert text in str(info.value), str(info.value)
 
 
 @one_case

@@ -34,6 +34,41 @@ def test_reference_sanity():
     assert v[1, 2, 1, 1] == ((1 * 2 + 1) * 4 + 2) * 5 + 3 + 1
 
 
+def test_chunked_reference_addresses():
+    """The reference's addresses of chunked layouts (harness.Caches.offsets
+    and the buffers' extents) are numpy's own indexing of the engines'
+    tensors: vLLM's legacy K [nb, H, D/x, bs, x] and V [nb, H, D, bs],
+    aiter's shuffled V [nb, H, bs/x, D, x], with a padded block too."""
+    from grid import cases as C
+    nb, Hh, Dk, Dv, bs = 3, 2, 32, 24, 16
+    blk = np.repeat(np.arange(nb), bs)
+    tok = np.tile(np.arange(bs), nb)
+    b3, t3 = blk[:, None, None], tok[:, None, None]
+    h3 = np.arange(Hh)[None, :, None]
+    for eng, pad in (("vllm", 0), ("aiter", 0), ("vllm", 40), ("aiter", 8)):
+        lay = C.chunked(Hh, Dk, Dv, bs, "bf16", eng, block_pad=pad)
+        x = lay.x
+        assert x == 8
+        caches = H.Caches(H.NumpyX(), C.KVCase("t", "t", lay), nb,
+                          np.random.default_rng(0), 0)
+        for side, D in (("k", Dk), ("v", Dv)):
+            shape = {"legacy_k": (Hh, D // x, bs, x), "legacy_v": (Hh, D, bs),
+                     "shuffled_v": (Hh, bs // x, D, x)}[lay.form(side)]
+            n = int(np.prod(shape))
+            # Element indices of the tensor [nb, *shape] in a buffer of
+            # blocks n + pad elements apart.
+            idx = (np.arange(nb)[:, None] * (n + pad) +
+                   np.arange(n)[None, :]).reshape(nb, *shape)
+            e3 = np.arange(D)[None, None, :]
+            want = {"legacy_k": lambda: idx[b3, h3, e3 // x, t3, e3 % x],
+                    "legacy_v": lambda: idx[b3, h3, e3, t3],
+                    "shuffled_v": lambda: idx[b3, h3, t3 // x, e3, t3 % x]
+                    }[lay.form(side)]()
+            got = caches.offsets(side, np.arange(nb * bs))
+            assert np.array_equal(got, want), (eng, pad, side)
+            assert caches.bufs[side].n == ((nb - 1) * (n + pad) + n) * 2
+
+
 def _torch_x(request):
     try:
         import torch
