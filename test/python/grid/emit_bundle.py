@@ -10,6 +10,7 @@ the kernels its selected tests need through emit() below.
   python3 test/python/grid/emit_bundle.py                 # .dev/bundle, sm_90
   python3 test/python/grid/emit_bundle.py --archive       # + .dev/bundle.tar.xz
   python3 test/python/grid/emit_bundle.py --target host --out /tmp/hb --set grid
+  python3 test/python/grid/emit_bundle.py --cases chunked --out .dev/chunked
 
 Each kernel is emitted (in parallel) into a one-kernel bundle (a shard,
 kept in --shards between runs when given: a shard is reused while the
@@ -24,6 +25,7 @@ import argparse
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -52,9 +54,13 @@ def bench_specs():
             for op, text, opts in mod.bench_kernels()]
 
 
-def specs_of(which):
-    """Unique KSpecs of the harness ('grid'), the bench ('bench') or both."""
+def specs_of(which, cases=None):
+    """Unique KSpecs of the harness ('grid'), the bench ('bench') or both;
+    cases: a regular expression, the harness's cases whose names it
+    finds only (and no bench kernels)."""
     seen = {}
+    if cases is not None:
+        return C.all_specs(re.compile(cases))
     if which in ("grid", "all"):
         seen.update(dict.fromkeys(C.all_specs()))
     if which in ("bench", "all"):
@@ -243,6 +249,10 @@ def main():
     ap.add_argument("--out", default=str(DEFAULT_BUNDLE))
     ap.add_argument("--target", default="sm_90")
     ap.add_argument("--set", default="all", choices=("grid", "bench", "all"))
+    ap.add_argument("--cases", metavar="REGEX",
+                    help="only the kernels of the harness's cases whose "
+                    "names REGEX finds (e.g. chunked: the chunked layouts); "
+                    "instead of --set")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--shards", help="keep one-kernel bundles here between "
                     "runs")
@@ -254,7 +264,9 @@ def main():
     args = ap.parse_args()
     if args.lib:
         os.environ["KVGEN_LIB"] = str(Path(args.lib).resolve())
-    specs = specs_of(args.set)
+    specs = specs_of(args.set, args.cases)
+    if not specs:
+        sys.exit(f"emit_bundle: no case name matches --cases {args.cases}")
     try:
         out = emit(specs, args.target, args.out, args.kvgen, args.jobs,
                    args.shards)
