@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from kvgen_ref import DTYPES, Layout  # noqa: E402  (the numpy reference's model)
+# The numpy reference's model (Layout) and its dtypes.
+from kvgen_ref import DTYPES, Layout  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -700,9 +701,9 @@ def chunked_cases():
     / V 128) and 8x128 geometries, bf16 / f16 / fp8 (per tensor and per
     head), block sizes 8 / 16 / 32, i32 / i64 slots, checked kernels with
     out-of-range slots, a padded and dynamic block stride, a K / V mix of
-    chunked and plain tensors, a cache past 4 GiB. Groups chunked (every backend) and
-    chunked-device (the cuda backend only: T sweep, more block sizes and
-    dtypes)."""
+    chunked and plain tensors, a cache past 4 GiB. Groups chunked (every
+    backend) and chunked-device (the cuda backend only: T sweep, more block
+    sizes and dtypes)."""
     C = []
     i = 0
     for g, (H, Dk, Dv) in CHUNK_GEOMETRIES.items():
