@@ -2,9 +2,10 @@
 # kvgen.torch on a GPU machine without LLVM (the H200): installs the wheel
 # built elsewhere (`pip wheel . -w .whl`, carried with the work tree) into a
 # venv that sees the machine's torch, then runs, on CUDA:
-#   1. test/python/test_torch_ops.py: every preset's write/gather through
-#      torch.ops.kvgen vs the torch reference, CUDA graph capture + replay,
-#      and the CPU tests;
+#   1. test/python/test_torch_ops.py and test_torch_legacy.py: every
+#      preset's write/gather through torch.ops.kvgen vs the torch
+#      reference, vLLM's legacy reshape_and_cache (chunked layouts), CUDA
+#      graph capture + replay, and the CPU tests;
 #   2. the examples (quickstart: a layout not seen before is generated,
 #      compiled and cached on the spot; engine_swap);
 #   3. two processes on one fresh cache directory, then a third that must
@@ -40,9 +41,9 @@ echo "== 0. which kernel torch.ops.kvgen.reshape_and_cache_flash runs"
 (cd "$OUT" && time "$V/bin/python" -c 'import kvgen.torch as kt
 print(kt.fast_path_info())')
 
-echo "== 1. pytest test_torch_ops.py"
+echo "== 1. pytest test_torch_ops.py test_torch_legacy.py"
 (cd "$REPO" && "$V/bin/python" -m pytest -q -rs test/python/test_torch_ops.py \
-  2>&1 | tail -25)
+  test/python/test_torch_legacy.py 2>&1 | tail -25)
 
 echo "== 2. examples on cuda (fresh cache: generate + compile)"
 export KVGEN_CACHE_DIR="$OUT/cache2"
