@@ -5,7 +5,7 @@ has none):
 
     python3 test/python/test_attention_gpu.py --emit .dev/attn/bundle
 
-and the test runs where the GPU is (skipped, with the reason, without torch,
+(the kvgen CLI of $KVGEN_BUILD_DIR, default build/), and the test runs where the GPU is (skipped, with the reason, without torch,
 without CUDA or without the bundle):
 
     KVGEN_ATTN_BUNDLE=.dev/attn/bundle KVGEN_LIB=build-dev/lib \\
@@ -14,8 +14,16 @@ without CUDA or without the bundle):
 Path covered: the sm_90 kernel as NVRTC builds it (mma.sync, hardware fp8
 converts, ex2/tanh.approx, real CTA concurrency for the split-KV merge).
 
+Layouts: NHD / HND, separate / packed, static or launch-time strides
+(KERNELS), and chunked ones (CHUNKED_KERNELS: vLLM's legacy K [nb, H, D/x,
+bs, x] with its legacy V [nb, H, D, bs] or ROCm aiter's shuffled V [nb, H,
+bs/x, D, x]), whose caches are those dense tensors, filled and read through
+each element's offset in them (chunked_offsets: numpy-style row-major
+indices, not kvgen's address formula).
+
 Reference: each sequence's K and V gathered through its block table from
-the cache tensors themselves (torch.as_strided over the layout's strides),
+the cache tensors themselves (torch.as_strided over the layout's strides;
+chunked_offsets for chunked layouts),
 dequantized in fp32 (fp8 values times their scales), logits in fp32 with
 the causal / sliding-window mask, sinks as an extra logit of the softmax,
 soft-cap as cap * tanh(x / cap), output = softmax x V.
@@ -29,6 +37,13 @@ is not what this test measures.
 
 Every output row sits in a buffer whose padding rows hold a canary; cache
 rows past each seq_len and unused block-table entries point at NaN.
+
+Without a GPU (pytest here, with a kvgen build and torch; ~20 s): a few
+cases of each kind run GpuCase on CPU tensors through the host backend
+(kernels emitted for target host) against the same reference, and
+chunked_offsets is checked against numpy's indexing of the 5-D / 4-D
+arrays (test_cases_on_the_host_backend,
+test_chunked_offsets_match_numpy_indexing).
 """
 
 import math
@@ -83,6 +98,22 @@ KERNELS = {
     "wide_v": (4, 128, 256, 16, "bf16", "none", "nhd", "separate", 32,
                False, False, False),
 }
+# Chunked layouts (docs/layout.md "Chunked dimensions"), the same fields;
+# order names the cache tensors' forms, x = 16 bytes / element size:
+# "legacy" is vLLM's K [nb, H, D/x, bs, x] and V [nb, H, D, bs], "aiter"
+# the same K and ROCm aiter's shuffled V [nb, H, bs/x, D, x].
+CHUNKED_KERNELS = {
+    "mimo_legacy_b16": (4, 192, 128, 16, "bf16", "none", "legacy",
+                        "separate", 64, False, False, False),
+    # fp8: x = 16; blocks of 32 (at 16, aiter's V would be the legacy V).
+    "mimo_fp8_h_aiter_b32": (4, 192, 128, 32, "f8E4M3FN", "per_head",
+                             "aiter", "separate", 64, False, False, False),
+    "llama_legacy_b32": (8, 128, 128, 32, "bf16", "none", "legacy",
+                         "separate", 32, False, False, False),
+    "gptoss_aiter": (8, 64, 64, 16, "bf16", "none", "aiter", "separate",
+                     64, True, False, False),
+}
+SPECS = {**KERNELS, **CHUNKED_KERNELS}
 
 # (kernel, batch, context, query length, window)
 CASES = [
@@ -119,13 +150,32 @@ PREFILL_CASES = [
     ("mimo_swa", 12, 4096, MIXED, 128, True),
     ("wide_v", 12, 4096, MIXED, 0, True),
 ]
-CASES = CASES + PREFILL_CASES
-QUICK = [c for c in CASES if c[1] * c[2] <= 40000][:40]
+# Chunked kernels: a decode at 32k (split), a short batch, an MTP-3 batch,
+# a window; every prefill of 2k and chunk at 8k, mixed launches on both
+# plans.
+CHUNKED_CASES = [
+    *[(k, 3, 1000, 1, 0) for k in CHUNKED_KERNELS],
+    *[(k, 8, 4096, 3, 0) for k in CHUNKED_KERNELS],
+    *[(k, 1, 32768, 1, 0) for k in CHUNKED_KERNELS],
+    ("gptoss_aiter", 8, 4000, 3, 128),
+    *[(k, 1, 2048, 2048, 0, True) for k in CHUNKED_KERNELS],
+    *[(k, 2, 8192, 512, 0, True) for k in CHUNKED_KERNELS],
+    ("gptoss_aiter", 1, 3000, 3000, 128, True),
+    ("mimo_legacy_b16", 12, 4096, MIXED, 0, True),
+    ("mimo_legacy_b16", 12, 4096, MIXED, 0, False),
+    ("mimo_fp8_h_aiter_b32", 12, 4096, MIXED, 0, True),
+    ("llama_legacy_b32", 12, 4096, MIXED, 0, True),
+]
+QUICK = ([c for c in CASES + PREFILL_CASES if c[1] * c[2] <= 40000][:40] +
+         [c for c in CHUNKED_CASES if c[1] * c[2] <= 40000])
+CASES = CASES + PREFILL_CASES + CHUNKED_CASES
 
 
 def layout_of(name):
     (h, dk, dv, bs, dtype, scale, order, packing, _q, _s, _c,
-     dyn) = KERNELS[name]
+     dyn) = SPECS[name]
+    if name in CHUNKED_KERNELS:
+        return _chunked_layout(h, dk, dv, bs, dtype, scale, order)
     kw = {}
     if dyn:
         kw = dict(k_strides=(None, None, None), v_strides=(None, None, None))
@@ -133,15 +183,80 @@ def layout_of(name):
                         packing=packing, **kw)
 
 
-def emit(out):
-    kv = REPO / "build" / "bin" / "kvgen"
+def _chunked_layout(h, dk, dv, bs, dtype, scale, kind):
+    """The #kv.layout of the chunked tensors (the fields of docs/layout.md's
+    table); the test's cache addressing (chunked_offsets) does not use it."""
+    x = 16 // (1 if "f8" in dtype else 2)
+    k = (f"k_strides = [{h * dk * bs}, {x}, {dk * bs}], "
+         f"k_elem_chunks = [{x}, {bs * x}]")
+    if kind == "legacy":
+        v = f"v_strides = [{h * dv * bs}, 1, {dv * bs}], v_elem_stride = {bs}"
+    else:
+        v = (f"v_strides = [{h * dv * bs}, 1, {dv * bs}], "
+             f"v_token_chunks = [{x}, {dv * x}], v_elem_stride = {x}")
+    return kvgen.Layout.parse(
+        f"num_kv_heads = {h}, head_size_k = {dk}, head_size_v = {dv}, "
+        f"block_size = {bs}, dtype = {dtype}, scale = {scale}, {k}, {v}")
+
+
+def chunked_offsets(torch, kind, side, nb, bs, h, d, x, device):
+    """[nb, bs, h, d] int64: the element offset of (block, token, head,
+    element) in a dense row-major tensor of the engine's form (vLLM legacy
+    K [nb, h, d/x, bs, x], legacy V [nb, h, d, bs], aiter V [nb, h, bs/x, d,
+    x]): an arange of the tensor's shape, its axes permuted to (block,
+    token, head, element), not kvgen's address formula."""
+    n = torch.arange(nb * h * d * bs, device=device)
+    if side == "k":
+        t = n.view(nb, h, d // x, bs, x).permute(0, 3, 1, 2, 4)
+    elif kind == "legacy":
+        t = n.view(nb, h, d, bs).permute(0, 3, 1, 2)
+    else:
+        t = n.view(nb, h, bs // x, d, x).permute(0, 2, 4, 1, 3)
+    return t.reshape(nb, bs, h, d)
+
+
+class OffsetView:
+    """A cache component addressed through an offset tensor (chunked_offsets)
+    with the subset of a [nb, bs, h, d] view that GpuCase uses: indexing
+    (a gather), item assignment and copy_. Reads and writes go through the
+    buffer's raw bits (fp8 tensors lack index_put on some torch builds)."""
+
+    def __init__(self, torch, buf, offsets):
+        self.buf, self.offsets = buf, offsets
+        self.bits = buf.view(torch.uint8 if buf.element_size() == 1
+                             else torch.int16)
+        self.shape = tuple(offsets.shape)
+
+    def __getitem__(self, key):
+        return self.bits[self.offsets[key]].view(self.buf.dtype)
+
+    def __setitem__(self, key, value):
+        idx = self.offsets[key]
+        if not hasattr(value, "view"):  # a Python scalar
+            value = self.buf.new_full((), value)
+        self.bits[idx] = value.to(self.buf.dtype).view(
+            self.bits.dtype).expand(idx.shape)
+
+    def copy_(self, src):
+        self[...] = src
+        return self
+
+
+def emit(out, target="sm_90", names=None, build=None):
+    """Emits every SPECS kernel (or those in `names`) for `target`, decode
+    and prefill plans, into the bundle `out`, with the kvgen CLI of `build`
+    (default $KVGEN_BUILD_DIR, else <repo>/build)."""
+    build = Path(build or os.environ.get("KVGEN_BUILD_DIR", REPO / "build"))
+    kv = build / "bin" / "kvgen"
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    for name, spec in KERNELS.items():
+    for name, spec in SPECS.items():
+        if names is not None and name not in names:
+            continue
         f = out / f"{name}.mlir"
         f.write_text(f"#kv.layout<{layout_of(name).text}>\n")
         cmd = [str(kv), "emit", "--layout", str(f), "--op", "paged_attention",
-               "--num_q_heads", str(spec[8]), "--target", "sm_90",
+               "--num_q_heads", str(spec[8]), "--target", target,
                "--bundle", str(out)]
         if spec[9]:
             cmd.append("--sinks")
@@ -186,18 +301,23 @@ TORCH_FP8 = {"f8E4M3FN": "float8_e4m3fn", "f8E5M2": "float8_e5m2"}
 
 
 class GpuCase:
-    def __init__(self, torch, name, batch, ctxlen, qlen, window, seed):
+    """One launch's inputs on `device` ("cuda"; "cpu" for the host
+    backend's self-check below) and its reference."""
+
+    def __init__(self, torch, name, batch, ctxlen, qlen, window, seed,
+                 device="cuda"):
         (h, dk, dv, bs, dtype, scale, order, packing, qh, sinks, cap,
-         dyn) = KERNELS[name]
+         dyn) = SPECS[name]
         self.torch, self.name = torch, name
         self.h, self.dk, self.dv, self.bs, self.qh = h, dk, dv, bs, qh
         self.dtype, self.scale_kind = dtype, scale
         self.sinks_on, self.cap_on, self.window = sinks, cap, window
-        g = torch.Generator(device="cuda").manual_seed(seed)
+        g = torch.Generator(device=device).manual_seed(seed)
         self.g = g
         lay = layout_of(name)
         self.lay = lay
-        dev = "cuda"
+        dev = self.dev = device
+        chunked = name in CHUNKED_KERNELS
         # Context lengths: the given one, and shorter ones for batch > 1
         # (0 for the second sequence of small batches: zeros, not NaN).
         # qlen: one query length, or one per sequence (cycled).
@@ -242,6 +362,11 @@ class GpuCase:
                for i, c in enumerate(("k", "v"))]
         if lay.packed:
             ext = [max(ext), 0]
+        if chunked:  # the dense 5-D / 4-D tensors
+            dense = [self.num_blocks * h * d * bs * esize for d in (dk, dv)]
+            assert ext[0] <= dense[0] and ext[1] <= dense[1], \
+                f"kvgen's extents {ext} exceed the tensors' {dense}"
+            ext = dense
         self.kc = torch.empty(ext[0] // esize, dtype=fdt, device=dev)
         self.vc = None if lay.packed else torch.empty(ext[1] // esize,
                                                       dtype=fdt, device=dev)
@@ -255,9 +380,14 @@ class GpuCase:
         self.views = {}
         for i, (c, d) in enumerate((("k", dk), ("v", dv))):
             buf = self.kc if (i == 0 or lay.packed) else self.vc
-            st = lay.strides(c, self.dyn[i] if self.dyn else None)
-            v = buf.as_strided((self.num_blocks, bs, h, d),
-                               (st[0], st[1], st[2], 1), lay.base(c))
+            if chunked:
+                v = OffsetView(torch, buf, chunked_offsets(
+                    torch, order, c, self.num_blocks, bs, h, d, 16 // esize,
+                    dev))
+            else:
+                st = lay.strides(c, self.dyn[i] if self.dyn else None)
+                v = buf.as_strided((self.num_blocks, bs, h, d),
+                                   (st[0], st[1], st[2], 1), lay.base(c))
             x = torch.randn((self.num_blocks, bs, h, d), generator=g,
                             device=dev)
             if "f8" in dtype:
@@ -301,7 +431,7 @@ class GpuCase:
 
     def reference(self):
         torch = self.torch
-        out = torch.zeros((self.T, self.qh, self.dv), device="cuda")
+        out = torch.zeros((self.T, self.qh, self.dv), device=self.dev)
         G = self.qh // self.h
         for s, (L, n) in enumerate(zip(self.lens, self.qlens)):
             if n == 0:
@@ -309,7 +439,7 @@ class GpuCase:
             q0 = int(self.qsl[s])
             q = self.q[q0:q0 + n].float()  # [n, qh, dk]
             if L > 0:
-                t = torch.arange(L, device="cuda")
+                t = torch.arange(L, device=self.dev)
                 blk = self.table[s, t // self.bs].long()
                 kk = self.views["k"][blk, t % self.bs].float()
                 vv = self.views["v"][blk, t % self.bs].float()
@@ -324,7 +454,8 @@ class GpuCase:
                 lg = torch.einsum("nhd,lhd->hnl", q, kk) * self.softmax_scale
                 if self.cap_on:
                     lg = self.cap * torch.tanh(lg / self.cap)
-                pos = (L - n + torch.arange(n, device="cuda")).view(1, n, 1)
+                pos = (L - n + torch.arange(n, device=self.dev)).view(
+                    1, n, 1)
                 j = t.view(1, 1, L)
                 ok = j <= pos
                 if self.window:
@@ -332,8 +463,8 @@ class GpuCase:
                 lg = lg.masked_fill(~ok, float("-inf"))
             else:
                 lg = torch.full((self.qh, n, 0), float("-inf"),
-                                device="cuda")
-                vv = torch.zeros((0, self.qh, self.dv), device="cuda")
+                                device=self.dev)
+                vv = torch.zeros((0, self.qh, self.dv), device=self.dev)
             if self.sinks_on:
                 sk = self.sinks.view(self.qh, 1, 1).expand(self.qh, n, 1)
                 full = torch.cat([lg, sk], dim=2)
@@ -361,7 +492,7 @@ class GpuCase:
 
 
 def kernel_of(ctx, name, prefill=False):
-    spec = KERNELS[name]
+    spec = SPECS[name]
     opts = dict(io="bf16", num_q_heads=spec[8])
     if prefill:
         opts["prefill"] = True
@@ -520,6 +651,77 @@ if pytest is not None:
 
     def test_graph_replays_after_other_shapes(env):
         check_graph_after_other_shapes(env)
+
+    # The CPU self-check: GpuCase's inputs and reference on CPU tensors,
+    # the kernels emitted for the host backend (the same kernel source the
+    # GPU compiles, CTAs as fibers), so the cache fill and the reference's
+    # gather (chunked and not) are checked where there is no GPU.
+    HOST_CASES = [
+        ("mimo_legacy_b16", 3, 40, 1, 0),
+        ("mimo_fp8_h_aiter_b32", 2, 70, 3, 0),
+        ("llama_legacy_b32", 3, 100, 3, 0),
+        ("gptoss_aiter", 2, 90, 3, 24),
+        ("llama_legacy_b32", 1, 96, 96, 0, True),
+        ("mimo_legacy_b16", 4, 80, (33, 3, 1, 1), 0, True),
+        ("gptoss_aiter", 2, 120, 50, 32, True),
+        ("mimo_b16", 3, 40, 1, 0),
+        ("llama_fp8_t", 2, 50, 3, 0),
+        ("mimo_packed", 1, 64, 64, 0, True),
+    ]
+
+    @pytest.fixture(scope="module")
+    def host_env(tmp_path_factory, kvgen_cli, kernel_cache):
+        torch = pytest.importorskip(
+            "torch", reason="torch is not installed: no CPU self-check")
+        d = tmp_path_factory.mktemp("attention_gpu_host")
+        emit(d, target="host", names={c[0] for c in HOST_CASES},
+             build=kvgen_cli.parents[1])
+        ctx = kvgen.Context("host", cache_dir=kernel_cache)
+        ctx.load_bundle(str(d))
+        yield torch, ctx
+        ctx.close()
+
+    @pytest.mark.parametrize("case", HOST_CASES, ids=_ids)
+    def test_cases_on_the_host_backend(host_env, case):
+        """GpuCase on CPU tensors through the host backend: the output
+        matches GpuCase.reference, the canary rows stay."""
+        torch, ctx = host_env
+        name, batch, ctxlen, qlen, window = case[:5]
+        prefill = len(case) > 5 and case[5]
+        c = GpuCase(torch, name, batch, ctxlen, qlen, window, seed=5,
+                    device="cpu")
+        c.run(kernel_of(ctx, name, prefill), ctx)
+        c.check()
+
+    @pytest.mark.parametrize("name", list(CHUNKED_KERNELS))
+    def test_chunked_offsets_match_numpy_indexing(name):
+        """chunked_offsets against numpy's indexing of the engine's 5-D /
+        4-D arrays: element (block, token, head, e) of a dense tensor
+        filled with 0..n-1 is the offset chunked_offsets gives."""
+        torch = pytest.importorskip(
+            "torch", reason="torch is not installed")
+        import numpy as np
+        h, dk, dv, bs, dtype, _s, kind = SPECS[name][:7]
+        x = 16 // (1 if "f8" in dtype else 2)
+        nb = 3
+        for side, d in (("k", dk), ("v", dv)):
+            off = chunked_offsets(torch, kind, side, nb, bs, h, d, x,
+                                  "cpu").numpy()
+            n = np.arange(nb * h * d * bs)
+            if side == "k":
+                a = n.reshape(nb, h, d // x, bs, x)
+                at = (lambda b, t, hh, e: a[b, hh, e // x, t, e % x])
+            elif kind == "legacy":
+                a = n.reshape(nb, h, d, bs)
+                at = (lambda b, t, hh, e: a[b, hh, e, t])
+            else:
+                a = n.reshape(nb, h, bs // x, d, x)
+                at = (lambda b, t, hh, e: a[b, hh, t // x, e, t % x])
+            b, t, hh, e = np.meshgrid(np.arange(nb), np.arange(bs),
+                                      np.arange(h), np.arange(d),
+                                      indexing="ij")
+            np.testing.assert_array_equal(off, at(b, t, hh, e))
+            assert sorted(off.ravel()) == list(n)  # each element once
 
 
 def run(select=""):
