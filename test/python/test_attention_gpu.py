@@ -5,8 +5,9 @@ has none):
 
     python3 test/python/test_attention_gpu.py --emit .dev/attn/bundle
 
-(the kvgen CLI of $KVGEN_BUILD_DIR, default build/), and the test runs where the GPU is (skipped, with the reason, without torch,
-without CUDA or without the bundle):
+(the kvgen CLI of $KVGEN_BUILD_DIR, default build/), and the test runs
+where the GPU is (skipped, with the reason, without torch, without CUDA or
+without the bundle):
 
     KVGEN_ATTN_BUNDLE=.dev/attn/bundle KVGEN_LIB=build-dev/lib \\
         python3 -m pytest -q test/python/test_attention_gpu.py
