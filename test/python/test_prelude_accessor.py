@@ -1,9 +1,9 @@
 """The paged-cache accessor is the only prelude code that picks a K or V field.
 
-codegen/prelude/core.h's PagedKV (cache tensors, maps, scales, block ids)
-and TokenRows (the rows ops' dense K and V rows) read the K/V fields of the
-op argument structs; the family headers (rows.h, blocks.h, attention*.h)
-go through them (docs/codegen.md, "The paged-cache accessor"). This test
+codegen/prelude/paged_kv.h's PagedKV (cache tensors, maps, scales, block
+ids) and TokenRows (the rows ops' dense K and V rows) read the K/V fields of
+the op argument structs; core.h and the family headers (rows.h, blocks.h,
+attention*.h) go through them (docs/codegen.md, "The paged-cache accessor"). This test
 reads the family headers as text and fails on any read of such a field;
 assignments to one (rows.h's MLA ops filling the K/V argument struct from
 their own fields) are not reads.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 PRELUDE = Path(__file__).resolve().parents[2] / "codegen" / "prelude"
 
-FAMILY_HEADERS = ("rows.h", "blocks.h", "attention_mma.h",
+FAMILY_HEADERS = ("core.h", "rows.h", "blocks.h", "attention_mma.h",
                   "attention_shape.h", "attention_phases.h",
                   "attention_decode.h", "attention_prefill.h", "attention.h")
 
@@ -55,7 +55,7 @@ def test_family_headers_read_no_kv_field():
              for h in FAMILY_HEADERS}
     found = {h: r for h, r in found.items() if r}
     assert not found, (
-        "K/V fields read outside the accessor (core.h PagedKV/TokenRows): "
+        "K/V fields read outside the accessor (paged_kv.h PagedKV/TokenRows): "
         + "; ".join(f"{h}:{n}: {l}" for h, r in found.items() for n, l in r))
 
 
@@ -69,5 +69,5 @@ def test_the_check_sees_reads_and_not_assignments():
 
 
 def test_the_accessor_reads_them():
-    core = (PRELUDE / "core.h").read_text()
-    assert kv_field_reads(core), "core.h's accessor no longer reads them"
+    accessor = (PRELUDE / "paged_kv.h").read_text()
+    assert kv_field_reads(accessor), "paged_kv.h's accessor no longer reads them"

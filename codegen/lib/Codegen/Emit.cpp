@@ -112,9 +112,10 @@ std::string kvgen::preludeFor(StringRef target, ArrayRef<OpFamily> families) {
     appendWithoutIncludes(out, preludeText(f));
   // The argument structs, printed from the op table (kvgen/Ops.def).
   out += "extern \"C\" {\n" + formatKernelAbi() + "}\n";
-  // The kernel bodies: what every family uses, then the families asked
-  // for, each once, in OpFamily order.
+  // The kernel bodies: what every family uses (core.h, the paged-cache
+  // accessor), then the families asked for, each once, in OpFamily order.
   appendWithoutIncludes(out, preludeText("core.h"));
+  appendWithoutIncludes(out, preludeText("paged_kv.h"));
   for (OpFamily f : kAllFamilies)
     if (llvm::is_contained(families, f))
       for (StringRef h : familyHeaders(f))

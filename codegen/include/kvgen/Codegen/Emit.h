@@ -41,8 +41,9 @@ mlir::LogicalResult lowerForTarget(mlir::ModuleOp module,
 /// The device prelude of a source for `target` (gfx*, sm_*, host) holding
 /// kernels of the op families `families`: the target part, numerics, the
 /// layout map, the launch rule, the kernel ABI (every op's argument struct),
-/// the kernel bodies' core (codegen/prelude/core.h) and the bodies of those
-/// families only (each once, in OpFamily order; Ops.def KVGEN_OP_FAMILY).
+/// the kernel bodies' core (codegen/prelude/core.h, paged_kv.h) and the
+/// bodies of those families only (each once, in OpFamily order; Ops.def
+/// KVGEN_OP_FAMILY).
 /// `target` must name a target of the target table (asserted).
 std::string preludeFor(llvm::StringRef target,
                        llvm::ArrayRef<OpFamily> families);
