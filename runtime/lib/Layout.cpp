@@ -3,6 +3,7 @@
 #include "kvgen/LayoutSyntax.h"
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -85,6 +86,33 @@ bool LayoutDesc::anyChunked() const {
     if (!x.chunks.isDefault())
       return true;
   return false;
+}
+
+int64_t LayoutDesc::vectorDivisor(bool withStrides) const {
+  int64_t g = 0;
+  auto add = [&](int64_t x) {
+    if (x != kDynamic)
+      g = std::gcd(g, x < 0 ? -x : x);
+  };
+  for (int c = 0; c < numComponents(); ++c) {
+    const Chunks &k = components[size_t(c)].chunks;
+    if (k.elem != 1 && headSize(c) > 1)
+      return 1;
+    add(headSize(c));
+    // A chunk of the whole dimension is no split: its stride is unused.
+    if (k.tokenChunk && k.tokenChunk < blockSize)
+      add(k.tokenChunkStride);
+    if (k.elemChunk && k.elemChunk < headSize(c)) {
+      add(k.elemChunk);
+      add(k.elemChunkStride);
+    }
+    if (withStrides) {
+      Strides s = strides(c);
+      for (int64_t x : {s.block, s.token, s.head, base(c)})
+        add(x);
+    }
+  }
+  return g == 0 ? 1 : g;
 }
 
 bool LayoutDesc::anyDynamic() const {
@@ -655,8 +683,15 @@ std::optional<LayoutIssue> LayoutDesc::diagnose() const {
     if (k.isDefault())
       continue;
     const std::string &name = components[size_t(c)].name;
+    // The field written (for the message's position): the element stride,
+    // else the token chunks, else the element chunks.
+    const std::string written =
+        name + (k.elem != 1 ? "_elem_stride"
+                            : (k.tokenChunk || k.tokenChunkStride)
+                                  ? "_token_chunks"
+                                  : "_elem_chunks");
     if (packing == Packing::Packed)
-      return at(name + "_elem_stride",
+      return at(written,
                 "'" + name + "' has chunks or an element stride, which "
                 "kvgen serves in separate layouts only (a packed row keeps "
                 "its components' elements adjacent)");
@@ -734,6 +769,26 @@ std::optional<LayoutIssue> LayoutDesc::diagnose() const {
         if (i == 0 && x == 0)
           return at(key, "'" + key + "' block stride must be positive");
       }
+    // A chunked component's block stride must be at least the span of its
+    // (static) chunk and element dimensions (rule 1 at launch): refuse
+    // chunks that leave no block stride within kMaxStride.
+    for (int c = 0; c < numComponents(); ++c) {
+      const Chunks &k = components[size_t(c)].chunks;
+      if (k.isDefault())
+        continue;
+      const int64_t xt = k.tokenChunk ? k.tokenChunk : blockSize;
+      const int64_t xe = k.elemChunk ? k.elemChunk : headSize(c);
+      // Sizes <= 2^20, strides <= 2^38: no overflow.
+      const int64_t span = 1 + (blockSize / xt - 1) * k.tokenChunkStride +
+                           (xe - 1) * k.elem +
+                           (headSize(c) / xe - 1) * k.elemChunkStride;
+      if (span > kMaxStride)
+        return at(stridesField(*this, c),
+                  "the chunks of " + shown(*this, c) + " span " +
+                      std::to_string(span) +
+                      " elements of a block, so no block stride within " +
+                      boundText(kMaxStride) + " can hold one");
+    }
     return std::nullopt;
   }
   return diagnoseStrides(all);

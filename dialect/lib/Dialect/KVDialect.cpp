@@ -637,6 +637,14 @@ LogicalResult kvgen::kv::verifyPlanFits(Operation *op) {
   if (plan.getCacheAlignment() == Alignment::proven && l.anyDynamic())
     return op->emitOpError("plan's 'cache_alignment' = proven needs static "
                            "strides; the layout has '?' strides");
+  // Proven alignment: every static stride, row base and chunk stride a
+  // multiple of the vector (LayoutDesc::vectorDivisor).
+  if (plan.getCacheAlignment() == Alignment::proven &&
+      l.vectorDivisor(true) % vec != 0)
+    return op->emitOpError("plan's 'cache_alignment' = proven with ")
+           << vec << " elements per access, but the layout's strides, row "
+           << "bases and chunk strides are multiples of only "
+           << l.vectorDivisor(true) << " elements";
   const bool hwFp8 = llvm::TypeSwitch<Attribute, bool>(plan)
                          .Case<RowsPlanAttr, AttentionPlanAttr>(
                              [](auto p) { return p.getHwFp8(); })

@@ -106,30 +106,11 @@ kvgen::choosePlan(const LayoutDesc &layout, DType io, const Target &target,
                 " must be 0 (planned) or 1 to 1024");
   PlanChoice c;
   const int64_t cacheSize = elementSize(layout.dtype);
-  // Divisibility the vector width must respect, in elements.
-  int64_t g = 0;
-  for (int c = 0; c < layout.numComponents(); ++c)
-    g = std::gcd(g, layout.headSize(c));
+  // Divisibility the vector width must respect, in elements
+  // (LayoutDesc::vectorDivisor: head sizes, chunks and, when every stride
+  // is static, the strides and bases).
   bool allStatic = !layout.anyDynamic();
-  // Chunked dimensions (static): a vector stays inside one element chunk
-  // and every chunk start keeps it aligned; elements that are not
-  // adjacent (an element stride other than 1) move one at a time.
-  bool adjacent = true;
-  for (int c = 0; c < layout.numComponents(); ++c) {
-    const Chunks &k = layout.components[size_t(c)].chunks;
-    adjacent &= k.elem == 1;
-    for (int64_t x : {k.tokenChunkStride, k.elemChunk, k.elemChunkStride})
-      g = std::gcd(g, x);
-  }
-  if (!adjacent)
-    g = 1;
-  if (allStatic) {
-    for (int c = 0; c < layout.numComponents(); ++c) {
-      Strides s = layout.strides(c);
-      for (int64_t x : {s.block, s.token, s.head, layout.base(c)})
-        g = std::gcd(g, x);
-    }
-  }
+  const int64_t g = layout.vectorDivisor(allStatic);
   int64_t n = 1;
   // Cache accesses up to 16 bytes; the key/value (or gather output) side
   // may take 32 (two 16-byte accesses), so an fp8 cache fed bf16 moves 16

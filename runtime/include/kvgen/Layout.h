@@ -191,6 +191,17 @@ struct LayoutDesc {
   /// True when any component has chunked dimensions or an element stride
   /// other than 1 (Chunks::isDefault).
   bool anyChunked() const;
+  /// The largest n that every vector access of n elements of this layout
+  /// must respect, in elements: the gcd of the head sizes (rows have no
+  /// tail) and of the chunk sizes and chunk strides of chunked dimensions
+  /// with more than one chunk (a vector stays inside an element chunk,
+  /// every chunk start keeps it aligned); with `withStrides` also of the
+  /// static strides and row bases (alignment proven at compile time;
+  /// else checked at launch). 1 when a component's elements are not
+  /// adjacent (an element stride other than 1, head size > 1). kv-plan's
+  /// vector width is the largest power of two dividing it (within the
+  /// byte limits); the op verifier checks plans against it.
+  int64_t vectorDivisor(bool withStrides) const;
   /// Elements of one block of cache tensor t (0: the first component's or
   /// the packed rows' tensor, 1: the second component's) when they are one
   /// gap-free range starting at element block * strides.block (+ 0): static

@@ -57,3 +57,49 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16,
     k_elem_stride = ?>,
     input bf16, slots i64
+
+// -----
+
+// Reported at the chunk field written (hostile review F4: at the body's
+// start before).
+// expected-error @+3 {{'k' has chunks or an element stride, which kvgen serves in separate layouts only}}
+kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16, packing = packed,
+    k_elem_chunks = [8, 16]>,
+    input bf16, slots i64
+
+// -----
+
+// '?' strides, but chunks 2^38 apart leave no block stride within 2^38
+// (hostile review F5: accepted, and then every launch failed).
+// expected-error @+3 {{the chunks of K span 274877906952 elements of a block, so no block stride within 2^38 = 274877906944 can hold one}}
+kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 1, head_size_k = 16,
+    head_size_v = 16, block_size = 4, dtype = bf16,
+    k_strides = [?, ?, ?], k_elem_chunks = [8, 274877906944],
+    v_strides = [?, ?, ?]>, input bf16, slots i64
+
+// -----
+
+// A written plan claiming proven alignment for 8-byte accesses where K's
+// second element chunk starts at element 257 (hostile review F3; the same
+// held for plain strides not a multiple of the vector).
+// expected-error @+1 {{plan's 'cache_alignment' = proven with 8 elements per access, but the layout's strides, row bases and chunk strides are multiples of only 1 elements}}
+kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 2, head_size_k = 48,
+    head_size_v = 48, block_size = 32, dtype = f8E4M3FN, scale = per_head,
+    k_strides = [3088, 8, 1544], k_elem_chunks = [8, 257],
+    v_strides = [3072, 96, 48]>, input bf16, slots i64 {plan =
+    #kv.rows_plan<target = "sm_90", vector_bytes = 8, threads = 64,
+    tokens_per_cta = 8, small_max_tokens = 8, small_threads = 32,
+    cache_alignment = proven, hw_fp8 = true, streaming_stores = true,
+    dependent_launch = true>}
+
+// -----
+
+// expected-error @+1 {{plan's 'cache_alignment' = proven with 8 elements per access, but the layout's strides, row bases and chunk strides are multiples of only 1 elements}}
+kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 2, head_size_k = 48,
+    head_size_v = 48, block_size = 32, dtype = f8E4M3FN, scale = per_head,
+    k_strides = [3200, 99, 49]>, input bf16, slots i64 {plan =
+    #kv.rows_plan<target = "sm_90", vector_bytes = 8, threads = 64,
+    tokens_per_cta = 8, small_max_tokens = 8, small_threads = 32,
+    cache_alignment = proven, hw_fp8 = true, streaming_stores = true,
+    dependent_launch = true>}

@@ -54,3 +54,14 @@ kv.reshape_and_cache @chunks_of_4 : #kv.layout<num_kv_heads = 1,
     head_size_k = 64, head_size_v = 64, block_size = 16, dtype = bf16,
     k_strides = [1024, 4, 1024], k_elem_chunks = [4, 64]>,
     input bf16, slots i64
+
+// -----
+
+// A chunk of the whole dimension is no split: its stride is unused and
+// does not bound the vector (hostile review F2: it cut it to 2 bytes).
+// PLAN-LABEL: kv.reshape_and_cache @whole_dimension_chunks
+// PLAN-SAME: vector_bytes = 16,
+kv.reshape_and_cache @whole_dimension_chunks : #kv.layout<num_kv_heads = 2,
+    head_size_k = 16, head_size_v = 16, block_size = 16, dtype = bf16,
+    k_elem_chunks = [16, 7], v_token_chunks = [16, 3]>,
+    input bf16, slots i64
