@@ -75,6 +75,7 @@ non-const pointer fields), and a flag option (unchecked, dequantize, ...)
 given anything but a bool (TypeError).
 """
 
+import collections
 import ctypes
 import logging
 import re
@@ -91,7 +92,8 @@ from . import _capi
 #: application configures logging (e.g. logging.basicConfig(level="INFO")).
 log = logging.getLogger("kvgen")
 
-__all__ = ["Context", "Kernel", "KvgenError", "Layout", "DTYPE_SIZES",
+__all__ = ["Chunks", "Context", "Kernel", "KvgenError", "Layout",
+           "DTYPE_SIZES",
            "generator_path", "library_path", "set_generator_path", "version"]
 
 #: Size in bytes of one element of each kvgen dtype.
@@ -173,6 +175,19 @@ def __getattr__(name):
 #---------------------------------------------------------------------------
 
 _DYNAMIC = -(1 << 63)  # a '?' stride in kvgen_component_info
+
+
+class Chunks(collections.namedtuple(
+        "Chunks", "elem_stride token_chunk token_chunk_stride elem_chunk "
+        "elem_chunk_stride")):
+    """A component's chunked dimensions (Layout.chunks; kvgen_component_info
+    fields of the same names), in elements; a chunk of 0 is none."""
+    __slots__ = ()
+
+    @property
+    def is_default(self):
+        """True for adjacent elements and no chunks (NHD / HND rows)."""
+        return tuple(self) == (1, 0, 0, 0, 0)
 
 
 def _strides_text(st):
@@ -265,7 +280,10 @@ class Layout:
                 comps.append((ci.name.decode(), ci.head_size,
                               tuple(None if x == _DYNAMIC else x
                                     for x in ci.strides),
-                              bool(ci.explicit_strides), ci.base))
+                              bool(ci.explicit_strides), ci.base,
+                              Chunks(ci.elem_stride, ci.token_chunk,
+                                     ci.token_chunk_stride, ci.elem_chunk,
+                                     ci.elem_chunk_stride)))
         except BaseException:
             L.kvgen_layout_destroy(h)
             raise
@@ -285,6 +303,7 @@ class Layout:
         self._strides = {c[0]: c[2] for c in comps}
         self._explicit = {c[0]: c[2] if c[3] else None for c in comps}
         self._base = {c[0]: c[4] for c in comps}
+        self._chunks = {c[0]: c[5] for c in comps}
 
     def __del__(self):
         h = getattr(self, "_h", None)
@@ -358,6 +377,15 @@ class Layout:
     def base(self, side):
         """First column of the component in its row (packed), else 0."""
         return self._base[self._name(side)]
+
+    def chunks(self, side):
+        """The component's chunked dimensions (a Chunks; docs/layout.md,
+        "Chunked dimensions"): element e of a row at (e // elem_chunk) *
+        elem_chunk_stride + (e % elem_chunk) * elem_stride, token t of a
+        block at (t // token_chunk) * token_chunk_stride + (t %
+        token_chunk) * the token stride (a chunk of 0: none). Every NHD /
+        HND / packed layout has Chunks(1, 0, 0, 0, 0)."""
+        return self._chunks[self._name(side)]
 
     def extent_bytes(self, side, num_blocks, dynamic=None):
         """Bytes a buffer needs to hold `side` for num_blocks blocks

@@ -119,6 +119,11 @@ class ComponentInfo(ctypes.Structure):
         ("explicit_strides", ctypes.c_int),
         ("base", ctypes.c_int64),
         ("tensor", ctypes.c_int),
+        ("elem_stride", ctypes.c_int64),
+        ("token_chunk", ctypes.c_int64),
+        ("token_chunk_stride", ctypes.c_int64),
+        ("elem_chunk", ctypes.c_int64),
+        ("elem_chunk_stride", ctypes.c_int64),
     ]
 
 

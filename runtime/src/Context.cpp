@@ -605,12 +605,18 @@ kvgen_status kvgen_layout_component(kvgen_layout layout, int component,
   const LayoutDesc &l = layout->desc;
   const Component &c = l.components[size_t(component)];
   Strides s = l.strides(component);
+  const Chunks &k = c.chunks;
   *out = {c.name.c_str(),
           c.headSize,
           {s.block, s.token, s.head},
           c.strides ? 1 : 0,
           l.base(component),
-          l.tensor(component)};
+          l.tensor(component),
+          k.elem,
+          k.tokenChunk,
+          k.tokenChunkStride,
+          k.elemChunk,
+          k.elemChunkStride};
   return succeed();
 }
 

@@ -125,6 +125,26 @@ def make_slots(rng, T, nb, dtype=np.int64):
 
 # -- tests -------------------------------------------------------------------
 
+def test_layout_reports_its_chunks():
+    """Layout.chunks (kvgen_component_info's chunk fields) gives what the
+    text states: vLLM's legacy K chunks and V element stride; every
+    default component Chunks(1, 0, 0, 0, 0)."""
+    lay = kvgen.Layout.parse(
+        "num_kv_heads = 4, head_size_k = 192, head_size_v = 128, "
+        "block_size = 16, dtype = bf16, k_strides = [12288, 8, 3072], "
+        "k_elem_chunks = [8, 128], v_strides = [8192, 1, 2048], "
+        "v_token_chunks = [4, 512], v_elem_stride = 4")
+    assert lay.chunks("k") == kvgen.Chunks(1, 0, 0, 8, 128)
+    assert lay.chunks("v") == kvgen.Chunks(4, 4, 512, 0, 0)
+    assert lay.chunks("v").token_chunk_stride == 512
+    assert not lay.chunks("k").is_default
+    assert lay.strides("k") == (12288, 8, 3072)
+    plain = kvgen.Layout(4, 192, 128, 16)
+    assert plain.chunks("k").is_default and plain.chunks("v").is_default
+    # The extent follows the chunks: 2 blocks of 4 x 192 x 16 K elements.
+    assert lay.extent_bytes("k", 2) == 2 * 12288 * 2
+
+
 def test_context_properties(ctx):
     assert ctx.backend == "host"
     assert ctx.target == "host"

@@ -196,6 +196,17 @@ typedef struct kvgen_component_info {
   int explicit_strides; /**< 1 when the text states them */
   int64_t base;        /**< first column in its row (packed), else 0 */
   int tensor;          /**< the cache tensor holding it: 0 packed, else c */
+  /** Chunked dimensions (docs/layout.md, "Chunked dimensions"): element
+   * e of a row at (e / elem_chunk) * elem_chunk_stride + (e % elem_chunk)
+   * * elem_stride, token t of a block at (t / token_chunk) *
+   * token_chunk_stride + (t % token_chunk) * strides[1]; a chunk of 0 is
+   * none (then e * elem_stride, t * strides[1]). Defaults: elem_stride 1,
+   * the others 0. */
+  int64_t elem_stride;
+  int64_t token_chunk;
+  int64_t token_chunk_stride;
+  int64_t elem_chunk;
+  int64_t elem_chunk_stride;
 } kvgen_component_info;
 KVGEN_API kvgen_status kvgen_layout_component(kvgen_layout layout,
                                               int component,
