@@ -22,6 +22,17 @@ EXTRA = [
     " k_strides = [?, 320, 20480]",
     "num_kv_heads = 4, head_size_k = 192, head_size_v = 128, block_size = 16,"
     " dtype = bf16, k_strides = [?, ?, ?], v_strides = [8192, ?, 128]",
+    # Chunked dimensions: vLLM's legacy K / V, aiter's shuffled V, '?'.
+    "num_kv_heads = 4, head_size_k = 192, head_size_v = 128, block_size = 16,"
+    " dtype = bf16, k_strides = [12288, 8, 3072], k_elem_chunks = [8, 128],"
+    " v_strides = [8192, 1, 2048], v_elem_stride = 16",
+    "num_kv_heads = 2, head_size_k = 128, head_size_v = 128, block_size = 16,"
+    " dtype = f8E4M3FN, scale = per_head, k_strides = [4096, 16, 2048],"
+    " k_elem_chunks = [16, 256], v_strides = [4096, 1, 2048],"
+    " v_token_chunks = [16, 2048], v_elem_stride = 16",
+    "num_kv_heads = 2, head_size_k = 64, head_size_v = 64, block_size = 16,"
+    " dtype = bf16, k_strides = [?, ?, ?], k_elem_chunks = [8, 128],"
+    " v_strides = [?, 1, ?], v_elem_stride = 16",
 ]
 
 # Inputs the fuzzer once failed on, kept as seeds (hex): a launch of
