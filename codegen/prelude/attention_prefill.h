@@ -312,9 +312,12 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     KCHUNKS = S::KCHUNKS, KSTEPS = S::KSTEPS, NT = S::NT,
     CTA_ROWS = S::CTA_ROWS, KT = T::KT, KROW = T::KROW, VROW = T::VROW,
     STAGES = T::STAGES, CSB = T::CSB,
-    /// Elements per copy into shared memory (rows VEC-aligned or not).
-    UK = ALIGNED ? int(Pow2Gcd<HK, S::VEC>::value) : 1,
-    UV = ALIGNED ? int(Pow2Gcd<HV, S::VEC>::value) : 1,
+    /// Elements per copy into shared memory (rows VEC-aligned or not; 1 for
+    /// a side whose row elements are apart, SideVec).
+    UK = ALIGNED ? int(Pow2Gcd<HK, SideVec<typename L::k, S::VEC>::value>::value)
+                 : 1,
+    UV = ALIGNED ? int(Pow2Gcd<HV, SideVec<typename L::v, S::VEC>::value>::value)
+                 : 1,
     /// Elements per fragment load from shared memory (rows 16-byte
     /// aligned there).
     AKS = Pow2Gcd<KC, 16 / CSB>::value,

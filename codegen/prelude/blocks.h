@@ -50,9 +50,15 @@ KVGEN_DEVICE inline void copyBlocksCta(
     rounds = (total + THREADS - 1) / THREADS,
     batch = rounds < BATCH ? rounds : BATCH
   };
+  // Components whose row elements are apart move element by element
+  // (SideVec, loadCacheFrag): constants, true for every NHD / HND layout.
+  const bool whole0 = int(SideVec<C0, VEC>::value) == VEC;
+  const bool whole1 = int(SideVec<C1, VEC>::value) == VEC;
   for (int r0 = 0; r0 < int(rounds); r0 += batch) {
     Frag<CS, VEC> f[batch];
     CS *dst[batch];
+    int cmp[batch];
+    int64_t el[batch];
     KVGEN_UNROLL
     for (int j = 0; j < int(batch); ++j) {
       dst[j] = 0;
@@ -81,14 +87,24 @@ KVGEN_DEVICE inline void copyBlocksCta(
       }
       const SideMap &m = maps[comp];
       const int t = CacheTensors<L>::of(comp);
-      loadFrag<CS, VEC>(f[j], a.src[t] + elementOffset(m, from, token, head,
-                                                       elem));
+      const CS *src = a.src[t] + elementOffset(m, from, token, head, elem);
+      if (comp == 0 ? whole0 : whole1)
+        loadFrag<CS, VEC>(f[j], src);
+      else
+        loadCacheFrag<CS, VEC>(f[j], src, m, elem);
       dst[j] = a.dst[t] + elementOffset(m, to, token, head, elem);
+      cmp[j] = comp;
+      el[j] = elem;
     }
     KVGEN_UNROLL
-    for (int j = 0; j < int(batch); ++j)
-      if (dst[j])
+    for (int j = 0; j < int(batch); ++j) {
+      if (!dst[j])
+        continue;
+      if (cmp[j] == 0 ? whole0 : whole1)
         storeFrag<CS, VEC, STREAM>(dst[j], f[j]);
+      else
+        storeCacheFrag<CS, VEC, STREAM>(dst[j], f[j], maps[cmp[j]], el[j]);
+    }
   }
 }
 

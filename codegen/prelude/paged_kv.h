@@ -31,6 +31,44 @@ KVGEN_DEVICE inline SideMap sideMap(const int64_t *dyn) {
   return m;
 }
 
+/// loadFrag / storeFrag of the VEC cache elements e0 + [0, VEC) of a row in
+/// map m whose element e0 is at p: one access where they are adjacent
+/// (elemRunAdjacent: every NHD / HND row, decided at compile time), else
+/// one per element at p + elemTerm(m, e0 + i) - elemTerm(m, e0) (a side
+/// whose elements are apart, e.g. vLLM's legacy V, while the plan's
+/// vector serves the other side's adjacent rows; LayoutDesc::vectorDivisor).
+template <class T, int VEC>
+KVGEN_DEVICE inline void loadCacheFrag(Frag<T, VEC> &f, const T *p,
+                                       const SideMap &m, int64_t e0) {
+  if (elemRunAdjacent(m, VEC)) {
+    loadFrag<T, VEC>(f, p);
+    return;
+  }
+  const int64_t at0 = elemTerm(m, e0);
+  KVGEN_UNROLL
+  for (int i = 0; i < VEC; ++i)
+    f.e[i] = p[elemTerm(m, e0 + i) - at0];
+}
+template <class T, int VEC, bool STREAM>
+KVGEN_DEVICE inline void storeCacheFrag(T *p, const Frag<T, VEC> &f,
+                                        const SideMap &m, int64_t e0) {
+  if (elemRunAdjacent(m, VEC)) {
+    storeFrag<T, VEC, STREAM>(p, f);
+    return;
+  }
+  const int64_t at0 = elemTerm(m, e0);
+  KVGEN_UNROLL
+  for (int i = 0; i < VEC; ++i)
+    p[elemTerm(m, e0 + i) - at0] = f.e[i];
+}
+
+/// The elements one access of side C (a layout struct's component) moves
+/// when the plan's vector is VEC: VEC where the side's row elements are
+/// adjacent, else 1 (loadCacheFrag's per-element case, as a constant).
+template <class C, int VEC> struct SideVec {
+  enum { value = (C::elem == 1 || C::head_size <= 1) ? VEC : 1 };
+};
+
 //===----------------------------------------------------------------------===//
 // The paged-cache accessor.
 //===----------------------------------------------------------------------===//

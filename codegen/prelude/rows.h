@@ -214,10 +214,11 @@ template <class SP, int VEC, bool FIXED_COLUMN> struct WriteCta {
         const float sc = perTensor ? (x.isK ? kScale : vScale) : b.scale[j];
         const float rc =
             perTensor ? (x.isK ? kRecip : vRecip) : (quant ? 1.0f / sc : 1.0f);
-        storeFrag<CS, VEC, SP::streaming>(
+        storeCacheFrag<CS, VEC, SP::streaming>(
             dst,
             convertFrag<typename SP::io, typename SP::cache, VEC, quant, false>(
-                b.in[j], sc, rc));
+                b.in[j], sc, rc),
+            kv.map(x.isK), x.elem);
       }
     }
   }
@@ -277,10 +278,11 @@ template <class SP, int VEC> struct WriteCta<SP, VEC, true> {
             kv.template place<SP::checked != 0, SP::block_size>(a, slot[j]);
         if (pos.block < 0)
           continue;
-        storeFrag<CS, VEC, SP::streaming>(
+        storeCacheFrag<CS, VEC, SP::streaming>(
             column + slotOffset(m, pos.block, pos.offset),
             convertFrag<typename SP::io, typename SP::cache, VEC, quant, false>(
-                in[j], sc, rc));
+                in[j], sc, rc),
+            m, x.elem);
       }
     }
   }
@@ -323,8 +325,9 @@ template <class SP, int VEC, bool DEQUANT, bool FIXED_COLUMN> struct GatherCta {
         b.slot[j] = pos.block; // < 0: skipped below
         if (pos.block < 0)
           continue;
-        loadFrag<CS, VEC>(
-            b.in[j], kv.at(a, x.isK, pos.block, pos.offset, x.head, x.elem));
+        loadCacheFrag<CS, VEC>(
+            b.in[j], kv.at(a, x.isK, pos.block, pos.offset, x.head, x.elem),
+            kv.map(x.isK), x.elem);
       }
       KVGEN_UNROLL
       for (int j = 0; j < int(Map::batch); ++j) {
@@ -385,7 +388,8 @@ struct GatherCta<SP, VEC, DEQUANT, true> {
         slot[j] = pos.block; // < 0: skipped below
         if (pos.block < 0)
           continue;
-        loadFrag<CS, VEC>(in[j], column + slotOffset(m, pos.block, pos.offset));
+        loadCacheFrag<CS, VEC>(
+            in[j], column + slotOffset(m, pos.block, pos.offset), m, x.elem);
       }
       KVGEN_UNROLL
       for (int j = 0; j < int(Map::batch); ++j) {

@@ -96,9 +96,11 @@ int64_t LayoutDesc::vectorDivisor(bool withStrides) const {
   };
   for (int c = 0; c < numComponents(); ++c) {
     const Chunks &k = components[size_t(c)].chunks;
+    add(headSize(c)); // no row tail
+    // A component whose elements are apart is moved element by element
+    // (the kernels' per-element path): the vector does not address it.
     if (k.elem != 1 && headSize(c) > 1)
-      return 1;
-    add(headSize(c));
+      continue;
     // A chunk of the whole dimension is no split: its stride is unused.
     if (k.tokenChunk && k.tokenChunk < blockSize)
       add(k.tokenChunkStride);

@@ -627,13 +627,15 @@ LogicalResult kvgen::kv::verifyPlanFits(Operation *op) {
       return op->emitOpError("plan's ")
              << vec << " elements per access do not divide head size "
              << c.headSize << " of component '" << c.name << "'";
-  // A vector access moves adjacent elements (LayoutMap.h's elemRunAdjacent).
-  for (int c = 0; c < l.numComponents(); ++c)
-    if (!elemRunAdjacent(l.map(c), vec))
-      return op->emitOpError("plan's ")
-             << vec << " elements per access are not adjacent in component '"
-             << l.components[size_t(c)].name
-             << "' (its element stride or element chunks)";
+  // A vector access stays inside an element chunk of a component whose
+  // elements are adjacent and every chunk start keeps it aligned
+  // (components whose elements are apart are moved element by element;
+  // LayoutDesc::vectorDivisor).
+  if (l.vectorDivisor(false) % vec != 0)
+    return op->emitOpError("plan's ")
+           << vec << " elements per access do not fit the layout's chunks: "
+           << "its head sizes, chunk sizes and chunk strides are multiples "
+           << "of only " << l.vectorDivisor(false) << " elements";
   if (plan.getCacheAlignment() == Alignment::proven && l.anyDynamic())
     return op->emitOpError("plan's 'cache_alignment' = proven needs static "
                            "strides; the layout has '?' strides");

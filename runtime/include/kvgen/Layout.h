@@ -197,8 +197,10 @@ struct LayoutDesc {
   /// with more than one chunk (a vector stays inside an element chunk,
   /// every chunk start keeps it aligned); with `withStrides` also of the
   /// static strides and row bases (alignment proven at compile time;
-  /// else checked at launch). 1 when a component's elements are not
-  /// adjacent (an element stride other than 1, head size > 1). kv-plan's
+  /// else checked at launch). A component whose elements are not adjacent
+  /// (an element stride other than 1, head size > 1) adds its head size
+  /// only: kernels move it one element per access whatever the vector
+  /// (e.g. vLLM's legacy V beside its legacy K's 16-byte runs). kv-plan's
   /// vector width is the largest power of two dividing it (within the
   /// byte limits); the op verifier checks plans against it.
   int64_t vectorDivisor(bool withStrides) const;

@@ -80,10 +80,9 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 1, head_size_k = 16,
 
 // -----
 
-// A written plan claiming proven alignment for 8-byte accesses where K's
-// second element chunk starts at element 257 (hostile review F3; the same
-// held for plain strides not a multiple of the vector).
-// expected-error @+1 {{plan's 'cache_alignment' = proven with 8 elements per access, but the layout's strides, row bases and chunk strides are multiples of only 1 elements}}
+// A written plan of 8-byte accesses where K's second element chunk starts
+// at element 257 (hostile review F3; verified before).
+// expected-error @+1 {{plan's 8 elements per access do not fit the layout's chunks: its head sizes, chunk sizes and chunk strides are multiples of only 1 elements}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 2, head_size_k = 48,
     head_size_v = 48, block_size = 32, dtype = f8E4M3FN, scale = per_head,
     k_strides = [3088, 8, 1544], k_elem_chunks = [8, 257],
@@ -95,6 +94,8 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 2, head_size_k = 48,
 
 // -----
 
+// A written plan claiming proven alignment for 8-byte accesses at plain
+// strides that are not multiples of 8 (hostile review F3: verified before).
 // expected-error @+1 {{plan's 'cache_alignment' = proven with 8 elements per access, but the layout's strides, row bases and chunk strides are multiples of only 1 elements}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 2, head_size_k = 48,
     head_size_v = 48, block_size = 32, dtype = f8E4M3FN, scale = per_head,

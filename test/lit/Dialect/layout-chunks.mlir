@@ -6,12 +6,13 @@
 // they differ from the default; kv-plan bounds the vector width by them.
 
 // vLLM's legacy caches, MiMo geometry: K [nb, 4, 192/8, 16, 8], V [nb, 4,
-// 128, 16]. V's elements are 16 apart: one element per access (2 bytes),
-// for both sides (one vector width per kernel).
+// 128, 16]. K's 8-element chunks take 16-byte vectors; V's elements are 16
+// apart, so the kernels move V one element per access whatever the vector
+// (LayoutDesc::vectorDivisor: V adds its head size only).
 // CHECK-LABEL: kv.reshape_and_cache @vllm_legacy
 // CHECK-SAME: scale = none, k_strides = [12288, 8, 3072], k_elem_chunks = [8, 128], v_strides = [8192, 1, 2048], v_elem_stride = 16>, input bf16, slots i64
 // PLAN-LABEL: kv.reshape_and_cache @vllm_legacy
-// PLAN-SAME: vector_bytes = 2,
+// PLAN-SAME: vector_bytes = 16,
 kv.reshape_and_cache @vllm_legacy : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16,
     v_elem_stride = 16, k_elem_chunks = [8, 128],
@@ -33,12 +34,12 @@ kv.gather @legacy_k_only : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // -----
 
-// ROCm aiter, fp8: K [nb, 2, 128/16, 16, 16], shuffled V [nb, 2, 16/16,
-// 128, 16]: V's elements are 16 apart, so one byte per access.
+// ROCm aiter, fp8: K [nb, 2, 128/16, 16, 16] in 16-byte vectors, shuffled
+// V [nb, 2, 16/16, 128, 16] (elements 16 apart) element by element.
 // CHECK-LABEL: kv.reshape_and_cache @aiter_fp8
 // CHECK-SAME: k_strides = [4096, 16, 2048], k_elem_chunks = [16, 256], v_strides = [4096, 1, 2048], v_elem_stride = 16, v_token_chunks = [16, 2048]>
 // PLAN-LABEL: kv.reshape_and_cache @aiter_fp8
-// PLAN-SAME: vector_bytes = 1,
+// PLAN-SAME: vector_bytes = 16,
 kv.reshape_and_cache @aiter_fp8 : #kv.layout<num_kv_heads = 2,
     head_size_k = 128, head_size_v = 128, block_size = 16, dtype = f8E4M3FN,
     scale = per_head, k_strides = [4096, 16, 2048], k_elem_chunks = [16, 256],
