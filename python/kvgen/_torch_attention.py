@@ -114,8 +114,9 @@ import ctypes
 import torch
 
 from . import torch as _kt
-from ._views import (FLOAT_DTYPES, FP8_TORCH, CacheGeometry, dtype_name,
-                     span_bytes)
+from ._views import (FLOAT_DTYPES, FP8_TORCH, CacheGeometry,
+                     LegacyCacheGeometry, dtype_name, legacy_chunk,
+                     legacy_dims, span_bytes)
 
 SCHEMA = (
     "(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor cu_seqlens_q, "
@@ -161,7 +162,7 @@ def _prefill_min_tokens(q, k):
     kernel for q's and k's heads: ceil(PREFILL_MIN_ROWS / G) and, on CUDA
     devices, the smallest m with num_kv_heads x ceil(m G / 64) >=
     PREFILL_MIN_CTAS."""
-    h = max(1, k.shape[2])
+    h = max(1, _kv_heads(k))
     g = max(1, q.shape[1] // h)
     m = -(-PREFILL_MIN_ROWS // g)
     if q.device.type == "cuda":
@@ -175,14 +176,60 @@ def _uses_prefill(q, k, max_seqlen_q):
     plan's kernel: min(max_seqlen_q, num_tokens) x G >= PREFILL_MIN_ROWS.
     Host-known values only (shapes and the int argument): no tensor is
     read. False for shapes the checks refuse (they raise later)."""
-    if q.dim() != 3 or k.dim() != 4 or k.shape[2] < 1 or \
+    if q.dim() != 3 or k.dim() not in (4, 5) or _kv_heads(k) < 1 or \
             not isinstance(max_seqlen_q, int):
         return False
     return min(max_seqlen_q, q.shape[0]) >= _prefill_min_tokens(q, k)
 
 
+_WHO = "kvgen.unified_attention"
+
+
 def _err(msg):
-    return f"kvgen.unified_attention: {msg}"
+    return f"{_WHO}: {msg}"
+
+
+def _kv_heads(k):
+    """num_kv_heads of a k cache view of either form (_cache_dims), from
+    its shape only (unchecked)."""
+    return k.shape[1] if k.dim() == 5 else k.shape[2]
+
+
+def _cache_dims(k, v):
+    """(num_kv_heads, head_size_k, head_size_v) of the caches, from their
+    shapes only; ValueError naming k or v. Two forms, told apart by k's
+    dimensions: 4-D k and v [num_blocks, block_size, num_kv_heads,
+    head_size] (the layout from their strides: CacheGeometry), or 5-D k,
+    vLLM's legacy [num_blocks, H, Dk / x, block_size, x] (x = 16 bytes of
+    the element), with v vLLM's legacy [num_blocks, H, Dv, block_size] or
+    aiter's shuffled [num_blocks, H, block_size / x, Dv, x]
+    (LegacyCacheGeometry, the geometry of kvgen.torch's
+    reshape_and_cache)."""
+    if k.dim() == 5:
+        dims = legacy_dims(k, v, ("k", "v"), shuffled_v=True, prefix=_WHO)
+        legacy_chunk(k, v, ("k", "v"), prefix=_WHO)
+        return dims
+    for name, t in (("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(_err(
+                f"{name} has shape {list(t.shape)}, need [num_blocks, "
+                "block_size, num_kv_heads, head_size] (or a 5-D k: vLLM's "
+                "legacy [num_blocks, num_kv_heads, head_size / x, "
+                "block_size, x])"))
+    if v.shape[:3] != k.shape[:3]:
+        raise ValueError(_err(
+            f"k {list(k.shape)} and v {list(v.shape)} differ in [num_blocks,"
+            " block_size, num_kv_heads]"))
+    return k.shape[2], k.shape[3], v.shape[3]
+
+
+def _geometry(k, v, dtype, scale):
+    """The CacheGeometry of the caches' form (_cache_dims); k and v may be
+    _StandIns (len(shape), not dim())."""
+    if len(k.shape) == 5:
+        return LegacyCacheGeometry(k, v, dtype, scale, shuffled_v=True,
+                                   names=("k", "v"), prefix=_WHO)
+    return CacheGeometry(k, v, dtype, scale)
 
 
 class _AttnPlan(_kt._Plan):
@@ -229,11 +276,7 @@ def _check_cache_dtypes(k, v):
 
 def _check_kernel_args(q, k, v, softcap, sinks, k_descale, v_descale):
     """What the kernel depends on: returns (cache dtype, scale kind)."""
-    for name, t in (("k", k), ("v", v)):
-        if t.dim() != 4:
-            raise ValueError(_err(
-                f"{name} has shape {list(t.shape)}, need [num_blocks, "
-                "block_size, num_kv_heads, head_size]"))
+    heads, dk, _ = _cache_dims(k, v)
     if q.dim() != 3:
         raise ValueError(_err(f"q has shape {list(q.shape)}, need "
                               "[num_tokens, num_q_heads, head_size_k]"))
@@ -243,18 +286,12 @@ def _check_kernel_args(q, k, v, softcap, sinks, k_descale, v_descale):
     if q.shape[2] > 1 and q.stride(2) != 1:
         raise ValueError(_err(f"q's last dimension must be contiguous "
                               f"(stride {q.stride(2)}, need 1)"))
-    heads = k.shape[2]
-    if v.shape[:3] != k.shape[:3]:
-        raise ValueError(_err(
-            f"k {list(k.shape)} and v {list(v.shape)} differ in [num_blocks,"
-            " block_size, num_kv_heads]"))
     if k.shape[0] < 1:
         raise ValueError(_err(
             f"k has shape {list(k.shape)}: the caches need at least one "
             "block (kvgen's kernel takes num_blocks >= 1)"))
-    if q.shape[2] != k.shape[3]:
-        raise ValueError(_err(f"q has head_size {q.shape[2]}, k "
-                              f"{k.shape[3]}"))
+    if q.shape[2] != dk:
+        raise ValueError(_err(f"q has head_size {q.shape[2]}, k {dk}"))
     if heads < 1 or q.shape[1] < 1 or q.shape[1] % heads:
         raise ValueError(_err(
             f"q has {q.shape[1]} heads, need a positive multiple of the "
@@ -340,11 +377,12 @@ def _check(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
                               "supported, as in vLLM's Triton kernel)"))
     dtype, scale = _check_kernel_args(q, k, v, softcap, sinks, k_descale,
                                       v_descale)
+    dv = _cache_dims(k, v)[2]
     if out.dim() != 3 or out.shape[0] != q.shape[0] or \
-            out.shape[1] != q.shape[1] or out.shape[2] != v.shape[3]:
+            out.shape[1] != q.shape[1] or out.shape[2] != dv:
         raise ValueError(_err(
             f"out has shape {list(out.shape)}, need [{q.shape[0]}, "
-            f"{q.shape[1]}, {v.shape[3]}] (q's tokens and heads, v's head "
+            f"{q.shape[1]}, {dv}] (q's tokens and heads, v's head "
             "size)"))
     if out.dtype != q.dtype:
         raise TypeError(_err(f"out has dtype {out.dtype}, q {q.dtype}"))
@@ -513,7 +551,7 @@ def _kernel_plan(q, k, v, softcap, sinks, k_descale, v_descale, lse=False,
             "depend on the device (split-KV CTAs follow its multiprocessor "
             "count); pass tensors of the device, or FakeTensors of it "
             "(torch.compile's)"))
-    geo = CacheGeometry(*_addressed(k, v), dtype, scale)
+    geo = _geometry(*_addressed(k, v), dtype, scale)
     opts = dict(io=FLOAT_DTYPES[dtype_name(q)], num_q_heads=q.shape[1])
     if sinks is not None:
         opts["sinks"] = True

@@ -23,7 +23,9 @@ message. Source of the formulas: docs/layout.md ("Dense strides").
 vLLM's legacy pair (key_cache [num_blocks, H, Dk/x, block_size, x],
 value_cache [num_blocks, H, Dv, block_size]) is LegacyCacheGeometry: the
 same layout with chunked K rows (k_elem_chunks) and V elements block_size
-apart (v_elem_stride), from the tensors' strides.
+apart (v_elem_stride), from the tensors' strides; with shuffled_v it also
+takes ROCm aiter's shuffled value_cache [num_blocks, H, block_size / x, Dv,
+x] (v_token_chunks, v_elem_stride = x).
 
 K and V must not share an element (CacheGeometry.check_disjoint, run when
 the geometry is derived and by kvgen.torch on every call that is not
@@ -246,40 +248,60 @@ class CacheGeometry:
 LEGACY_CHUNK_BYTES = 16
 
 
-def legacy_dims(key_cache, value_cache):
+def legacy_dims(key_cache, value_cache, names=("key_cache", "value_cache"),
+                shuffled_v=False, prefix="kvgen"):
     """(num_kv_heads, head_size_k, head_size_v) of vLLM's legacy cache
     pair: key_cache [num_blocks, H, Dk / x, block_size, x], value_cache
-    [num_blocks, H, Dv, block_size]. Checks the dimensions only (x against
-    the element size: legacy_chunk); ValueError naming the argument."""
+    [num_blocks, H, Dv, block_size]; with shuffled_v, value_cache may also
+    be ROCm aiter's shuffled [num_blocks, H, block_size / x, Dv, x].
+    Checks the dimensions only (x against the element size:
+    legacy_chunk); ValueError "<prefix>: <name> ...", names being the
+    caller's argument names for (key_cache, value_cache)."""
+    kn, vn = names
     ks, vs = list(key_cache.shape), list(value_cache.shape)
     if len(ks) != 5:
-        raise ValueError(f"kvgen: key_cache has shape {ks}, need 5 dims "
+        raise ValueError(f"{prefix}: {kn} has shape {ks}, need 5 dims "
                          "[num_blocks, num_kv_heads, head_size / x, "
                          "block_size, x] (vLLM's legacy key cache)")
-    if len(vs) != 4:
-        raise ValueError(f"kvgen: value_cache has shape {vs}, need 4 dims "
+    if len(vs) != 4 and not (shuffled_v and len(vs) == 5):
+        aiter = (" or 5 dims [num_blocks, num_kv_heads, block_size / x, "
+                 "head_size, x] (aiter's shuffled value cache)"
+                 if shuffled_v else "")
+        raise ValueError(f"{prefix}: {vn} has shape {vs}, need 4 dims "
                          "[num_blocks, num_kv_heads, head_size, block_size] "
-                         "(vLLM's legacy value cache)")
+                         f"(vLLM's legacy value cache){aiter}")
     if ks[:2] != vs[:2]:
-        raise ValueError(f"kvgen: key_cache {ks} and value_cache {vs} differ "
+        raise ValueError(f"{prefix}: {kn} {ks} and {vn} {vs} differ "
                          "in [num_blocks, num_kv_heads]")
+    if len(vs) == 5:
+        if ks[3] != vs[2] * vs[4]:
+            raise ValueError(
+                f"{prefix}: {kn} {ks} has block_size {ks[3]} (dim 3), {vn} "
+                f"{vs} {vs[2]} x {vs[4]} = {vs[2] * vs[4]} (dims 2 and 4)")
+        return ks[1], ks[2] * ks[4], vs[3]
     if ks[3] != vs[3]:
-        raise ValueError(f"kvgen: key_cache {ks} has block_size {ks[3]} "
-                         f"(dim 3), value_cache {vs} {vs[3]} (dim 3)")
+        raise ValueError(f"{prefix}: {kn} {ks} has block_size {ks[3]} "
+                         f"(dim 3), {vn} {vs} {vs[3]} (dim 3)")
     return ks[1], ks[2] * ks[4], vs[2]
 
 
-def legacy_chunk(key_cache):
+def legacy_chunk(key_cache, value_cache=None,
+                 names=("key_cache", "value_cache"), prefix="kvgen"):
     """x of a legacy key cache: 16 bytes of its elements; ValueError when
-    its last dimension is not x."""
+    its last dimension is not x, or when value_cache is given, has 5 dims
+    (aiter's shuffled value cache) and its last dimension is not x."""
     isz = key_cache.element_size()
     x = LEGACY_CHUNK_BYTES // isz
-    if key_cache.shape[4] != x:
-        raise ValueError(
-            f"kvgen: key_cache has shape {list(key_cache.shape)}: its last "
-            f"dimension must be x = {LEGACY_CHUNK_BYTES} bytes / {isz}-byte "
-            f"elements = {x} (vLLM's legacy key cache [num_blocks, "
-            "num_kv_heads, head_size / x, block_size, x])")
+    for t, name, form in (
+            (key_cache, names[0], "vLLM's legacy key cache [num_blocks, "
+             "num_kv_heads, head_size / x, block_size, x]"),
+            (value_cache, names[1], "aiter's shuffled value cache "
+             "[num_blocks, num_kv_heads, block_size / x, head_size, x]")):
+        if t is not None and len(t.shape) == 5 and t.shape[4] != x:
+            raise ValueError(
+                f"{prefix}: {name} has shape {list(t.shape)}: its last "
+                f"dimension must be x = {LEGACY_CHUNK_BYTES} bytes / "
+                f"{isz}-byte elements = {x} ({form})")
     return x
 
 
@@ -295,24 +317,38 @@ class LegacyCacheGeometry(CacheGeometry):
         V strides s             -> v_strides = [s0, s3, s1],
                                    v_elem_stride = s2
 
+    With shuffled_v, a 5-D value_cache is ROCm aiter's shuffled V
+    [num_blocks, H, block_size / x, Dv, x], its tokens in chunks of x:
+
+        V strides s             -> v_strides = [s0, s4, s1],
+                                   v_token_chunks = [x, s2],
+                                   v_elem_stride = s3
+
     (dimensions of size 1 take their dense stride). Any strides the
     runtime proves (e.g. a [2, num_blocks, ...] allocation's halves,
     blocks padded with tokens) are served; others raise ValueError naming
     the strides. K and V must not share bytes (check_disjoint: the strides
-    differ, so any intersection of the spans is refused)."""
+    differ, so any intersection of the spans is refused). names / prefix:
+    the caller's argument names and message prefix (legacy_dims)."""
 
-    def __init__(self, key_cache, value_cache, dtype, scale):
-        heads, dk, dv = legacy_dims(key_cache, value_cache)
-        x = legacy_chunk(key_cache)
+    def __init__(self, key_cache, value_cache, dtype, scale,
+                 shuffled_v=False, names=("key_cache", "value_cache"),
+                 prefix="kvgen"):
+        heads, dk, dv = legacy_dims(key_cache, value_cache, names,
+                                    shuffled_v, prefix)
+        x = legacy_chunk(key_cache, value_cache, names, prefix)
         ks, vs = tuple(key_cache.shape), tuple(value_cache.shape)
         kst, vst = tuple(key_cache.stride()), tuple(value_cache.stride())
         isz = key_cache.element_size()
         if value_cache.element_size() != isz:
-            raise ValueError("key_cache and value_cache have different "
-                             "element sizes")
+            raise ValueError(f"{prefix}: {names[0]} and {names[1]} have "
+                             "different element sizes")
         nb, _, chunks, bs, _ = ks
         dense_k = (heads * chunks * bs * x, chunks * bs * x, bs * x, x, 1)
-        dense_v = (heads * dv * bs, dv * bs, bs, 1)
+        if len(vs) == 5:  # aiter's [nb, H, bs / x, Dv, x]
+            dense_v = (heads * dv * bs, dv * bs, dv * x, x, 1)
+        else:
+            dense_v = (heads * dv * bs, dv * bs, bs, 1)
         k = [d if n == 1 else s for n, s, d in zip(ks, kst, dense_k)]
         v = [d if n == 1 else s for n, s, d in zip(vs, vst, dense_v)]
         parts = [f"num_kv_heads = {heads}", f"head_size_k = {dk}",
@@ -323,8 +359,13 @@ class LegacyCacheGeometry(CacheGeometry):
                  f"k_elem_chunks = [{x}, {k[2]}]"]
         if k[4] != 1:
             parts.append(f"k_elem_stride = {k[4]}")
-        parts += [f"v_strides = [{v[0]}, {v[3]}, {v[1]}]",
-                  f"v_elem_stride = {v[2]}"]
+        if len(vs) == 5:
+            parts += [f"v_strides = [{v[0]}, {v[4]}, {v[1]}]",
+                      f"v_token_chunks = [{x}, {v[2]}]",
+                      f"v_elem_stride = {v[3]}"]
+        else:
+            parts += [f"v_strides = [{v[0]}, {v[3]}, {v[1]}]",
+                      f"v_elem_stride = {v[2]}"]
         self._parse(", ".join(parts), kst, vst)
         self.packed = False
         self.num_blocks, self.block_size, self.num_kv_heads = nb, bs, heads
