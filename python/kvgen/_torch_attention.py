@@ -191,8 +191,8 @@ def _err(msg):
 
 def _kv_heads(k):
     """num_kv_heads of a k cache view of either form (_cache_dims), from
-    its shape only (unchecked)."""
-    return k.shape[1] if k.dim() == 5 else k.shape[2]
+    its shape only (unchecked; any object with .shape)."""
+    return k.shape[1] if len(k.shape) == 5 else k.shape[2]
 
 
 def _cache_dims(k, v):

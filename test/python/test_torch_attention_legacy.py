@@ -335,3 +335,15 @@ def test_uint8_fp8_legacy_cache_is_refused():
         OP(**c.args(c.k.view(torch.uint8), c.v.view(torch.uint8)),
            workspace=c.workspace())
     c.run()  # as float8_e4m3fn: served
+
+
+def test_prefill_split_reads_the_legacy_heads():
+    """The kernel split (min(max_seqlen_q, T) against PREFILL_MIN_ROWS and,
+    on CUDA, PREFILL_MIN_CTAS) takes num_kv_heads from dim 1 of a 5-D k,
+    as from dim 2 of a 4-D one: MiMo (64 q / 4 kv heads) 8 tokens on the
+    CPU, 125 on CUDA, whichever form. Shapes only: stand-ins."""
+    from types import SimpleNamespace as NS
+    for dev, want in (("cpu", 8), ("cuda", 125)):
+        q = NS(shape=(1, 64, 192), device=NS(type=dev))
+        for k in (NS(shape=(10, 16, 4, 192)), NS(shape=(10, 4, 24, 16, 8))):
+            assert _ta._prefill_min_tokens(q, k) == want, (dev, k.shape)
