@@ -23,7 +23,13 @@ vllm/attention/ops/triton_unified_attention.py, then kvgen's workspace):
       [nb, bs, H, Dk + Dv] allocation (vLLM's DiffKV backends; same
       strides, V starting Dk elements after K), the halves of an
       [nb, 2, ...] allocation, padded blocks; num_blocks >= 1
-      (ValueError otherwise). dtype bf16 / f16 / f32, or a
+      (ValueError otherwise). Or, told by k having 5 dims, vLLM's legacy
+      pair as kvgen.torch's reshape_and_cache writes it: k [num_blocks,
+      num_kv_heads, Dk / x, block_size, x] (x = 16 bytes of the element),
+      v [num_blocks, num_kv_heads, Dv, block_size], or that k with ROCm
+      aiter's shuffled v [num_blocks, num_kv_heads, block_size / x, Dv,
+      x]; any strides LegacyCacheGeometry expresses. Other shapes raise
+      ValueError naming k or v (_cache_dims). dtype bf16 / f16 / f32, or a
       torch float8 dtype (e4m3fn, e5m2, and their fnuz variants) for an fp8
       cache; a uint8 cache is refused (view it as the float8 dtype it
       holds, as vLLM's Triton backend does).

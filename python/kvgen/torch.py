@@ -89,7 +89,9 @@ _C_cache_ops op; kvgen/_torch_attention.py's doc string and docs/torch.md
       workspace!=None)
       paged attention (kvgen's kv.paged_attention) of q [num_tokens,
       num_q_heads, Dk] over the caches k / v [num_blocks, block_size,
-      num_kv_heads, D] (bf16 / f16 / f32 / float8) into out [num_tokens,
+      num_kv_heads, D], or a 5-D k: reshape_and_cache's legacy pair (v
+      also aiter's shuffled [num_blocks, H, block_size / x, Dv, x]),
+      (bf16 / f16 / f32 / float8) into out [num_tokens,
       num_q_heads, Dv]; num_seqs = seqused_k.shape[0]; causal must be True,
       q_descale None. workspace (required: None raises ValueError; pass it
       positionally) holds at least unified_attention_workspace_bytes(q, k,
