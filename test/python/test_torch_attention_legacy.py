@@ -10,9 +10,9 @@ torch, there is no writer for it); the same rows go into NHD caches through
 reshape_and_cache_flash. The op over the legacy caches must match the op
 over the NHD caches to about one bf16 rounding (their kernels read with
 different vector widths, so fp32 sums may be ordered differently) and
-test_torch_attention's float64 reference (tolerance 1e-2, as there): decode, a mixed
-batch with a window and sinks (decode plan) and a chunk beside decodes
-(prefill plan), MiMo K 192 / V 128 bf16 and an fp8 e4m3 per-tensor cache,
+test_torch_attention's float64 reference (tolerance 1e-2, as there):
+decode, a mixed batch with a window and sinks (decode plan) and a chunk
+beside decodes (prefill plan), MiMo K 192 / V 128 bf16 and an fp8 e4m3 per-tensor cache,
 block sizes 16 and 32. Also opcheck, FakeTensors, the C++ kernel launching
 a repeated call, and shapes that are not a legacy pair (ValueError naming
 k / v / out / q, nothing written). CUDA variants skip without a GPU.
@@ -37,13 +37,10 @@ pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 
 import kvgen.torch as kt  # noqa: E402  (registers torch.ops.kvgen)
 from kvgen import _torch_attention as _ta  # noqa: E402
-from test_torch_attention import reference  # noqa: E402
+# The float64 reference, the devices (CUDA skipped without a GPU, with the
+# reason) and the op.
+from test_torch_attention import DEVICES, OP, reference  # noqa: E402
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(),
-                          reason="no CUDA device visible to torch (the "
-                          "CUDA tests need a GPU)")
-DEVICES = ["cpu", pytest.param("cuda", marks=cuda)]
-OP = torch.ops.kvgen.unified_attention
 NAN = float("nan")
 
 #: name -> (num_kv_heads, num_q_heads, Dk, Dv, cache dtype, kv_cache_dtype)
