@@ -16,7 +16,8 @@
 #      64 tokens, then --no-kernel) and with its Python kernels
 #      (KVGEN_TORCH_FAST=0), for the before / after of issue 11;
 #   5. test/python/test_torch_attention.py (unified_attention against the
-#      torch reference on CUDA, CUDA graphs at several batch sizes) and
+#      torch reference on CUDA, CUDA graphs at several batch sizes),
+#      test_torch_attention_legacy.py (over vLLM's legacy / aiter caches) and
 #      bench/unified_attention_overhead.py (issue 24: <= 5 us over a raw
 #      launch).
 #
@@ -69,7 +70,8 @@ echo "== 4. host overhead per call (cuda)"
 
 echo "== 5. torch.ops.kvgen.unified_attention: tests on cuda, host time"
 (cd "$REPO" && "$V/bin/python" -m pytest -q -rs \
-  test/python/test_torch_attention.py 2>&1 | tail -15)
+  test/python/test_torch_attention.py \
+  test/python/test_torch_attention_legacy.py 2>&1 | tail -15)
 (cd "$OUT" && "$V/bin/python" "$REPO/bench/unified_attention_overhead.py" \
     --device cuda &&
   "$V/bin/python" "$REPO/bench/unified_attention_overhead.py" \
