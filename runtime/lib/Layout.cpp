@@ -995,13 +995,14 @@ private:
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
   }
   static bool isDigit(char c) { return c >= '0' && c <= '9'; }
-  /// Blanks and `//` comments (to the end of the line), as in MLIR.
+  /// Blanks and `//` comments (to the end of the line: '\n' or '\r', as
+  /// MLIR's lexer ends them), as in MLIR.
   void skip() {
     while (p_ != end_) {
       if (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r') {
         ++p_;
       } else if (*p_ == '/' && p_ + 1 != end_ && p_[1] == '/') {
-        while (p_ != end_ && *p_ != '\n')
+        while (p_ != end_ && *p_ != '\n' && *p_ != '\r')
           ++p_;
       } else {
         break;
