@@ -192,6 +192,51 @@ def test_write_and_gather_bit_exact(kind, geo, bs, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_random_sequence_of_shapes(device):
+    """The op's remembered plans (per argument shapes and strides) over an
+    engine's changing calls: one process drives reshape_and_cache and
+    gather_cache through 24 calls drawn at random from token counts,
+    geometries, block sizes, cache dtypes and arrangements (repeats
+    included, so remembered plans are reused), each checked bit for bit
+    against the reference over the whole allocations."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(2026)
+    pick = __import__("random").Random(12)
+    for call in range(24):
+        kind = pick.choice(list(KINDS))
+        geo = pick.choice(list(GEOMETRIES))
+        bs = pick.choice((16, 32))
+        arrangement = pick.choice(("separate", "padded"))
+        T = pick.choice((1, 3, 17, 40))
+        cdt, kvd = KINDS[kind]
+        H, dk, dv = GEOMETRIES[geo]
+        nb = max(3, -(-T // bs) + 2)
+        allocs, kc, vc = legacy_caches(nb, H, dk, dv, bs, cdt, gen, dev,
+                                       arrangement)
+        ks, vs = _scales(pick.choice(("per_tensor", "per_head")), H, dev)
+        rdt = torch.float16 if kind == "f16" else torch.bfloat16
+        key, value = (_rows(T + 2, H, dk, gen, dev, rdt),
+                      _rows(T + 2, H, dv, gen, dev, rdt))
+        slots = _slots(T, nb, bs, gen, pick.choice((torch.int32,
+                                                    torch.int64)), dev)
+        want, wk, wv = _mirror(allocs, kc, vc)
+        torch_ref.write_legacy(key, value, wk, wv, slots, kvd, ks, vs)
+        torch.ops.kvgen.reshape_and_cache(key, value, kc, vc, slots, kvd, ks,
+                                          vs)
+        where = f"call {call}: {kind} {geo} b{bs} {arrangement} T={T}"
+        for a, w in zip(allocs, want):
+            assert torch.equal(_bits(a), _bits(w)), where
+        ko = torch.zeros(T, H, dk, dtype=rdt, device=dev)
+        vo = torch.zeros(T, H, dv, dtype=rdt, device=dev)
+        wko, wvo = ko.clone(), vo.clone()
+        torch.ops.kvgen.gather_cache(kc, vc, slots, ko, vo, kvd, ks, vs)
+        torch_ref.gather_legacy(kc, vc, slots, wko, wvo, kvd, ks, vs)
+        assert torch.equal(_bits(ko), _bits(wko)), where
+        assert torch.equal(_bits(vo), _bits(wvo)), where
+    kt.check_errors(dev)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("arrangement", ["split", "padded"])
 @pytest.mark.parametrize("kind", ["bf16", "fp8"])
 def test_strided_cache_views(kind, arrangement, device):
