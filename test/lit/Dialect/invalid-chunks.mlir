@@ -104,3 +104,19 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 2, head_size_k = 48,
     tokens_per_cta = 8, small_max_tokens = 8, small_threads = 32,
     cache_alignment = proven, hw_fp8 = true, streaming_stores = true,
     dependent_launch = true>}
+
+// -----
+
+// expected-error @+3 {{'v_elem_stride' = -16 must be 0 to 2^38 = 274877906944}}
+kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16,
+    v_strides = [8192, 1, 2048], v_elem_stride = -16>,
+    input bf16, slots i64
+
+// -----
+
+// expected-error @+3 {{'k_elem_chunks' stride -128 must be 0 to 2^38 = 274877906944}}
+kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16,
+    k_strides = [12288, 8, 3072], k_elem_chunks = [8, -128]>,
+    input bf16, slots i64
