@@ -50,9 +50,12 @@ GEOS = {
 }
 
 
-def _prefill_n(H, Hq):
-    """The shortest query that takes the prefill plan's kernel (CPU)."""
-    return -(-_ta.PREFILL_MIN_ROWS // (Hq // H))
+def _prefill_n(H, Hq, device):
+    """The shortest query that takes the prefill plan's kernel on device
+    (on CUDA devices the prefill plan also needs enough CTAs, so the
+    threshold is longer than on the CPU)."""
+    q = torch.empty(1, Hq, 1, device=device)
+    return _ta._prefill_min_tokens(q, torch.empty(1, H, 1, 1, 1))
 
 
 #: name -> (seq_lens, q_lens, window, sinks) from n = _prefill_n
@@ -77,7 +80,8 @@ class LegacyCase:
 
     def __init__(self, geo, bs, v_form, batch, seed, device="cpu"):
         H, Hq, dk, dv, cdt, kvd = GEOS[geo]
-        lens, qs, self.window, sinks = BATCHES[batch](_prefill_n(H, Hq))
+        lens, qs, self.window, sinks = BATCHES[batch](_prefill_n(H, Hq,
+                                                                 device))
         dev = torch.device(device)
         gen = torch.Generator().manual_seed(seed)
         x = 16 // torch.empty((), dtype=cdt).element_size()
