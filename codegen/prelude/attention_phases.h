@@ -281,33 +281,54 @@ attnSoftmax(float (&s)[NK][4], int64_t base, int64_t ta, int64_t tb,
             const int64_t rowPos[2], const int64_t rowLo[2],
             const float rowMul[2], float capMul, unsigned quad, float m[2],
             float l[2], float (&o)[S::NT][4], bool unmasked) {
-  enum { NT = S::NT };
+  enum { NT = S::NT, KEYS = NK * 8 };
   const float kNegInf = negInf();
-  // Logits (base 2), masks, the online softmax.
+  // Logits (base 2).
+  KVGEN_UNROLL
+  for (int nt = 0; nt < NK; ++nt)
+    KVGEN_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const int i = e >> 1;
+      const float x = s[nt][e];
+      s[nt][e] = O::logits_soft_cap ? capMul * kvgenTanh(x * rowMul[i])
+                                    : x * rowMul[i];
+    }
+  // The masks, only in steps where some row does not attend every key (a
+  // branch: most steps of a long prefill skip it). Row i attends the keys
+  // [max(ta, rowLo), min(tb - 1, rowPos)]; relative to base and clamped to
+  // [-1, KEYS] they compare in 32 bits.
+  if (!unmasked) {
+    int lo[2], hi[2];
+    KVGEN_UNROLL
+    for (int i = 0; i < 2; ++i) {
+      const int64_t a0 = (ta > rowLo[i] ? ta : rowLo[i]) - base;
+      const int64_t b0 = (tb - 1 < rowPos[i] ? tb - 1 : rowPos[i]) - base;
+      lo[i] = a0 < 0 ? 0 : (a0 > KEYS ? int(KEYS) : int(a0));
+      hi[i] = b0 < -1 ? -1 : (b0 > KEYS ? int(KEYS) : int(b0));
+    }
+    KVGEN_UNROLL
+    for (int nt = 0; nt < NK; ++nt)
+      KVGEN_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const int k = nt * 8 + 2 * int(quad) + (e & 1), i = e >> 1;
+        if (k < lo[i] || k > hi[i])
+          s[nt][e] = kNegInf;
+      }
+  }
   float mx[2] = {kNegInf, kNegInf};
   KVGEN_UNROLL
   for (int nt = 0; nt < NK; ++nt)
     KVGEN_UNROLL
     for (int e = 0; e < 4; ++e) {
       const int i = e >> 1;
-      const int64_t t = base + nt * 8 + 2 * quad + (e & 1);
-      float x = s[nt][e];
-      x = O::logits_soft_cap ? capMul * kvgenTanh(x * rowMul[i])
-                             : x * rowMul[i];
-      const bool ok = unmasked ||
-                      (t >= ta && t < tb && t <= rowPos[i] && t >= rowLo[i]);
-      x = ok ? x : kNegInf;
-      s[nt][e] = x;
-      mx[i] = x > mx[i] ? x : mx[i];
+      mx[i] = kvgenFmax(mx[i], s[nt][e]);
     }
   float alpha[2];
   KVGEN_UNROLL
   for (int i = 0; i < 2; ++i) {
-    float v = kvgenShflXor(mx[i], 1);
-    mx[i] = v > mx[i] ? v : mx[i];
-    v = kvgenShflXor(mx[i], 2);
-    mx[i] = v > mx[i] ? v : mx[i];
-    const float mNew = mx[i] > m[i] ? mx[i] : m[i];
+    mx[i] = kvgenFmax(mx[i], kvgenShflXor(mx[i], 1));
+    mx[i] = kvgenFmax(mx[i], kvgenShflXor(mx[i], 2));
+    const float mNew = kvgenFmax(mx[i], m[i]);
     const float ref = mNew == kNegInf ? 0.0f : mNew;
     alpha[i] = kvgenExp2(m[i] - ref);
     m[i] = mNew;

@@ -38,6 +38,9 @@ attnWideStep(const typename S::CS *kTile, const uint16_t *vRows,
   KVGEN_UNROLL
   for (int nt = 0; nt < NK; ++nt)
     s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+  // The lane's K row and first element; chunk c of n-tile nt is a
+  // constant distance from there.
+  const CS *kLane = kTile + (int(group) * KROW + int(quad) * KC);
   KVGEN_UNROLL
   for (int c = 0; c < KCHUNKS; ++c) {
     const int d0 = c * 4 * KC + int(quad) * KC;
@@ -45,7 +48,7 @@ attnWideStep(const typename S::CS *kTile, const uint16_t *vRows,
     KVGEN_UNROLL
     for (int nt = 0; nt < NK; ++nt) {
       Packed<CS, KC> kr;
-      loadKChunk<S, AKS>(kr, kTile + (nt * 8 + int(group)) * KROW + d0, c, n);
+      loadKChunk<S, AKS>(kr, kLane + (nt * 8 * KROW + c * 4 * KC), c, n);
       uint32_t kb[KC / 2];
       KVGEN_UNROLL
       for (int i = 0; i < KC / 2; ++i)
@@ -196,6 +199,11 @@ struct RowOrder {
   }
   static KVGEN_DEVICE inline int kAt(int i, int c) { return i * KROW + c * UK; }
   static KVGEN_DEVICE inline int vAt(int i, int c) { return i * VROW + c * UV; }
+  /// Elements from copy c to copy c + J STEP of U elements each (one row):
+  /// kAt(i, c + J STEP) - kAt(i, c) for U = UK, vAt's for U = UV.
+  template <int J, int U> struct Delta {
+    enum { linear = 1, value = J * STEP * U };
+  };
 };
 /// CoreMatrixOrder: the wgmma path's tiles, 16-bit rows in 8 x 16-byte
 /// core matrices (wgmmaRun's no-swizzle layout): element d of token i at
@@ -237,7 +245,68 @@ struct CoreMatrixOrder {
   }
   static KVGEN_DEVICE inline int kAt(int i, int c) { return at<HK>(i, c * UK); }
   static KVGEN_DEVICE inline int vAt(int i, int c) { return at<HV>(i, c * UV); }
+  /// As RowOrder::Delta: the same for every c where J STEP U elements are
+  /// whole core-matrix rows (linear), else not used.
+  template <int J, int U> struct Delta {
+    enum {
+      linear = (STEP * U) % 8 == 0,
+      value = linear ? (J * STEP * U / 8) * 64 : 0
+    };
+  };
 };
+
+/// elemTerm(m, e + N) - elemTerm(m, e) of component C's map for every e
+/// that is a multiple of the copy width (linear: N whole element chunks,
+/// or no chunks), in elements.
+template <class C, int N> struct ElemDelta {
+  enum : int64_t {
+    chunk = C::elem_chunk > 0 ? C::elem_chunk : 1,
+    linear = C::elem_chunk == 0 || N % chunk == 0,
+    value = C::elem_chunk == 0 ? N * C::elem : (N / chunk) * C::elem_chunk_stride
+  };
+};
+
+/// Copies j = J .. JN - 1 of one row of a prefill tile (stageRow): copy
+/// j = R::copy(tid, j) of U elements (component C, map m) from row src
+/// (element 0) to dst (the tile, at AT(c)), for j with c < CK (all when
+/// STEP divides CK). Where the distances from copy 0 are constants
+/// (ElemDelta, R::Delta) a copy takes them as immediate offsets from copy
+/// 0's addresses dst0 / src0; else it computes its own. (A recursive
+/// template rather than a generic lambda: NVRTC takes those for host
+/// functions.)
+template <class C, class R, int U, int CK, int J, int JN, class CS, class AT>
+KVGEN_DEVICE inline void stageCopies(CS *dst, const CS *src, CS *dst0,
+                                     const CS *src0, const SideMap &m,
+                                     unsigned tid, bool ok, const AT &at) {
+  if constexpr (J < JN) {
+    enum { N = U * int(sizeof(CS)) };
+    typedef ElemDelta<C, J * R::STEP * U> SD;
+    typedef typename R::template Delta<J, U> DD;
+    const int c = R::copy(tid, J);
+    if (CK % R::STEP == 0 || c < CK) {
+      if constexpr (SD::linear && DD::linear) {
+        static_assert(SD::value * int64_t(sizeof(CS)) < (int64_t(1) << 24),
+                      "offsets within a row");
+        copyToShared<N, int(SD::value * int64_t(sizeof(CS))),
+                     int(DD::value) * int(sizeof(CS))>(dst0, src0, ok);
+      } else {
+        copyToShared<N>(dst + at(c), src + elemTerm(m, int64_t(c) * U), ok);
+      }
+    }
+    stageCopies<C, R, U, CK, J + 1, JN>(dst, src, dst0, src0, m, tid, ok, at);
+  }
+}
+
+/// The JN copies of one row of a prefill tile (stageTile) a thread makes:
+/// stageCopies from copy 0's addresses.
+template <class C, class R, int JN, int U, int CK, class CS, class AT>
+KVGEN_DEVICE inline void stageRow(CS *dst, const CS *src, const SideMap &m,
+                                  unsigned tid, bool ok, const AT &at) {
+  const int c0 = R::copy(tid, 0);
+  stageCopies<C, R, U, CK, 0, JN>(dst, src, dst + at(c0),
+                                  src + elemTerm(m, int64_t(c0) * U), m, tid,
+                                  ok, at);
+}
 
 /// The K and V rows (HK and HV elements) of tokens first + [0, KT) into
 /// kDst / vDst in the order R (RowOrder, CoreMatrixOrder) with
@@ -247,7 +316,8 @@ struct CoreMatrixOrder {
 /// copy's source is the row's plus its elements' term (elemTerm: a
 /// constant for adjacent rows; copies of UK / UV adjacent elements, the
 /// plan's vector width bounding them by the layout's element chunks).
-template <class KV, int BS, bool CHECKED, class R, class CS>
+template <class KV, class KC, class VC, int BS, bool CHECKED, class R,
+          class CS>
 KVGEN_DEVICE inline void
 stageTile(CS *kDst, CS *vDst, const CS *kBase, const CS *vBase,
           const SideMap &kMap, const SideMap &vMap,
@@ -267,20 +337,10 @@ stageTile(CS *kDst, CS *vDst, const CS *kBase, const CS *vBase,
         kBase + (ok ? elementOffset(kMap, blk, t % BS, kvh, 0) : 0);
     const CS *vRow =
         vBase + (ok ? elementOffset(vMap, blk, t % BS, kvh, 0) : 0);
-    KVGEN_UNROLL
-    for (int j = 0; j < R::JK; ++j) {
-      const int c = R::copy(tid, j);
-      if (R::CK % R::STEP == 0 || c < R::CK)
-        copyToShared<R::UK * int(sizeof(CS))>(
-            kDst + R::kAt(i, c), kRow + elemTerm(kMap, c * R::UK), ok);
-    }
-    KVGEN_UNROLL
-    for (int j = 0; j < R::JV; ++j) {
-      const int c = R::copy(tid, j);
-      if (R::CV % R::STEP == 0 || c < R::CV)
-        copyToShared<R::UV * int(sizeof(CS))>(
-            vDst + R::vAt(i, c), vRow + elemTerm(vMap, c * R::UV), ok);
-    }
+    stageRow<KC, R, R::JK, R::UK, R::CK>(
+        kDst, kRow, kMap, tid, ok, [&](int c) { return R::kAt(i, c); });
+    stageRow<VC, R, R::JV, R::UV, R::CV>(
+        vDst, vRow, vMap, tid, ok, [&](int c) { return R::vAt(i, c); });
   }
 }
 
@@ -385,7 +445,7 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
                           RowOrder<KT, HK, HV, UK, UV, KROW, VROW,
                                    P::threads> >::type Order;
   auto stage = [&](int64_t k) {
-    stageTile<KV, BS, !O::unchecked, Order>(
+    stageTile<KV, typename L::k, typename L::v, BS, !O::unchecked, Order>(
         sm.k[k % STAGES], sm.v[k % STAGES], kBase, vBase, kMap, vMap, a, table,
         t0 + k * KT, ta, tb, kvh, tid);
     copyToSharedCommit();

@@ -70,19 +70,22 @@ template <> struct VecBytes<32> { typedef vec32_t type; };
 /// and a CTA barrier: the target's asynchronous copy where its prelude
 /// has one (KVGEN_COPY_ASYNC: NVIDIA cp.async, 4-16 bytes), else a load
 /// and a store now (commit and wait then do nothing).
-template <int N>
+/// SRC_OFF / DST_OFF: bytes (>= 0) added to src / dst, as immediate
+/// offsets of the instruction where the target has them (the copies of one
+/// row then share base registers).
+template <int N, int SRC_OFF = 0, int DST_OFF = 0>
 KVGEN_DEVICE inline void copyToShared(void *dst, const void *src, bool valid) {
 #ifdef KVGEN_COPY_ASYNC
   if (N >= 4) {
-    kvgenCopyAsync<(N >= 4 ? N : 4)>(dst, src, valid);
+    kvgenCopyAsync<(N >= 4 ? N : 4), SRC_OFF, DST_OFF>(dst, src, valid);
     return;
   }
 #endif
   typedef typename VecBytes<N>::type V;
   V v = V();
   if (valid)
-    v = *reinterpret_cast<const V *>(src);
-  *reinterpret_cast<V *>(dst) = v;
+    v = *reinterpret_cast<const V *>(static_cast<const char *>(src) + SRC_OFF);
+  *reinterpret_cast<V *>(static_cast<char *>(dst) + DST_OFF) = v;
 }
 KVGEN_DEVICE inline void copyToSharedCommit() {
 #ifdef KVGEN_COPY_ASYNC

@@ -95,6 +95,10 @@ __attribute__((device)) inline float kvgenLoadCoherent(const float *p) {
 __attribute__((device)) inline float kvgenExp2(float x) {
   return __builtin_exp2f(x);
 }
+/// The larger of a and b; a NaN operand gives the other (IEEE maxNum).
+__attribute__((device)) inline float kvgenFmax(float a, float b) {
+  return __builtin_fmaxf(a, b);
+}
 __attribute__((device)) inline float kvgenLog2(float x) {
   return __builtin_log2f(x);
 }

@@ -332,6 +332,8 @@ inline float kvgenLoadCoherent(const float *p) { return *p; }
 /// caches, two fp8 steps per load batch).
 #define KVGEN_ATTN_TUNED 1
 inline float kvgenExp2(float x) { return __builtin_exp2f(x); }
+/// The larger of a and b; a NaN operand gives the other (IEEE maxNum).
+inline float kvgenFmax(float a, float b) { return __builtin_fmaxf(a, b); }
 inline float kvgenTanh(float x) { return __builtin_tanhf(x); }
 inline float kvgenLog2(float x) { return __builtin_log2f(x); }
 

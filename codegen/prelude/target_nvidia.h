@@ -205,12 +205,16 @@ __device__ inline void kvgenLaunchDependents() {}
 /// bulk_copy does not compile (blocks.h).
 namespace kvgen {
 /// The 32-bit shared-memory address of a generic pointer into shared memory.
+/// A conversion the optimizer understands (an address-space cast, not asm),
+/// so that constant offsets from a tile's address stay immediates of the
+/// shared-memory instructions.
 __device__ inline unsigned kvgenSharedAddress(const void *p) {
-  unsigned a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }"
-      : "=r"(a)
-      : "l"(p));
-  return a;
+#if defined(__CUDACC_RTC__)
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+#else // clang without CUDA headers: the cast its __cvta_generic_to_shared does
+  return static_cast<unsigned>(
+      (__SIZE_TYPE__)(const void __attribute__((address_space(3))) *)p);
+#endif
 }
 
 /// Asynchronous copies from global to shared memory (PTX ISA 7.0+, sm_80+,
@@ -222,20 +226,34 @@ __device__ inline unsigned kvgenSharedAddress(const void *p) {
 /// pending; a CTA barrier after it makes every thread's data visible.
 /// 16-byte copies bypass L1 (.cg), smaller ones cannot (.ca).
 #define KVGEN_COPY_ASYNC 1
-template <int N>
+/// SRC_OFF / DST_OFF (>= 0): bytes added to src / dst as the instruction's
+/// immediate offsets ([reg+imm]), so that the copies of one row share
+/// their base registers.
+template <int N, int SRC_OFF = 0, int DST_OFF = 0>
 __device__ inline void kvgenCopyAsync(void *dst, const void *src,
                                       bool valid) {
   static_assert(N == 4 || N == 8 || N == 16, "cp.async copies 4, 8, 16 bytes");
+  static_assert(SRC_OFF >= 0 && DST_OFF >= 0, "non-negative offsets");
   const unsigned d = kvgenSharedAddress(dst);
   const int n = valid ? N : 0;
-  if (N == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d),
-                 "l"(src), "r"(n)
+  if (SRC_OFF == 0 && DST_OFF == 0) {
+    if (N == 16)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d),
+                   "l"(src), "r"(n)
+                   : "memory");
+    else
+      asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(d),
+                   "l"(src), "n"(N), "r"(n)
+                   : "memory");
+  } else if (N == 16) {
+    asm volatile("cp.async.cg.shared.global [%0+%3], [%1+%4], 16, %2;" ::"r"(d),
+                 "l"(src), "r"(n), "n"(DST_OFF), "n"(SRC_OFF)
                  : "memory");
-  else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(d),
-                 "l"(src), "n"(N), "r"(n)
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0+%4], [%1+%5], %2, %3;" ::"r"(d),
+                 "l"(src), "n"(N), "r"(n), "n"(DST_OFF), "n"(SRC_OFF)
                  : "memory");
+  }
 }
 /// Four 8x8 matrices of 16-bit elements from shared memory, transposed
 /// (ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16, PTX ISA 6.5+, sm_75+:
@@ -534,6 +552,13 @@ __device__ inline void kvgenLoadCoherent4(const float *p, float *v) {
                : "memory");
 }
 /// 2^x (ex2.approx.ftz: max relative error 2^-22; -inf -> +0).
+/// The larger of a and b; a NaN operand gives the other (max.f32: one
+/// FMNMX, where a compare and a select cost two instructions).
+__device__ inline float kvgenFmax(float a, float b) {
+  float r;
+  asm("max.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
 __device__ inline float kvgenExp2(float x) {
   float r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
