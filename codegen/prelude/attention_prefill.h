@@ -458,18 +458,27 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   const int vCol = int(group) * NT;
   const int vCount = HV - vCol >= NT ? NT : (HV > vCol ? HV - vCol : 0);
-  if (tiles > 0)
-    stage(0);
+  // Tiles 0 .. STAGES - 2 ahead of the loop; iteration k loads tile k +
+  // STAGES - 1 (into tile k - 1's buffer, free since the barrier that ended
+  // iteration k - 1) or commits an empty group past the last tile, so that
+  // tile k is complete when at most STAGES - 1 groups are pending.
+  KVGEN_UNROLL
+  for (int k = 0; k < STAGES - 1; ++k) {
+    if (k < tiles)
+      stage(k);
+    else
+      copyToSharedCommit();
+  }
   for (int64_t k = 0; k < tiles; ++k) {
     if (STAGES == 1) {
-      if (k > 0)
-        stage(k);
+      stage(k);
       copyToSharedWait<0>();
-    } else if (k + 1 < tiles) {
-      stage(k + 1);
-      copyToSharedWait<1>();
     } else {
-      copyToSharedWait<0>();
+      if (k + STAGES - 1 < tiles)
+        stage(k + STAGES - 1);
+      else
+        copyToSharedCommit();
+      copyToSharedWait<(STAGES > 1 ? STAGES - 1 : 0)>();
     }
     if constexpr (WG)
       wgmmaSharedFence();

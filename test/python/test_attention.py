@@ -643,6 +643,43 @@ def test_prefill_wgmma_checked_flags_bad_block_numbers(ctx_prefill_wgmma):
     test_prefill_checked_flags_bad_block_numbers(ctx_prefill_wgmma)
 
 
+#: kv-plan's tile-stages: K/V tile buffers other than the planned two (the
+#: kernel loads tile_stages - 1 tiles ahead, committing empty groups past
+#: the last tile), on the mma.sync body (3, 4) and the wgmma body (1, 3, 4).
+#: The contexts of one module load kernels of the same names with other
+#: plans side by side: before the host prelude's symbols were hidden
+#: (Emit.cpp preludeFor), the second library used the first one's
+#: shared-memory buffer (a GNU unique symbol), sized for two stages, and
+#: the process died of heap corruption.
+STAGES_GEOS = ["mimo_nhd", "mimo_hnd_sinks_window", "block256"]
+
+
+@pytest.fixture(scope="module", params=["tile-stages=3", "tile-stages=4",
+                                        "tile-stages=1 wgmma=1",
+                                        "tile-stages=3 wgmma=1",
+                                        "tile-stages=4 wgmma=1"])
+def ctx_prefill_stages(request, tmp_path_factory, kvgen_cli, kernel_cache):
+    c, bundle = host_context(tmp_path_factory, kernel_cache, request.param,
+                             names=STAGES_GEOS, prefill=True)
+    stages = request.param.split()[0].split("=")[1]
+    sources = [f for f in bundle.iterdir() if f.suffix == ".cpp"]
+    assert len(sources) == len(STAGES_GEOS)
+    for f in sources:
+        assert f"tile_stages = {stages}," in f.read_text(), f
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("case", ["prefill", "chunk_window", "mixed_prefill"])
+@pytest.mark.parametrize("geo", STAGES_GEOS)
+def test_prefill_tile_stages(ctx_prefill_stages, geo, case):
+    """The prefill plan with 1, 3 or 4 tile buffers against the reference
+    (the buffer of tile k is k % tile_stages; a wrong prefetch distance or
+    buffer reads another tile's keys)."""
+    run_case(ctx_prefill_stages, geo, *PREFILL_CASES[case], prefill=True,
+             seed=case)
+
+
 #: wgmma-fit geometries whose cache rows are only 8-byte aligned (static
 #: token strides of 68 and 132 elements): kv-plan proves that alignment
 #: (vector_bytes = 8) and still plans wgmma with wgmma=1, so the

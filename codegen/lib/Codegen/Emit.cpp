@@ -101,6 +101,16 @@ std::string kvgen::preludeFor(StringRef target, ArrayRef<OpFamily> families) {
   // The target's capabilities (its table entry) as KVGEN_TARGET_* macros,
   // which the target prelude tests: they are stated once, in the table.
   out += capabilityDefines(*t->info);
+  // Host kernels are shared libraries loaded side by side (RTLD_LOCAL).
+  // Kernels of one name but different plans (KVGEN_PLAN_OPTIONS) have
+  // same-named prelude instantiations, whose function-local statics (the
+  // CTA's shared memory, KVGEN_SHARED) GCC exports as STB_GNU_UNIQUE
+  // objects that the dynamic linker unifies across libraries: the second
+  // library would use the first one's buffer, sized for the other plan.
+  // Hidden symbols are never unified; the emitted entries follow the pop.
+  const bool host = t->vendor() == Vendor::Host;
+  if (host)
+    out += "#pragma GCC visibility push(hidden)\n";
   appendWithoutIncludes(out, preludeText("common.h"));
   appendWithoutIncludes(out, preludeText(t->info->prelude));
   // Targets with MFMA (or its simulation): the m16n8k16 fragments on it,
@@ -120,6 +130,8 @@ std::string kvgen::preludeFor(StringRef target, ArrayRef<OpFamily> families) {
     if (llvm::is_contained(families, f))
       for (StringRef h : familyHeaders(f))
         appendWithoutIncludes(out, preludeText(h));
+  if (host)
+    out += "#pragma GCC visibility pop\n";
   return out;
 }
 

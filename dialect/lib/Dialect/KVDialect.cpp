@@ -460,8 +460,9 @@ LogicalResult AttentionPlanAttr::verify(
                             "'tile_tokens', 'tile_stages' and "
                             "'dynamic_smem_bytes' 0), got "
                          << tileTokens;
-    if (tileStages != 1 && tileStages != 2)
-      return emitError() << "'tile_stages' must be 1 or 2, got " << tileStages;
+    if (tileStages < 1 || tileStages > kMaxTileStages)
+      return emitError() << "'tile_stages' must be 1 to " << int(kMaxTileStages)
+                         << ", got " << tileStages;
     const int64_t most = t->info->maxDynamicSmemBytes;
     if (dynamicSmemBytes < 1 || dynamicSmemBytes > most)
       return emitError() << "'dynamic_smem_bytes' = " << dynamicSmemBytes

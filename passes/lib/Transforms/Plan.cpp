@@ -234,7 +234,7 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
                           const Target &target, int64_t rowGroup,
                           int64_t partialFloatsPerRow, bool warpRowTiles,
                           int64_t threads, int64_t splitCtas,
-                          std::string *error) {
+                          std::string *error, int64_t tileStages) {
   // Cache access width and alignment as for the other kernels.
   FailureOr<PlanChoice> base = choosePlan(layout, io, target, 1, 0, 1, 0,
                                           error);
@@ -269,8 +269,21 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
         int(layout.headSize(kKey) * elem), int(layout.headSize(kValue) * elem));
     const int64_t most = target.info->maxDynamicSmemBytes;
     c.tileTokens = attnTileTokens(tokenBytes, most);
-    c.tileStages = attnTileStages(tokenBytes, int(c.tileTokens), most);
+    c.tileStages = tileStages > 0
+                       ? tileStages
+                       : attnTileStages(tokenBytes, int(c.tileTokens), most);
     c.dynamicSmemBytes = c.tileStages * c.tileTokens * tokenBytes;
+    if (tileStages > 0 && c.dynamicSmemBytes > most) {
+      if (error)
+        *error = "tile-stages = " + std::to_string(tileStages) + ": " +
+                 std::to_string(tileStages) + " tiles of " +
+                 std::to_string(c.tileTokens) + " tokens take " +
+                 std::to_string(c.dynamicSmemBytes) +
+                 " bytes of shared memory, more than the " +
+                 std::to_string(most) + " a CTA of target '" +
+                 target.info->name + "' may use";
+      return failure();
+    }
     if (c.dynamicSmemBytes > most) {
       if (error)
         *error = "a prefill CTA's K/V tile of 16 tokens takes " +
@@ -342,12 +355,17 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
         {"min-ctas-per-sm", minCtasPerSm, -1, INT32_MAX},
         {"mfma", mfma, -1, 1},
         {"wgmma", wgmma, -1, 1},
+        {"tile-stages", tileStages, -1, kMaxTileStages},
     };
     for (const Range &r : ranges)
       if (r.value < r.min || r.value > r.max)
         return emitError(getOperation().getLoc())
                << "kv-plan: option " << r.name << " = " << r.value
                << " is outside [" << r.min << ", " << r.max << "]";
+    if (tileStages == 0)
+      return emitError(getOperation().getLoc())
+             << "kv-plan: option tile-stages = 0 must be -1 (planned) or 1 "
+             << "to " << int(kMaxTileStages);
     // 0 would read as "planned" elsewhere; here it is no stage at all.
     if (bulkStages != -1 &&
         (bulkStages < 1 || bulkStages > 16 ||
@@ -378,7 +396,8 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
               ? chooseRowTiledPlan(
                     op.getLayout().getDesc(), *fromMlirType(op.getRowType()),
                     *parsed, op.getRowGroup(), op.getPartialFloatsPerRow(),
-                    op.getWarpRowTiles(), threads, splitCtas, &error)
+                    op.getWarpRowTiles(), threads, splitCtas, &error,
+                    tileStages > 0 ? int64_t(tileStages) : -1)
               : choosePlan(op.getLayout().getDesc(),
                            *fromMlirType(op.getRowType()), *parsed,
                            op.getWorkItemTokens(), threads, tokensPerCta,

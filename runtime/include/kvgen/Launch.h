@@ -146,6 +146,10 @@ KVGEN_HD constexpr int attnTileTokens(int64_t tokenBytes, int64_t budget) {
          : 2 * 32 * tokenBytes <= budget ? 32
                                          : 16;
 }
+/// The most K/V tile buffers a prefill plan may have (kv-plan's
+/// tile-stages, the plan verifier): the kernel loads up to
+/// tile_stages - 1 tiles ahead of the one it computes.
+enum : int { kMaxTileStages = 4 }; // an enum: unused in a kernel, no warning
 /// Stages (buffers) of those tiles: 2 where they fit, else 1.
 KVGEN_HD constexpr int attnTileStages(int64_t tokenBytes, int tileTokens,
                                       int64_t budget) {

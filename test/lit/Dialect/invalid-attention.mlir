@@ -192,6 +192,16 @@ kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // -----
 
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    // expected-error @+1 {{'tile_stages' must be 1 to 4, got 5}}
+    num_q_heads 64 prefill {plan = #kv.attention_plan<target = "sm_90",
+    vector_bytes = 16, threads = 128, rows_per_cta = 64, row_group = 16,
+    item_ctas = 4, tile_tokens = 16, tile_stages = 5,
+    dynamic_smem_bytes = 57600, cache_alignment = proven, hw_fp8 = false>}
+
+// -----
+
 // expected-error @+1 {{'kv.paged_attention' op only a prefill plan has 'tile_tokens', 'tile_stages' and 'dynamic_smem_bytes'}}
 kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,

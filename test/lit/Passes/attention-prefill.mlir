@@ -6,6 +6,11 @@
 // RUN: kvgen-opt --kv-plan=target=host %s | FileCheck %s --check-prefix=SM80
 // RUN: kvgen-opt --kv-plan=target=sm_90 --convert-kv-to-emitc %s | FileCheck %s --check-prefix=EMITC
 // RUN: not kvgen-opt --kv-plan="target=sm_90 split-ctas=8" %s 2>&1 | FileCheck %s --check-prefix=SPLIT
+// RUN: kvgen-opt --kv-plan="target=sm_90 tile-stages=4" %s | FileCheck %s --check-prefix=STAGES4
+// RUN: kvgen-opt --kv-plan="target=sm_90 tile-stages=1" %s | FileCheck %s --check-prefix=STAGES1
+// RUN: not kvgen-opt --kv-plan="target=sm_80 tile-stages=4" %s 2>&1 | FileCheck %s --check-prefix=STAGES-BIG
+// RUN: not kvgen-opt --kv-plan="target=sm_90 tile-stages=0" %s 2>&1 | FileCheck %s --check-prefix=STAGES0
+// RUN: not kvgen-opt --kv-plan="target=sm_90 tile-stages=5" %s 2>&1 | FileCheck %s --check-prefix=STAGES5
 
 // The prefill plan: one m16 tile of query rows per warp (4 warps: 64 rows
 // per CTA), a CTA per kv head, never split (no split fields), and on AMD
@@ -32,6 +37,13 @@
 // EMITC: static constexpr int rows_per_cta = 64, row_group = 16, item_ctas = 4;
 // EMITC: static constexpr int tile_tokens = 64, tile_stages = 2, dynamic_smem_bytes = 92160;
 // EMITC: static constexpr bool prefill = true;
+// tile-stages forces the buffers (A/B benchmarks): 4 x 46080 bytes fit
+// sm_90's 227 KiB, not sm_80's 163 KiB.
+// STAGES4: tile_tokens = 64, tile_stages = 4, dynamic_smem_bytes = 184320,
+// STAGES1: tile_tokens = 64, tile_stages = 1, dynamic_smem_bytes = 46080,
+// STAGES-BIG: kv-plan: tile-stages = 4: 4 tiles of 64 tokens take 184320 bytes of shared memory, more than the {{[0-9]+}} a CTA of target 'sm_80' may use
+// STAGES0: kv-plan: option tile-stages = 0 must be -1 (planned) or 1 to 4
+// STAGES5: kv-plan: option tile-stages = 5 is outside [-1, 4]
 // SPLIT: kv-plan: a prefill plan (warp row tiles) does not split the context: split-ctas must be 0 or planned
 kv.paged_attention @mimo_prefill : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,

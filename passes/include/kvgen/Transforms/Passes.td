@@ -80,6 +80,12 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
            "(each warp's mma.sync), 1 on every prefill plan (the host "
            "simulates it; fails where the target lacks it or the op does "
            "not fit); other plans never use it">,
+    Option<"tileStages", "tile-stages", "int64_t", /*default=*/"-1",
+           "prefill plans of paged attention: K/V tile buffers in shared "
+           "memory (the kernel loads up to tile-stages - 1 tiles ahead); "
+           "-1 lets the pass choose (2 where two fit), n in 1..4 forces n "
+           "(for A/B benchmarks; fails where n tiles exceed the target's "
+           "dynamic shared memory); other plans ignore it">,
   ];
   let dependentDialects = ["::kvgen::kv::KVDialect"];
 }

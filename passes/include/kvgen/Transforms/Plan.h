@@ -110,13 +110,15 @@ constexpr int64_t kMaxSplitCtas = 512;
 /// rows, and no split (split_ctas 0; a forced splitCtas > 0 fails);
 /// else rows_per_cta = 16.
 /// threads > 0 forces the CTA size (whole warps); splitCtas >= 0 forces
-/// split_ctas (0: never split). See Plan.cpp. Fails as choosePlan does.
+/// split_ctas (0: never split); tileStages > 0 forces a prefill plan's
+/// tile_stages (1 to kMaxTileStages). See Plan.cpp. Fails as choosePlan
+/// does.
 llvm::FailureOr<PlanChoice>
 chooseRowTiledPlan(const LayoutDesc &layout, DType io, const Target &target,
                    int64_t rowGroup, int64_t partialFloatsPerRow,
                    bool warpRowTiles = false, int64_t threads = 0,
-                   int64_t splitCtas = -1,
-                   std::string *error = nullptr);
+                   int64_t splitCtas = -1, std::string *error = nullptr,
+                   int64_t tileStages = -1);
 
 } // namespace kvgen
 
