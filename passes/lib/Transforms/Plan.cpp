@@ -60,8 +60,9 @@
 //               (head_size_v <= 256; kv::wgmmaUnfit): Q K^T and P V run
 //               on wgmma.mma_async, A from registers, B the K / V tile in
 //               shared memory, one warpgroup per 64 query rows. Not with
-//               mfma. Not chosen by default yet (kWgmmaByDefault: not
-//               run on a GPU so far). The option wgmma=1 asks for it on
+//               mfma. Not chosen by default (kWgmmaByDefault: correct on
+//               an H100 but slower than mma.sync there). The option
+//               wgmma=1 asks for it on
 //               every prefill plan, also on the host, whose prelude
 //               simulates it (tests); a prefill plan that cannot have it
 //               is then an error naming why, other plans never have it;
@@ -313,11 +314,12 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
   // fits it (whole warpgroups, a 16-bit cache of the query's type, head
   // sizes of whole k16 steps: kv::wgmmaUnfit, which the op verifier
   // applies too).
-  // Off by default for now (kWgmmaByDefault): the path was written and
-  // checked on the host's simulation and by NVRTC / ptxas for sm_90a, but
-  // no GPU was lent to run it (docs/performance.md, "Ninth round"); an
-  // engine's prefill stays on the mma.sync body, measured on the H200,
-  // until a GPU run checks it. wgmma=1 asks for it.
+  // Off by default (kWgmmaByDefault): on an H100 the path is correct
+  // (test_attention_gpu.py's prefill cases, memcheck clean) but slower
+  // than the mma.sync body (MiMo 32k prefill 139 ms against 84 with one
+  // warpgroup per CTA, 93 against 80 with two; docs/performance.md,
+  // "Tenth round": each tile waits for its products, nothing overlaps the
+  // softmax). wgmma=1 asks for it.
   constexpr bool kWgmmaByDefault = false;
   c.wgmma = kWgmmaByDefault && target.caps().wgmma && warpRowTiles &&
             c.threads % kWgmmaGroupThreads == 0 && !c.mfma &&
