@@ -1,30 +1,38 @@
 #!/usr/bin/env bash
-# Issue 23's prefill checks on a GPU machine without LLVM (the H200), one
-# call. Emit the bundles on the MLIR build first and carry the archive:
+# Issue 23's prefill checks on a GPU machine without LLVM (H200 or H100),
+# one call. Emit the bundles on the MLIR build first and carry the archive:
 #
 #   python3 test/python/test_attention_gpu.py --emit .dev/attn/bundle
 #   python3 bench/bench_attention.py --emit .dev/attn/bench_bundle
-#   KVGEN_PLAN_OPTIONS=threads=256 \
-#       python3 bench/bench_attention.py --emit .dev/attn/bench_bundle256
-#   # the prefill body on warpgroup MMA (kv-plan wgmma=1; not chosen by
-#   # default until this script has passed on an H200):
+#   # variants (any .dev/attn/bundle_* / bench_* directory is run):
 #   KVGEN_PLAN_OPTIONS=wgmma=1 \
 #       python3 test/python/test_attention_gpu.py --emit .dev/attn/bundle_wg
+#   KVGEN_PLAN_OPTIONS="wgmma=1 tile-stages=3" \
+#       python3 test/python/test_attention_gpu.py --emit .dev/attn/bundle_wgs3
 #   KVGEN_PLAN_OPTIONS=wgmma=1 \
 #       python3 bench/bench_attention.py --emit .dev/attn/bench_wg
+#   KVGEN_PLAN_OPTIONS=threads=256 \
+#       python3 bench/bench_attention.py --emit .dev/attn/bench_bundle256
 #   KVGEN_PLAN_OPTIONS="wgmma=1 threads=256" \
 #       python3 bench/bench_attention.py --emit .dev/attn/bench_wg256
+#   KVGEN_PLAN_OPTIONS="wgmma=1 threads=256 tile-stages=4" \
+#       python3 bench/bench_attention.py --emit .dev/attn/bench_wg256s4
 #   (cd .dev && tar -cJf attn.tar.xz attn)
+#
+# (threads=256 emits no decode kernels for some geometries: 256 threads
+# give the decode CTA more static shared memory than sm_90 allows; the
+# bench rows then say "tiled: no kernel". Test bundles need the decode
+# kernels too: emit them without threads=256.)
 #
 # and there:  bash scripts/device_prefill_check.sh $OUT
 #
 # Runs: the runtime-only build; test_attention_gpu.py's prefill and mixed
 # cases (fp32 torch reference) on each test bundle present (bundle,
-# bundle_wg); compute-sanitizer memcheck of five prefill / mixed cases on
-# each (0 errors expected); bench_attention.py --prefill-only on each bench
-# bundle present (kvgen's plans beside cuDNN SDPA, output checked); the
-# decode rows. Bundles that were not emitted are skipped. Exit status 1
-# when a step failed.
+# bundle_*); compute-sanitizer memcheck of five prefill / mixed cases on
+# each (0 errors expected); bench_attention.py --prefill-only on each
+# bench bundle present (bench_bundle, bench_*: kvgen's plans beside cuDNN
+# SDPA, output checked); the decode rows. Exit status 1 when a step
+# failed.
 set -u
 OUT=${1:-out/prefill}
 mkdir -p "$OUT"
@@ -37,8 +45,9 @@ cmake -S . -B build-dev -G Ninja -DKVGEN_ENABLE_MLIR=OFF \
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 MC_CASES="mimo_b16-b1-ctx2048-q2048,llama-b2-ctx8192-q512,wide_v-b12"
 MC_CASES="$MC_CASES,mimo_swa-b1-ctx4096-q4096,mimo_fp8_t-b12"
-for b in bundle bundle_wg; do
-  [ -d .dev/attn/$b ] || continue
+for d in .dev/attn/bundle .dev/attn/bundle_*; do
+  [ -d "$d" ] || continue
+  b=$(basename "$d")
   echo "== test_attention_gpu.py prefill and mixed cases: $b"
   KVGEN_ATTN_BUNDLE=.dev/attn/$b KVGEN_LIB=build-dev/lib \
     python3 test/python/test_attention_gpu.py --run prefill,x8 \
@@ -54,8 +63,9 @@ for b in bundle bundle_wg; do
     >/tmp/memcheck_$b.txt 2>&1 || rc=1
   grep -h "ERROR SUMMARY" "$OUT/memcheck_$b.log"
 done
-for b in bench_bundle bench_wg bench_bundle256 bench_wg256; do
-  [ -d .dev/attn/$b ] || continue
+for d in .dev/attn/bench_*; do
+  [ -d "$d" ] || continue
+  b=$(basename "$d")
   echo "== bench_attention.py --prefill-only: $b"
   python3 bench/bench_attention.py --bundle .dev/attn/$b \
     --lib build-dev/lib --out "/tmp/attn_$b" --prefill-only \
