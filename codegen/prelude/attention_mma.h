@@ -352,6 +352,35 @@ template <int COUNT> KVGEN_DEVICE inline void wgmmaFinish(float *d) {
   (void)d;
 #endif
 }
+/// Closes the wgmmaRun batch since the last commit (one wgmma group) without
+/// waiting for it (the pipelined prefill loop: wgmmaWaitPin later).
+KVGEN_DEVICE inline void wgmmaCommit() {
+#ifdef KVGEN_WGMMA
+  kvgenWgmmaCommit();
+#endif
+}
+/// Waits until at most PENDING committed groups are still running (groups
+/// complete in commit order); d[0, COUNT), the accumulators of the groups
+/// that completed, may be read after it.
+template <int PENDING, int COUNT>
+KVGEN_DEVICE inline void wgmmaWaitPin(float *d) {
+#ifdef KVGEN_WGMMA
+  kvgenWgmmaWait<PENDING>();
+  kvgenWgmmaPin<COUNT>(d);
+#else
+  (void)d;
+#endif
+}
+/// Keeps the computation of d[0, COUNT) before the next wgmma wait (the
+/// compiler may otherwise sink register-only work, the softmax's
+/// exponentials, below a wait that should overlap it).
+template <int COUNT> KVGEN_DEVICE inline void wgmmaBefore(float *d) {
+#ifdef KVGEN_WGMMA
+  kvgenWgmmaPin<COUNT>(d);
+#else
+  (void)d;
+#endif
+}
 /// This thread's shared-memory writes visible to wgmma's operand reads
 /// (before the barrier that precedes them).
 KVGEN_DEVICE inline void wgmmaSharedFence() {

@@ -275,13 +275,17 @@ KVGEN_DEVICE inline void attnLoadQ(const typename S::io::storage *const qRow[2],
 /// logits (outside [ta, tb), after rowPos[i] or before rowLo[i] -inf;
 /// unmasked: the caller knows every row attends all of them), then their
 /// exponentials relative to the rows' new max m; l and O take the rescale.
+///
+/// attnSoftmaxRows is all of it but O's rescale: it returns the rows'
+/// factors alpha (O *= alpha, attnRescaleO), for a caller whose O is still
+/// being written by an asynchronous product (the pipelined wgmma loop).
 template <class S, class O, int NK>
 KVGEN_DEVICE inline void
-attnSoftmax(float (&s)[NK][4], int64_t base, int64_t ta, int64_t tb,
-            const int64_t rowPos[2], const int64_t rowLo[2],
-            const float rowMul[2], float capMul, unsigned quad, float m[2],
-            float l[2], float (&o)[S::NT][4], bool unmasked) {
-  enum { NT = S::NT, KEYS = NK * 8 };
+attnSoftmaxRows(float (&s)[NK][4], int64_t base, int64_t ta, int64_t tb,
+                const int64_t rowPos[2], const int64_t rowLo[2],
+                const float rowMul[2], float capMul, unsigned quad,
+                float m[2], float l[2], bool unmasked, float (&alpha)[2]) {
+  enum { KEYS = NK * 8 };
   const float kNegInf = negInf();
   // Logits (base 2).
   KVGEN_UNROLL
@@ -323,7 +327,6 @@ attnSoftmax(float (&s)[NK][4], int64_t base, int64_t ta, int64_t tb,
       const int i = e >> 1;
       mx[i] = kvgenFmax(mx[i], s[nt][e]);
     }
-  float alpha[2];
   KVGEN_UNROLL
   for (int i = 0; i < 2; ++i) {
     mx[i] = kvgenFmax(mx[i], kvgenShflXor(mx[i], 1));
@@ -345,16 +348,35 @@ attnSoftmax(float (&s)[NK][4], int64_t base, int64_t ta, int64_t tb,
     }
   l[0] = l[0] * alpha[0] + rs[0];
   l[1] = l[1] * alpha[1] + rs[1];
-  // O stays in the MMA's accumulator layout until the loop ends.
+}
+
+/// O *= the rows' factors alpha (attnSoftmaxRows); O stays in the MMA's
+/// accumulator layout until the loop ends.
+template <class S>
+KVGEN_DEVICE inline void attnRescaleO(float (&o)[S::NT][4],
+                                      const float (&alpha)[2]) {
   float oScale[4];
   MmaAcc<S::MFMA>::rowFactors(alpha, oScale);
   KVGEN_UNROLL
-  for (int j = 0; j < NT; ++j) {
+  for (int j = 0; j < S::NT; ++j) {
     o[j][0] *= oScale[0];
     o[j][1] *= oScale[1];
     o[j][2] *= oScale[2];
     o[j][3] *= oScale[3];
   }
+}
+
+/// attnSoftmaxRows, then O's rescale.
+template <class S, class O, int NK>
+KVGEN_DEVICE inline void
+attnSoftmax(float (&s)[NK][4], int64_t base, int64_t ta, int64_t tb,
+            const int64_t rowPos[2], const int64_t rowLo[2],
+            const float rowMul[2], float capMul, unsigned quad, float m[2],
+            float l[2], float (&o)[S::NT][4], bool unmasked) {
+  float alpha[2];
+  attnSoftmaxRows<S, O, NK>(s, base, ta, tb, rowPos, rowLo, rowMul, capMul,
+                            quad, m, l, unmasked, alpha);
+  attnRescaleO<S>(o, alpha);
 }
 
 /// A lane's part of the 16-row tile at rowBase: attnLaneRows, its Q

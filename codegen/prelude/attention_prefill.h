@@ -80,39 +80,23 @@ attnWideStep(const typename S::CS *kTile, const uint16_t *vRows,
   }
 }
 
-/// One step of a warpgroup's 64 rows (warp w: rows 16 w on, this lane's rows as
-/// attnWideStep's) over the KT keys of a tile staged by stageTile in
-/// CoreMatrixOrder (keys base + [0, KT)), on warpgroup MMA (wgmmaRun): S = Q
-/// K^T from q (attnLoadQ's standard map; K-major B: dims along k, 16 ks on, LBO
-/// 128 bytes, a token group of 8 keys SBO = 16 HK bytes), the online softmax
-/// (attnSoftmax), then O += P V with P as A fragments (its C fragments, two
-/// n-tiles per k-step) and V MN-major (V columns along n, SBO 128 bytes; keys
-/// along k, LBO = 16 HV bytes): n-tile j = V columns [8 j, 8 j + 8). The
-/// products go out in n-chunks of 64 (then 32, 16).
-template <class S, class O, int KT>
-KVGEN_DEVICE inline void
-attnWgmmaStep(const typename S::CS *kTile, const typename S::CS *vTile,
-              const uint32_t (&q)[S::KSTEPS][4], int64_t base, int64_t ta,
-              int64_t tb, const int64_t rowPos[2], const int64_t rowLo[2],
-              const float rowMul[2], float capMul, unsigned lane, float m[2],
-              float l[2], float (&o)[S::NT][4], bool unmasked) {
+/// S = Q K^T of a warpgroup's 64 rows (warp w: rows 16 w on, this lane's
+/// rows as attnWideStep's) over the KT keys of a tile staged by stageTile
+/// in CoreMatrixOrder, issued on warpgroup MMA (wgmmaRun) and not waited
+/// for: q in attnLoadQ's standard map, K-major B (dims along k, 16 ks on,
+/// LBO 128 bytes, a token group of 8 keys SBO = 16 HK bytes); the
+/// products go out in n-chunks of 64 keys (then 32, 16).
+template <class S, int KT>
+KVGEN_DEVICE inline void wgmmaIssueQK(const typename S::CS *kTile,
+                                      const uint32_t (&q)[S::KSTEPS][4],
+                                      float (&s)[KT / 8][4], unsigned lane) {
+  enum { HK = S::HK, KGROUP = 16 * HK };
   typedef typename S::mma MT;
-  enum {
-    HK = S::HK, HV = S::HV, NT = S::NT, NK = KT / 8,
-    KGROUP = 16 * HK, VGROUP = 16 * HV // bytes of 8 tokens' rows
-  };
-  static_assert(KT % 16 == 0 && HV % 16 == 0 && NT == HV / 8,
-                "whole k-steps of keys and V n-tile pairs");
-  const unsigned quad = lane % 4;
   const unsigned char *kb = reinterpret_cast<const unsigned char *>(kTile);
-  const unsigned char *vb = reinterpret_cast<const unsigned char *>(vTile);
-  float s[NK][4];
-  wgmmaFence();
   KVGEN_UNROLL
   for (int ks = 0; ks < HK / 16; ++ks) {
     KVGEN_UNROLL
     for (int n0 = 0; n0 < KT; n0 += 64) {
-      // Keys [n0, n0 + N): n-chunks of 64, then 32, 16.
       const int left = KT - n0;
       if (left >= 64)
         wgmmaRun<MT, 64, false, 128, KGROUP>(&s[n0 / 8][0], q[ks],
@@ -132,10 +116,14 @@ attnWgmmaStep(const typename S::CS *kTile, const typename S::CS *vTile,
                                              ks > 0, lane);
     }
   }
-  wgmmaFinish<NK * 4>(&s[0][0]);
-  attnSoftmax<S, O, NK>(s, base, ta, tb, rowPos, rowLo, rowMul, capMul, quad,
-                        m, l, o, unmasked);
-  uint32_t pa[KT / 16][4];
+}
+
+/// P (the lane's probabilities of KT keys, s in the C fragments) as
+/// A fragments of KT / 16 k-steps (two n-tiles each).
+template <class S, int KT>
+KVGEN_DEVICE inline void wgmmaPackP(const float (&s)[KT / 8][4],
+                                    uint32_t (&pa)[KT / 16][4]) {
+  typedef typename S::mma MT;
   KVGEN_UNROLL
   for (int kk = 0; kk < KT / 16; ++kk) {
     pa[kk][0] = PackIo<MT>::run(s[2 * kk][0], s[2 * kk][1]);
@@ -143,12 +131,23 @@ attnWgmmaStep(const typename S::CS *kTile, const typename S::CS *vTile,
     pa[kk][2] = PackIo<MT>::run(s[2 * kk + 1][0], s[2 * kk + 1][1]);
     pa[kk][3] = PackIo<MT>::run(s[2 * kk + 1][2], s[2 * kk + 1][3]);
   }
-  wgmmaFence();
+}
+
+/// O += P V of a warpgroup's 64 rows over a tile's KT keys, issued and not
+/// waited for: P as A fragments (wgmmaPackP), V MN-major (V columns along
+/// n, SBO 128 bytes; keys along k, LBO = 16 HV bytes): n-tile j = V
+/// columns [8 j, 8 j + 8), in n-chunks of 64 (then 32, 16).
+template <class S, int KT>
+KVGEN_DEVICE inline void wgmmaIssuePV(const typename S::CS *vTile,
+                                      const uint32_t (&pa)[KT / 16][4],
+                                      float (&o)[S::NT][4], unsigned lane) {
+  enum { HV = S::HV, VGROUP = 16 * HV };
+  typedef typename S::mma MT;
+  const unsigned char *vb = reinterpret_cast<const unsigned char *>(vTile);
   KVGEN_UNROLL
   for (int kk = 0; kk < KT / 16; ++kk) {
     KVGEN_UNROLL
     for (int c0 = 0; c0 < HV; c0 += 64) {
-      // V columns [c0, c0 + N): chunks of 64, then 32, 16.
       const int left = HV - c0;
       const unsigned char *at = vb + 2 * kk * VGROUP + (c0 / 8) * 128;
       if (left >= 64)
@@ -165,6 +164,31 @@ attnWgmmaStep(const typename S::CS *kTile, const typename S::CS *vTile,
                                             lane);
     }
   }
+}
+
+/// One step of a warpgroup's 64 rows over the KT keys of a tile (keys base
+/// + [0, KT)), each product waited for: S = Q K^T (wgmmaIssueQK), the
+/// online softmax (attnSoftmax), then O += P V (wgmmaIssuePV).
+template <class S, class O, int KT>
+KVGEN_DEVICE inline void
+attnWgmmaStep(const typename S::CS *kTile, const typename S::CS *vTile,
+              const uint32_t (&q)[S::KSTEPS][4], int64_t base, int64_t ta,
+              int64_t tb, const int64_t rowPos[2], const int64_t rowLo[2],
+              const float rowMul[2], float capMul, unsigned lane, float m[2],
+              float l[2], float (&o)[S::NT][4], bool unmasked) {
+  enum { HV = S::HV, NT = S::NT, NK = KT / 8 };
+  static_assert(KT % 16 == 0 && HV % 16 == 0 && NT == HV / 8,
+                "whole k-steps of keys and V n-tile pairs");
+  float s[NK][4];
+  wgmmaFence();
+  wgmmaIssueQK<S, KT>(kTile, q, s, lane);
+  wgmmaFinish<NK * 4>(&s[0][0]);
+  attnSoftmax<S, O, NK>(s, base, ta, tb, rowPos, rowLo, rowMul, capMul,
+                        lane % 4, m, l, o, unmasked);
+  uint32_t pa[KT / 16][4];
+  wgmmaPackP<S, KT>(s, pa);
+  wgmmaFence();
+  wgmmaIssuePV<S, KT>(vTile, pa, o, lane);
   wgmmaFinish<NT * 4>(&o[0][0]);
 }
 
@@ -458,87 +482,156 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   const int vCol = int(group) * NT;
   const int vCount = HV - vCol >= NT ? NT : (HV > vCol ? HV - vCol : 0);
-  // Tiles 0 .. STAGES - 2 ahead of the loop; iteration k loads tile k +
-  // STAGES - 1 (into tile k - 1's buffer, free since the barrier that ended
-  // iteration k - 1) or commits an empty group past the last tile, so that
-  // tile k is complete when at most STAGES - 1 groups are pending.
-  KVGEN_UNROLL
-  for (int k = 0; k < STAGES - 1; ++k) {
-    if (k < tiles)
-      stage(k);
-    else
-      copyToSharedCommit();
-  }
-  for (int64_t k = 0; k < tiles; ++k) {
-    if (STAGES == 1) {
-      stage(k);
-      copyToSharedWait<0>();
-    } else {
-      if (k + STAGES - 1 < tiles)
-        stage(k + STAGES - 1);
+  if constexpr (WG && STAGES >= 3) {
+    // The pipelined warpgroup loop (wgmma with tile_stages >= 3): Q K^T of
+    // tile k and P V of tile k - 1 go out together, and the softmax of
+    // tile k runs while P V of tile k - 1 does (FlashAttention-3's
+    // intra-warpgroup overlap; O is rescaled once that product is waited
+    // for). Tiles k and k - 1 are read at once, so the loads run STAGES - 2
+    // tiles ahead: iteration k loads tile k + STAGES - 2 into tile k - 2's
+    // buffer, which no warp reads any more (its P V was waited for in
+    // iteration k - 1, before this iteration's barrier).
+    KVGEN_UNROLL
+    for (int k = 0; k < STAGES - 2; ++k) {
+      if (k < tiles)
+        stage(k);
       else
         copyToSharedCommit();
-      copyToSharedWait<(STAGES > 1 ? STAGES - 1 : 0)>();
     }
-    if constexpr (WG)
+    uint32_t pa[KT / 16][4]; // P of the previous tile
+    float s[KT / 8][4];
+    // Tile k's barrier, loads ahead and mask test (every iteration).
+    auto enter = [&](int64_t k) {
+      copyToSharedWait<(STAGES >= 3 ? STAGES - 3 : 0)>();
       wgmmaSharedFence();
-    kvgenSyncThreads();
-    const CS *kTile = sm.k[k % STAGES];
-    const CS *vTile = sm.v[k % STAGES];
-    const int64_t first = t0 + k * KT;
-    if constexpr (WG) {
-      // Every warp of the warpgroup (no per-warp skip: the MMA is the
-      // warpgroup's).
-      const bool unmasked = first >= ta && first + KT <= tb &&
-                            first + KT - 1 <= wFirstPos && first >= wLastLo;
-      attnWgmmaStep<S, O, KT>(kTile, vTile, q, first, ta, tb, rowPos, rowLo,
-                              rowMul, capMul, lane, m, l, o, unmasked);
-    } else if constexpr (LDSM_V) {
-      // The whole tile in one step (skipped when no row of the warp
-      // attends any of its keys). Compile-time: attnWideStep needs n-tile
-      // pairs, which other V widths (HV % 16 == 8) do not have.
-      if (S::MFMA || !(first >= tb || first > wHi || first + KT - 1 < wLo)) {
+      kvgenSyncThreads();
+      if (k + STAGES - 2 < tiles)
+        stage(k + STAGES - 2);
+      else
+        copyToSharedCommit();
+      const int64_t first = t0 + k * KT;
+      return first >= ta && first + KT <= tb && first + KT - 1 <= wFirstPos &&
+             first >= wLastLo;
+    };
+    if (tiles > 0) {
+      // Tile 0 alone (no P V in flight yet): the loop below has no branch
+      // on k, which ptxas's wgmma pipeline analysis would not see through.
+      const bool unmasked = enter(0);
+      wgmmaFence();
+      wgmmaIssueQK<S, KT>(sm.k[0], q, s, lane);
+      wgmmaCommit();
+      wgmmaWaitPin<0, KT / 8 * 4>(&s[0][0]);
+      attnSoftmax<S, O, KT / 8>(s, t0, ta, tb, rowPos, rowLo, rowMul, capMul,
+                                quad, m, l, o, unmasked);
+      wgmmaPackP<S, KT>(s, pa);
+    }
+    for (int64_t k = 1; k < tiles; ++k) {
+      const bool unmasked = enter(k);
+      wgmmaFence(); // P and O's rescale before the products read them
+      wgmmaIssueQK<S, KT>(sm.k[k % STAGES], q, s, lane);
+      wgmmaCommit();
+      wgmmaIssuePV<S, KT>(sm.v[(k - 1) % STAGES], pa, o, lane);
+      wgmmaCommit();
+      wgmmaWaitPin<1, KT / 8 * 4>(&s[0][0]); // Q K^T done, P V running
+      float alpha[2];
+      attnSoftmaxRows<S, O, KT / 8>(s, t0 + k * KT, ta, tb, rowPos, rowLo,
+                                    rowMul, capMul, quad, m, l, unmasked,
+                                    alpha);
+      wgmmaBefore<KT / 8 * 4>(&s[0][0]); // the softmax overlaps P V
+      wgmmaWaitPin<0, NT * 4>(&o[0][0]);
+      attnRescaleO<S>(o, alpha);
+      wgmmaPackP<S, KT>(s, pa);
+    }
+    if (tiles > 0) {
+      wgmmaFence();
+      wgmmaIssuePV<S, KT>(sm.v[(tiles - 1) % STAGES], pa, o, lane);
+      wgmmaCommit();
+      wgmmaWaitPin<0, NT * 4>(&o[0][0]);
+    }
+  } else {
+    // Tiles 0 .. STAGES - 2 ahead of the loop; iteration k loads tile k +
+    // STAGES - 1 (into tile k - 1's buffer, free since the barrier that ended
+    // iteration k - 1) or commits an empty group past the last tile, so that
+    // tile k is complete when at most STAGES - 1 groups are pending.
+    KVGEN_UNROLL
+    for (int k = 0; k < STAGES - 1; ++k) {
+      if (k < tiles)
+        stage(k);
+      else
+        copyToSharedCommit();
+    }
+    for (int64_t k = 0; k < tiles; ++k) {
+      if (STAGES == 1) {
+        stage(k);
+        copyToSharedWait<0>();
+      } else {
+        if (k + STAGES - 1 < tiles)
+          stage(k + STAGES - 1);
+        else
+          copyToSharedCommit();
+        copyToSharedWait<(STAGES > 1 ? STAGES - 1 : 0)>();
+      }
+      if constexpr (WG)
+        wgmmaSharedFence();
+      kvgenSyncThreads();
+      const CS *kTile = sm.k[k % STAGES];
+      const CS *vTile = sm.v[k % STAGES];
+      const int64_t first = t0 + k * KT;
+      if constexpr (WG) {
+        // Every warp of the warpgroup (no per-warp skip: the MMA is the
+        // warpgroup's).
         const bool unmasked = first >= ta && first + KT <= tb &&
                               first + KT - 1 <= wFirstPos && first >= wLastLo;
-        attnWideStep<S, O, KT, KROW, VROW>(
-            kTile, reinterpret_cast<const uint16_t *>(vTile), q, first, ta,
-            tb, rowPos, rowLo, rowMul, capMul, lane, m, l, o, unmasked);
-      }
-    } else {
-      // Not unrolled: the step's unrolled body is large (AMD's unroller
-      // refuses the whole with a warning).
-      KVGEN_NO_UNROLL
-      for (int sub = 0; sub < KT / 16; ++sub) {
-        const int64_t base = first + sub * 16;
-        if (!S::MFMA && (base >= tb || base > wHi || base + 15 < wLo))
-          continue; // no row of this warp attends these 16 keys
-        Packed<CS, KC> kraw[2][KCHUNKS];
-        KVGEN_UNROLL
-        for (int nt = 0; nt < 2; ++nt) {
-          const CS *row = kTile + (sub * 16 + nt * 8 + int(group)) * KROW;
+        attnWgmmaStep<S, O, KT>(kTile, vTile, q, first, ta, tb, rowPos, rowLo,
+                                rowMul, capMul, lane, m, l, o, unmasked);
+      } else if constexpr (LDSM_V) {
+        // The whole tile in one step (skipped when no row of the warp
+        // attends any of its keys). Compile-time: attnWideStep needs n-tile
+        // pairs, which other V widths (HV % 16 == 8) do not have.
+        if (S::MFMA || !(first >= tb || first > wHi || first + KT - 1 < wLo)) {
+          const bool unmasked = first >= ta && first + KT <= tb &&
+                                first + KT - 1 <= wFirstPos && first >= wLastLo;
+          attnWideStep<S, O, KT, KROW, VROW>(
+              kTile, reinterpret_cast<const uint16_t *>(vTile), q, first, ta,
+              tb, rowPos, rowLo, rowMul, capMul, lane, m, l, o, unmasked);
+        }
+      } else {
+        // Not unrolled: the step's unrolled body is large (AMD's unroller
+        // refuses the whole with a warning).
+        KVGEN_NO_UNROLL
+        for (int sub = 0; sub < KT / 16; ++sub) {
+          const int64_t base = first + sub * 16;
+          if (!S::MFMA && (base >= tb || base > wHi || base + 15 < wLo))
+            continue; // no row of this warp attends these 16 keys
+          Packed<CS, KC> kraw[2][KCHUNKS];
           KVGEN_UNROLL
-          for (int c = 0; c < KCHUNKS; ++c) {
-            const int d0 = c * 4 * KC + int(quad) * KC;
-            const int n = HK - d0 >= KC ? KC : (HK > d0 ? HK - d0 : 0);
-            loadKChunk<S, AKS>(kraw[nt][c], row + d0, c, n);
+          for (int nt = 0; nt < 2; ++nt) {
+            const CS *row = kTile + (sub * 16 + nt * 8 + int(group)) * KROW;
+            KVGEN_UNROLL
+            for (int c = 0; c < KCHUNKS; ++c) {
+              const int d0 = c * 4 * KC + int(quad) * KC;
+              const int n = HK - d0 >= KC ? KC : (HK > d0 ? HK - d0 : 0);
+              loadKChunk<S, AKS>(kraw[nt][c], row + d0, c, n);
+            }
           }
+          // Steps inside every row's keys (most of a long prefill) skip the
+          // masks.
+          const bool unmasked = base >= ta && base + 16 <= tb &&
+                                base + 15 <= wFirstPos && base >= wLastLo;
+          Packed<CS, NT> vraw[4];
+          KVGEN_UNROLL
+          for (int v = 0; v < 4; ++v) {
+            const int r = sub * 16 + 2 * int(quad) + (v & 1) + (v >= 2 ? 8 : 0);
+            loadPacked<CS, NT, AVS, (HV % 8 != 0)>(
+                vraw[v], vTile + r * VROW + vCol, vCount);
+          }
+          attnStep<S, O>(kraw, vraw, q, base, ta, tb, rowPos, rowLo, rowMul,
+                         capMul, quad, m, l, o, unmasked);
         }
-        // Steps inside every row's keys (most of a long prefill) skip the
-        // masks.
-        const bool unmasked = base >= ta && base + 16 <= tb &&
-                              base + 15 <= wFirstPos && base >= wLastLo;
-        Packed<CS, NT> vraw[4];
-        KVGEN_UNROLL
-        for (int v = 0; v < 4; ++v) {
-          const int r = sub * 16 + 2 * int(quad) + (v & 1) + (v >= 2 ? 8 : 0);
-          loadPacked<CS, NT, AVS, (HV % 8 != 0)>(
-              vraw[v], vTile + r * VROW + vCol, vCount);
-        }
-        attnStep<S, O>(kraw, vraw, q, base, ta, tb, rowPos, rowLo, rowMul,
-                       capMul, quad, m, l, o, unmasked);
       }
+      kvgenSyncThreads(); // the buffer is free for tile k + STAGES
     }
-    kvgenSyncThreads(); // the buffer is free for tile k + STAGES
+
   }
 
   attnWarpFinish<S>(o, l);

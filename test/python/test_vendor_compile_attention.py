@@ -180,3 +180,61 @@ def test_wgmma_prefill_kernels_compile_for_sm_90a(tmp_path, threads):
              .splitlines() if line.startswith("name")]
     assert len(names) == len(WGMMA_SPECS)
     compile_all(ctx, bundle, names, "cuda")
+
+
+def _cubin_log(source, arch):
+    """NVRTC's log of compiling `source` to an `arch` cubin (ptxas runs
+    inside NVRTC, so its info lines are in the log); None without NVRTC."""
+    import ctypes
+    sys.path.insert(0, str(REPO / "scripts"))
+    import compare_ptx
+    try:
+        lib = compare_ptx.Nvrtc().lib
+    except RuntimeError:
+        return None
+    prog = ctypes.c_void_p()
+    assert lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(),
+                                  b"k.cu", 0, None, None) == 0
+    opts = [f"--gpu-architecture={arch}", "-std=c++17", "--split-compile=0"]
+    arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
+    rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
+    n = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
+    buf = ctypes.create_string_buffer(n.value)
+    lib.nvrtcGetProgramLog(prog, buf)
+    lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    log = buf.value.decode(errors="replace")
+    assert rc == 0, log
+    return log
+
+
+@pytest.mark.parametrize("threads", [128, 256])
+def test_pipelined_wgmma_prefill_stays_asynchronous(tmp_path, threads):
+    """wgmma with tile-stages >= 3 takes the pipelined loop (Q K^T of tile
+    k and P V of tile k - 1 in flight together, the softmax while P V
+    runs). ptxas keeps the products asynchronous only if no instruction
+    reads their accumulators before the matching wait: its sm_90a log must
+    name no serialized wgmma (C7514, 'Potential Performance Loss') and no
+    warpgroup wait or arrive it injected (C7517 / C7519). A branch on the
+    tile index inside the loop (the first version) caused all three."""
+    if not KVGEN.is_file():
+        pytest.skip(f"{KVGEN} not built")
+    env = dict(os.environ,
+               KVGEN_PLAN_OPTIONS=f"wgmma=1 threads={threads} tile-stages=3")
+    for i, (layout, q_heads, extra) in enumerate(WGMMA_SPECS):
+        f = tmp_path / f"layout{i}.mlir"
+        f.write_text(f"#kv.layout<{layout.text}>\n")
+        out = tmp_path / f"k{i}.cu"
+        r = subprocess.run([str(KVGEN), "emit", "--layout", str(f), "--op",
+                            "paged_attention", "--num_q_heads", str(q_heads),
+                            "--target", "sm_90", "-o", str(out)] + extra,
+                           capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        source = out.read_text()
+        assert "tile_stages = 3," in source and \
+            "static constexpr bool wgmma = true;" in source
+        log = _cubin_log(source, "sm_90a")
+        if log is None:
+            pytest.skip("libnvrtc not loadable here")
+        for code in ("C7514", "C7517", "C7519", "warning"):
+            assert code not in log, f"spec {i}: {log}"
