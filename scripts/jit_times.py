@@ -85,7 +85,11 @@ def ptxas_v(ptx, target):
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "k.ptx"
         p.write_text(ptx)
-        r = subprocess.run([f"{home}/bin/ptxas", f"-arch={target}", "-v",
+        # The PTX's own .target (sm_90 kernels are compiled as sm_90a, the
+        # variant with wgmma; ptxas refuses sm_90a PTX for -arch=sm_90).
+        m = re.search(r"^\.target\s+(sm_\w+)", ptx, re.M)
+        arch = m.group(1) if m else target
+        r = subprocess.run([f"{home}/bin/ptxas", f"-arch={arch}", "-v",
                             str(p), "-o", str(Path(d) / "k.cubin")],
                            capture_output=True, text=True)
         if r.returncode:
