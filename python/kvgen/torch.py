@@ -34,10 +34,12 @@ says what differs):
       kv_cache_dtype, k_scale, v_scale, pdl=False)
       the same over vLLM's legacy caches: key_cache [num_blocks, H, Dk / x,
       block_size, x] with x = 16 // key_cache.element_size() (8 for bf16 /
-      f16, 16 for fp8), value_cache [num_blocks, H, Dv, block_size], any
-      strides kvgen can express (_views.LegacyCacheGeometry: a layout with
-      k_elem_chunks / v_elem_stride); other shapes raise ValueError naming
-      the argument. K and V head sizes may differ.
+      f16, 16 for fp8), value_cache [num_blocks, H, Dv, block_size] or
+      ROCm aiter's shuffled [num_blocks, H, block_size / x, Dv, x] (told
+      apart by its dimensions), any strides kvgen can express
+      (_views.LegacyCacheGeometry: a layout with k_elem_chunks /
+      v_elem_stride, aiter's V v_token_chunks); other shapes raise
+      ValueError naming the argument. K and V head sizes may differ.
   concat_and_cache_mla(kv_c, k_pe, kv_cache!, slot_mapping, kv_cache_dtype,
       scale, pdl=False) (T = slot_mapping.numel(), kv_c [>= T, L], k_pe
       [>= T, R], kv_cache [num_blocks, block_size, L + R]): the MLA writer,
@@ -580,7 +582,9 @@ def _check_kv(tag, k_rows, v_rows, key_cache, value_cache, slot_mapping,
     kn, vn = _KV_OPS[tag][1]
     legacy = _legacy(tag, key_cache)
     if legacy:
-        heads, dk, dv = legacy_dims(key_cache, value_cache)
+        # value_cache: vLLM's legacy [nb, H, Dv, bs] or aiter's shuffled
+        # [nb, H, bs / x, Dv, x] (told apart by its dimensions).
+        heads, dk, dv = legacy_dims(key_cache, value_cache, shuffled_v=True)
     else:
         for name, t in (("key_cache", key_cache),
                         ("value_cache", value_cache)):
@@ -618,7 +622,8 @@ def _check_kv(tag, k_rows, v_rows, key_cache, value_cache, slot_mapping,
         raise TypeError(f"kvgen: key_cache ({key_cache.dtype}) and "
                         f"value_cache ({value_cache.dtype}) differ")
     if legacy:
-        legacy_chunk(key_cache)  # x = 16 bytes of the cache's elements
+        # x = 16 bytes of the cache's elements (aiter's V: its last dim too)
+        legacy_chunk(key_cache, value_cache)
     scale = _scale_kind(kv_cache_dtype, heads, k_scale=k_scale,
                         v_scale=v_scale)
     if scale != "none":
@@ -632,7 +637,8 @@ def _kv_plan(tag, k_rows, v_rows, key_cache, value_cache, slot_mapping,
     dtype, scale = _check_kv(tag, k_rows, v_rows, key_cache, value_cache,
                              slot_mapping, kv_cache_dtype, k_scale, v_scale)
     if _legacy(tag, key_cache):
-        geo = LegacyCacheGeometry(key_cache, value_cache, dtype, scale)
+        geo = LegacyCacheGeometry(key_cache, value_cache, dtype, scale,
+                                  shuffled_v=True)
     else:
         geo = CacheGeometry(key_cache, value_cache, dtype, scale)
     io = FLOAT_DTYPES[dtype_name(k_rows)]

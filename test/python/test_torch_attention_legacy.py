@@ -5,8 +5,8 @@ v vLLM's legacy [num_blocks, H, Dv, block_size] or ROCm aiter's shuffled
 through _views.LegacyCacheGeometry, the geometry of the legacy write.
 
 The caches start as NaN and every context row is written by
-torch.ops.kvgen.reshape_and_cache (aiter's V: the legacy V permuted in
-torch, there is no writer for it); the same rows go into NHD caches through
+torch.ops.kvgen.reshape_and_cache (aiter's V too, checked against the
+legacy V permuted in torch); the same rows go into NHD caches through
 reshape_and_cache_flash. The op over the legacy caches must match the op
 over the NHD caches to about one bf16 rounding (their kernels read with
 different vector widths, so fp32 sums may be ordered differently) and
@@ -120,8 +120,17 @@ class LegacyCase:
                            _bits(kn))
         assert torch.equal(_bits(vl.permute(0, 3, 1, 2)), _bits(vn))
         if v_form == "aiter":
-            vl = vl.view(nb, H, dv, bs // x, x).permute(0, 1, 3, 2, 4) \
-                .contiguous()
+            # aiter's shuffled V [nb, H, bs / x, Dv, x], written by
+            # reshape_and_cache itself: the legacy V's values permuted.
+            va = torch.full((nb, H, bs // x, dv, x), NAN, dtype=cdt,
+                            device=dev)
+            kl2 = torch.full_like(kl, NAN)
+            torch.ops.kvgen.reshape_and_cache(*rows, kl2, va, slots.to(dev),
+                                              kvd, ks, vs)
+            assert torch.equal(_bits(kl2), _bits(kl))
+            assert torch.equal(_bits(va), _bits(
+                vl.view(nb, H, dv, bs // x, x).permute(0, 1, 3, 2, 4)))
+            vl = va
             assert torch.equal(_bits(vl.permute(0, 2, 4, 1, 3)
                                      .reshape(vn.shape)), _bits(vn))
         self.k, self.v, self.kn, self.vn = kl, vl, kn, vn

@@ -2,7 +2,8 @@
 [num_blocks, H, D/x, block_size, x] (x = 16 bytes of elements), value_cache
 [num_blocks, H, D, block_size], written through the layout the tensors'
 strides give (k_elem_chunks / v_elem_stride, python/kvgen/_views.py), and
-gather_cache reading it back.
+gather_cache reading it back; value_cache may also be ROCm aiter's shuffled
+[num_blocks, H, block_size / x, D, x] (test_aiter_value_cache_bit_exact).
 
 Checked against a plain-torch reference (torch_ref.write_legacy, itself
 checked here against vLLM's index formula) bit for bit over the whole
@@ -191,6 +192,52 @@ def test_write_and_gather_bit_exact(kind, geo, bs, device):
     kt.check_errors(dev)
 
 
+AITER_CASES = [(kind, bs) for kind in ("bf16", "float8_e4m3fn")
+               for bs in (16, 32)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind,bs", AITER_CASES,
+                         ids=[f"{k}-b{b}" for k, b in AITER_CASES])
+def test_aiter_value_cache_bit_exact(kind, bs, device):
+    """reshape_and_cache and gather_cache with ROCm aiter's shuffled value
+    cache [num_blocks, H, block_size / x, Dv, x] (5-D): after the same
+    write, the aiter V holds the legacy V's bytes permuted (V[b, h, d, t]
+    at [b, h, t / x, d, t % x]) over the whole allocation, which starts as
+    random bits (unwritten bytes unchanged), the key caches are equal, and
+    gather_cache reads the same rows from both pairs. MiMo K 192 / V 128,
+    bf16 or fp8 with per-head scales."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(AITER_CASES.index((kind, bs)) + 50)
+    cdt, kvd = KINDS[kind]
+    H, dk, dv = GEOMETRIES["mimo"]
+    nb, T, x = 5, 13, _x(cdt)
+    _, kc, vl = legacy_caches(nb, H, dk, dv, bs, cdt, gen, dev, "separate")
+    kc2 = kc.clone()
+    shuffle = (lambda v: v.view(nb, H, dv, bs // x, x)
+               .permute(0, 1, 3, 2, 4).contiguous())
+    va = shuffle(vl)
+    ks, vs = _scales("per_head", H, dev)
+    key, value = _rows(T, H, dk, gen, dev), _rows(T, H, dv, gen, dev)
+    slots = _slots(T, nb, bs, gen, torch.int64, dev)
+    torch.ops.kvgen.reshape_and_cache(key, value, kc, vl, slots, kvd, ks, vs)
+    kt.reshape_and_cache(key, value, kc2, va, slots, kvd, ks, vs)
+    assert torch.equal(_bits(kc2), _bits(kc))
+    assert torch.equal(_bits(va), _bits(shuffle(vl)))
+    outs = []
+    for v in (vl, va):
+        ko = torch.zeros(T, H, dk, dtype=torch.bfloat16, device=dev)
+        vo = torch.zeros(T, H, dv, dtype=torch.bfloat16, device=dev)
+        torch.ops.kvgen.gather_cache(kc, v, slots, ko, vo, kvd, ks, vs)
+        outs.append((ko, vo))
+    assert torch.equal(_bits(outs[0][0]), _bits(outs[1][0]))
+    assert torch.equal(_bits(outs[0][1]), _bits(outs[1][1]))
+    if kvd == "auto":
+        ok = (slots >= 0).cpu()
+        assert torch.equal(outs[1][1].cpu()[ok], value.cpu()[ok])
+    kt.check_errors(dev)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_random_sequence_of_shapes(device):
     """The op's remembered plans (per argument shapes and strides) over an
@@ -306,9 +353,20 @@ BAD = {
     "flash_key_cache": (
         lambda k, v, kc, vc, s: (k, v, kc.view(4, 16, 2, 64), vc, s),
         ValueError, r"key_cache has shape \[4, 16, 2, 64\], need 5 dims"),
+    # A 5-D value_cache is aiter's shuffled V [nb, H, bs / x, Dv, x]: its
+    # block size (dims 2 x 4) and x (dim 4) are checked.
     "value_cache_5d": (
         lambda k, v, kc, vc, s: (k, v, kc, vc.view(4, 2, 8, 8, 16), s),
-        ValueError, r"value_cache has shape \[4, 2, 8, 8, 16\], need 4 dims"),
+        ValueError, r"value_cache \[4, 2, 8, 8, 16\] 8 x 16 = 128 \(dims 2 "
+        r"and 4\)"),
+    "aiter_value_x": (
+        lambda k, v, kc, vc, s: (k, v, kc, vc.view(4, 2, 4, 64, 4), s),
+        ValueError, r"value_cache has shape \[4, 2, 4, 64, 4\]: its last "
+        r"dimension must be x = 16 bytes / 2-byte elements = 8 \(aiter's"),
+    "value_cache_6d": (
+        lambda k, v, kc, vc, s: (k, v, kc, vc.view(4, 2, 8, 8, 2, 8), s),
+        ValueError, r"value_cache has shape \[4, 2, 8, 8, 2, 8\], need 4 "
+        r"dims"),
     "x_not_16_bytes": (
         lambda k, v, kc, vc, s: (k, v, kc.view(4, 2, 4, 16, 16), vc, s),
         ValueError, r"key_cache has shape \[4, 2, 4, 16, 16\]: its last "
@@ -372,10 +430,13 @@ def test_flash_op_refuses_legacy_caches():
                                                 "auto", one, one)
 
 
-def _opcheck_args(kvd):
+def _opcheck_args(kvd, aiter=False):
     gen = torch.Generator().manual_seed(17)
     cdt = torch.uint8 if kvd == "fp8" else torch.bfloat16
     _, kc, vc = legacy_caches(4, 2, 64, 64, 16, cdt, gen, "cpu", "separate")
+    if aiter:  # aiter's shuffled V [nb, H, bs / x, Dv, x]
+        x = _x(cdt)
+        vc = vc.view(4, 2, 64, 16 // x, x).permute(0, 1, 3, 2, 4).contiguous()
     one = torch.tensor([0.5])
     return (_rows(9, 2, 64, gen, "cpu"), _rows(9, 2, 64, gen, "cpu"), kc, vc,
             torch.tensor([5, -1, 40, 2, 63, 9]), kvd, one, one)
@@ -388,13 +449,14 @@ def _opcheck(op, args):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("aiter", [False, True], ids=["legacy_v", "aiter_v"])
 @pytest.mark.parametrize("kvd", ["auto", "bfloat16", "fp8"])
-def test_opcheck(kvd, device):
+def test_opcheck(kvd, aiter, device):
     """torch.library.opcheck of reshape_and_cache and of gather_cache on
-    legacy caches: the schema's mutations, the fake implementation, AOT
-    dispatch."""
+    legacy caches (V legacy or aiter's shuffled): the schema's mutations,
+    the fake implementation, AOT dispatch."""
     args = [a.to(device) if isinstance(a, torch.Tensor) else a
-            for a in _opcheck_args(kvd)]
+            for a in _opcheck_args(kvd, aiter)]
     _opcheck(torch.ops.kvgen.reshape_and_cache.default, args)
     key, value, kc, vc, slots, _, ks, vs = args
     out = (torch.zeros(6, 2, 64, device=device),
