@@ -279,6 +279,11 @@ struct CoreMatrixOrder {
   };
 };
 
+/// The bound (bytes, exclusive) of the offsets stageCopies gives a copy
+/// as immediates; larger distances (element strides up to the layout's
+/// kMaxStride) are computed. (An enum: NVRTC warns of an unused constant.)
+enum : int64_t { kMaxCopyOffset = int64_t(1) << 24 };
+
 /// elemTerm(m, e + N) - elemTerm(m, e) of component C's map for every e
 /// that is a multiple of the copy width (linear: N whole element chunks,
 /// or no chunks), in elements.
@@ -294,10 +299,10 @@ template <class C, int N> struct ElemDelta {
 /// j = R::copy(tid, j) of U elements (component C, map m) from row src
 /// (element 0) to dst (the tile, at AT(c)), for j with c < CK (all when
 /// STEP divides CK). Where the distances from copy 0 are constants
-/// (ElemDelta, R::Delta) a copy takes them as immediate offsets from copy
-/// 0's addresses dst0 / src0; else it computes its own. (A recursive
-/// template rather than a generic lambda: NVRTC takes those for host
-/// functions.)
+/// (ElemDelta, R::Delta) below kMaxCopyOffset bytes a copy takes them as
+/// immediate offsets from copy 0's addresses dst0 / src0; else it computes
+/// its own. (A recursive template rather than a generic lambda: NVRTC
+/// takes those for host functions.)
 template <class C, class R, int U, int CK, int J, int JN, class CS, class AT>
 KVGEN_DEVICE inline void stageCopies(CS *dst, const CS *src, CS *dst0,
                                      const CS *src0, const SideMap &m,
@@ -308,9 +313,9 @@ KVGEN_DEVICE inline void stageCopies(CS *dst, const CS *src, CS *dst0,
     typedef typename R::template Delta<J, U> DD;
     const int c = R::copy(tid, J);
     if (CK % R::STEP == 0 || c < CK) {
-      if constexpr (SD::linear && DD::linear) {
-        static_assert(SD::value * int64_t(sizeof(CS)) < (int64_t(1) << 24),
-                      "offsets within a row");
+      if constexpr (SD::linear && DD::linear &&
+                    SD::value * int64_t(sizeof(CS)) < kMaxCopyOffset &&
+                    DD::value * int64_t(sizeof(CS)) < kMaxCopyOffset) {
         copyToShared<N, int(SD::value * int64_t(sizeof(CS))),
                      int(DD::value) * int(sizeof(CS))>(dst0, src0, ok);
       } else {

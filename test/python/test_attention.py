@@ -126,6 +126,11 @@ class ChunkedGeo(Geo):
     def strides(self, side):
         return (0, 0, 0), 0  # unused: row_offsets places the rows
 
+    def extent(self, side, num_blocks):
+        """Elements of side's tensor (dense 5-D / 4-D)."""
+        return num_blocks * self.heads * \
+            (self.dk if side == "k" else self.dv) * self.bs
+
     def row_offsets(self, side, blk, off, h):
         """Element indices of the row of (block, token offset, head)."""
         H, bs, x = self.heads, self.bs, self.x
@@ -389,8 +394,8 @@ class Case:
                                     ("v", (vst, vbase), g.dv)):
             last = ((self.num_blocks - 1) * st[0] + (g.bs - 1) * st[1] +
                     (g.heads - 1) * st[2] + base + d)
-            if isinstance(g, ChunkedGeo):  # dense 5-D / 4-D tensors
-                last = self.num_blocks * g.heads * d * g.bs
+            if isinstance(g, ChunkedGeo):  # its own tensor shapes
+                last = g.extent(side, self.num_blocks)
             ext[side] = last
         packed = g.packing == "packed"
         n_k = max(ext["k"], ext["v"]) if packed else ext["k"]
@@ -775,6 +780,62 @@ CHUNKED_GEOS = {
     "aiter_fp8_head": ChunkedGeo(2, 128, 64, 32, 4, "aiter",
                                  dtype="f8E4M3FN", scale="per_head"),
 }
+
+
+class ElemStrideGeo(ChunkedGeo):
+    """NHD K; V element-major, its elements `elem` apart ([D, pool] with
+    the pool's (block, token, head) inside: v_elem_stride = elem, the
+    block stride the span of a block's elements)."""
+
+    def __init__(self, heads, dk, dv, bs, q_heads, elem, **kw):
+        super().__init__(heads, dk, dv, bs, q_heads, "elem_stride", **kw)
+        self.elem = elem
+        self.v_block = (dv - 1) * elem + bs * heads
+
+    def layout(self):
+        H, bs, dk, dv = self.heads, self.bs, self.dk, self.dv
+        return kvgen.Layout.parse(
+            f"num_kv_heads = {H}, head_size_k = {dk}, head_size_v = {dv}, "
+            f"block_size = {bs}, dtype = {self.dtype}, scale = {self.scale}, "
+            f"k_strides = [{bs * H * dk}, {H * dk}, {dk}], "
+            f"v_strides = [{self.v_block}, {H}, 1], "
+            f"v_elem_stride = {self.elem}")
+
+    def extent(self, side, num_blocks):
+        if side == "k":
+            return num_blocks * self.bs * self.heads * self.dk
+        return num_blocks * self.v_block
+
+    def row_offsets(self, side, blk, off, h):
+        H, bs = self.heads, self.bs
+        if side == "k":
+            return ((blk * bs + off) * H + h) * self.dk + np.arange(self.dk)
+        return (blk * self.v_block + off * H + h +
+                np.arange(self.dv) * self.elem)
+
+
+def test_prefill_elem_stride_beyond_copy_offsets(kvgen_cli, tmp_path_factory,
+                                                 kernel_cache):
+    """A V side whose elements are 2^18 apart (a legal element stride, up
+    to kMaxStride): the prefill tile's copies of one V row are up to 2^24
+    bytes apart, past the immediate offsets stageCopies gives them. Before
+    the fix the prefill kernel did not compile (a static_assert, "offsets
+    within a row"); now those copies compute their addresses and the
+    output matches the reference."""
+    geos = {"v_elem_2p18": ElemStrideGeo(1, 64, 64, 16, 2, 1 << 18)}
+    c, _ = host_context(tmp_path_factory, kernel_cache, prefill=True,
+                        geos=geos)
+    try:
+        g = geos["v_elem_2p18"]
+        k = kernel_for(c, g, prefill=True)
+        for lens, q_lens, window in (([70, 33], [70, 20], 0),
+                                     ([90], [40], 17)):
+            case = Case(g, lens, q_lens, np.random.default_rng(len(lens)),
+                        window=window, poison=False)
+            case.run(k)
+            case.check()
+    finally:
+        c.close()
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["decode",

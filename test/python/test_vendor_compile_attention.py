@@ -74,6 +74,14 @@ SPECS = [
           "k_strides = [8192, 16, 2048], k_elem_chunks = [16, 256], "
           "v_strides = [8192, 1, 2048], v_token_chunks = [16, 2048], "
           "v_elem_stride = 16")],
+    # V elements 2^18 apart: a prefill tile's copies of one V row are
+    # farther apart than the immediate offsets of its copies reach
+    # (stageCopies computes those addresses).
+    (kvgen.Layout.parse(
+        "num_kv_heads = 1, head_size_k = 64, head_size_v = 64, "
+        "block_size = 16, dtype = bf16, k_strides = [1024, 64, 64], "
+        "v_strides = [16515088, 1, 1], v_elem_stride = 262144"), 2,
+     ["--prefill"]),
 ]
 
 
