@@ -55,7 +55,7 @@ if [[ "${KVGEN_SKIP_DEPS:-0}" != 1 ]]; then
   step "dependencies"
   if ! "$REPO_ROOT/scripts/install-deps.sh"; then
     failed=1
-    note "dependencies: FAILED"
+    note "dependencies: FAILED ($(took))"
     finish
   fi
   note "dependencies: ok ($(took))"
@@ -75,7 +75,7 @@ if ! cmake -S "$REPO_ROOT" -B "$BUILD_DIR" -G Ninja \
     -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit \
     -DPython3_EXECUTABLE="$(command -v "$PYTHON")"; then
   failed=1
-  note "configure: FAILED"
+  note "configure: FAILED ($(took))"
   finish
 fi
 note "configure: ok ($(took))"
@@ -83,7 +83,7 @@ note "configure: ok ($(took))"
 step "build"
 if ! ninja -C "$BUILD_DIR" ${JOBS:+-j "$JOBS"}; then
   failed=1
-  note "build: FAILED"
+  note "build: FAILED ($(took))"
   finish
 fi
 note "build: ok ($(took))"
@@ -101,10 +101,10 @@ ctest_line=$(grep -E 'tests passed, [0-9]+ tests? failed out of' "$ctest_log" |
              tail -1)
 if [[ $ctest_rc -ne 0 ]]; then
   failed=1
-  note "ctest: FAILED (exit $ctest_rc) ${ctest_line}"
+  note "ctest: FAILED (exit $ctest_rc, $(took)) ${ctest_line}"
 elif [[ -z "$ctest_line" ]]; then
   failed=1
-  note "ctest: FAILED (no tests registered)"
+  note "ctest: FAILED ($(took)): no tests registered"
 else
   note "ctest: ok ($(took)): ${ctest_line}"
 fi
@@ -142,7 +142,7 @@ if bash "$REPO_ROOT/scripts/test_runtime_only.sh"; then
   note "runtime-only build: ok ($(took)): its runtime JITs through libkvgen-generator.so"
 else
   failed=1
-  note "runtime-only build: FAILED (see $BUILD_DIR/runtime-only.tests.log)"
+  note "runtime-only build: FAILED ($(took); see $BUILD_DIR/runtime-only.tests.log)"
 fi
 
 #===------------------------------------------------------------------------===#
@@ -171,7 +171,7 @@ else
   # Exit code 5 is "no tests collected": a failure, since test files exist.
   if [[ $pytest_rc -ne 0 ]]; then
     failed=1
-    note "pytest: FAILED (exit $pytest_rc) ${pytest_line}"
+    note "pytest: FAILED (exit $pytest_rc, $(took)) ${pytest_line}"
   else
     note "pytest: ok ($(took)${xdist:+, ${xdist[*]}}): ${pytest_line}"
   fi
@@ -194,7 +194,7 @@ else
   pip_line=$(grep -E '^pip-install: [0-9]+ passed' "$pip_log" | tail -1)
   if [[ $pip_rc -ne 0 ]]; then
     failed=1
-    note "pip install: FAILED (exit $pip_rc) ${pip_line#pip-install: }"
+    note "pip install: FAILED (exit $pip_rc, $(took)) ${pip_line#pip-install: }"
   else
     note "pip install: ok ($(took)): ${pip_line#pip-install: }"
   fi
