@@ -271,26 +271,28 @@ def _kernel(device, op, layout, **options):
 
 class _Fast:
     """A plan found by the identity of the cache and scale tensors; meta:
-    their pointers, shapes and strides when it was made (_tensor_meta),
-    which a call must still find (an in-place set_ / resize_ /
-    as_strided_ keeps a tensor's identity but not what the plan was
-    checked for)."""
+    their pointers, shapes, strides and dtypes when it was made
+    (_tensor_meta), which a call must still find (an in-place set_ /
+    resize_ / as_strided_ / `.data =` keeps a tensor's identity but not
+    what the plan was checked for)."""
     __slots__ = ("plan", "refs", "shapes", "device", "scales", "meta")
 
 
 def _tensor_meta(key_cache, value_cache, k_scale, v_scale, scaled):
     """What the identity table's plan assumes of the cache (and, when
     read, scale) tensors: (key_cache ptr, value_cache ptr, k_scale ptr,
-    v_scale ptr, their shapes and strides)."""
+    v_scale ptr, their shapes, strides and dtypes: `t.data = ...` can
+    change a dtype in place and keep the rest)."""
     if scaled:
         return (key_cache.data_ptr(), value_cache.data_ptr(),
                 k_scale.data_ptr(), v_scale.data_ptr(), key_cache.shape,
                 value_cache.shape, key_cache.stride(), value_cache.stride(),
                 k_scale.shape, v_scale.shape, k_scale.stride(),
-                v_scale.stride())
+                v_scale.stride(), key_cache.dtype, value_cache.dtype,
+                k_scale.dtype, v_scale.dtype)
     return (key_cache.data_ptr(), value_cache.data_ptr(), None, None,
             key_cache.shape, value_cache.shape, key_cache.stride(),
-            value_cache.stride())
+            value_cache.stride(), key_cache.dtype, value_cache.dtype)
 
 
 _fast = {}

@@ -337,6 +337,30 @@ def test_cpp_kernel_launches_the_second_call():
         assert hits[1] == hits[0] + 1
 
 
+def test_python_fast_path_sees_a_cache_dtype_changed_in_place(monkeypatch):
+    """The Python kernels' identity table (kt._cpp None: KVGEN_TORCH_FAST=0
+    or no C++ kernel) remembers a plan per cache tensor; a cache whose
+    dtype changed in place (`.data =` a same-size view: same pointer,
+    shape and strides) must go through the checks again, as the C++
+    kernel's signature (which has the dtype) makes it: a bf16 write into
+    an f16 key_cache raises TypeError instead of storing bf16 bits."""
+    monkeypatch.setattr(kt, "_cpp", None)
+    key, value, kc, vc, slots = _bad_setup()
+    x = _x(torch.bfloat16)
+    va = vc.view(4, 2, 64, 16 // x, x).permute(0, 1, 3, 2, 4).contiguous()
+    one = torch.tensor([1.0])
+    for v in (vc, va):  # vLLM's legacy V, aiter's shuffled V
+        kt.reshape_and_cache(key, value, kc, v, slots, "auto", one, one)
+        kc.data = kc.data.view(torch.float16)
+        kc.zero_()
+        with pytest.raises(TypeError, match=r"key_cache has dtype "
+                           r"torch.float16; with kv_cache_dtype 'auto' it "
+                           r"must be torch.bfloat16"):
+            kt.reshape_and_cache(key, value, kc, v, slots, "auto", one, one)
+        assert not kc.any()
+        kc.data = kc.data.view(torch.bfloat16)
+
+
 def _bad_setup():
     gen = torch.Generator().manual_seed(13)
     H, D, bs, nb = 2, 64, 16, 4
