@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Issue 23's prefill checks on a GPU machine without LLVM (H200 or H100),
-# one call. Emit the bundles on the MLIR build first and carry the archive:
+# one call. Emit the bundles on the MLIR build first and carry the archive
+# (scripts/emit_prefill_variants.sh emits all of the below and archives
+# them):
 #
 #   python3 test/python/test_attention_gpu.py --emit .dev/attn/bundle
 #   python3 bench/bench_attention.py --emit .dev/attn/bench_bundle
