@@ -473,11 +473,20 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
   typedef typename Select<WG, CoreMatrixOrder<KT, HK, HV, UK, UV, P::threads>,
                           RowOrder<KT, HK, HV, UK, UV, KROW, VROW,
                                    P::threads> >::type Order;
+  // Tile k into buffer k % STAGES as one commit group; past the last tile
+  // an empty group, so that the loops' wait counts stay fixed.
   auto stage = [&](int64_t k) {
-    stageTile<KV, typename L::k, typename L::v, BS, !O::unchecked, Order>(
-        sm.k[k % STAGES], sm.v[k % STAGES], kBase, vBase, kMap, vMap, a, table,
-        t0 + k * KT, ta, tb, kvh, tid);
+    if (k < tiles)
+      stageTile<KV, typename L::k, typename L::v, BS, !O::unchecked, Order>(
+          sm.k[k % STAGES], sm.v[k % STAGES], kBase, vBase, kMap, vMap, a,
+          table, t0 + k * KT, ta, tb, kvh, tid);
     copyToSharedCommit();
+  };
+  // Tiles 0 .. AHEAD - 1, the loads ahead of the first iteration.
+  auto stageAhead = [&](int ahead) {
+    KVGEN_UNROLL
+    for (int k = 0; k < ahead; ++k)
+      stage(k);
   };
 
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
@@ -496,13 +505,7 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     // tiles ahead: iteration k loads tile k + STAGES - 2 into tile k - 2's
     // buffer, which no warp reads any more (its P V was waited for in
     // iteration k - 1, before this iteration's barrier).
-    KVGEN_UNROLL
-    for (int k = 0; k < STAGES - 2; ++k) {
-      if (k < tiles)
-        stage(k);
-      else
-        copyToSharedCommit();
-    }
+    stageAhead(STAGES - 2);
     uint32_t pa[KT / 16][4]; // P of the previous tile
     float s[KT / 8][4];
     // Tile k's barrier, loads ahead and mask test (every iteration).
@@ -510,10 +513,7 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
       copyToSharedWait<(STAGES >= 3 ? STAGES - 3 : 0)>();
       wgmmaSharedFence();
       kvgenSyncThreads();
-      if (k + STAGES - 2 < tiles)
-        stage(k + STAGES - 2);
-      else
-        copyToSharedCommit();
+      stage(k + STAGES - 2);
       const int64_t first = t0 + k * KT;
       return first >= ta && first + KT <= tb && first + KT - 1 <= wFirstPos &&
              first >= wLastLo;
@@ -558,22 +558,13 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     // STAGES - 1 (into tile k - 1's buffer, free since the barrier that ended
     // iteration k - 1) or commits an empty group past the last tile, so that
     // tile k is complete when at most STAGES - 1 groups are pending.
-    KVGEN_UNROLL
-    for (int k = 0; k < STAGES - 1; ++k) {
-      if (k < tiles)
-        stage(k);
-      else
-        copyToSharedCommit();
-    }
+    stageAhead(STAGES - 1);
     for (int64_t k = 0; k < tiles; ++k) {
       if (STAGES == 1) {
         stage(k);
         copyToSharedWait<0>();
       } else {
-        if (k + STAGES - 1 < tiles)
-          stage(k + STAGES - 1);
-        else
-          copyToSharedCommit();
+        stage(k + STAGES - 1);
         copyToSharedWait<(STAGES > 1 ? STAGES - 1 : 0)>();
       }
       if constexpr (WG)
