@@ -119,6 +119,21 @@ def _mirror(allocs, key_cache, value_cache):
     return copies, same(key_cache), same(value_cache)
 
 
+def _gather_matches_reference(kc, vc, slots, T, H, dk, dv, rdt, dev, kvd,
+                              ks, vs, where=""):
+    """gather_cache of slots' rows from (kc, vc) into fresh [T, H, d]
+    outputs of rdt equals torch_ref.gather_legacy's bit for bit; returns
+    kvgen's (key_out, value_out)."""
+    ko = torch.zeros(T, H, dk, dtype=rdt, device=dev)
+    vo = torch.zeros(T, H, dv, dtype=rdt, device=dev)
+    wko, wvo = ko.clone(), vo.clone()
+    torch.ops.kvgen.gather_cache(kc, vc, slots, ko, vo, kvd, ks, vs)
+    torch_ref.gather_legacy(kc, vc, slots, wko, wvo, kvd, ks, vs)
+    assert torch.equal(_bits(ko), _bits(wko)), where
+    assert torch.equal(_bits(vo), _bits(wvo)), where
+    return ko, vo
+
+
 def test_reference_is_vllms_index_formula():
     """torch_ref.write_legacy against vLLM's reshape_and_cache_kernel
     index formula (contiguous caches), element by element."""
@@ -178,13 +193,8 @@ def test_write_and_gather_bit_exact(kind, geo, bs, device):
         write(key, value, kc, vc, slots, kvd, ks, vs)
         for a, w in zip(allocs, want):
             assert torch.equal(_bits(a), _bits(w)), entry
-        ko = torch.zeros(T, H, dk, dtype=rdt, device=dev)
-        vo = torch.zeros(T, H, dv, dtype=rdt, device=dev)
-        wko, wvo = ko.clone(), vo.clone()
-        torch.ops.kvgen.gather_cache(kc, vc, slots, ko, vo, kvd, ks, vs)
-        torch_ref.gather_legacy(kc, vc, slots, wko, wvo, kvd, ks, vs)
-        assert torch.equal(_bits(ko), _bits(wko))
-        assert torch.equal(_bits(vo), _bits(wvo))
+        ko, vo = _gather_matches_reference(kc, vc, slots, T, H, dk, dv, rdt,
+                                           dev, kvd, ks, vs, entry)
         if kvd == "auto":
             ok = (slots >= 0).cpu()
             assert torch.equal(ko.cpu()[ok], key.cpu()[:T][ok])
@@ -273,13 +283,8 @@ def test_random_sequence_of_shapes(device):
         where = f"call {call}: {kind} {geo} b{bs} {arrangement} T={T}"
         for a, w in zip(allocs, want):
             assert torch.equal(_bits(a), _bits(w)), where
-        ko = torch.zeros(T, H, dk, dtype=rdt, device=dev)
-        vo = torch.zeros(T, H, dv, dtype=rdt, device=dev)
-        wko, wvo = ko.clone(), vo.clone()
-        torch.ops.kvgen.gather_cache(kc, vc, slots, ko, vo, kvd, ks, vs)
-        torch_ref.gather_legacy(kc, vc, slots, wko, wvo, kvd, ks, vs)
-        assert torch.equal(_bits(ko), _bits(wko)), where
-        assert torch.equal(_bits(vo), _bits(wvo)), where
+        ko, vo = _gather_matches_reference(kc, vc, slots, T, H, dk, dv, rdt,
+                                           dev, kvd, ks, vs, where)
     kt.check_errors(dev)
 
 
