@@ -253,12 +253,15 @@ def test_random_sequence_of_shapes(device):
     """The op's remembered plans (per argument shapes and strides) over an
     engine's changing calls: one process drives reshape_and_cache and
     gather_cache through 24 calls drawn at random from token counts,
-    geometries, block sizes, cache dtypes and arrangements (repeats
-    included, so remembered plans are reused), each checked bit for bit
-    against the reference over the whole allocations."""
+    geometries, block sizes, cache dtypes, arrangements and value cache
+    forms (vLLM's legacy V or aiter's shuffled V; repeats included, so
+    remembered plans are reused), each checked bit for bit against the
+    reference over the whole allocations (aiter's V: against the
+    reference's legacy V permuted)."""
     dev = torch.device(device)
     gen = torch.Generator().manual_seed(2026)
     pick = __import__("random").Random(12)
+    forms = {"legacy": 0, "aiter": 0}
     for call in range(24):
         kind = pick.choice(list(KINDS))
         geo = pick.choice(list(GEOMETRIES))
@@ -278,13 +281,40 @@ def test_random_sequence_of_shapes(device):
                                                     torch.int64)), dev)
         want, wk, wv = _mirror(allocs, kc, vc)
         torch_ref.write_legacy(key, value, wk, wv, slots, kvd, ks, vs)
-        torch.ops.kvgen.reshape_and_cache(key, value, kc, vc, slots, kvd, ks,
+        aiter = pick.random() < 0.5
+        forms["aiter" if aiter else "legacy"] += 1
+        where = (f"call {call}: {kind} {geo} b{bs} {arrangement} T={T} "
+                 f"{'aiter' if aiter else 'legacy'} V")
+        if not aiter:
+            torch.ops.kvgen.reshape_and_cache(key, value, kc, vc, slots, kvd,
+                                              ks, vs)
+            for a, w in zip(allocs, want):
+                assert torch.equal(_bits(a), _bits(w)), where
+            _gather_matches_reference(kc, vc, slots, T, H, dk, dv, rdt, dev,
+                                      kvd, ks, vs, where)
+            continue
+        # aiter's V [nb, H, bs / x, Dv, x]: its own allocation holding the
+        # legacy V's bits permuted.
+        x = _x(cdt)
+
+        def shuffle(v):
+            return v.unflatten(3, (bs // x, x)).permute(0, 1, 3, 2, 4) \
+                .contiguous()
+        va = shuffle(vc)
+        torch.ops.kvgen.reshape_and_cache(key, value, kc, va, slots, kvd, ks,
                                           vs)
-        where = f"call {call}: {kind} {geo} b{bs} {arrangement} T={T}"
-        for a, w in zip(allocs, want):
-            assert torch.equal(_bits(a), _bits(w)), where
-        ko, vo = _gather_matches_reference(kc, vc, slots, T, H, dk, dv, rdt,
-                                           dev, kvd, ks, vs, where)
+        assert torch.equal(_bits(allocs[0]), _bits(want[0])), where
+        assert torch.equal(_bits(va), _bits(shuffle(wv))), where
+        outs = []
+        for k_, v_, op in ((kc, va, torch.ops.kvgen.gather_cache),
+                           (wk, wv, torch_ref.gather_legacy)):
+            ko = torch.zeros(T, H, dk, dtype=rdt, device=dev)
+            vo = torch.zeros(T, H, dv, dtype=rdt, device=dev)
+            op(k_, v_, slots, ko, vo, kvd, ks, vs)
+            outs.append((ko, vo))
+        assert torch.equal(_bits(outs[0][0]), _bits(outs[1][0])), where
+        assert torch.equal(_bits(outs[0][1]), _bits(outs[1][1])), where
+    assert min(forms.values()) >= 4, forms  # both forms, several times
     kt.check_errors(dev)
 
 
