@@ -371,16 +371,6 @@ KVGEN_DEVICE inline void wgmmaWaitPin(float *d) {
   (void)d;
 #endif
 }
-/// Keeps the computation of d[0, COUNT) before the next wgmma wait (the
-/// compiler may otherwise sink register-only work, the softmax's
-/// exponentials, below a wait that should overlap it).
-template <int COUNT> KVGEN_DEVICE inline void wgmmaBefore(float *d) {
-#ifdef KVGEN_WGMMA
-  kvgenWgmmaPin<COUNT>(d);
-#else
-  (void)d;
-#endif
-}
 /// This thread's shared-memory writes visible to wgmma's operand reads
 /// (before the barrier that precedes them).
 KVGEN_DEVICE inline void wgmmaSharedFence() {

@@ -542,7 +542,6 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
       attnSoftmaxRows<S, O, KT / 8>(s, t0 + k * KT, ta, tb, rowPos, rowLo,
                                     rowMul, capMul, quad, m, l, unmasked,
                                     alpha);
-      wgmmaBefore<KT / 8 * 4>(&s[0][0]); // the softmax overlaps P V
       wgmmaWaitPin<0, NT * 4>(&o[0][0]);
       attnRescaleO<S>(o, alpha);
       wgmmaPackP<S, KT>(s, pa);
