@@ -34,8 +34,13 @@
 # each (0 errors expected); bench_attention.py --prefill-only on each
 # bench bundle present (bench_bundle, bench_*: kvgen's plans beside cuDNN
 # SDPA, output checked); the decode rows. Exit status 1 when a step
-# failed.
+# failed. ONLY (an extended regex on the directory names) runs the matching
+# bundles only, e.g. ONLY='^(bundle_wgs3|bench_wg256s3)$'; DECODE=0 skips
+# the decode rows. Each step prints its seconds.
 set -u
+ONLY=${ONLY:-.}
+DECODE=${DECODE:-1}
+SECONDS=0
 OUT=${1:-out/prefill}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
@@ -50,13 +55,14 @@ MC_CASES="$MC_CASES,mimo_swa-b1-ctx4096-q4096,mimo_fp8_t-b12"
 for d in .dev/attn/bundle .dev/attn/bundle_*; do
   [ -d "$d" ] || continue
   b=$(basename "$d")
-  echo "== test_attention_gpu.py prefill and mixed cases: $b"
+  echo "$b" | grep -Eq "$ONLY" || continue
+  echo "== [${SECONDS}s] test_attention_gpu.py prefill and mixed cases: $b"
   KVGEN_ATTN_BUNDLE=.dev/attn/$b KVGEN_LIB=build-dev/lib \
     python3 test/python/test_attention_gpu.py --run prefill,x8 \
     >"$OUT/attn_$b.txt" 2>&1 || rc=1
   grep -v '^PASS' "$OUT/attn_$b.txt" | head -20
   echo "passed: $(grep -c '^PASS' "$OUT/attn_$b.txt")"
-  echo "== memcheck: $b"
+  echo "== [${SECONDS}s] memcheck: $b"
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 KVGEN_ATTN_BUNDLE=.dev/attn/$b \
     KVGEN_LIB=build-dev/lib timeout 150 "$CS" --tool memcheck \
     --kernel-name kns=kvgen --leak-check no --error-exitcode 3 \
@@ -68,15 +74,19 @@ done
 for d in .dev/attn/bench_*; do
   [ -d "$d" ] || continue
   b=$(basename "$d")
-  echo "== bench_attention.py --prefill-only: $b"
+  echo "$b" | grep -Eq "$ONLY" || continue
+  echo "== [${SECONDS}s] bench_attention.py --prefill-only: $b"
   python3 bench/bench_attention.py --bundle .dev/attn/$b \
     --lib build-dev/lib --out "/tmp/attn_$b" --prefill-only \
     >"$OUT/$b.log" 2>&1 || rc=1
   grep '^prefill' "$OUT/$b.log" | sort -u
 done
-echo "== decode rows"
-python3 bench/bench_attention.py --bundle .dev/attn/bench_bundle \
-  --lib build-dev/lib --out "$OUT/attn_decode" --no-prefill \
-  >"$OUT/bench_decode.log" 2>&1 || rc=1
-head -45 "$OUT/attn_decode/attention.md" 2>/dev/null
+if [ "$DECODE" = 1 ]; then
+  echo "== [${SECONDS}s] decode rows"
+  python3 bench/bench_attention.py --bundle .dev/attn/bench_bundle \
+    --lib build-dev/lib --out "$OUT/attn_decode" --no-prefill \
+    >"$OUT/bench_decode.log" 2>&1 || rc=1
+  head -45 "$OUT/attn_decode/attention.md" 2>/dev/null
+fi
+echo "== [${SECONDS}s] done"
 exit $rc
