@@ -36,9 +36,11 @@
 # SDPA, output checked); the decode rows. Exit status 1 when a step
 # failed. ONLY (an extended regex on the directory names) runs the matching
 # bundles only, e.g. ONLY='^(bundle_wgs3|bench_wg256s3)$'; DECODE=0 skips
-# the decode rows. Each step prints its seconds.
+# the decode rows; MEMCHECK (a regex as ONLY) limits memcheck to the
+# matching test bundles. Each step prints its seconds.
 set -u
 ONLY=${ONLY:-.}
+MEMCHECK=${MEMCHECK:-.}
 DECODE=${DECODE:-1}
 SECONDS=0
 OUT=${1:-out/prefill}
@@ -62,6 +64,7 @@ for d in .dev/attn/bundle .dev/attn/bundle_*; do
     >"$OUT/attn_$b.txt" 2>&1 || rc=1
   grep -v '^PASS' "$OUT/attn_$b.txt" | head -20
   echo "passed: $(grep -c '^PASS' "$OUT/attn_$b.txt")"
+  echo "$b" | grep -Eq "$MEMCHECK" || continue
   echo "== [${SECONDS}s] memcheck: $b"
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 KVGEN_ATTN_BUNDLE=.dev/attn/$b \
     KVGEN_LIB=build-dev/lib timeout 150 "$CS" --tool memcheck \

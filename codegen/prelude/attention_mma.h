@@ -299,18 +299,20 @@ KVGEN_DEVICE inline void loadTransB2(const uint16_t *tile, int stride,
 /// (asynchronous: wgmmaFence before it, wgmmaFinish after the last of a
 /// batch); elsewhere (the host's simulation of the plan) the same product
 /// as N / 8 m16n8k16 MMAs whose B fragments each lane reads from the tile.
-/// Every thread of the warpgroup calls it; N = 16, 32 or 64.
+/// Every thread of the warpgroup calls it; N = 16, 32 or 64. The B tile
+/// is `at` bytes (a multiple of 16) into an operand tile (WgmmaTile).
+template <int LBO, int SBO> struct WgmmaTile;
 template <class T, int N, bool MN_MAJOR, int LBO, int SBO>
 KVGEN_DEVICE inline void wgmmaRun(float *d, const uint32_t *a,
-                                  const void *tile, bool accumulate,
-                                  unsigned lane) {
+                                  const WgmmaTile<LBO, SBO> &tile, int at,
+                                  bool accumulate, unsigned lane) {
   static_assert(N == 16 || N == 32 || N == 64, "wgmma n of 16, 32 or 64");
 #ifdef KVGEN_WGMMA
   (void)lane;
-  kvgenWgmma<N, same_type<T, dt_f16>::value, MN_MAJOR>(
-      d, a, kvgenWgmmaDesc(tile, LBO, SBO), accumulate);
+  kvgenWgmma<N, same_type<T, dt_f16>::value, MN_MAJOR>(d, a, tile.at(at),
+                                                       accumulate);
 #else
-  const unsigned char *b = static_cast<const unsigned char *>(tile);
+  const unsigned char *b = tile.at(at);
   const int g = int(lane / 4), t = int(lane % 4);
   KVGEN_UNROLL
   for (int j = 0; j < N / 8; ++j) {
@@ -335,6 +337,27 @@ KVGEN_DEVICE inline void wgmmaRun(float *d, const uint32_t *a,
   }
 #endif
 }
+/// A wgmma B operand tile in shared memory with strides LBO / SBO
+/// (wgmmaRun): on sm_90a its matrix descriptor, built once (PTX ISA,
+/// "Matrix Descriptor Format": start address >> 4 in bits 0-13, LBO >> 4 in
+/// 16-29, SBO >> 4 in 32-45), so that a product `at` bytes further in adds
+/// at >> 4 to it (the start address field cannot carry: shared memory
+/// addresses are below 2^18); elsewhere its address.
+template <int LBO, int SBO> struct WgmmaTile {
+#ifdef KVGEN_WGMMA
+  uint64_t desc;
+  KVGEN_DEVICE explicit WgmmaTile(const void *tile)
+      : desc(kvgenWgmmaDesc(tile, LBO, SBO)) {}
+  KVGEN_DEVICE uint64_t at(int bytes) const {
+    return desc + uint64_t(bytes >> 4);
+  }
+#else
+  const unsigned char *base;
+  KVGEN_DEVICE explicit WgmmaTile(const void *tile)
+      : base(static_cast<const unsigned char *>(tile)) {}
+  KVGEN_DEVICE const unsigned char *at(int bytes) const { return base + bytes; }
+#endif
+};
 /// Orders register writes before the next wgmmaRun reads them.
 KVGEN_DEVICE inline void wgmmaFence() {
 #ifdef KVGEN_WGMMA

@@ -92,28 +92,22 @@ KVGEN_DEVICE inline void wgmmaIssueQK(const typename S::CS *kTile,
                                       float (&s)[KT / 8][4], unsigned lane) {
   enum { HK = S::HK, KGROUP = 16 * HK };
   typedef typename S::mma MT;
-  const unsigned char *kb = reinterpret_cast<const unsigned char *>(kTile);
+  const WgmmaTile<128, KGROUP> kb(kTile);
   KVGEN_UNROLL
   for (int ks = 0; ks < HK / 16; ++ks) {
     KVGEN_UNROLL
     for (int n0 = 0; n0 < KT; n0 += 64) {
       const int left = KT - n0;
+      const int at = (n0 / 8) * KGROUP + 256 * ks;
       if (left >= 64)
-        wgmmaRun<MT, 64, false, 128, KGROUP>(&s[n0 / 8][0], q[ks],
-                                             kb + (n0 / 8) * KGROUP + 256 * ks,
-                                             ks > 0, lane);
+        wgmmaRun<MT, 64, false>(&s[n0 / 8][0], q[ks], kb, at, ks > 0, lane);
       else if (left >= 32) {
-        wgmmaRun<MT, 32, false, 128, KGROUP>(&s[n0 / 8][0], q[ks],
-                                             kb + (n0 / 8) * KGROUP + 256 * ks,
-                                             ks > 0, lane);
+        wgmmaRun<MT, 32, false>(&s[n0 / 8][0], q[ks], kb, at, ks > 0, lane);
         if (left == 48)
-          wgmmaRun<MT, 16, false, 128, KGROUP>(
-              &s[n0 / 8 + 4][0], q[ks], kb + (n0 / 8 + 4) * KGROUP + 256 * ks,
-              ks > 0, lane);
+          wgmmaRun<MT, 16, false>(&s[n0 / 8 + 4][0], q[ks], kb,
+                                  at + 4 * KGROUP, ks > 0, lane);
       } else
-        wgmmaRun<MT, 16, false, 128, KGROUP>(&s[n0 / 8][0], q[ks],
-                                             kb + (n0 / 8) * KGROUP + 256 * ks,
-                                             ks > 0, lane);
+        wgmmaRun<MT, 16, false>(&s[n0 / 8][0], q[ks], kb, at, ks > 0, lane);
     }
   }
 }
@@ -143,25 +137,22 @@ KVGEN_DEVICE inline void wgmmaIssuePV(const typename S::CS *vTile,
                                       float (&o)[S::NT][4], unsigned lane) {
   enum { HV = S::HV, VGROUP = 16 * HV };
   typedef typename S::mma MT;
-  const unsigned char *vb = reinterpret_cast<const unsigned char *>(vTile);
+  const WgmmaTile<VGROUP, 128> vb(vTile);
   KVGEN_UNROLL
   for (int kk = 0; kk < KT / 16; ++kk) {
     KVGEN_UNROLL
     for (int c0 = 0; c0 < HV; c0 += 64) {
       const int left = HV - c0;
-      const unsigned char *at = vb + 2 * kk * VGROUP + (c0 / 8) * 128;
+      const int at = 2 * kk * VGROUP + (c0 / 8) * 128;
       if (left >= 64)
-        wgmmaRun<MT, 64, true, VGROUP, 128>(&o[c0 / 8][0], pa[kk], at, true,
-                                            lane);
+        wgmmaRun<MT, 64, true>(&o[c0 / 8][0], pa[kk], vb, at, true, lane);
       else if (left >= 32) {
-        wgmmaRun<MT, 32, true, VGROUP, 128>(&o[c0 / 8][0], pa[kk], at, true,
-                                            lane);
+        wgmmaRun<MT, 32, true>(&o[c0 / 8][0], pa[kk], vb, at, true, lane);
         if (left == 48)
-          wgmmaRun<MT, 16, true, VGROUP, 128>(&o[c0 / 8 + 4][0], pa[kk],
-                                              at + 4 * 128, true, lane);
+          wgmmaRun<MT, 16, true>(&o[c0 / 8 + 4][0], pa[kk], vb, at + 4 * 128,
+                                 true, lane);
       } else
-        wgmmaRun<MT, 16, true, VGROUP, 128>(&o[c0 / 8][0], pa[kk], at, true,
-                                            lane);
+        wgmmaRun<MT, 16, true>(&o[c0 / 8][0], pa[kk], vb, at, true, lane);
     }
   }
 }

@@ -650,7 +650,9 @@ def test_prefill_wgmma_checked_flags_bad_block_numbers(ctx_prefill_wgmma):
 
 #: kv-plan's tile-stages: K/V tile buffers other than the planned two (the
 #: kernel loads tile_stages - 1 tiles ahead, committing empty groups past
-#: the last tile), on the mma.sync body (3, 4) and the wgmma body (1, 3, 4).
+#: the last tile), on the mma.sync body (3, 4) and the wgmma body (1, 3, 4);
+#: tile-tokens: tiles of 128 tokens (both bodies) and of 32 (the pipelined
+#: wgmma loop).
 #: The contexts of one module load kernels of the same names with other
 #: plans side by side: before the host prelude's symbols were hidden
 #: (Emit.cpp preludeFor), the second library used the first one's
@@ -662,15 +664,23 @@ STAGES_GEOS = ["mimo_nhd", "mimo_hnd_sinks_window", "block256"]
 @pytest.fixture(scope="module", params=["tile-stages=3", "tile-stages=4",
                                         "tile-stages=1 wgmma=1",
                                         "tile-stages=3 wgmma=1",
-                                        "tile-stages=4 wgmma=1"])
+                                        "tile-stages=4 wgmma=1",
+                                        "tile-stages=2 tile-tokens=128",
+                                        "tile-stages=2 tile-tokens=128 "
+                                        "wgmma=1",
+                                        "tile-stages=3 tile-tokens=32 "
+                                        "wgmma=1"])
 def ctx_prefill_stages(request, tmp_path_factory, kvgen_cli, kernel_cache):
     c, bundle = host_context(tmp_path_factory, kernel_cache, request.param,
                              names=STAGES_GEOS, prefill=True)
-    stages = request.param.split()[0].split("=")[1]
+    opts = dict(o.split("=") for o in request.param.split())
     sources = [f for f in bundle.iterdir() if f.suffix == ".cpp"]
     assert len(sources) == len(STAGES_GEOS)
     for f in sources:
-        assert f"tile_stages = {stages}," in f.read_text(), f
+        text = f.read_text()
+        assert f"tile_stages = {opts['tile-stages']}," in text, f
+        if "tile-tokens" in opts:
+            assert f"tile_tokens = {opts['tile-tokens']}," in text, f
     yield c
     c.close()
 

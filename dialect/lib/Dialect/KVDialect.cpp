@@ -455,8 +455,8 @@ LogicalResult AttentionPlanAttr::verify(
   // Prefill tiles: all three or none; the bytes within the target's limit
   // (the op checks that they are the tiles' bytes for its layout).
   if (dynamicSmemBytes != 0 || tileTokens != 0 || tileStages != 0) {
-    if (tileTokens != 16 && tileTokens != 32 && tileTokens != 64)
-      return emitError() << "'tile_tokens' must be 16, 32 or 64 (or all of "
+    if (!attnTileTokensValid(tileTokens))
+      return emitError() << "'tile_tokens' must be 16, 32, 64 or 128 (or all of "
                             "'tile_tokens', 'tile_stages' and "
                             "'dynamic_smem_bytes' 0), got "
                          << tileTokens;

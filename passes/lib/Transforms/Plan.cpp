@@ -235,7 +235,7 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
                           const Target &target, int64_t rowGroup,
                           int64_t partialFloatsPerRow, bool warpRowTiles,
                           int64_t threads, int64_t splitCtas,
-                          std::string *error, int64_t tileStages) {
+                          std::string *error, PrefillTiles tiles) {
   // Cache access width and alignment as for the other kernels.
   FailureOr<PlanChoice> base = choosePlan(layout, io, target, 1, 0, 1, 0,
                                           error);
@@ -269,15 +269,17 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
     const int64_t tokenBytes = attnTileTokenBytes(
         int(layout.headSize(kKey) * elem), int(layout.headSize(kValue) * elem));
     const int64_t most = target.info->maxDynamicSmemBytes;
-    c.tileTokens = attnTileTokens(tokenBytes, most);
-    c.tileStages = tileStages > 0
-                       ? tileStages
+    c.tileTokens =
+        tiles.tokens > 0 ? tiles.tokens : attnTileTokens(tokenBytes, most);
+    c.tileStages = tiles.stages > 0
+                       ? tiles.stages
                        : attnTileStages(tokenBytes, int(c.tileTokens), most);
     c.dynamicSmemBytes = c.tileStages * c.tileTokens * tokenBytes;
-    if (tileStages > 0 && c.dynamicSmemBytes > most) {
+    if ((tiles.tokens > 0 || tiles.stages > 0) && c.dynamicSmemBytes > most) {
       if (error)
-        *error = "tile-stages = " + std::to_string(tileStages) + ": " +
-                 std::to_string(tileStages) + " tiles of " +
+        *error = "tile-tokens = " + std::to_string(c.tileTokens) +
+                 ", tile-stages = " + std::to_string(c.tileStages) + ": " +
+                 std::to_string(c.tileStages) + " tiles of " +
                  std::to_string(c.tileTokens) + " tokens take " +
                  std::to_string(c.dynamicSmemBytes) +
                  " bytes of shared memory, more than the " +
@@ -358,6 +360,7 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
         {"mfma", mfma, -1, 1},
         {"wgmma", wgmma, -1, 1},
         {"tile-stages", tileStages, -1, kMaxTileStages},
+        {"tile-tokens", tileTokens, -1, kMaxTileTokens},
     };
     for (const Range &r : ranges)
       if (r.value < r.min || r.value > r.max)
@@ -368,6 +371,10 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
       return emitError(getOperation().getLoc())
              << "kv-plan: option tile-stages = 0 must be -1 (planned) or 1 "
              << "to " << int(kMaxTileStages);
+    if (tileTokens != -1 && !attnTileTokensValid(tileTokens))
+      return emitError(getOperation().getLoc())
+             << "kv-plan: option tile-tokens = " << int64_t(tileTokens)
+             << " must be -1 (planned), 16, 32, 64 or " << int(kMaxTileTokens);
     // 0 would read as "planned" elsewhere; here it is no stage at all.
     if (bulkStages != -1 &&
         (bulkStages < 1 || bulkStages > 16 ||
@@ -399,7 +406,9 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
                     op.getLayout().getDesc(), *fromMlirType(op.getRowType()),
                     *parsed, op.getRowGroup(), op.getPartialFloatsPerRow(),
                     op.getWarpRowTiles(), threads, splitCtas, &error,
-                    tileStages > 0 ? int64_t(tileStages) : -1)
+                    PrefillTiles{tileTokens, tileStages > 0
+                                                 ? int64_t(tileStages)
+                                                 : -1})
               : choosePlan(op.getLayout().getDesc(),
                            *fromMlirType(op.getRowType()), *parsed,
                            op.getWorkItemTokens(), threads, tokensPerCta,

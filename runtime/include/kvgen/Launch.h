@@ -150,6 +150,15 @@ KVGEN_HD constexpr int attnTileTokens(int64_t tokenBytes, int64_t budget) {
 /// tile-stages, the plan verifier): the kernel loads up to
 /// tile_stages - 1 tiles ahead of the one it computes.
 enum : int { kMaxTileStages = 4 }; // an enum: unused in a kernel, no warning
+/// The most tokens of a prefill plan's K/V tile (kv-plan's tile-tokens,
+/// the plan verifier); attnTileTokens plans at most 64.
+enum : int { kMaxTileTokens = 128 };
+/// The tile sizes a prefill plan may have: 16, 32, 64 and 128 tokens
+/// (whole k-steps of 16 keys).
+KVGEN_HD constexpr bool attnTileTokensValid(int64_t tokens) {
+  return tokens == 16 || tokens == 32 || tokens == 64 ||
+         tokens == kMaxTileTokens;
+}
 /// Stages (buffers) of those tiles: 2 where they fit, else 1.
 KVGEN_HD constexpr int attnTileStages(int64_t tokenBytes, int tileTokens,
                                       int64_t budget) {

@@ -184,7 +184,7 @@ kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
-    // expected-error @+1 {{'tile_tokens' must be 16, 32 or 64 (or all of 'tile_tokens', 'tile_stages' and 'dynamic_smem_bytes' 0), got 48}}
+    // expected-error @+1 {{'tile_tokens' must be 16, 32, 64 or 128 (or all of 'tile_tokens', 'tile_stages' and 'dynamic_smem_bytes' 0), got 48}}
     num_q_heads 64 prefill {plan = #kv.attention_plan<target = "sm_90",
     vector_bytes = 16, threads = 128, rows_per_cta = 64, row_group = 16,
     item_ctas = 4, tile_tokens = 48, tile_stages = 2,

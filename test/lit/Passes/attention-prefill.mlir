@@ -11,6 +11,11 @@
 // RUN: not kvgen-opt --kv-plan="target=sm_80 tile-stages=4" %s 2>&1 | FileCheck %s --check-prefix=STAGES-BIG
 // RUN: not kvgen-opt --kv-plan="target=sm_90 tile-stages=0" %s 2>&1 | FileCheck %s --check-prefix=STAGES0
 // RUN: not kvgen-opt --kv-plan="target=sm_90 tile-stages=5" %s 2>&1 | FileCheck %s --check-prefix=STAGES5
+// RUN: kvgen-opt --kv-plan="target=sm_90 tile-tokens=128" %s | FileCheck %s --check-prefix=TOKENS128
+// RUN: kvgen-opt --kv-plan="target=sm_90 tile-tokens=32 tile-stages=3" %s | FileCheck %s --check-prefix=TOKENS32
+// RUN: not kvgen-opt --kv-plan="target=sm_90 tile-tokens=128 tile-stages=3" %s 2>&1 | FileCheck %s --check-prefix=TOKENS-BIG
+// RUN: not kvgen-opt --kv-plan="target=sm_90 tile-tokens=48" %s 2>&1 | FileCheck %s --check-prefix=TOKENS48
+// RUN: not kvgen-opt --kv-plan="target=sm_90 tile-tokens=256" %s 2>&1 | FileCheck %s --check-prefix=TOKENS256
 
 // The prefill plan: one m16 tile of query rows per warp (4 warps: 64 rows
 // per CTA), a CTA per kv head, never split (no split fields), and on AMD
@@ -41,9 +46,16 @@
 // sm_90's 227 KiB, not sm_80's 163 KiB.
 // STAGES4: tile_tokens = 64, tile_stages = 4, dynamic_smem_bytes = 184320,
 // STAGES1: tile_tokens = 64, tile_stages = 1, dynamic_smem_bytes = 46080,
-// STAGES-BIG: kv-plan: tile-stages = 4: 4 tiles of 64 tokens take 184320 bytes of shared memory, more than the {{[0-9]+}} a CTA of target 'sm_80' may use
+// STAGES-BIG: kv-plan: tile-tokens = 64, tile-stages = 4: 4 tiles of 64 tokens take 184320 bytes of shared memory, more than the {{[0-9]+}} a CTA of target 'sm_80' may use
 // STAGES0: kv-plan: option tile-stages = 0 must be -1 (planned) or 1 to 4
 // STAGES5: kv-plan: option tile-stages = 5 is outside [-1, 4]
+// tile-tokens forces the tile (A/B benchmarks); the stages stay planned
+// (2 where two fit) unless tile-stages forces them too.
+// TOKENS128: tile_tokens = 128, tile_stages = 2, dynamic_smem_bytes = 184320,
+// TOKENS32: tile_tokens = 32, tile_stages = 3, dynamic_smem_bytes = 69120,
+// TOKENS-BIG: kv-plan: tile-tokens = 128, tile-stages = 3: 3 tiles of 128 tokens take 276480 bytes of shared memory, more than the {{[0-9]+}} a CTA of target 'sm_90' may use
+// TOKENS48: kv-plan: option tile-tokens = 48 must be -1 (planned), 16, 32, 64 or 128
+// TOKENS256: kv-plan: option tile-tokens = 256 is outside [-1, 128]
 // SPLIT: kv-plan: a prefill plan (warp row tiles) does not split the context: split-ctas must be 0 or planned
 kv.paged_attention @mimo_prefill : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,

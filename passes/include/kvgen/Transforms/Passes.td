@@ -86,6 +86,12 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
            "-1 lets the pass choose (2 where two fit), n in 1..4 forces n "
            "(for A/B benchmarks; fails where n tiles exceed the target's "
            "dynamic shared memory); other plans ignore it">,
+    Option<"tileTokens", "tile-tokens", "int64_t", /*default=*/"-1",
+           "prefill plans of paged attention: tokens per K/V tile; -1 "
+           "lets the pass choose (64, 32 or 16: the most whose two "
+           "buffers fit), 16, 32, 64 or 128 forces it (for A/B "
+           "benchmarks; fails where the buffers exceed the target's "
+           "dynamic shared memory); other plans ignore it">,
   ];
   let dependentDialects = ["::kvgen::kv::KVDialect"];
 }

@@ -103,6 +103,15 @@ constexpr int kBulkCopyStages = 8;
 /// bound); chooseRowTiledPlan clamps to it, kv-plan's split-ctas refuses more.
 constexpr int64_t kMaxSplitCtas = 512;
 
+/// A prefill plan's K/V tiles as kv-plan's tile-tokens / tile-stages ask
+/// for them (A/B benchmarks): tokens > 0 forces tile_tokens (16, 32, 64 or
+/// 128: kMaxTileTokens), stages > 0 forces tile_stages (1 to
+/// kMaxTileStages); -1 lets chooseRowTiledPlan choose (kvgen/Launch.h's
+/// attnTileTokens / attnTileStages).
+struct PrefillTiles {
+  int64_t tokens = -1, stages = -1;
+};
+
 /// The plan of a row-tiled kernel (paged attention) over `layout` with
 /// query element type `io`: rows of `rowGroup` per query token (the GQA
 /// group), partial results of `partialFloatsPerRow` floats per row.
@@ -110,15 +119,15 @@ constexpr int64_t kMaxSplitCtas = 512;
 /// rows, and no split (split_ctas 0; a forced splitCtas > 0 fails);
 /// else rows_per_cta = 16.
 /// threads > 0 forces the CTA size (whole warps); splitCtas >= 0 forces
-/// split_ctas (0: never split); tileStages > 0 forces a prefill plan's
-/// tile_stages (1 to kMaxTileStages). See Plan.cpp. Fails as choosePlan
-/// does.
+/// split_ctas (0: never split); `tiles` forces a prefill plan's K/V tiles.
+/// See Plan.cpp. Fails as choosePlan does, and where forced tiles exceed
+/// the target's dynamic shared memory.
 llvm::FailureOr<PlanChoice>
 chooseRowTiledPlan(const LayoutDesc &layout, DType io, const Target &target,
                    int64_t rowGroup, int64_t partialFloatsPerRow,
                    bool warpRowTiles = false, int64_t threads = 0,
                    int64_t splitCtas = -1, std::string *error = nullptr,
-                   int64_t tileStages = -1);
+                   PrefillTiles tiles = {});
 
 } // namespace kvgen
 
