@@ -37,8 +37,11 @@
 # failed. ONLY (an extended regex on the directory names) runs the matching
 # bundles only, e.g. ONLY='^(bundle_wgs3|bench_wg256s3)$'; DECODE=0 skips
 # the decode rows; MEMCHECK (a regex as ONLY) limits memcheck to the
-# matching test bundles. Each step prints its seconds.
+# matching test bundles; ALLCASES (a regex as ONLY, default none) runs
+# every case of the matching test bundles (decode, spec-decode, graphs),
+# not only the prefill and mixed ones. Each step prints its seconds.
 set -u
+ALLCASES=${ALLCASES:-^$}
 ONLY=${ONLY:-.}
 MEMCHECK=${MEMCHECK:-.}
 DECODE=${DECODE:-1}
@@ -59,8 +62,10 @@ for d in .dev/attn/bundle .dev/attn/bundle_*; do
   b=$(basename "$d")
   echo "$b" | grep -Eq "$ONLY" || continue
   echo "== [${SECONDS}s] test_attention_gpu.py prefill and mixed cases: $b"
+  sel=prefill,x8
+  echo "$b" | grep -Eq "$ALLCASES" && sel=
   KVGEN_ATTN_BUNDLE=.dev/attn/$b KVGEN_LIB=build-dev/lib \
-    python3 test/python/test_attention_gpu.py --run prefill,x8 \
+    python3 test/python/test_attention_gpu.py --run "$sel" \
     >"$OUT/attn_$b.txt" 2>&1 || rc=1
   grep -v '^PASS' "$OUT/attn_$b.txt" | head -20
   echo "passed: $(grep -c '^PASS' "$OUT/attn_$b.txt")"

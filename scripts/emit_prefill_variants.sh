@@ -9,6 +9,9 @@
 #   bench_bundle256, bench_wg256        8 warps (2 warpgroups) per CTA
 #   bench_wg256s3, bench_wg256s4        2 warpgroups, 3 / 4 tile stages
 #                                       (the pipelined wgmma loop)
+#   bundle_wgt128, bench_wg256t128      wgmma, 128-token tiles
+# Extra variants: EXTRA="options:name;options:name" (test bundles named bundle_*,
+# bench bundles bench_*), e.g. EXTRA="wgmma=1 tile-tokens=32:bench_wgt32".
 # (threads=256 plans no decode kernel for some geometries: those bench
 # rows say "tiled: no kernel".)
 #
@@ -32,6 +35,17 @@ b "threads=256" bench_bundle256
 b "wgmma=1 threads=256" bench_wg256
 b "wgmma=1 threads=256 tile-stages=3" bench_wg256s3
 b "wgmma=1 threads=256 tile-stages=4" bench_wg256s4
+t "wgmma=1 tile-tokens=128" bundle_wgt128
+b "wgmma=1 threads=256 tile-tokens=128" bench_wg256t128
+IFS=';'
+for e in ${EXTRA:-}; do
+  case "${e#*:}" in
+    bundle_*) t "${e%%:*}" "${e#*:}" ;;
+    bench_*) b "${e%%:*}" "${e#*:}" ;;
+    *) echo "EXTRA: $e: the name must start with bundle_ or bench_"; exit 1 ;;
+  esac
+done
+unset IFS
 (cd .dev && tar -cJf attn.tar.xz attn)
 for d in .dev/attn/*; do echo "$d: $(ls "$d" | wc -l) files"; done
 ls -l .dev/attn.tar.xz

@@ -287,16 +287,25 @@ attnSoftmaxRows(float (&s)[NK][4], int64_t base, int64_t ta, int64_t tb,
                 float m[2], float l[2], bool unmasked, float (&alpha)[2]) {
   enum { KEYS = NK * 8 };
   const float kNegInf = negInf();
-  // Logits (base 2).
-  KVGEN_UNROLL
-  for (int nt = 0; nt < NK; ++nt)
+  // Base-2 logits x rowMul (the soft cap: capMul tanh(x rowMul)). Without
+  // the soft cap and with positive factors s keeps q . k: its max times
+  // rowMul is the logits' max, and each exponential takes its logit in one
+  // fused multiply-add (exp2(s rowMul - max)); other factors (zero, negative
+  // or NaN) scale s first and take 1.
+  const bool scaled = !O::logits_soft_cap && rowMul[0] > 0.0f &&
+                      rowMul[1] > 0.0f;
+  const float mul[2] = {scaled ? rowMul[0] : 1.0f, scaled ? rowMul[1] : 1.0f};
+  if (!scaled) {
     KVGEN_UNROLL
-    for (int e = 0; e < 4; ++e) {
-      const int i = e >> 1;
-      const float x = s[nt][e];
-      s[nt][e] = O::logits_soft_cap ? capMul * kvgenTanh(x * rowMul[i])
-                                    : x * rowMul[i];
-    }
+    for (int nt = 0; nt < NK; ++nt)
+      KVGEN_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const float x = s[nt][e];
+        s[nt][e] = O::logits_soft_cap ? capMul * kvgenTanh(x * rowMul[i])
+                                      : x * rowMul[i];
+      }
+  }
   // The masks, only in steps where some row does not attend every key (a
   // branch: most steps of a long prefill skip it). Row i attends the keys
   // [max(ta, rowLo), min(tb - 1, rowPos)]; relative to base and clamped to
@@ -331,7 +340,8 @@ attnSoftmaxRows(float (&s)[NK][4], int64_t base, int64_t ta, int64_t tb,
   for (int i = 0; i < 2; ++i) {
     mx[i] = kvgenFmax(mx[i], kvgenShflXor(mx[i], 1));
     mx[i] = kvgenFmax(mx[i], kvgenShflXor(mx[i], 2));
-    const float mNew = kvgenFmax(mx[i], m[i]);
+    // -inf (every key masked) stays -inf: mul > 0.
+    const float mNew = kvgenFmax(mx[i] * mul[i], m[i]);
     const float ref = mNew == kNegInf ? 0.0f : mNew;
     alpha[i] = kvgenExp2(m[i] - ref);
     m[i] = mNew;
@@ -342,9 +352,10 @@ attnSoftmaxRows(float (&s)[NK][4], int64_t base, int64_t ta, int64_t tb,
   for (int nt = 0; nt < NK; ++nt)
     KVGEN_UNROLL
     for (int e = 0; e < 4; ++e) {
-      const float p = kvgenExp2(s[nt][e] - mx[e >> 1]);
+      const int i = e >> 1;
+      const float p = kvgenExp2(KVGEN_FMAF(s[nt][e], mul[i], -mx[i]));
       s[nt][e] = p;
-      rs[e >> 1] += p;
+      rs[i] += p;
     }
   l[0] = l[0] * alpha[0] + rs[0];
   l[1] = l[1] * alpha[1] + rs[1];
@@ -355,6 +366,11 @@ attnSoftmaxRows(float (&s)[NK][4], int64_t base, int64_t ta, int64_t tb,
 template <class S>
 KVGEN_DEVICE inline void attnRescaleO(float (&o)[S::NT][4],
                                       const float (&alpha)[2]) {
+  // Skipped where neither of the lane's rows' max grew (most steps of a
+  // long row once its max settles): a product by 1. Not on MFMA, whose
+  // factors take every lane's alpha (cross-lane).
+  if (!S::MFMA && alpha[0] == 1.0f && alpha[1] == 1.0f)
+    return;
   float oScale[4];
   MmaAcc<S::MFMA>::rowFactors(alpha, oScale);
   KVGEN_UNROLL
