@@ -187,7 +187,12 @@ template <bool B, class A, class C> struct Select { typedef A type; };
 template <class A, class C> struct Select<false, A, C> { typedef C type; };
 
 /// Scale kinds, as kvgen::ScaleKind in Layout.h.
-enum { SCALE_NONE = 0, SCALE_PER_TENSOR = 1, SCALE_PER_HEAD = 2 };
+enum {
+  SCALE_NONE = 0,
+  SCALE_PER_TENSOR = 1,
+  SCALE_PER_HEAD = 2,
+  SCALE_PER_TILE = 3
+};
 
 //===----------------------------------------------------------------------===//
 // Moving VEC elements.

@@ -36,12 +36,25 @@ bool LayoutDesc::isKV() const {
          components[1].name == "v";
 }
 
+int64_t LayoutDesc::elemWidth(int c) const {
+  const std::optional<DType> &t = components[size_t(c)].storedAs;
+  return t ? std::max<int64_t>(1, elementSize(*t) / elementSize(dtype)) : 1;
+}
+
+int64_t LayoutDesc::span(int c) const {
+  const Component &x = components[size_t(c)];
+  int64_t w = x.headSize * elemWidth(c);
+  if (x.tiles.tile > 0)
+    w = std::max(w, x.tiles.offset + 4 * (x.headSize / x.tiles.tile));
+  return w;
+}
+
 int64_t LayoutDesc::rowWidth(int c) const {
   if (packing != Packing::Packed)
-    return headSize(c);
+    return span(c);
   int64_t w = 0;
-  for (const Component &x : components)
-    w += x.headSize;
+  for (int i = 0; i < numComponents(); ++i)
+    w += span(i);
   return w;
 }
 
@@ -77,7 +90,7 @@ int64_t LayoutDesc::base(int c) const {
     return 0;
   int64_t b = 0;
   for (int i = 0; i < c; ++i)
-    b += headSize(i);
+    b += span(i);
   return b;
 }
 
@@ -151,9 +164,11 @@ SideMap LayoutDesc::map(int c, const int64_t *dynamic) const {
     return v == kDynamic ? (dynamic ? dynamic[i] : 0) : v;
   };
   const Chunks &k = components[size_t(c)].chunks;
-  return SideMap{pick(s.block, 0), pick(s.token, 1), pick(s.head, 2),
-                 base(c),          k.elem,           k.tokenChunk,
-                 k.tokenChunkStride, k.elemChunk,    k.elemChunkStride};
+  return SideMap{pick(s.block, 0),   pick(s.token, 1),
+                 pick(s.head, 2),    base(c),
+                 k.elem * elemWidth(c), k.tokenChunk,
+                 k.tokenChunkStride, k.elemChunk,
+                 k.elemChunkStride};
 }
 
 int64_t LayoutDesc::extentElements(int c, int64_t numBlocks,
@@ -161,6 +176,11 @@ int64_t LayoutDesc::extentElements(int c, int64_t numBlocks,
   if (numBlocks <= 0)
     return 0;
   SideMap m = map(c, dynamic);
+  // A component with per-tile scales or a wider stored type ends at its
+  // span (no chunks: diagnose()).
+  if (span(c) != headSize(c))
+    return elementOffset(m, numBlocks - 1, blockSize - 1, numKvHeads - 1, 0) +
+           span(c);
   return elementOffset(m, numBlocks - 1, blockSize - 1, numKvHeads - 1,
                        headSize(c) - 1) +
          1;
@@ -201,11 +221,18 @@ LayoutDesc::checkedExtentBytes(int c, int64_t numBlocks,
     return std::nullopt;
   // One past the last element (LayoutMap.h's formula; its last position
   // is the largest), in 128 bits.
-  SideMap m{v[0], v[1], v[2], base(c), k.elem, k.tokenChunk,
+  SideMap m{v[0], v[1], v[2], base(c), k.elem * elemWidth(c), k.tokenChunk,
             k.tokenChunkStride, k.elemChunk, k.elemChunkStride};
-  __int128 end = elementOffsetAs<__int128>(m, numBlocks - 1, blockSize - 1,
-                                           numKvHeads - 1, headSize(c) - 1) +
-                 1;
+  // As extentElements: a component whose span is not its head size ends
+  // at its span.
+  const bool spanned = span(c) != headSize(c);
+  __int128 end =
+      spanned ? elementOffsetAs<__int128>(m, numBlocks - 1, blockSize - 1,
+                                          numKvHeads - 1, 0) +
+                    span(c)
+              : elementOffsetAs<__int128>(m, numBlocks - 1, blockSize - 1,
+                                          numKvHeads - 1, headSize(c) - 1) +
+                    1;
   __int128 bytes = end * elementSize(dtype);
   if (bytes > __int128(INT64_MAX))
     return std::nullopt;
@@ -488,7 +515,7 @@ LayoutDesc::diagnoseStrides(const std::vector<Strides> &all) const {
       bool gapless = true;
       for (size_t i = 1; i < byBase.size(); ++i) {
         int a = byBase[i - 1], b = byBase[i];
-        int64_t endA = base(a) + headSize(a);
+        int64_t endA = base(a) + span(a);
         if (base(b) < endA) {
           int later = std::max(a, b), earlier = std::min(a, b);
           return at(later, "'" + stridesField(*this, later) + "' make " +
@@ -498,7 +525,7 @@ LayoutDesc::diagnoseStrides(const std::vector<Strides> &all) const {
         gapless &= base(b) == endA;
       }
       int64_t width =
-          base(byBase.back()) + headSize(byBase.back()) - base(byBase.front());
+          base(byBase.back()) + span(byBase.back()) - base(byBase.front());
       nest = nestFailure(s0, blockSize, numKvHeads, width);
       if (gapless && !nest)
         continue; // proven
@@ -536,7 +563,7 @@ LayoutDesc::diagnoseStrides(const std::vector<Strides> &all) const {
       for (int64_t t = 0; t < blockSize; ++t)
         for (int64_t h = 0; h < numKvHeads; ++h)
           rows.push_back(
-              {t * s.token + h * s.head + base(c), headSize(c), c, t, h});
+              {t * s.token + h * s.head + base(c), span(c), c, t, h});
     }
     auto overlapMessage = [&](int a, int b) {
       if (a != b) {
@@ -620,6 +647,80 @@ LayoutDesc::diagnoseStrides(const std::vector<Strides> &all) const {
   return std::nullopt;
 }
 
+std::optional<LayoutIssue> LayoutDesc::diagnoseTiles() const {
+  auto at = [](std::string field, std::string message) {
+    return LayoutIssue{std::move(field), std::move(message)};
+  };
+  bool anyTiles = false;
+  for (int c = 0; c < numComponents(); ++c) {
+    const Component &x = components[size_t(c)];
+    const std::string tilesKey = x.name + "_tile_scales";
+    const std::string dtypeKey = x.name + "_dtype";
+    const bool tiled = x.tiles != TileScales();
+    anyTiles |= tiled;
+    if (scale != ScaleKind::PerTile) {
+      if (tiled)
+        return at(tilesKey, "'" + tilesKey + "' needs scale = per_tile, got "
+                            "scale = " + toString(scale));
+      if (x.storedAs)
+        return at(dtypeKey, "'" + dtypeKey + "' needs scale = per_tile (a "
+                            "component of its own element type beside "
+                            "quantized ones), got scale = " +
+                                toString(scale));
+      continue;
+    }
+    if (!x.chunks.isDefault())
+      return at(x.name + "_elem_stride",
+                "'" + x.name + "' has chunks or an element stride, which a "
+                "per_tile layout does not serve");
+    if (tiled && x.storedAs)
+      return at(dtypeKey, "'" + x.name + "' has both '" + tilesKey +
+                              "' (quantized to the cache dtype) and '" +
+                              dtypeKey + "' (stored unquantized); give one");
+    if (!tiled && !x.storedAs)
+      return at("components." + x.name,
+                "component '" + x.name + "' of a per_tile layout needs '" +
+                    tilesKey + "' (quantized per tile) or '" + dtypeKey +
+                    "' (stored unquantized)");
+    if (x.storedAs) {
+      const DType t = *x.storedAs;
+      if (isFp8(t))
+        return at(dtypeKey, "'" + dtypeKey + "' must be bf16, f16 or f32 "
+                            "(an unquantized element type), got " +
+                                std::string(toString(t)));
+      continue;
+    }
+    const int64_t tile = x.tiles.tile, off = x.tiles.offset;
+    if (tile < 1 || tile > x.headSize || x.headSize % tile != 0)
+      return at(tilesKey, "'" + tilesKey + "' tile " + std::to_string(tile) +
+                              " must divide the head size of '" + x.name +
+                              "' " + std::to_string(x.headSize));
+    // The values are cache elements [0, head_size) of the row; the scales
+    // 4 * head_size / tile more from `off` (fp8 caches: 1-byte elements).
+    if (off < x.headSize || off > 4 * kMaxHeadSize)
+      return at(tilesKey,
+                "'" + tilesKey + "' scale offset " + std::to_string(off) +
+                    " must lie past the values of '" + x.name + "' (" +
+                    std::to_string(x.headSize) + " elements) and at most " +
+                    std::to_string(4 * kMaxHeadSize));
+  }
+  if (scale != ScaleKind::PerTile)
+    return std::nullopt;
+  if (!anyTiles)
+    return at("scale", "scale = per_tile needs a component with "
+                       "'NAME_tile_scales'");
+  if (dtype != DType::F8E4M3FN)
+    return at("scale", std::string("scale = per_tile is served for "
+                                   "f8E4M3FN caches only (the scale is the "
+                                   "tile's largest magnitude / 448), got ") +
+                           toString(dtype));
+  if (packing != Packing::Packed)
+    return at("packing", "scale = per_tile is served for packed layouts only "
+                         "(one row holding the values, their scales and the "
+                         "unquantized components)");
+  return std::nullopt;
+}
+
 std::optional<std::string>
 LayoutDesc::validateStrides(const std::vector<Strides> &all) const {
   if (std::optional<LayoutIssue> issue = diagnoseStrides(all))
@@ -674,11 +775,13 @@ std::optional<LayoutIssue> LayoutDesc::diagnose() const {
                                 ", the bound that keeps cache offsets in 64 "
                                 "bits");
   if (isFp8(dtype) && scale == ScaleKind::None)
-    return at("scale", "'scale' must be per_tensor or per_head for an fp8 "
-                       "cache");
+    return at("scale", "'scale' must be per_tensor, per_head or per_tile for "
+                       "an fp8 cache");
   if (!isFp8(dtype) && scale != ScaleKind::None)
     return at("scale", std::string("'scale' must be none for a ") +
                            toString(dtype) + " cache");
+  if (std::optional<LayoutIssue> issue = diagnoseTiles())
+    return issue;
   // Chunks: static, separate layouts only, sizes dividing their dimension.
   for (int c = 0; c < numComponents(); ++c) {
     const Chunks &k = components[size_t(c)].chunks;
@@ -833,7 +936,8 @@ constexpr std::pair<DType, const char *> kDTypeNames[] = {
 constexpr std::pair<ScaleKind, const char *> kScaleNames[] = {
     {ScaleKind::None, "none"},
     {ScaleKind::PerTensor, "per_tensor"},
-    {ScaleKind::PerHead, "per_head"}};
+    {ScaleKind::PerHead, "per_head"},
+    {ScaleKind::PerTile, "per_tile"}};
 
 template <typename E, size_t N>
 std::optional<E> lookup(const std::pair<E, const char *> (&table)[N],
@@ -916,6 +1020,11 @@ std::string toString(const LayoutDesc &l) {
     if (k.elemChunk || k.elemChunkStride)
       s += ", " + c.name + "_elem_chunks = [" + std::to_string(k.elemChunk) +
            ", " + std::to_string(k.elemChunkStride) + "]";
+    if (c.tiles != TileScales())
+      s += ", " + c.name + "_tile_scales = [" + std::to_string(c.tiles.tile) +
+           ", " + std::to_string(c.tiles.offset) + "]";
+    if (c.storedAs)
+      s += ", " + c.name + "_dtype = " + toString(*c.storedAs);
   }
   return s;
 }

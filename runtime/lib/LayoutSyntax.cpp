@@ -11,7 +11,7 @@ namespace {
 const char kFieldList[] =
     "num_kv_heads, block_size, head_size_k, head_size_v, components, order, "
     "packing, dtype, scale, NAME_strides, NAME_elem_stride, "
-    "NAME_token_chunks or NAME_elem_chunks";
+    "NAME_token_chunks, NAME_elem_chunks, NAME_tile_scales or NAME_dtype";
 const char kDTypeList[] =
     "bf16, f16, f32, f8E4M3FN, f8E4M3FNUZ, f8E5M2, f8E5M2FNUZ";
 
@@ -96,15 +96,29 @@ struct Parser {
   }
   /// `[size, stride]`: a chunk (Chunks), both integers.
   bool chunk(const std::string &key, int64_t *size, int64_t *stride) {
+    return pair(key, size, stride, "chunk size", "[chunk size, stride]");
+  }
+  /// `[a, b]`, both integers; `first` and `shape` name them for the
+  /// messages.
+  bool pair(const std::string &key, int64_t *a, int64_t *b,
+            const std::string &first, const std::string &shape) {
     if (!expect('[', "to open '" + key + "'"))
       return false;
-    if (!integer(key, size))
+    if (!integer(key, a))
       return false;
-    if (!expect(',', "after the chunk size of '" + key + "'"))
+    if (!expect(',', "after the " + first + " of '" + key + "'"))
       return false;
-    if (!integer(key, stride))
+    if (!integer(key, b))
       return false;
-    return expect(']', "to close '" + key + "' ([chunk size, stride])");
+    return expect(']', "to close '" + key + "' (" + shape + ")");
+  }
+  /// The component a per-tile field (`<name>_tile_scales`, `<name>_dtype`)
+  /// names.
+  static std::optional<std::string> tileField(const std::string &key) {
+    for (const char *suffix : {"_tile_scales", "_dtype"})
+      if (std::optional<std::string> name = suffixed(key, suffix))
+        return name;
+    return std::nullopt;
   }
   /// The component a `<name><suffix>` field names, if `key` ends with
   /// `suffix` after a non-empty name.
@@ -151,6 +165,10 @@ struct Parser {
     // each names a component, at most kMaxComponents of them per suffix.
     std::vector<std::pair<std::string, const char *>> chunkKeys;
     std::map<std::string, Chunks> chunksOf;
+    // The per-tile fields (<name>_tile_scales, <name>_dtype), likewise.
+    std::vector<std::pair<std::string, const char *>> tileKeys;
+    std::map<std::string, TileScales> tilesOf;
+    std::map<std::string, DType> storedOf;
     do {
       const char *keyAt = t.pos();
       std::string key;
@@ -222,7 +240,7 @@ struct Parser {
         ok = word(key, parsePacking, &l.packing, "separate or packed");
       } else if (key == "scale") {
         ok = word(key, parseScaleKind, &l.scale,
-                  "none, per_tensor or per_head");
+                  "none, per_tensor, per_head or per_tile");
       } else if (key == "dtype") {
         const char *at = t.pos();
         std::string w;
@@ -261,6 +279,28 @@ struct Parser {
         else
           ok = chunk(key, &k.elemChunk, &k.elemChunkStride);
         chunkKeys.emplace_back(*name, keyAt);
+      } else if (std::optional<std::string> name = tileField(key)) {
+        if (tileKeys.size() == 2 * kMaxComponents) {
+          fail(keyAt, "a layout has at most " + std::to_string(kMaxComponents) +
+                          " components, so at most " +
+                          std::to_string(2 * kMaxComponents) +
+                          " per-tile fields; '" + key + "' is one more");
+          return std::nullopt;
+        }
+        if (suffixed(key, "_tile_scales")) {
+          TileScales &x = tilesOf[*name];
+          ok = pair(key, &x.tile, &x.offset, "tile size",
+                    "[tile size, scale offset]");
+        } else {
+          const char *at = t.pos();
+          std::string w;
+          DType d = DType::BF16;
+          if (!t.dtype(&d, &w))
+            ok = fail(at, "'" + key + "' must be one of " + kDTypeList +
+                              (w.empty() ? "" : ", got '" + w + "'"));
+          storedOf[*name] = d;
+        }
+        tileKeys.emplace_back(*name, keyAt);
       } else {
         fail(keyAt, "unknown field '" + key + "' (expected " + kFieldList +
                         ")");
@@ -310,6 +350,19 @@ struct Parser {
         return std::nullopt;
       }
       l.components[size_t(c)].strides = stridesOf[name];
+    }
+    for (const auto &[name, at] : tileKeys) {
+      int c = l.find(name);
+      if (c < 0) {
+        fail(at, "'" + name + "' of a per-tile field names no component of "
+                 "the layout");
+        return std::nullopt;
+      }
+      Component &x = l.components[size_t(c)];
+      if (tilesOf.count(name))
+        x.tiles = tilesOf[name];
+      if (storedOf.count(name))
+        x.storedAs = storedOf[name];
     }
     for (const auto &[name, at] : chunkKeys) {
       int c = l.find(name);

@@ -279,7 +279,9 @@ Status validateLaunch(const KernelEntry &e, const void *args,
   }
 
   // Required pointers.
-  const bool scaled = l.scale != ScaleKind::None;
+  // per_tile layouts keep their scales in the rows: no scale argument.
+  const bool scaled =
+      l.scale == ScaleKind::PerTensor || l.scale == ScaleKind::PerHead;
   const std::string scaleWhy =
       fmt::format(" but the layout has scale = {}", toString(l.scale));
   for (const ArgDesc *a = op.args; a != end; ++a) {

@@ -380,10 +380,10 @@ TEST(LayoutValidate, ScaleRules) {
   LayoutDesc l = mimo();
   l.dtype = DType::F8E4M3FN;
   EXPECT_EQ(validateMessage(l),
-            "'scale' must be per_tensor or per_head for an fp8 cache");
+            "'scale' must be per_tensor, per_head or per_tile for an fp8 cache");
   l.dtype = DType::F8E5M2FNUZ;
   EXPECT_EQ(validateMessage(l),
-            "'scale' must be per_tensor or per_head for an fp8 cache");
+            "'scale' must be per_tensor, per_head or per_tile for an fp8 cache");
   l.scale = ScaleKind::PerHead;
   EXPECT_EQ(validateMessage(l), "<valid>");
   l.dtype = DType::BF16;
@@ -872,3 +872,41 @@ TEST(ChunkedLayout, BoundsCheckedExtent) {
 }
 
 } // namespace
+
+// vLLM's fp8_ds_mla entry as a per_tile layout: kv_c's 512 e4m3fn values
+// and their 4 float32 tile scales (bytes 512 to 528), then k_pe's 64 bf16
+// values (bytes 528 to 656, 2 cache elements apart). The one map gives
+// every address; extents end at the row's last byte.
+TEST(LayoutPerTile, DsMlaRowIs656Bytes) {
+  std::string err;
+  std::optional<kvgen::LayoutDesc> l = kvgen::parseLayout(
+      "num_kv_heads = 1, components = [kv_c: 512, k_pe: 64], block_size = "
+      "64, packing = packed, dtype = f8E4M3FN, scale = per_tile, "
+      "kv_c_tile_scales = [128, 512], k_pe_dtype = bf16",
+      &err);
+  ASSERT_TRUE(l) << err;
+  EXPECT_EQ(l->validate(), std::nullopt);
+  EXPECT_EQ(l->span(0), 528);
+  EXPECT_EQ(l->span(1), 128);
+  EXPECT_EQ(l->rowWidth(0), 656);
+  EXPECT_EQ(l->base(1), 528);
+  EXPECT_EQ(l->strides(1).token, 656);
+  EXPECT_EQ(l->strides(1).block, 64 * 656);
+  kvgen::SideMap pe = l->map(1);
+  EXPECT_EQ(pe.elem, 2);
+  EXPECT_EQ(kvgen::elementOffset(pe, 3, 5, 0, 63), 3 * 64 * 656 + 5 * 656 +
+                                                       528 + 126);
+  // Ten blocks: the last byte of the last row's rope is the extent.
+  EXPECT_EQ(l->extentBytes(1, 10), 10 * 64 * 656);
+  EXPECT_EQ(l->extentBytes(0, 10), 9 * 64 * 656 + 63 * 656 + 528);
+  EXPECT_EQ(l->checkedExtentBytes(1, 10), 10 * 64 * 656);
+  // The text round-trips.
+  std::optional<kvgen::LayoutDesc> again =
+      kvgen::parseLayout(kvgen::toString(*l), &err);
+  ASSERT_TRUE(again) << err;
+  EXPECT_EQ(*again, *l);
+  // A row 8 bytes short of the scales and the rope overlaps the next one.
+  kvgen::LayoutDesc narrow = *l;
+  narrow.components[0].strides = kvgen::Strides{64 * 648, 648, 648};
+  EXPECT_NE(narrow.validate(), std::nullopt);
+}

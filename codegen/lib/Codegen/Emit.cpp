@@ -148,7 +148,9 @@ std::string kvgen::defaultKernelName(const KernelSpec &r) {
                         l.packing == Packing::Packed ? "packed" : "sep",
                         shortDType(l.dtype));
   if (l.scale != ScaleKind::None)
-    name += l.scale == ScaleKind::PerHead ? "_sh" : "_st";
+    name += l.scale == ScaleKind::PerHead   ? "_sh"
+            : l.scale == ScaleKind::PerTile ? "_stile"
+                                            : "_st";
   auto stridesTag = [](const Strides &s) {
     auto one = [](int64_t x) {
       return x == kDynamic ? std::string("d") : std::to_string(x);
@@ -167,6 +169,15 @@ std::string kvgen::defaultKernelName(const KernelSpec &r) {
                             k.tokenChunk, k.tokenChunkStride, k.elemChunk,
                             k.elemChunkStride);
     }
+  // Per-tile scales as `_<name>t<tile>x<offset>`, stored types as
+  // `_<name>_<short dtype>`.
+  for (const Component &c : l.components) {
+    if (c.tiles != TileScales())
+      name += llvm::formatv("_{0}t{1}x{2}", c.name, c.tiles.tile,
+                            c.tiles.offset);
+    if (c.storedAs)
+      name += "_" + c.name + "_" + shortDType(*c.storedAs);
+  }
   // The options, in table order: element types by their short names, slot
   // types as they are, set flags by name.
   for (size_t i = 0; i < op.numOptions; ++i) {

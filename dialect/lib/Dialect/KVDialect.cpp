@@ -669,7 +669,21 @@ LogicalResult kvgen::kv::verifyPlanFits(Operation *op) {
   return success();
 }
 
+/// Refuses a per_tile layout (scales inside the row) for an op whose kernel
+/// does not serve one: so far only kv.concat_and_cache_mla and
+/// kv.gather_mla do.
+static LogicalResult refusePerTile(Operation *op, LayoutAttr layout) {
+  if (layout.getDesc().scale != ScaleKind::PerTile)
+    return success();
+  return op->emitOpError("does not serve scale = per_tile layouts yet (only "
+                         "kv.concat_and_cache_mla and kv.gather_mla do), "
+                         "got ")
+         << layout;
+}
+
 LogicalResult kvgen::kv::verifyKVLayout(Operation *op, LayoutAttr layout) {
+  if (failed(refusePerTile(op, layout)))
+    return failure();
   if (layout.getDesc().isKV())
     return success();
   return op->emitOpError("needs a K/V layout (head_size_k / head_size_v), "
@@ -678,6 +692,8 @@ LogicalResult kvgen::kv::verifyKVLayout(Operation *op, LayoutAttr layout) {
 }
 
 LogicalResult kvgen::kv::verifyBlockLayout(Operation *op, LayoutAttr layout) {
+  if (failed(refusePerTile(op, layout)))
+    return failure();
   const LayoutDesc &l = layout.getDesc();
   if (l.packing == Packing::Packed || l.numComponents() <= 2)
     return success();
@@ -733,6 +749,31 @@ LogicalResult verifyMlaLayout(Operation *op, LayoutAttr layout) {
 }
 } // namespace
 
+/// The io rule of an MLA op over a per_tile layout: the rows of a
+/// component stored unquantized (`<name>_dtype`) are copied bit for bit,
+/// so the op's io type must be that type; a gather must dequantize (its
+/// output is io, the quantized component's values times their tile's
+/// scale).
+static LogicalResult verifyPerTileIo(Operation *op, LayoutAttr layout, Type io,
+                                     bool isGather, bool dequantize) {
+  const LayoutDesc &l = layout.getDesc();
+  if (l.scale != ScaleKind::PerTile)
+    return success();
+  if (isGather && !dequantize)
+    return op->emitOpError("over a scale = per_tile layout needs dequantize "
+                           "(the values are only meaningful times their "
+                           "tile's scale)");
+  std::optional<DType> d = fromMlirType(io);
+  for (const Component &c : l.components)
+    if (c.storedAs && d != c.storedAs)
+      return op->emitOpError("'")
+             << (isGather ? "output" : "input") << "' must be "
+             << toString(*c.storedAs) << ", the type component '" << c.name
+             << "' is stored in (its rows are copied unconverted), got "
+             << io;
+  return success();
+}
+
 LogicalResult ReshapeAndCacheOp::verify() {
   if (failed(verifyKVLayout(*this, getLayout())))
     return failure();
@@ -749,11 +790,16 @@ LogicalResult GatherOp::verify() {
 LogicalResult ConcatAndCacheMlaOp::verify() {
   if (failed(verifyMlaLayout(*this, getLayout())))
     return failure();
+  if (failed(verifyPerTileIo(*this, getLayout(), getIo(), false, false)))
+    return failure();
   return verifyWriteTypes(*this, getIo(), getSlots());
 }
 
 LogicalResult GatherMlaOp::verify() {
   if (failed(verifyMlaLayout(*this, getLayout())))
+    return failure();
+  if (failed(verifyPerTileIo(*this, getLayout(), getIo(), true,
+                             getDequantize())))
     return failure();
   return verifyGatherTypes(*this, getLayout(), getIo(), getSlots(),
                            getDequantize());

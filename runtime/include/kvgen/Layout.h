@@ -41,8 +41,11 @@ enum class DType { BF16, F16, F32, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ };
 /// Dequantization scales: float32 values in device memory, one per tensor
 /// (per_tensor) or one per kv head (per_head). Which scale serves which
 /// component is the kernel op's business (K/V ops have k_scale and v_scale,
-/// MLA ops one scale).
-enum class ScaleKind { None, PerTensor, PerHead };
+/// MLA ops one scale). per_tile: no scale argument; the writer computes one
+/// float32 scale per tile of a component's row from the tile's largest
+/// magnitude and stores it inside the row (Component::tile, vLLM's
+/// `fp8_ds_mla`), the reader multiplies by it.
+enum class ScaleKind { None, PerTensor, PerHead, PerTile };
 
 /// The components of a K/V layout.
 constexpr int kKey = 0, kValue = 1;
@@ -119,6 +122,21 @@ struct Chunks {
   bool operator!=(const Chunks &o) const { return !(*this == o); }
 };
 
+/// Per-tile scales of one component (scale = per_tile layouts; text field
+/// `<name>_tile_scales = [tile, offset]`, docs/layout.md "Per-tile
+/// scales"): the component's head_size values are quantized to the cache
+/// dtype in tiles of `tile` elements, tile i with its own float32 scale,
+/// stored as 4 bytes (little-endian) at cache element `offset + 4 * i`
+/// from the component's row base. 0 / 0: none.
+struct TileScales {
+  int64_t tile = 0;
+  int64_t offset = 0;
+  bool operator==(const TileScales &o) const {
+    return tile == o.tile && offset == o.offset;
+  }
+  bool operator!=(const TileScales &o) const { return !(*this == o); }
+};
+
 /// One component of a cache row.
 struct Component {
   std::string name;  ///< an identifier, unique in the layout
@@ -128,9 +146,17 @@ struct Component {
   std::optional<Strides> strides;
   /// Chunked dimensions (separate layouts only; validate()).
   Chunks chunks;
+  /// Per-tile scales (scale = per_tile only).
+  TileScales tiles;
+  /// The element type of a component stored unquantized in a per_tile
+  /// layout's row (text `<name>_dtype = bf16`): each element takes
+  /// elementSize(storedAs) / elementSize(dtype) cache elements (the
+  /// component's map has that element stride). std::nullopt: the cache
+  /// dtype.
+  std::optional<DType> storedAs;
   bool operator==(const Component &o) const {
     return name == o.name && headSize == o.headSize && strides == o.strides &&
-           chunks == o.chunks;
+           chunks == o.chunks && tiles == o.tiles && storedAs == o.storedAs;
   }
 };
 
@@ -169,8 +195,16 @@ struct LayoutDesc {
   bool isKV() const;
   /// Component c's head size in elements.
   int64_t headSize(int c) const { return components[size_t(c)].headSize; }
+  /// Cache elements component c takes in its row: its head size, times the
+  /// cache elements of one element (Component::storedAs), or up to the end
+  /// of its tile scales when they lie past its values. The head size for
+  /// every layout without per-tile scales.
+  int64_t span(int c) const;
+  /// Cache elements between consecutive elements of component c (1 unless
+  /// it is stored unquantized in a wider type: Component::storedAs).
+  int64_t elemWidth(int c) const;
   /// Width in elements of one (block, token, head) row of the tensor that
-  /// holds component c: its head size, or the sum of all when packed.
+  /// holds component c: its span, or the sum of all spans when packed.
   int64_t rowWidth(int c) const;
   /// The tensor holding component c: 0 when packed, else c.
   int tensor(int c) const { return packing == Packing::Packed ? 0 : c; }
@@ -180,8 +214,8 @@ struct LayoutDesc {
   /// explicit strides when c states none: the row is shared), else the
   /// dense ones. May contain kDynamic.
   Strides strides(int c) const;
-  /// First column of component c inside its row (packed: the head sizes of
-  /// the components before it; else 0).
+  /// First column of component c inside its row (packed: the spans of the
+  /// components before it; else 0).
   int64_t base(int c) const;
   /// The SideMap of component c. Dynamic strides are taken from `dynamic`
   /// ({block, token, head}); pass nullptr only when none is dynamic.
@@ -235,8 +269,8 @@ struct LayoutDesc {
   /// Rules (docs/layout.md):
   ///  - num_kv_heads, block_size and every head size in [1, kMax...]; 1 to
   ///    kMaxComponents components with distinct identifier names;
-  ///  - fp8 caches need scale = per_tensor or per_head; other caches need
-  ///    scale = none;
+  ///  - fp8 caches need scale = per_tensor, per_head or per_tile; other
+  ///    caches need scale = none; per_tile as diagnoseTiles says;
   ///  - static strides, explicit or dense, are in [0, kMaxStride] (block
   ///    strides >= 1), and no two (block, token, head, element) positions
   ///    of one component, or (packed) of two components, overlap, for any
@@ -253,6 +287,13 @@ struct LayoutDesc {
   /// strides).
   std::optional<std::string>
   validateStrides(const std::vector<Strides> &strides) const;
+  /// The per_tile rules of diagnose() (docs/layout.md "Per-tile scales"):
+  /// `<name>_tile_scales` and `<name>_dtype` only with scale = per_tile;
+  /// there, every component is either quantized per tile (the tile divides
+  /// its head size, the scales lie past its values) or stored unquantized
+  /// as bf16 / f16 / f32, at least one is quantized, the cache is
+  /// f8E4M3FN and packed, and no component has chunks.
+  std::optional<LayoutIssue> diagnoseTiles() const;
   /// validateStrides() with the field ('<name>_strides').
   std::optional<LayoutIssue>
   diagnoseStrides(const std::vector<Strides> &strides) const;

@@ -34,14 +34,14 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 // -----
 
 // An fp8 cache without a scale: `scale` defaults to none.
-// expected-error @+2 {{'scale' must be per_tensor or per_head for an fp8 cache}}
+// expected-error @+2 {{'scale' must be per_tensor, per_head or per_tile for an fp8 cache}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = f8E4M3FN>,
     input bf16, slots i64
 
 // -----
 
-// expected-error @+2 {{'scale' must be per_tensor or per_head for an fp8 cache}}
+// expected-error @+2 {{'scale' must be per_tensor, per_head or per_tile for an fp8 cache}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = f8E5M2FNUZ, scale = none>,
     input bf16, slots i64
@@ -172,7 +172,7 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // -----
 
-// expected-error @+1 {{unknown field 'head_size' (expected num_kv_heads, block_size, head_size_k, head_size_v, components, order, packing, dtype, scale, NAME_strides, NAME_elem_stride, NAME_token_chunks or NAME_elem_chunks)}}
+// expected-error @+1 {{unknown field 'head_size' (expected num_kv_heads, block_size, head_size_k, head_size_v, components, order, packing, dtype, scale, NAME_strides, NAME_elem_stride, NAME_token_chunks, NAME_elem_chunks, NAME_tile_scales or NAME_dtype)}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size = 128,
     block_size = 16, dtype = bf16>, input bf16, slots i64
 
@@ -204,7 +204,7 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 128,
 
 // -----
 
-// expected-error @+2 {{'scale' must be none, per_tensor or per_head, got 'per_token'}}
+// expected-error @+2 {{'scale' must be none, per_tensor, per_head or per_tile, got 'per_token'}}
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 128,
     head_size_v = 128, block_size = 16, dtype = f8E4M3FN, scale = per_token>,
     input bf16, slots i64

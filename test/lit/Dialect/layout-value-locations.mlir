@@ -27,7 +27,7 @@ kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 2147483648,
 // -----
 
 // An unwritten scale defaults to none: the fp8 dtype is what is wrong.
-// CHECK: layout-value-locations.mlir:[[# @LINE + 2]]:30: error: 'scale' must be per_tensor or per_head for an fp8 cache
+// CHECK: layout-value-locations.mlir:[[# @LINE + 2]]:30: error: 'scale' must be per_tensor, per_head or per_tile for an fp8 cache
 kv.reshape_and_cache @w : #kv.layout<num_kv_heads = 4, head_size_k = 192,
   head_size_v = 128, dtype = f8E4M3FN, block_size = 16>, input bf16, slots i64
 

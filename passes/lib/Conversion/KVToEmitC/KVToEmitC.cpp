@@ -61,6 +61,8 @@ const char *scaleName(ScaleKind s) {
     return "kvgen::SCALE_PER_TENSOR";
   case ScaleKind::PerHead:
     return "kvgen::SCALE_PER_HEAD";
+  case ScaleKind::PerTile:
+    return "kvgen::SCALE_PER_TILE";
   }
   return "";
 }
@@ -104,11 +106,23 @@ std::string layoutStruct(StringRef name, LayoutAttr attr) {
        << ";\n";
     // Chunks (LayoutMap.h): the defaults are adjacent elements, no chunks.
     const Chunks &k = l.components[c].chunks;
-    os << "    static constexpr int64_t elem = " << k.elem
+    os << "    static constexpr int64_t elem = " << l.map(c).elem
        << ", token_chunk = " << k.tokenChunk
        << ", token_chunk_stride = " << k.tokenChunkStride
        << ", elem_chunk = " << k.elemChunk
        << ", elem_chunk_stride = " << k.elemChunkStride << ";\n";
+    // Per-tile scales (LayoutDesc::diagnoseTiles): only per_tile layouts
+    // have these, so that other kernels' sources stay as they were.
+    if (l.scale == ScaleKind::PerTile) {
+      const Component &x = l.components[c];
+      os << "    /// Quantized in tiles of `tile` elements, tile i's float32 "
+            "scale at\n    /// row element scale_offset + 4 i (tile 0: "
+            "stored unquantized as `stored`).\n";
+      os << "    static constexpr int tile = " << x.tiles.tile
+         << ", scale_offset = " << x.tiles.offset << ";\n";
+      os << "    typedef " << dtypeTag(x.storedAs ? *x.storedAs : l.dtype)
+         << " stored;\n";
+    }
     os << "  };\n";
   }
   // K/V kernels name their components.
@@ -269,6 +283,12 @@ struct KernelSpecLowering
     MLIRContext *ctx = rewriter.getContext();
     LayoutDesc layout = spec.getLayout().getDesc();
 
+    // A layout with scales inside its rows (per_tile) has its own body
+    // (codegen/prelude/rows.h, ENTRY_tiles); the op verifiers admit it only
+    // for the ops that have one.
+    std::string entryTemplate = spec.getEntryTemplate().str();
+    if (layout.scale == ScaleKind::PerTile)
+      entryTemplate += "_tiles";
     std::string layoutName = (name + "_layout").str();
     std::string planName = (name + "_plan").str();
     std::string optionsName = (name + "_options").str();
@@ -307,7 +327,7 @@ struct KernelSpecLowering
             ValueRange{}, ArrayAttr{},
             rewriter.getArrayAttr({opaque(planName)}));
       emitc::CallOpaqueOp::create(
-          rewriter, loc, TypeRange{}, spec.getEntryTemplate(),
+          rewriter, loc, TypeRange{}, entryTemplate,
           ValueRange{entry->getArgument(0)}, ArrayAttr{},
           rewriter.getArrayAttr({opaque(layoutName), opaque(planName),
                                  opaque(optionsName)}));
