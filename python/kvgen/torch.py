@@ -45,6 +45,9 @@ says what differs):
       [>= T, R], kv_cache [num_blocks, block_size, L + R]): the MLA writer,
       kvgen's kv.concat_and_cache_mla over the layout components = [kv_c:
       L, k_pe: R], packing = packed; pdl as for reshape_and_cache_flash.
+      kv_cache_dtype "fp8_ds_mla": vLLM's 656-byte entries (L = 512, R =
+      64, bf16 / f16 rows, a uint8 or float8_e4m3fn cache; scale not
+      read), the per_tile layout of docs/torch.md "fp8_ds_mla".
   gather_and_maybe_dequant_cache(src_cache, dst!, block_table, cu_seq_lens,
       token_to_seq, num_tokens, kv_cache_dtype, scale, seq_starts=None):
       vLLM's MLA gather by block table, dst[t] for t < num_tokens from
@@ -996,7 +999,95 @@ def _check_mla_write(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
     return dtype, kind
 
 
+# vLLM's "fp8_ds_mla" cache (DeepSeek V3.2 / FlashMLA): 656-byte entries,
+# the 512 kv_c values in e4m3fn, quantized per 128-value tile with the
+# tile's own float32 scale (amax / 448, at least FLT_MIN; bytes 512 to
+# 528), then the 64 k_pe values unquantized (bytes 528 to 656). kvgen's
+# layout of it: scale = per_tile, kv_c_tile_scales = [128, 512],
+# k_pe_dtype = the rows' type (docs/layout.md "Per-tile scales").
+DS_MLA = "fp8_ds_mla"
+DS_MLA_L, DS_MLA_R, DS_MLA_TILE = 512, 64, 128
+DS_MLA_ENTRY = DS_MLA_L + 4 * (DS_MLA_L // DS_MLA_TILE) + 2 * DS_MLA_R
+
+
+def _ds_mla_layout(kv_cache, rows_dtype):
+    """The per_tile layout of an fp8_ds_mla cache view [num_blocks,
+    block_size, 656] (its block / token strides, the row contiguous) whose
+    k_pe is stored as rows_dtype (bf16 / f16); (layout, num_blocks,
+    cache_bytes)."""
+    nb, bs, E = kv_cache.shape
+    if kv_cache.stride(2) != 1:
+        raise ValueError(f"kvgen: kv_cache's last dimension must be "
+                         f"contiguous (stride {kv_cache.stride(2)}, need 1)")
+    st = kv_cache.stride(1) if bs > 1 else E
+    sb = kv_cache.stride(0) if nb > 1 else bs * st
+    text = (f"num_kv_heads = 1, components = [kv_c: {DS_MLA_L}, "
+            f"k_pe: {DS_MLA_R}], block_size = {bs}, packing = packed, "
+            f"dtype = f8E4M3FN, scale = per_tile, kv_c_tile_scales = "
+            f"[{DS_MLA_TILE}, {DS_MLA_L}], k_pe_dtype = {rows_dtype}")
+    if (sb, st) != (bs * E, E):
+        text += f", kv_c_strides = [{sb}, {st}, {st}]"
+    try:
+        layout = Layout.parse(text)
+    except ValueError as e:
+        raise ValueError(
+            f"kvgen: the kv_cache view (shape {list(kv_cache.shape)}, "
+            f"strides {list(kv_cache.stride())}) cannot be expressed as "
+            f"a kvgen fp8_ds_mla layout: {e}") from None
+    return layout, nb, span_bytes(kv_cache.shape, kv_cache.stride(),
+                                  kv_cache.element_size())
+
+
+def _check_ds_mla_write(kv_c, k_pe, kv_cache, slot_mapping):
+    """vLLM's fp8_ds_mla rules (kv_lora_rank 512, pe_dim 64, 656-byte
+    uint8 / float8_e4m3fn entries, 16-bit rows); returns the rows' kvgen
+    dtype. The scale argument is not read (vLLM's kernel takes it and
+    reads none: the scales are the tiles' own)."""
+    if kv_c.dim() != 2 or k_pe.dim() != 2 or kv_c.shape[1] != DS_MLA_L or \
+            k_pe.shape[1] != DS_MLA_R:
+        raise ValueError(f"kvgen: with kv_cache_dtype 'fp8_ds_mla' kv_c "
+                         f"{list(kv_c.shape)} and k_pe {list(k_pe.shape)} "
+                         f"must be [num_tokens, {DS_MLA_L}] and "
+                         f"[num_tokens, {DS_MLA_R}]")
+    if kv_cache.dtype not in (torch.uint8, torch.float8_e4m3fn):
+        raise TypeError(f"kvgen: kv_cache has dtype {kv_cache.dtype}; with "
+                        "kv_cache_dtype 'fp8_ds_mla' it must be uint8 or "
+                        "float8_e4m3fn (656 one-byte elements an entry)")
+    if kv_cache.dim() != 3 or kv_cache.shape[2] != DS_MLA_ENTRY:
+        raise ValueError(f"kvgen: kv_cache has shape {list(kv_cache.shape)};"
+                         f" with kv_cache_dtype 'fp8_ds_mla' it must be "
+                         f"[num_blocks, block_size, {DS_MLA_ENTRY}] (bytes)")
+    tokens = _slots(slot_mapping)
+    _latent_rows("kv_c", kv_c, tokens)
+    _latent_rows("k_pe", k_pe, tokens)
+    if kv_c.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"kvgen: kv_c has dtype {kv_c.dtype}; with "
+                        "kv_cache_dtype 'fp8_ds_mla' it must be bfloat16 or "
+                        "float16")
+    if k_pe.dtype != kv_c.dtype:
+        raise TypeError(f"kvgen: k_pe has dtype {k_pe.dtype}, kv_c "
+                        f"{kv_c.dtype}")
+    _same_device(kv_c, k_pe=k_pe, kv_cache=kv_cache,
+                 slot_mapping=slot_mapping)
+    return FLOAT_DTYPES[dtype_name(kv_c)]
+
+
+def _ds_mla_plan(kv_c, k_pe, kv_cache, slot_mapping):
+    io = _check_ds_mla_write(kv_c, k_pe, kv_cache, slot_mapping)
+    layout, nb, cache_bytes = _ds_mla_layout(kv_cache, io)
+    slots = "i32" if slot_mapping.dtype == torch.int32 else "i64"
+    k = _kernel(kv_c.device, "concat_and_cache_mla", layout, io=io,
+                slots=slots)
+    return _Plan(k, kv_c.device, num_blocks=nb,
+                 kv_c_stride_token=kv_c.stride(0),
+                 kv_c_stride_head=kv_c.shape[1],
+                 k_pe_stride_token=k_pe.stride(0),
+                 k_pe_stride_head=k_pe.shape[1], kv_cache_bytes=cache_bytes)
+
+
 def _mla_plan(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale):
+    if kv_cache_dtype == DS_MLA:
+        return _ds_mla_plan(kv_c, k_pe, kv_cache, slot_mapping)
     dtype, kind = _check_mla_write(kv_c, k_pe, kv_cache, slot_mapping,
                                    kv_cache_dtype, scale)
     geo = _MlaGeometry(kv_cache, kv_c.shape[1], dtype, kind)
@@ -1033,14 +1124,13 @@ def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
                                          kv_cache_dtype, scale))
     t = _tokens(slot_mapping)
     if t < 0 or kv_c.shape[0] < t or k_pe.shape[0] < t:
-        _check_mla_write(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
-                         scale)
+        _mla_fake(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)
     a = p.args()
     a.kv_c = kv_c.data_ptr()
     a.k_pe = k_pe.data_ptr()
     a.kv_cache = kv_cache.data_ptr()
     a.slot_mapping = slot_mapping.data_ptr()
-    if _quantized(kv_cache_dtype):
+    if _quantized(kv_cache_dtype) and kv_cache_dtype != DS_MLA:
         a.scale = scale.data_ptr()
     a.num_tokens = t
     p.launch(a, pdl)
@@ -1048,11 +1138,23 @@ def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
 
 def _mla_fake(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale,
               pdl=False):
-    _check_mla_write(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
-                     scale)
+    if kv_cache_dtype == DS_MLA:
+        _check_ds_mla_write(kv_c, k_pe, kv_cache, slot_mapping)
+    else:
+        _check_mla_write(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
+                         scale)
 
 
 def _check_mla_gather(src_cache, dst, kv_cache_dtype, scale):
+    if kv_cache_dtype == DS_MLA:
+        # vLLM's gathers would read the 656-byte entries as plain fp8 rows
+        # of one scale; its fp8_ds_mla reader is
+        # cp_gather_and_upconvert_fp8_kv_cache, not served yet.
+        raise ValueError("kvgen: kv_cache_dtype 'fp8_ds_mla' is not served "
+                         "by the gathers (its entries hold per-tile scales "
+                         "and bf16 rope values, not fp8 rows of one scale); "
+                         "kvgen.torch writes it with concat_and_cache_mla "
+                         "only")
     if src_cache.dim() != 3 or dst.dim() != 2 or \
             dst.shape[1] != src_cache.shape[2]:
         raise ValueError(f"kvgen: src_cache {list(src_cache.shape)} and dst "

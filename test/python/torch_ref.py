@@ -210,3 +210,34 @@ def gather_legacy(key_cache, value_cache, slot_mapping, key_out, value_out,
             t = _fp8_type(cache, kv_cache_dtype)
             c = c.view(t).float() * _scale(scale, c.shape[1])
         out[ok] = c.to(out.dtype)
+
+
+def concat_and_cache_ds_mla(kv_c, k_pe, kv_cache, slot_mapping):
+    """vLLM's concat_and_cache_mla with kv_cache_dtype "fp8_ds_mla"
+    (csrc/libtorch_stable/cache_kernels.cu, concat_and_cache_ds_mla_kernel),
+    in torch: for each t < T with slot s = slot_mapping[t] >= 0, entry
+    (s // bs, s % bs) of the [nb, bs, 656] byte cache gets
+      bytes [0, 512):   e4m3fn(kv_c[t, e] / scale_i), tile i = e // 128,
+                        saturating, round to nearest even;
+      bytes [512, 528): scale_i = max(amax_i / 448, FLT_MIN) as float32,
+                        amax_i = the largest |kv_c[t, e]| of tile i (NaN
+                        passed over, as fmaxf does), in float32;
+      bytes [528, 656): k_pe[t] as it is (its 16-bit values' bytes).
+    The scale argument is not read (vLLM's kernel reads none)."""
+    bs = kv_cache.shape[1]
+    T = slot_mapping.numel()
+    cache = kv_cache.view(torch.uint8)
+    tiny = torch.finfo(torch.float32).tiny
+    for t in range(T):
+        s = int(slot_mapping[t])
+        if s < 0:
+            continue
+        x = kv_c[t].float().reshape(4, 128)
+        a = x.abs()
+        a = torch.where(torch.isnan(a), torch.zeros_like(a), a)
+        scale = torch.clamp_min(a.amax(dim=1) / 448.0, tiny)
+        q = (x / scale[:, None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+        row = cache[s // bs, s % bs]
+        row[:512] = q.reshape(512).view(torch.uint8)
+        row[512:528] = scale.view(torch.uint8)
+        row[528:656] = k_pe[t].contiguous().view(torch.uint8)

@@ -1,0 +1,262 @@
+"""kvgen.torch's concat_and_cache_mla with kv_cache_dtype "fp8_ds_mla"
+(vLLM's DeepSeek V3.2 cache: 656-byte entries, the 512 kv_c values in
+e4m3fn per 128-value tile with each tile's float32 scale, then the 64 k_pe
+values unquantized; issue 24). kvgen writes it through a #kv.layout with
+per-tile scales (scale = per_tile, docs/layout.md "Per-tile scales"), run
+on the CPU by the host backend. Checked bit for bit over the whole cache
+allocation against torch_ref.concat_and_cache_ds_mla (vLLM's semantics in
+plain torch), with torch.library.opcheck, hostile inputs refused before any
+write, and out-of-range slots skipped and reported. The per_tile kernels
+compile warning-free with NVRTC for sm_90 / sm_80 (compile only; skipped,
+with the reason, without libnvrtc). CUDA runs where torch sees a GPU."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed "
+                            "(scripts/install-deps.sh installs it)")
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import kvgen  # noqa: E402
+import torch_ref  # noqa: E402
+from conftest import jit_skip_reason  # noqa: E402
+
+_WHY = jit_skip_reason()
+pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+
+import kvgen.torch as kt  # noqa: E402  (registers torch.ops.kvgen)
+
+BUILD = Path(os.environ.get("KVGEN_BUILD_DIR", REPO / "build"))
+KVGEN = BUILD / "bin" / "kvgen"
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                          reason="torch sees no CUDA device")
+DEVICES = ["cpu", pytest.param("cuda", marks=cuda)]
+L, R, E = 512, 64, 656
+
+
+def _rows(T, dtype, gen):
+    """kv_c [T, 512] / k_pe [T, 64] with tiles of very different
+    magnitudes: a zero tile (scale FLT_MIN), a tiny one, large ones."""
+    kv_c = torch.randn(T, L, generator=gen) * 3
+    kv_c[0, :128] = 0.0
+    kv_c[1, 128:256] *= 1e-30
+    kv_c[2, 256:384] *= 1e4
+    kv_c[:, 384] = -7.5  # a negative extreme in every last tile
+    k_pe = torch.randn(T, R, generator=gen)
+    return kv_c.to(dtype), k_pe.to(dtype)
+
+
+def _cache(nb, bs, width, dtype, dev):
+    """An [nb, bs, width] byte cache of canaries (0xEE)."""
+    c = torch.full((nb, bs, width), 0xEE, dtype=torch.uint8)
+    return c.view(dtype).to(dev)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rows", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("cache", ["dense", "padded", "float8_e4m3fn"])
+@pytest.mark.parametrize("slots", [torch.int64, torch.int32])
+def test_ds_mla_write_bit_exact(slots, cache, rows, device):
+    """Every byte of the allocation equals torch_ref's (vLLM's semantics):
+    the fp8 values, the 4 scales and the rope bytes of each written entry,
+    the canaries everywhere else (negative slots, padding after each row,
+    rows past T of kv_c / k_pe: CUDA-graph padding, NaN here)."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(hash((str(slots), cache, str(rows)))
+                                        % 2**31)
+    nb, bs, T, pad = 5, 16, 37, 3
+    kv_c, k_pe = _rows(T + pad, rows, gen)
+    kv_c[T:] = float("nan")
+    k_pe[T:] = float("nan")
+    width = 704 if cache == "padded" else E
+    dt = torch.float8_e4m3fn if cache == "float8_e4m3fn" else torch.uint8
+    base = _cache(nb, bs, width, dt, dev)
+    want = base.clone()
+    view = (lambda c: c[..., :E]) if cache == "padded" else (lambda c: c)
+    s = torch.randperm(nb * bs, generator=gen)[:T]
+    s[3::5] = -1
+    s = s.to(slots).to(dev)
+    kv_c, k_pe = kv_c.to(dev), k_pe.to(dev)
+    kt.check_errors(dev)
+    torch.ops.kvgen.concat_and_cache_mla(kv_c, k_pe, view(base), s,
+                                         "fp8_ds_mla",
+                                         torch.tensor([1.0], device=dev))
+    kt.check_errors(dev)  # every slot in range: nothing reported
+    torch_ref.concat_and_cache_ds_mla(kv_c.cpu(), k_pe.cpu(),
+                                      view(want).cpu(), s.cpu())
+    got = base.cpu().view(torch.uint8)
+    exp = want.cpu().view(torch.uint8)
+    if not torch.equal(got, exp):
+        diff = (got != exp).nonzero()
+        pytest.fail(f"{len(diff)} bytes differ, first at {diff[:5].tolist()}")
+    # The layout is the per_tile one, not a special case.
+    texts = [p.kernel.layout.text for p in kt._plans.values()
+             if p.kernel.op == "concat_and_cache_mla"]
+    assert any("scale = per_tile, " in t and
+               "kv_c_tile_scales = [128, 512]" in t for t in texts), texts
+
+
+def test_ds_mla_reference_decodes_to_the_rows():
+    """torch_ref's entries decode (q x scale) to kv_c within e4m3's
+    precision and hold k_pe's bits: a check of the reference itself
+    (independent of kvgen), so that the bit-exact test compares with
+    vLLM's layout and not with a shared mistake."""
+    gen = torch.Generator().manual_seed(7)
+    kv_c, k_pe = _rows(6, torch.bfloat16, gen)
+    cache = torch.zeros(1, 8, E, dtype=torch.uint8)
+    torch_ref.concat_and_cache_ds_mla(kv_c, k_pe, cache,
+                                      torch.arange(6) + 1)
+    flat = cache.view(-1, E)[1:7]
+    q = flat[:, :512].view(torch.float8_e4m3fn).float().reshape(6, 4, 128)
+    sc = flat[:, 512:528].view(torch.float32)
+    want_sc = kv_c.float().reshape(6, 4, 128).abs().amax(2) / 448
+    assert torch.equal(sc[:, 1:], want_sc[:, 1:])
+    assert sc[0, 0] == torch.finfo(torch.float32).tiny  # the zero tile
+    deq = (q * sc[:, :, None]).reshape(6, 512)
+    assert torch.allclose(deq, kv_c.float(), rtol=2 ** -3, atol=0)
+    assert torch.equal(flat[:, 528:].view(torch.bfloat16), k_pe)
+
+
+def test_ds_mla_opcheck():
+    gen = torch.Generator().manual_seed(3)
+    kv_c, k_pe = _rows(9, torch.bfloat16, gen)
+    cache = _cache(3, 4, E, torch.uint8, "cpu")
+    slots = torch.tensor([0, 5, -1, 11, 2, 7, 6, 1, 3])
+    res = torch.library.opcheck(
+        torch.ops.kvgen.concat_and_cache_mla.default,
+        (kv_c, k_pe, cache, slots, "fp8_ds_mla", torch.tensor([1.0])),
+        raise_exception=False)
+    bad = {k: v for k, v in res.items() if v != "SUCCESS"}
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("case", [
+    "last_dim_655", "last_dim_576", "kv_c_f32", "cache_bf16", "kv_c_448",
+    "k_pe_32", "k_pe_f16", "few_rows"])
+def test_ds_mla_hostile_inputs_write_nothing(case):
+    """Shapes and dtypes vLLM's op refuses (and one it would read past:
+    fewer rows than slots) raise before any write, naming the argument."""
+    gen = torch.Generator().manual_seed(5)
+    kv_c, k_pe = _rows(6, torch.bfloat16, gen)
+    width, cdt = E, torch.uint8
+    slots = torch.arange(6)
+    if case == "last_dim_655":
+        width = 655
+    elif case == "last_dim_576":
+        width = 576
+    elif case == "kv_c_f32":
+        kv_c, k_pe = kv_c.float(), k_pe.float()
+    elif case == "cache_bf16":
+        cdt = torch.bfloat16  # [.., 328]: 656 bytes, as vLLM would take
+    elif case == "kv_c_448":
+        kv_c = kv_c[:, :448]
+    elif case == "k_pe_32":
+        k_pe = k_pe[:, :32]
+    elif case == "k_pe_f16":
+        k_pe = k_pe.half()
+    elif case == "few_rows":
+        slots = torch.arange(7)
+    cache = _cache(2, 4, width, torch.uint8, "cpu")
+    if cdt != torch.uint8:
+        cache = cache.view(cdt)
+    before = cache.clone()
+    err = (TypeError if case in ("kv_c_f32", "cache_bf16", "k_pe_f16")
+           else ValueError)
+    with pytest.raises(err) as e:
+        torch.ops.kvgen.concat_and_cache_mla(kv_c, k_pe, cache, slots,
+                                             "fp8_ds_mla", torch.tensor([1.]))
+    name = {"last_dim_655": "kv_cache", "last_dim_576": "kv_cache",
+            "kv_c_f32": "kv_c", "cache_bf16": "kv_cache", "kv_c_448": "kv_c",
+            "k_pe_32": "k_pe", "k_pe_f16": "k_pe", "few_rows": "kv_c"}[case]
+    assert name in str(e.value), str(e.value)
+    assert torch.equal(cache.view(torch.uint8), before.view(torch.uint8))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ds_mla_out_of_range_slot_is_skipped_and_reported(device):
+    """A slot >= num_blocks * block_size writes nothing (no byte outside
+    the cache or of another entry changes), the other tokens are written,
+    and check_errors reports it, as for every writer."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(11)
+    kv_c, k_pe = _rows(4, torch.bfloat16, gen)
+    nb, bs = 2, 4
+    # The cache is the middle of a larger allocation: canaries around it.
+    whole = _cache(nb + 2, bs, E, torch.uint8, dev)
+    cache = whole[1:nb + 1]
+    slots = torch.tensor([1, nb * bs, 6, 10**9], device=dev)
+    want = whole.clone().cpu()
+    torch_ref.concat_and_cache_ds_mla(
+        kv_c, k_pe, want[1:nb + 1],
+        torch.tensor([1, -1, 6, -1]))  # the in-range tokens only
+    kt.check_errors(dev)
+    torch.ops.kvgen.concat_and_cache_mla(kv_c.to(dev), k_pe.to(dev), cache,
+                                         slots, "fp8_ds_mla",
+                                         torch.tensor([1.0], device=dev))
+    with pytest.raises(kvgen.KvgenError) as e:
+        kt.check_errors(dev)
+    assert e.value.status_name == "KVGEN_ERROR_INDEX_OUT_OF_RANGE"
+    assert torch.equal(whole.cpu(), want)
+
+
+def test_ds_mla_other_ops_refuse_it():
+    """fp8_ds_mla is a concat_and_cache_mla cache dtype only: the other
+    ops, whose kernels have no per-tile body, raise a ValueError naming
+    it (vLLM's gather_and_maybe_dequant_cache would read its 656-byte
+    entries as plain fp8 rows; its reader is
+    cp_gather_and_upconvert_fp8_kv_cache)."""
+    src = torch.zeros(2, 4, E, dtype=torch.uint8)
+    dst = torch.zeros(3, 576, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="fp8_ds_mla"):
+        torch.ops.kvgen.gather_and_maybe_dequant_cache(
+            src, dst, torch.zeros(1, 2, dtype=torch.int32),
+            torch.tensor([0, 3], dtype=torch.int32),
+            torch.zeros(3, dtype=torch.int32), 3, "fp8_ds_mla",
+            torch.tensor([1.0]))
+
+
+@pytest.mark.parametrize("target", ["sm_90", "sm_80"])
+def test_ds_mla_kernels_compile_with_nvrtc(tmp_path, target):
+    """The per_tile write and gather compile warning-free through the
+    runtime's NVRTC compile-only context (any warning is an error)."""
+    if not KVGEN.is_file():
+        pytest.skip(f"{KVGEN} not built")
+    try:
+        ctx = kvgen.Context.compile_only("cuda", target,
+                                         cache_dir=str(tmp_path / "cache"))
+    except (OSError, kvgen.KvgenError) as e:
+        pytest.skip(f"cuda compiler not loadable here: {e}")
+    f = tmp_path / "layout.mlir"
+    for stored, extra in (("bf16", []), ("f16", ["--io", "f16"])):
+        f.write_text(
+            "#kv.layout<num_kv_heads = 1, components = [kv_c: 512, k_pe: "
+            "64], block_size = 64, packing = packed, dtype = f8E4M3FN, "
+            "scale = per_tile, kv_c_tile_scales = [128, 512], k_pe_dtype = "
+            f"{stored}, kv_c_strides = [?, ?, ?]>\n")
+        for op, flags in (("concat_and_cache_mla", []),
+                          ("gather_mla", ["--dequantize"])):
+            r = subprocess.run(
+                [str(KVGEN), "emit", "--layout", str(f), "--op", op,
+                 "--target", target, "--bundle", str(tmp_path / "bundle")]
+                + flags + extra, capture_output=True, text=True)
+            assert r.returncode == 0, r.stdout + r.stderr
+    names = [line.split("=", 1)[1].strip() for line in
+             (tmp_path / "bundle" / "kvgen-manifest.txt").read_text()
+             .splitlines() if line.startswith("name")]
+    assert len(names) == 4, names
+    ctx.load_bundle(tmp_path / "bundle")
+    for name in names:
+        try:
+            ctx.kernel_by_name(name)
+        except kvgen.KvgenError as e:
+            if e.status_name == "KVGEN_ERROR_BACKEND_UNAVAILABLE":
+                pytest.skip(f"cuda compiler not loadable here: {e}")
+            raise
