@@ -260,3 +260,45 @@ def test_ds_mla_kernels_compile_with_nvrtc(tmp_path, target):
             if e.status_name == "KVGEN_ERROR_BACKEND_UNAVAILABLE":
                 pytest.skip(f"cuda compiler not loadable here: {e}")
             raise
+
+
+def test_ds_mla_gather_kernel_dequantizes_the_written_entries():
+    """The read side's kernel (kv.gather_mla with dequantize over the same
+    per_tile layout; no torch op reaches it yet): launched through
+    kvgen.torch's plan machinery on the CPU, it returns bf16(q x scale)
+    per tile and k_pe's bits, for the entries the write produced; rows of
+    negative slots untouched."""
+    gen = torch.Generator().manual_seed(13)
+    kv_c, k_pe = _rows(6, torch.bfloat16, gen)
+    cache = _cache(2, 4, E, torch.uint8, "cpu")
+    slots = torch.tensor([3, 0, 7, 5, 1, 6])
+    torch.ops.kvgen.concat_and_cache_mla(kv_c, k_pe, cache, slots,
+                                         "fp8_ds_mla", torch.tensor([1.0]))
+    layout, nb, cache_bytes = kt._ds_mla_layout(cache, "bf16")
+    k = kt._kernel(torch.device("cpu"), "gather_mla", layout, io="bf16",
+                   slots="i64", dequantize=True)
+    out = torch.full((7, L + R), 5.0, dtype=torch.bfloat16)
+    p = kt._Plan(k, torch.device("cpu"), num_blocks=nb,
+                 kv_c_out_stride_token=out.stride(0), kv_c_out_stride_head=L,
+                 k_pe_out_stride_token=out.stride(0), k_pe_out_stride_head=R,
+                 kv_cache_bytes=cache_bytes)
+    read = torch.tensor([1, 4, -1, 3, 0, 2, 5])
+    a = p.args()
+    a.kv_cache = cache.data_ptr()
+    a.slot_mapping = read.data_ptr()
+    a.kv_c_out = out.data_ptr()
+    a.k_pe_out = out.data_ptr() + L * out.element_size()
+    a.num_tokens = read.numel()
+    p.launch(a)
+    kt.check_errors("cpu")
+    flat = cache.view(-1, E)
+    for t, s in enumerate(read.tolist()):
+        if s < 0:
+            assert torch.all(out[t] == 5.0)
+            continue
+        q = flat[s, :512].view(torch.float8_e4m3fn).float().reshape(4, 128)
+        sc = flat[s, 512:528].view(torch.float32)
+        want = (q * sc[:, None]).reshape(512).to(torch.bfloat16)
+        assert torch.equal(out[t, :L], want)
+        assert torch.equal(out[t, L:].view(torch.int16),
+                           flat[s, 528:].view(torch.int16))
