@@ -617,19 +617,17 @@ KVGEN_DEVICE inline void writeTileItem(const typename IO::storage *src,
   copyBytes<4>(row + C::scale_offset + 4 * item, &bits);
 }
 
-/// kv.concat_and_cache_mla over a per_tile layout: each token's kv_c and
-/// k_pe rows into its slot's cache row, quantized per tile or stored as
-/// they are (see above). Negative slots are padding; a slot at or past
-/// num_blocks x block_size is skipped and reported (checked kernels), as
-/// every writer does.
-template <class SP, class L, class O>
-KVGEN_DEVICE inline void
-tileWriteCta(const kvgen_concat_and_cache_mla_args &a, int64_t first) {
-  typedef typename O::io IO;
-  typedef typename IO::storage IS;
+/// The work items of a per_tile CTA starting at token `first` (A: the op's
+/// argument struct): for each item of the calling thread whose token is
+/// below num_tokens and whose slot places (placeSlot: negative slots are
+/// padding; checked kernels skip and report slots past the cache),
+/// fn(token, head, component index 0 / 1, the item within it, the cache
+/// row of that component: its element 0, through its map).
+template <class SP, class L, class O, class A, class Fn>
+KVGEN_DEVICE inline void forEachTileItem(const A &a, int64_t first,
+                                         const Fn &fn) {
   const SideMap m0 = sideMap<typename SP::C0>(a.cache_strides);
   const SideMap m1 = sideMap<typename SP::C1>(a.cache_strides);
-  uint8_t *cache = static_cast<uint8_t *>(a.kv_cache);
   for (int i = KVGEN_THREAD_ID_X; i < int(SP::tokens_per_cta * SP::perToken);
        i += int(SP::threads)) {
     const int64_t token = first + i / int(SP::perToken);
@@ -643,24 +641,39 @@ tileWriteCta(const kvgen_concat_and_cache_mla_args &a, int64_t first) {
         a.error_flag);
     if (pos.block < 0)
       continue;
-    if (item < int(SP::items0)) {
-      const IS *src = static_cast<const IS *>(a.kv_c) +
-                      token * a.kv_c_stride_token + head * a.kv_c_stride_head;
-      writeTileItem<typename SP::C0, L, IO>(
-          src,
-          cache + slotOffset(m0, pos.block, pos.offset) +
-              rowOffset(m0, head, 0),
-          m0, item);
-    } else {
-      const IS *src = static_cast<const IS *>(a.k_pe) +
-                      token * a.k_pe_stride_token + head * a.k_pe_stride_head;
-      writeTileItem<typename SP::C1, L, IO>(
-          src,
-          cache + slotOffset(m1, pos.block, pos.offset) +
-              rowOffset(m1, head, 0),
-          m1, item - int(SP::items0));
-    }
+    const bool first0 = item < int(SP::items0);
+    const SideMap &m = first0 ? m0 : m1;
+    fn(token, head, first0 ? 0 : 1, first0 ? item : item - int(SP::items0),
+       slotOffset(m, pos.block, pos.offset) + rowOffset(m, head, 0), m);
   }
+}
+
+/// kv.concat_and_cache_mla over a per_tile layout: each token's kv_c and
+/// k_pe rows into its slot's cache row, quantized per tile or stored as
+/// they are (see above). Negative slots are padding; a slot at or past
+/// num_blocks x block_size is skipped and reported (checked kernels), as
+/// every writer does.
+template <class SP, class L, class O>
+KVGEN_DEVICE inline void
+tileWriteCta(const kvgen_concat_and_cache_mla_args &a, int64_t first) {
+  typedef typename O::io IO;
+  typedef typename IO::storage IS;
+  uint8_t *cache = static_cast<uint8_t *>(a.kv_cache);
+  forEachTileItem<SP, L, O>(
+      a, first,
+      [&](int64_t token, int64_t head, int comp, int item, int64_t row,
+          const SideMap &m) {
+        if (comp == 0)
+          writeTileItem<typename SP::C0, L, IO>(
+              static_cast<const IS *>(a.kv_c) + token * a.kv_c_stride_token +
+                  head * a.kv_c_stride_head,
+              cache + row, m, item);
+        else
+          writeTileItem<typename SP::C1, L, IO>(
+              static_cast<const IS *>(a.k_pe) + token * a.k_pe_stride_token +
+                  head * a.k_pe_stride_head,
+              cache + row, m, item);
+      });
 }
 
 /// Entry of an emitted kv.concat_and_cache_mla over a per_tile layout
@@ -705,42 +718,24 @@ KVGEN_DEVICE inline void tileGatherCta(const kvgen_gather_mla_args &a,
                                        int64_t first) {
   typedef typename O::io IO;
   typedef typename IO::storage OS;
-  const SideMap m0 = sideMap<typename SP::C0>(a.cache_strides);
-  const SideMap m1 = sideMap<typename SP::C1>(a.cache_strides);
   const uint8_t *cache = static_cast<const uint8_t *>(a.kv_cache);
-  for (int i = KVGEN_THREAD_ID_X; i < int(SP::tokens_per_cta * SP::perToken);
-       i += int(SP::threads)) {
-    const int64_t token = first + i / int(SP::perToken);
-    if (token >= a.num_tokens)
-      break;
-    const int r = i % int(SP::perToken);
-    const int64_t head = r / int(SP::perHead);
-    const int item = r % int(SP::perHead);
-    const SlotPos pos = placeSlot<SP::checked != 0, L::block_size>(
-        loadSlot<typename O::slots>(a.slot_mapping, token), a.num_blocks,
-        a.error_flag);
-    if (pos.block < 0)
-      continue;
-    if (item < int(SP::items0)) {
-      OS *out = static_cast<OS *>(a.kv_c_out) +
-                token * a.kv_c_out_stride_token +
-                head * a.kv_c_out_stride_head;
-      readTileItem<typename SP::C0, L, IO>(
-          out,
-          cache + slotOffset(m0, pos.block, pos.offset) +
-              rowOffset(m0, head, 0),
-          m0, item);
-    } else {
-      OS *out = static_cast<OS *>(a.k_pe_out) +
-                token * a.k_pe_out_stride_token +
-                head * a.k_pe_out_stride_head;
-      readTileItem<typename SP::C1, L, IO>(
-          out,
-          cache + slotOffset(m1, pos.block, pos.offset) +
-              rowOffset(m1, head, 0),
-          m1, item - int(SP::items0));
-    }
-  }
+  forEachTileItem<SP, L, O>(
+      a, first,
+      [&](int64_t token, int64_t head, int comp, int item, int64_t row,
+          const SideMap &m) {
+        if (comp == 0)
+          readTileItem<typename SP::C0, L, IO>(
+              static_cast<OS *>(a.kv_c_out) +
+                  token * a.kv_c_out_stride_token +
+                  head * a.kv_c_out_stride_head,
+              cache + row, m, item);
+        else
+          readTileItem<typename SP::C1, L, IO>(
+              static_cast<OS *>(a.k_pe_out) +
+                  token * a.k_pe_out_stride_token +
+                  head * a.k_pe_out_stride_head,
+              cache + row, m, item);
+      });
 }
 
 /// Entry of an emitted kv.gather_mla over a per_tile layout.
