@@ -106,8 +106,8 @@ TEST(ParseLayout, RejectsBadText) {
       {base + ", bogus = 1",
        "unknown field 'bogus' (expected num_kv_heads, block_size, "
        "head_size_k, head_size_v, components, order, packing, dtype, scale, "
-       "NAME_strides, NAME_elem_stride, NAME_token_chunks or "
-       "NAME_elem_chunks)"},
+       "NAME_strides, NAME_elem_stride, NAME_token_chunks, "
+       "NAME_elem_chunks, NAME_tile_scales or NAME_dtype)"},
       {base + ", num_kv_heads = 4", "duplicate field 'num_kv_heads'"},
       {"num_kv_heads = four, head_size_k = 192, head_size_v = 128, "
        "block_size = 16, order = nhd, packing = separate, dtype = bf16, "
