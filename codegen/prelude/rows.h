@@ -654,8 +654,8 @@ KVGEN_DEVICE inline void forEachTileItem(const A &a, int64_t first,
 /// num_blocks x block_size is skipped and reported (checked kernels), as
 /// every writer does.
 template <class SP, class L, class O>
-KVGEN_DEVICE inline void
-tileWriteCta(const kvgen_concat_and_cache_mla_args &a, int64_t first) {
+KVGEN_DEVICE inline void tileWriteCta(const kvgen_concat_and_cache_mla_args &a,
+                                      int64_t first) {
   typedef typename O::io IO;
   typedef typename IO::storage IS;
   uint8_t *cache = static_cast<uint8_t *>(a.kv_cache);
@@ -683,11 +683,10 @@ template <class L, class P, class O>
 KVGEN_DEVICE inline void
 concat_and_cache_mla_tiles(const kvgen_concat_and_cache_mla_args &a) {
   if (P::small_max_tokens > 0 && a.num_tokens <= P::small_max_tokens)
-    tileWriteCta<TileSpec<L, P, O, true>, L, O>(
-        a, int64_t(KVGEN_BLOCK_ID_X));
+    tileWriteCta<TileSpec<L, P, O, true>, L, O>(a, int64_t(KVGEN_BLOCK_ID_X));
   else
-    tileWriteCta<TileSpec<L, P, O, false>, L, O>(
-        a, int64_t(KVGEN_BLOCK_ID_X) * P::tokens_per_cta);
+    tileWriteCta<TileSpec<L, P, O, false>, L, O>(a, int64_t(KVGEN_BLOCK_ID_X) *
+                                                        P::tokens_per_cta);
 }
 
 /// One item of a per_tile gather: the reverse of writeTileItem, the
@@ -725,14 +724,12 @@ KVGEN_DEVICE inline void tileGatherCta(const kvgen_gather_mla_args &a,
           const SideMap &m) {
         if (comp == 0)
           readTileItem<typename SP::C0, L, IO>(
-              static_cast<OS *>(a.kv_c_out) +
-                  token * a.kv_c_out_stride_token +
+              static_cast<OS *>(a.kv_c_out) + token * a.kv_c_out_stride_token +
                   head * a.kv_c_out_stride_head,
               cache + row, m, item);
         else
           readTileItem<typename SP::C1, L, IO>(
-              static_cast<OS *>(a.k_pe_out) +
-                  token * a.k_pe_out_stride_token +
+              static_cast<OS *>(a.k_pe_out) + token * a.k_pe_out_stride_token +
                   head * a.k_pe_out_stride_head,
               cache + row, m, item);
       });
@@ -742,11 +739,10 @@ KVGEN_DEVICE inline void tileGatherCta(const kvgen_gather_mla_args &a,
 template <class L, class P, class O>
 KVGEN_DEVICE inline void gather_mla_tiles(const kvgen_gather_mla_args &a) {
   if (P::small_max_tokens > 0 && a.num_tokens <= P::small_max_tokens)
-    tileGatherCta<TileSpec<L, P, O, true>, L, O>(a,
-                                                 int64_t(KVGEN_BLOCK_ID_X));
+    tileGatherCta<TileSpec<L, P, O, true>, L, O>(a, int64_t(KVGEN_BLOCK_ID_X));
   else
-    tileGatherCta<TileSpec<L, P, O, false>, L, O>(
-        a, int64_t(KVGEN_BLOCK_ID_X) * P::tokens_per_cta);
+    tileGatherCta<TileSpec<L, P, O, false>, L, O>(a, int64_t(KVGEN_BLOCK_ID_X) *
+                                                         P::tokens_per_cta);
 }
 
 } // namespace kvgen

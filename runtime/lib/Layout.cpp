@@ -164,11 +164,10 @@ SideMap LayoutDesc::map(int c, const int64_t *dynamic) const {
     return v == kDynamic ? (dynamic ? dynamic[i] : 0) : v;
   };
   const Chunks &k = components[size_t(c)].chunks;
-  return SideMap{pick(s.block, 0),   pick(s.token, 1),
-                 pick(s.head, 2),    base(c),
-                 k.elem * elemWidth(c), k.tokenChunk,
-                 k.tokenChunkStride, k.elemChunk,
-                 k.elemChunkStride};
+  return SideMap{
+      pick(s.block, 0),      pick(s.token, 1), pick(s.head, 2),    base(c),
+      k.elem * elemWidth(c), k.tokenChunk,     k.tokenChunkStride, k.elemChunk,
+      k.elemChunkStride};
 }
 
 int64_t LayoutDesc::extentElements(int c, int64_t numBlocks,
@@ -221,8 +220,15 @@ LayoutDesc::checkedExtentBytes(int c, int64_t numBlocks,
     return std::nullopt;
   // One past the last element (LayoutMap.h's formula; its last position
   // is the largest), in 128 bits.
-  SideMap m{v[0], v[1], v[2], base(c), k.elem * elemWidth(c), k.tokenChunk,
-            k.tokenChunkStride, k.elemChunk, k.elemChunkStride};
+  SideMap m{v[0],
+            v[1],
+            v[2],
+            base(c),
+            k.elem * elemWidth(c),
+            k.tokenChunk,
+            k.tokenChunkStride,
+            k.elemChunk,
+            k.elemChunkStride};
   // As extentElements: a component whose span is not its head size ends
   // at its span.
   const bool spanned = span(c) != headSize(c);
@@ -660,19 +666,23 @@ std::optional<LayoutIssue> LayoutDesc::diagnoseTiles() const {
     anyTiles |= tiled;
     if (scale != ScaleKind::PerTile) {
       if (tiled)
-        return at(tilesKey, "'" + tilesKey + "' needs scale = per_tile, got "
-                            "scale = " + toString(scale));
+        return at(tilesKey, "'" + tilesKey +
+                                "' needs scale = per_tile, got "
+                                "scale = " +
+                                toString(scale));
       if (x.storedAs)
-        return at(dtypeKey, "'" + dtypeKey + "' needs scale = per_tile (a "
-                            "component of its own element type beside "
-                            "quantized ones), got scale = " +
+        return at(dtypeKey, "'" + dtypeKey +
+                                "' needs scale = per_tile (a "
+                                "component of its own element type beside "
+                                "quantized ones), got scale = " +
                                 toString(scale));
       continue;
     }
     if (!x.chunks.isDefault())
       return at(x.name + "_elem_stride",
-                "'" + x.name + "' has chunks or an element stride, which a "
-                "per_tile layout does not serve");
+                "'" + x.name +
+                    "' has chunks or an element stride, which a "
+                    "per_tile layout does not serve");
     if (tiled && x.storedAs)
       return at(dtypeKey, "'" + x.name + "' has both '" + tilesKey +
                               "' (quantized to the cache dtype) and '" +
@@ -685,8 +695,9 @@ std::optional<LayoutIssue> LayoutDesc::diagnoseTiles() const {
     if (x.storedAs) {
       const DType t = *x.storedAs;
       if (isFp8(t))
-        return at(dtypeKey, "'" + dtypeKey + "' must be bf16, f16 or f32 "
-                            "(an unquantized element type), got " +
+        return at(dtypeKey, "'" + dtypeKey +
+                                "' must be bf16, f16 or f32 "
+                                "(an unquantized element type), got " +
                                 std::string(toString(t)));
       continue;
     }

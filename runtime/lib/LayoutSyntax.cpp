@@ -354,8 +354,9 @@ struct Parser {
     for (const auto &[name, at] : tileKeys) {
       int c = l.find(name);
       if (c < 0) {
-        fail(at, "'" + name + "' of a per-tile field names no component of "
-                 "the layout");
+        fail(at, "'" + name +
+                     "' of a per-tile field names no component of "
+                     "the layout");
         return std::nullopt;
       }
       Component &x = l.components[size_t(c)];

@@ -379,11 +379,13 @@ TEST(LayoutValidate, NonPositiveSizes) {
 TEST(LayoutValidate, ScaleRules) {
   LayoutDesc l = mimo();
   l.dtype = DType::F8E4M3FN;
-  EXPECT_EQ(validateMessage(l),
-            "'scale' must be per_tensor, per_head or per_tile for an fp8 cache");
+  EXPECT_EQ(
+      validateMessage(l),
+      "'scale' must be per_tensor, per_head or per_tile for an fp8 cache");
   l.dtype = DType::F8E5M2FNUZ;
-  EXPECT_EQ(validateMessage(l),
-            "'scale' must be per_tensor, per_head or per_tile for an fp8 cache");
+  EXPECT_EQ(
+      validateMessage(l),
+      "'scale' must be per_tensor, per_head or per_tile for an fp8 cache");
   l.scale = ScaleKind::PerHead;
   EXPECT_EQ(validateMessage(l), "<valid>");
   l.dtype = DType::BF16;
@@ -894,8 +896,8 @@ TEST(LayoutPerTile, DsMlaRowIs656Bytes) {
   EXPECT_EQ(l->strides(1).block, 64 * 656);
   kvgen::SideMap pe = l->map(1);
   EXPECT_EQ(pe.elem, 2);
-  EXPECT_EQ(kvgen::elementOffset(pe, 3, 5, 0, 63), 3 * 64 * 656 + 5 * 656 +
-                                                       528 + 126);
+  EXPECT_EQ(kvgen::elementOffset(pe, 3, 5, 0, 63),
+            3 * 64 * 656 + 5 * 656 + 528 + 126);
   // Ten blocks: the last byte of the last row's rope is the extent.
   EXPECT_EQ(l->extentBytes(1, 10), 10 * 64 * 656);
   EXPECT_EQ(l->extentBytes(0, 10), 9 * 64 * 656 + 63 * 656 + 528);

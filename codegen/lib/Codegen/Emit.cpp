@@ -173,8 +173,8 @@ std::string kvgen::defaultKernelName(const KernelSpec &r) {
   // `_<name>_<short dtype>`.
   for (const Component &c : l.components) {
     if (c.tiles != TileScales())
-      name += llvm::formatv("_{0}t{1}x{2}", c.name, c.tiles.tile,
-                            c.tiles.offset);
+      name +=
+          llvm::formatv("_{0}t{1}x{2}", c.name, c.tiles.tile, c.tiles.offset);
     if (c.storedAs)
       name += "_" + c.name + "_" + shortDType(*c.storedAs);
   }

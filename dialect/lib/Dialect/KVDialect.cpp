@@ -769,8 +769,7 @@ static LogicalResult verifyPerTileIo(Operation *op, LayoutAttr layout, Type io,
       return op->emitOpError("'")
              << (isGather ? "output" : "input") << "' must be "
              << toString(*c.storedAs) << ", the type component '" << c.name
-             << "' is stored in (its rows are copied unconverted), got "
-             << io;
+             << "' is stored in (its rows are copied unconverted), got " << io;
   return success();
 }
 
@@ -798,8 +797,8 @@ LogicalResult ConcatAndCacheMlaOp::verify() {
 LogicalResult GatherMlaOp::verify() {
   if (failed(verifyMlaLayout(*this, getLayout())))
     return failure();
-  if (failed(verifyPerTileIo(*this, getLayout(), getIo(), true,
-                             getDequantize())))
+  if (failed(
+          verifyPerTileIo(*this, getLayout(), getIo(), true, getDequantize())))
     return failure();
   return verifyGatherTypes(*this, getLayout(), getIo(), getSlots(),
                            getDequantize());

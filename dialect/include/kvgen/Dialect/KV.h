@@ -28,13 +28,12 @@ inline llvm::hash_code hash_value(const Strides &s) {
 }
 inline llvm::hash_code hash_value(const Component &c) {
   const Chunks &k = c.chunks;
-  return llvm::hash_combine(c.name, c.headSize, c.strides.has_value(),
-                            c.strides ? hash_value(*c.strides)
-                                      : llvm::hash_code(0),
-                            k.elem, k.tokenChunk, k.tokenChunkStride,
-                            k.elemChunk, k.elemChunkStride, c.tiles.tile,
-                            c.tiles.offset, c.storedAs.has_value(),
-                            c.storedAs ? int(*c.storedAs) : -1);
+  return llvm::hash_combine(
+      c.name, c.headSize, c.strides.has_value(),
+      c.strides ? hash_value(*c.strides) : llvm::hash_code(0), k.elem,
+      k.tokenChunk, k.tokenChunkStride, k.elemChunk, k.elemChunkStride,
+      c.tiles.tile, c.tiles.offset, c.storedAs.has_value(),
+      c.storedAs ? int(*c.storedAs) : -1);
 }
 inline llvm::hash_code hash_value(const LayoutDesc &l) {
   return llvm::hash_combine(

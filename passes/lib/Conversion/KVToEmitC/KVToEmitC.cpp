@@ -329,8 +329,8 @@ struct KernelSpecLowering
       emitc::CallOpaqueOp::create(
           rewriter, loc, TypeRange{}, entryTemplate,
           ValueRange{entry->getArgument(0)}, ArrayAttr{},
-          rewriter.getArrayAttr({opaque(layoutName), opaque(planName),
-                                 opaque(optionsName)}));
+          rewriter.getArrayAttr(
+              {opaque(layoutName), opaque(planName), opaque(optionsName)}));
       emitc::ReturnOp::create(rewriter, loc, Value{});
       return fn;
     };
