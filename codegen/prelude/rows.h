@@ -611,8 +611,15 @@ KVGEN_DEVICE inline void writeTileItem(const typename IO::storage *src,
     amax = a > amax ? a : amax; // NaN passed over (fmaxf)
   }
   const float scale = tileScale(amax);
-  for (int e = 0; e < C::tile; ++e)
-    row[elemTerm(m, e0 + e)] = Q::store(IO::load(src[e0 + e]) / scale);
+  for (int e = 0; e < C::tile; ++e) {
+    // A NaN quotient (a NaN value, or inf / inf in a tile holding an
+    // infinity) is stored as 0x7f whatever its sign, as vLLM's
+    // __nv_cvt_float_to_fp8 stores every NaN (cvt.satfinite on sm_89+, a
+    // canonical NaN in its software path); the portable encoder would keep
+    // the sign (0xff), and x86 makes inf / inf negative.
+    const float q = IO::load(src[e0 + e]) / scale;
+    row[elemTerm(m, e0 + e)] = q != q ? uint8_t(0x7f) : Q::store(q);
+  }
   const uint32_t bits = numerics_detail::floatBits(scale);
   copyBytes<4>(row + C::scale_offset + 4 * item, &bits);
 }

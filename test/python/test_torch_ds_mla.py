@@ -125,6 +125,51 @@ def test_ds_mla_reference_decodes_to_the_rows():
     assert torch.equal(flat[:, 528:].view(torch.bfloat16), k_pe)
 
 
+@pytest.mark.parametrize("rows", [torch.bfloat16, torch.float16])
+def test_ds_mla_special_values_as_vllm(rows):
+    """NaN, +-inf, -0, denormal and all-zero tiles and values at e4m3's
+    rounding / saturation boundaries give vLLM's bytes: every NaN byte is
+    0x7f whatever the sign of the NaN (torch's bf16 NaN is negative;
+    x86's inf / inf too), as __nv_cvt_float_to_fp8 stores it; an
+    infinity makes its tile's scale inf, its finite values +-0."""
+    T = 8
+    kv_c = torch.randn(T, L, generator=torch.Generator().manual_seed(17))
+    kv_c[0, :128] = 0.0
+    kv_c[0, 128:256] = -0.0
+    kv_c[1, 5] = float("nan")
+    kv_c[1, 130] = -float("nan")
+    kv_c[2, 7] = float("inf")
+    kv_c[2, 200] = -float("inf")
+    kv_c[3, :128] = 1e-40 if rows == torch.bfloat16 else 6e-8
+    kv_c[3, 128:256] *= 1e-38
+    kv_c[4, :128] = float("nan")
+    kv_c[5] = 448.0
+    kv_c[5, 3:6] = torch.tensor([464.0, -463.5, 0.5])
+    kv_c[6, :128] = torch.linspace(-448, 448, 128)
+    kv_c = kv_c.to(rows)
+    k_pe = torch.randn(T, R, generator=torch.Generator().manual_seed(18))
+    k_pe = k_pe.to(rows)
+    cache = _cache(2, 4, E, torch.uint8, "cpu")
+    want = cache.clone()
+    slots = torch.arange(T)
+    torch.ops.kvgen.concat_and_cache_mla(kv_c, k_pe, cache, slots,
+                                         "fp8_ds_mla", torch.tensor([1.0]))
+    torch_ref.concat_and_cache_ds_mla(kv_c, k_pe, want, slots)
+    flat = cache.view(-1, E)
+    x = kv_c.float()
+    nan_at = torch.isnan(x) | (torch.isinf(x) & torch.isinf(x).reshape(
+        T, 4, 128).any(2, keepdim=True).expand(T, 4, 128).reshape(T, L))
+    assert nan_at.sum() == 2 + 2 + 128
+    assert torch.all(flat[:, :L][nan_at] == 0x7f), \
+        flat[:, :L][nan_at].unique().tolist()
+    # tile 0 and 1 of row 2 hold an infinity: scale inf, finite values 0
+    assert flat[2, 512:520].view(torch.float32).isinf().all()
+    assert torch.all(flat[2, :256][~nan_at[2, :256]] & 0x7f == 0)
+    if not torch.equal(cache, want):
+        diff = (cache != want).nonzero()
+        pytest.fail(f"{len(diff)} bytes differ, first at {diff[:5].tolist()}")
+
+
 def test_ds_mla_opcheck():
     gen = torch.Generator().manual_seed(3)
     kv_c, k_pe = _rows(9, torch.bfloat16, gen)

@@ -218,7 +218,9 @@ def concat_and_cache_ds_mla(kv_c, k_pe, kv_cache, slot_mapping):
     in torch: for each t < T with slot s = slot_mapping[t] >= 0, entry
     (s // bs, s % bs) of the [nb, bs, 656] byte cache gets
       bytes [0, 512):   e4m3fn(kv_c[t, e] / scale_i), tile i = e // 128,
-                        saturating, round to nearest even;
+                        saturating, round to nearest even, every NaN
+                        (a NaN value, inf / inf) 0x7f whatever its sign
+                        (__nv_cvt_float_to_fp8's canonical NaN);
       bytes [512, 528): scale_i = max(amax_i / 448, FLT_MIN) as float32,
                         amax_i = the largest |kv_c[t, e]| of tile i (NaN
                         passed over, as fmaxf does), in float32;
@@ -236,8 +238,10 @@ def concat_and_cache_ds_mla(kv_c, k_pe, kv_cache, slot_mapping):
         a = x.abs()
         a = torch.where(torch.isnan(a), torch.zeros_like(a), a)
         scale = torch.clamp_min(a.amax(dim=1) / 448.0, tiny)
-        q = (x / scale[:, None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+        y = x / scale[:, None]
+        q = y.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+        q = torch.where(torch.isnan(y), torch.full_like(q, 0x7f), q)
         row = cache[s // bs, s % bs]
-        row[:512] = q.reshape(512).view(torch.uint8)
+        row[:512] = q.reshape(512)
         row[512:528] = scale.view(torch.uint8)
         row[528:656] = k_pe[t].contiguous().view(torch.uint8)
