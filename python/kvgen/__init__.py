@@ -384,7 +384,9 @@ class Layout:
         elem_chunk_stride + (e % elem_chunk) * elem_stride, token t of a
         block at (t // token_chunk) * token_chunk_stride + (t %
         token_chunk) * the token stride (a chunk of 0: none). Every NHD /
-        HND / packed layout has Chunks(1, 0, 0, 0, 0)."""
+        HND / packed layout has Chunks(1, 0, 0, 0, 0), but for a per_tile
+        component stored in a wider type than the cache's (`<name>_dtype
+        = bf16` over an fp8 cache: elem_stride 2)."""
         return self._chunks[self._name(side)]
 
     def extent_bytes(self, side, num_blocks, dynamic=None):

@@ -612,7 +612,10 @@ kvgen_status kvgen_layout_component(kvgen_layout layout, int component,
           c.strides ? 1 : 0,
           l.base(component),
           l.tensor(component),
-          k.elem,
+          // The map's element stride: a component stored in a wider type
+          // than the cache's (per_tile `<name>_dtype`) has its elements
+          // that many cache elements apart.
+          k.elem * l.elemWidth(component),
           k.tokenChunk,
           k.tokenChunkStride,
           k.elemChunk,

@@ -347,3 +347,36 @@ def test_ds_mla_gather_kernel_dequantizes_the_written_entries():
         assert torch.equal(out[t, :L], want)
         assert torch.equal(out[t, L:].view(torch.int16),
                            flat[s, 528:].view(torch.int16))
+
+
+def test_ds_mla_layout_info_is_the_address_map():
+    """The layout's public description (kvgen_layout_component through
+    kvgen.Layout: base, strides, elem_stride) gives the bytes the kernel
+    writes: k_pe's element e of the entry of slot s at s * 656 + 528 + 2 e
+    (its bf16 elements 2 cache bytes apart), the kv_c values at s * 656 +
+    e."""
+    layout, nb, _ = kt._ds_mla_layout(_cache(2, 4, E, torch.uint8, "cpu"),
+                                      "bf16")
+    assert layout.chunks("k_pe").elem_stride == 2
+    assert layout.chunks("kv_c").elem_stride == 1
+    gen = torch.Generator().manual_seed(19)
+    kv_c, k_pe = _rows(3, torch.bfloat16, gen)
+    cache = torch.zeros(2, 4, E, dtype=torch.uint8)
+    slots = torch.tensor([5, 0, 6])
+    torch.ops.kvgen.concat_and_cache_mla(kv_c, k_pe, cache, slots,
+                                         "fp8_ds_mla", torch.tensor([1.0]))
+    flat = cache.view(-1)
+    for t, s in enumerate(slots.tolist()):
+        b, o = divmod(s, 4)
+        for name, rows, n in (("k_pe", k_pe, R), ("kv_c", kv_c, L)):
+            sb, st, _ = layout.strides(name)
+            w = layout.chunks(name).elem_stride
+            at = (b * sb + o * st + layout.base(name) +
+                  w * torch.arange(n))
+            got = torch.stack([flat[at + i] for i in range(w)], 1)
+            if name == "k_pe":
+                assert torch.equal(got.reshape(-1),
+                                   rows[t].view(torch.uint8)), name
+            else:
+                assert torch.equal(got.reshape(-1), flat[
+                    s * E:s * E + L]), name

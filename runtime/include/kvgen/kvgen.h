@@ -179,7 +179,7 @@ typedef struct kvgen_layout_info {
   const char *order;     /**< "nhd" or "hnd" */
   const char *packing;   /**< "separate" or "packed" */
   const char *dtype;     /**< MLIR builtin spelling, e.g. "f8E4M3FN" */
-  const char *scale;     /**< "none", "per_tensor" or "per_head" */
+  const char *scale;     /**< "none", "per_tensor", "per_head" or "per_tile" */
   int64_t element_bytes; /**< bytes of one cache element */
   int num_components;    /**< 2 (k, v) for a K/V layout */
   int is_kv;             /**< 1 when the components are exactly k, v */
@@ -201,7 +201,9 @@ typedef struct kvgen_component_info {
    * * elem_stride, token t of a block at (t / token_chunk) *
    * token_chunk_stride + (t % token_chunk) * strides[1]; a chunk of 0 is
    * none (then e * elem_stride, t * strides[1]). Defaults: elem_stride 1,
-   * the others 0. */
+   * the others 0. A per_tile component stored unquantized in a wider type
+   * (`<name>_dtype = bf16` over an fp8 cache) has elem_stride = its
+   * element size over the cache's (2 for bf16). */
   int64_t elem_stride;
   int64_t token_chunk;
   int64_t token_chunk_stride;
