@@ -283,7 +283,7 @@ class Layout:
                               bool(ci.explicit_strides), ci.base,
                               Chunks(ci.elem_stride, ci.token_chunk,
                                      ci.token_chunk_stride, ci.elem_chunk,
-                                     ci.elem_chunk_stride)))
+                                     ci.elem_chunk_stride), ci.span))
         except BaseException:
             L.kvgen_layout_destroy(h)
             raise
@@ -304,6 +304,7 @@ class Layout:
         self._explicit = {c[0]: c[2] if c[3] else None for c in comps}
         self._base = {c[0]: c[4] for c in comps}
         self._chunks = {c[0]: c[5] for c in comps}
+        self._spans = {c[0]: c[6] for c in comps}
 
     def __del__(self):
         h = getattr(self, "_h", None)
@@ -356,6 +357,14 @@ class Layout:
         """Head size of component `side` ('k', 'v', 'kv_c', ... or an
         index)."""
         return self._sizes[self._name(side)]
+
+    def span(self, side):
+        """Cache elements component `side` takes in its row
+        (kvgen_component_info.span): its head size, but for a per_tile
+        component up to the end of its tile scales, or its head size x
+        elem_stride when stored in a wider type (docs/layout.md "Per-tile
+        scales"). A packed row is the sum of the spans."""
+        return self._spans[self._name(side)]
 
     def has_dynamic_strides(self):
         return any(x is None for st in self._strides.values() for x in st)
@@ -612,8 +621,8 @@ def _cache_view(lay, buf, tensor):
     size): the layout alone says where its elements are;
     or a view of the tensor's logical shape, [num_blocks, block_size, H, W]
     (nhd) or [num_blocks, H, block_size, W] (hnd) in elements of the cache
-    dtype (W: the component's head size, the row width when packed): its
-    strides are then the tensor's real strides. Returns None for a raw
+    dtype (W: the component's span, Layout.span; their sum when packed):
+    its strides are then the tensor's real strides. Returns None for a raw
     buffer, else the view's (block, token, head) strides; raises ValueError
     for a view that is neither (non-contiguous of another shape, e.g. a
     strided 1-D parent[::2], whose parent's elements between the view's the
@@ -629,7 +638,7 @@ def _cache_view(lay, buf, tensor):
     Components with explicit or '?' strides are exempt (a padded
     allocation passed whole is a raw buffer the strides describe)."""
     comps = list(range(len(lay.components))) if lay.packed else [tensor]
-    w = sum(lay.head_size(c) for c in comps)
+    w = sum(lay.span(c) for c in comps)
     h, bs = lay.num_kv_heads, lay.block_size
     nhd = lay.order == "nhd"
     shape = buf.shape
@@ -1807,7 +1816,8 @@ class Kernel:
                 b.check_pairs()
             elif a.role == "scale":
                 if b is None:
-                    need = lay.scale != "none" and (
+                    # per_tile layouts keep their scales in the rows.
+                    need = lay.scale in ("per_tensor", "per_head") and (
                         a.need == "scaled" or
                         (a.need == "dequant" and self.dequantize))
                     if need and t > 0:

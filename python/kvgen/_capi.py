@@ -124,6 +124,7 @@ class ComponentInfo(ctypes.Structure):
         ("token_chunk_stride", ctypes.c_int64),
         ("elem_chunk", ctypes.c_int64),
         ("elem_chunk_stride", ctypes.c_int64),
+        ("span", ctypes.c_int64),
     ]
 
 

@@ -619,7 +619,8 @@ kvgen_status kvgen_layout_component(kvgen_layout layout, int component,
           k.tokenChunk,
           k.tokenChunkStride,
           k.elemChunk,
-          k.elemChunkStride};
+          k.elemChunkStride,
+          l.span(component)};
   return succeed();
 }
 

@@ -380,3 +380,33 @@ def test_ds_mla_layout_info_is_the_address_map():
             else:
                 assert torch.equal(got.reshape(-1), flat[
                     s * E:s * E + L]), name
+
+
+@pytest.mark.parametrize("form", ["raw", "view", "padded_view"])
+def test_ds_mla_generic_binding_launch(form):
+    """The binding's generic launch (ctx.kernel(...).concat_and_cache_mla)
+    over the per_tile layout: no scale argument (the scales are the
+    tiles'), the cache as a raw buffer or as its logical [nb, bs, 1, 656]
+    view (Layout.span: 528 + 128, not the head sizes' 576), padded rows
+    through '?' strides; the bytes are torch_ref's."""
+    text = ("num_kv_heads = 1, components = [kv_c: 512, k_pe: 64], "
+            "block_size = 4, packing = packed, dtype = f8E4M3FN, scale = "
+            "per_tile, kv_c_tile_scales = [128, 512], k_pe_dtype = bf16")
+    if form == "padded_view":
+        text += ", kv_c_strides = [?, ?, ?]"
+    lay = kvgen.Layout.parse(text)
+    assert (lay.span("kv_c"), lay.span("k_pe")) == (528, 128)
+    gen = torch.Generator().manual_seed(23)
+    kv_c, k_pe = _rows(5, torch.bfloat16, gen)
+    slots = torch.tensor([6, -1, 0, 3, 7])
+    width = 704 if form == "padded_view" else E
+    whole = _cache(2, 4, width, torch.uint8, "cpu")
+    want = whole.clone()
+    torch_ref.concat_and_cache_ds_mla(kv_c, k_pe, want[..., :E], slots)
+    cache = (whole.view(-1) if form == "raw" else
+             whole.view(2, 4, 1, width)[..., :E])
+    w = kt.context(torch.device("cpu")).kernel("concat_and_cache_mla", lay,
+                                               io="bf16")
+    w.concat_and_cache_mla(kv_c, k_pe, cache, slots, num_blocks=2)
+    kt.check_errors("cpu")
+    assert torch.equal(whole, want)

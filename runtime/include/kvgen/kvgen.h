@@ -209,6 +209,11 @@ typedef struct kvgen_component_info {
   int64_t token_chunk_stride;
   int64_t elem_chunk;
   int64_t elem_chunk_stride;
+  /** Cache elements the component takes in its row: head_size, but for a
+   * per_tile component (docs/layout.md "Per-tile scales") up to the end
+   * of its tile scales, or head_size x elem_stride when stored in a wider
+   * type. A packed row's width is the sum of its components' spans. */
+  int64_t span;
 } kvgen_component_info;
 KVGEN_API kvgen_status kvgen_layout_component(kvgen_layout layout,
                                               int component,
