@@ -289,8 +289,16 @@ struct Parser {
         }
         if (suffixed(key, "_tile_scales")) {
           TileScales &x = tilesOf[*name];
+          const char *at = t.pos();
           ok = pair(key, &x.tile, &x.offset, "tile size",
                     "[tile size, scale offset]");
+          // [0, 0] is the value of "no tile scales": written out, it would
+          // be dropped without a word.
+          if (ok && x.tile < 1)
+            ok = fail(at, "'" + key + "' tile " + std::to_string(x.tile) +
+                              " must be positive (a divisor of the head "
+                              "size of '" +
+                              *name + "')");
         } else {
           const char *at = t.pos();
           std::string w;

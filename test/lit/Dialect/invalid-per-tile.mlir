@@ -135,3 +135,13 @@ kv.concat_and_cache_mla @w : #kv.layout<num_kv_heads = 1,
     components = [kv_c: 512, k_pe: 64], block_size = 64, packing = packed,
     dtype = f8E4M3FN, scale = per_tile, kv_c_tile_scales = [128, 512],
     rope_dtype = bf16>, input bf16, slots i64
+
+// -----
+
+// [0, 0] is no tile scales: written out, it is refused (it was dropped
+// without a word).
+// expected-error @+3 {{'kv_c_tile_scales' tile 0 must be positive (a divisor of the head size of 'kv_c')}}
+kv.concat_and_cache_mla @w : #kv.layout<num_kv_heads = 1,
+    components = [kv_c: 512, k_pe: 64], block_size = 64, packing = packed,
+    dtype = f8E4M3FN, scale = per_tensor, kv_c_tile_scales = [0, 0]>,
+    input bf16, slots i64
