@@ -11,7 +11,10 @@
 namespace kvgen {
 
 /// The CTA body of plan P: attentionCta (16 rows per CTA) or, with
-/// prefill tiles, attentionTileCta; each with its own shared memory.
+/// prefill tiles, attentionTileCta; each with its own shared memory. The
+/// one-element body (ALIGNED false) is instantiated only for plans whose
+/// cache alignment is not proven: NVRTC would otherwise compile it before
+/// dropping it (same PTX, less JIT time; docs/performance.md).
 template <class L, class P, class O, bool TILED> struct AttnEntry {
   static KVGEN_DEVICE inline void run(const kvgen_paged_attention_args &a,
                                       const SideMap &kMap,
@@ -23,7 +26,7 @@ template <class L, class P, class O, bool TILED> struct AttnEntry {
     KVGEN_SHARED AttnSmem<S> sm;
     if (aligned)
       attentionCta<L, P, O, true>(a, kMap, vMap, sm);
-    else
+    else if constexpr (!P::cache_proven)
       attentionCta<L, P, O, false>(a, kMap, vMap, sm);
   }
 };
@@ -35,7 +38,7 @@ template <class L, class P, class O> struct AttnEntry<L, P, O, true> {
         AttnTileStorage<AttnShape<L, P, O> >::get();
     if (aligned)
       attentionTileCta<L, P, O, true>(a, kMap, vMap, sm);
-    else
+    else if constexpr (!P::cache_proven)
       attentionTileCta<L, P, O, false>(a, kMap, vMap, sm);
   }
 };

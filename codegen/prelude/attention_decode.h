@@ -16,6 +16,9 @@ template <class L, class P, class O, bool ALIGNED>
 KVGEN_DEVICE inline void attentionCta(const kvgen_paged_attention_args &a,
                                       const SideMap &kMap, const SideMap &vMap,
                                       AttnSmem<AttnShape<L, P, O> > &sm) {
+  static_assert(ALIGNED || !P::cache_proven,
+                "one-element body of a plan with proven alignment: dead code "
+                "NVRTC would compile (attention.h AttnEntry)");
   typedef PagedKV<L, kvgen_paged_attention_args> KV;
   typedef AttnShape<L, P, O> S;
   typedef typename S::io IO;

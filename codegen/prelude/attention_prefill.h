@@ -380,6 +380,9 @@ template <class L, class P, class O, bool ALIGNED>
 KVGEN_DEVICE inline void
 attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
                  const SideMap &vMap, AttnTileSmem<AttnShape<L, P, O> > &sm) {
+  static_assert(ALIGNED || !P::cache_proven,
+                "one-element body of a plan with proven alignment: dead code "
+                "NVRTC would compile (attention.h AttnEntry)");
   typedef PagedKV<L, kvgen_paged_attention_args> KV;
   typedef AttnShape<L, P, O> S;
   typedef AttnTile<S> T;

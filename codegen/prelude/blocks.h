@@ -127,14 +127,11 @@ KVGEN_DEVICE inline bool blockCopyAligned(
 }
 
 /// Block copies with the plan's bulk_copy (sm_90): run() copies row
-/// KVGEN_BLOCK_ID_X of the mapping and returns true; the primary template,
-/// for plans without it, returns false and the register path runs.
-template <bool BULK> struct BulkBlockCopy {
-  template <class L, class P, bool CHECKED, class CS>
-  KVGEN_DEVICE static bool run(const BlockCopy<CS> &, const SideMap *) {
-    return false;
-  }
-};
+/// KVGEN_BLOCK_ID_X of the mapping and returns true (a bool, which names
+/// its shared buffers: void would rename them in the PTX). Only
+/// BulkBlockCopy<true> is defined (with KVGEN_BULK_COPY); copyBlocks names
+/// it for bulk_copy plans only.
+template <bool BULK> struct BulkBlockCopy;
 #ifdef KVGEN_BULK_COPY
 /// Round r of a bulk block copy: bytes [lo, hi) of the block's tensors taken
 /// in sequence (tensor 0's `bytes[0]`, then tensor 1's), staged from shared
@@ -250,13 +247,38 @@ template <> struct BulkBlockCopy<true> {
 };
 #endif
 
-/// A block copy over layout L with plan P and options O; `dyn0` / `dyn1`:
-/// the '?' strides of components 0 and 1. A work item is one row of the
-/// mapping (one block); launches of at most P::small_max_tokens rows take
-/// the small shape (one row per CTA), as in reshape_and_cache. A CTA whose
-/// cache rows are not all VEC-aligned (only possible with '?' strides)
-/// moves one element per access. Layouts of at most two components or
-/// packed ones (kv.copy_blocks' verifier).
+/// The element-wise block copy of plan P with VEC elements per access: a
+/// work item is one row of the mapping (one block); launches of at most
+/// P::small_max_tokens rows take the small shape (one row per CTA), as in
+/// reshape_and_cache.
+template <class L, class P, class O, int VEC>
+KVGEN_DEVICE inline void
+copyBlocksVec(const BlockCopy<typename L::cache::storage> &a,
+              const SideMap *maps) {
+  static_assert(!P::bulk_copy && (VEC == P::vec || !P::cache_proven),
+                "a body the plan never takes: dead code NVRTC would compile "
+                "(copyBlocks)");
+  const bool small =
+      P::small_max_tokens > 0 && a.numPairs <= P::small_max_tokens;
+  const int64_t first =
+      int64_t(KVGEN_BLOCK_ID_X) * (small ? 1 : P::tokens_per_cta);
+  enum { kSmall = SmallThreads<P>::value };
+  if (small)
+    copyBlocksCta<L, VEC, 1, kSmall, P::copy_batch, !O::unchecked,
+                  P::streaming_stores>(a, maps, first);
+  else
+    copyBlocksCta<L, VEC, P::tokens_per_cta, P::threads, P::copy_batch,
+                  !O::unchecked, P::streaming_stores>(a, maps, first);
+}
+
+/// A block copy over layout L with plan P and options O: with the plan's
+/// bulk_copy one bulk copy per block (BulkBlockCopy), else element-wise. A
+/// CTA whose cache rows are not all VEC-aligned (only possible with '?'
+/// strides) moves one element per access. Layouts of at most two
+/// components or packed ones (kv.copy_blocks' verifier). The bodies a plan
+/// cannot take (element-wise under bulk_copy, one element per access under
+/// proven alignment) are not instantiated: NVRTC would otherwise compile
+/// them before dropping them (same PTX, less JIT time; docs/performance.md).
 template <class L, class P, class O, class KV>
 KVGEN_DEVICE inline void
 copyBlocks(const BlockCopy<typename L::cache::storage> &a, const KV &kv) {
@@ -264,31 +286,14 @@ copyBlocks(const BlockCopy<typename L::cache::storage> &a, const KV &kv) {
 #ifndef KVGEN_BULK_COPY
   static_assert(!P::bulk_copy, "bulk_copy needs cp.async.bulk (sm_90+)");
 #endif
-  if (BulkBlockCopy<P::bulk_copy>::template run<L, P, !O::unchecked>(a, maps))
-    return;
-  const bool aligned = P::cache_proven || blockCopyAligned<L, P>(a, maps);
-  const bool small =
-      P::small_max_tokens > 0 && a.numPairs <= P::small_max_tokens;
-  const int64_t first =
-      int64_t(KVGEN_BLOCK_ID_X) * (small ? 1 : P::tokens_per_cta);
-  enum { kSmall = SmallThreads<P>::value };
-  if (P::vec > 1 && aligned) {
-    if (small)
-      copyBlocksCta<L, P::vec, 1, kSmall, P::copy_batch, !O::unchecked,
-                    P::streaming_stores>(
-          a, maps, first);
-    else
-      copyBlocksCta<L, P::vec, P::tokens_per_cta, P::threads, P::copy_batch,
-                    !O::unchecked, P::streaming_stores>(a, maps, first);
-  } else {
-    if (small)
-      copyBlocksCta<L, 1, 1, kSmall, P::copy_batch, !O::unchecked,
-                    P::streaming_stores>(
-          a, maps, first);
-    else
-      copyBlocksCta<L, 1, P::tokens_per_cta, P::threads, P::copy_batch,
-                    !O::unchecked, P::streaming_stores>(a, maps, first);
-  }
+  if constexpr (P::bulk_copy)
+    BulkBlockCopy<P::bulk_copy>::template run<L, P, !O::unchecked>(a, maps);
+  else if constexpr (P::vec == 1 || P::cache_proven)
+    copyBlocksVec<L, P, O, P::vec>(a, maps);
+  else if (blockCopyAligned<L, P>(a, maps))
+    copyBlocksVec<L, P, O, P::vec>(a, maps);
+  else
+    copyBlocksVec<L, P, O, 1>(a, maps);
 }
 
 /// The BlockCopy of block-copy arguments A (block_mapping, num_pairs,

@@ -246,3 +246,32 @@ def test_pipelined_wgmma_prefill_stays_asynchronous(tmp_path, threads):
             pytest.skip("libnvrtc not loadable here")
         for code in ("C7514", "C7517", "C7519", "warning"):
             assert code not in log, f"spec {i}: {log}"
+
+
+@pytest.mark.parametrize("args,plan", [
+    (["--op", "paged_attention", "--num_q_heads", "8"],
+     "cache_alignment = proven"),
+    (["--op", "paged_attention", "--num_q_heads", "8", "--prefill"],
+     "cache_alignment = proven"),
+    (["--op", "copy_blocks"], "bulk_copy = true"),
+    (["--op", "swap_blocks"], "bulk_copy = true"),
+])
+def test_plans_instantiate_only_the_body_they_run(tmp_path, args, plan):
+    """A plan with proven cache alignment never runs the one-element
+    attention body, and one with bulk_copy never runs the element-wise
+    block copy; NVRTC compiles an instantiated body before it drops it as
+    dead (3-7% of the JIT time, the PTX the same: docs/performance.md), so
+    attention.h's AttnEntry and blocks.h's copyBlocks instantiate neither.
+    attentionCta, attentionTileCta and copyBlocksVec static_assert it: the
+    MiMo preset's sm_90 kernels (proven, bulk copies) compile."""
+    if not KVGEN.is_file():
+        pytest.skip(f"{KVGEN} not built")
+    out = tmp_path / "k.cu"
+    r = subprocess.run([str(KVGEN), "emit", "--preset", "mimo-v2-flash",
+                        "--target", "sm_90", "-o", str(out)] + args,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    source = out.read_text()
+    assert plan in source
+    if _cubin_log(source, "sm_90a") is None:
+        pytest.skip("libnvrtc not loadable here")
