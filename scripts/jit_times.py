@@ -7,31 +7,48 @@ source and this script measures, in CPU milliseconds of this process (user
 + system, all threads; robust against other processes on a shared
 machine, unlike wall time):
 
+  fe_ms      NVRTC with --fdevice-syntax-only: the C++ front end (parse,
+             template instantiation), no NVVM IR;
   ptx_ms     NVRTC to PTX only (--gpu-architecture=compute_90a): front end
-             and NVVM;
+             and NVVM (ptx_ms - fe_ms: NVVM IR generation, optimizer and
+             code generator);
   cubin_ms   NVRTC to a cubin with the runtime's options
-             (runtime/src/BackendCuda.cpp options()), what a cold
-             kvgen_context_get_kernel compiles before cuModuleLoadData;
+             (runtime/src/BackendCuda.cpp options(), --split-compile=0
+             included), what a cold kvgen_context_get_kernel compiles
+             before cuModuleLoadData (cubin_ms - ptx_ms: ptxas, about);
   one_ms     the same with the source's `_pdl` entry removed (the cost of
              the programmatic-dependent-launch twin is cubin_ms - one_ms);
-  fe/opt/ptxas  NVRTC's own --time phases of the cubin compile (ms of wall
-             time, so inflated on a loaded machine);
+  t_fe/t_opt/t_as  NVRTC's own --time phases of the cubin compile (front
+             end, NVVM optimizer, ptxas; ms of wall time, so inflated on a
+             loaded machine);
   ptx_kb, cubin_kb, regs/spills per entry (ptxas -v on the PTX).
 
-The smallest of --repeat compiles is reported. NVRTC's compute cache (the
+The median of --repeat compiles is reported (--stat min: the smallest).
+NVRTC's compute cache (the
 CUDA driver's, used by NVRTC 13 when libcuda is present) is disabled with
 CUDA_CACHE_DISABLE=1 so that a compile is never served from an earlier
 process's result.
 
   python3 scripts/jit_times.py --kvgen build/bin/kvgen --presets all \\
-      --repeat 3 [--options '--split-compile=0 ...'] [--json out.json]
+      --repeat 3 [--options '-Xptxas -O1 ...'] [--json out.json]
+
+--base KVGEN [--base-lib DIR] instead compares two builds: each preset
+kernel emitted by both, the two sources compiled to cubins in turn
+(--repeat times each, runtime options), the median CPU ms of each and
+whether their PTX is the same:
+
+  python3 scripts/jit_times.py --base /tmp/base/bin/kvgen \\
+      --base-lib /tmp/base/lib --kvgen build/bin/kvgen --repeat 7
 
 --check-options OPTS instead compiles each kernel to a cubin without and
 with the extra NVRTC options OPTS and compares the SASS of every function
 (cuobjdump -sass from --cuobjdump, else the raw .text sections through
 objcopy): exit status 1 when any differs. With --extra the kernels of
 compare_ptx.py --extra (every attention geometry of test_attention.py,
-copy/swap and MLA of every preset) are checked too.
+copy/swap and MLA of every preset) are checked too. Every kernel is
+compiled without OPTS before any is compiled with them: NVRTC 13.0 keeps
+state across the compiles of one process (after one compile with
+-Ofast-compile=mid, compiles without it give other PTX).
 """
 
 import argparse
@@ -39,6 +56,7 @@ import json
 import os
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,6 +72,10 @@ PDL_ENTRY = re.compile(r'^extern "C" __global__[^\n]*_pdl\([^\n]*\{\n'
                        r'(?:.*\n)*?\}\n', re.M)
 
 
+# runtime/src/BackendCuda.cpp options() after --gpu-architecture.
+RUNTIME_OPTIONS = ["-std=c++17", "--split-compile=0"]
+
+
 def cpu_ms():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return (r.ru_utime + r.ru_stime) * 1e3
@@ -64,6 +86,11 @@ def nvrtc_cpu(nv, src, opts):
     t0 = cpu_ms()
     ptx, log, _ = nv.compile(src, "kernel.cu", opts)
     return cpu_ms() - t0, ptx, log
+
+
+def stat(values, how):
+    """The median (how == 'median') or smallest of `values`."""
+    return statistics.median(values) if how == "median" else min(values)
 
 
 def phases(nv, src, opts):
@@ -169,9 +196,13 @@ def check_options(args, nv, specs, extra):
     base = [f"--gpu-architecture={arch}", "-std=c++17"]
     differ = 0
     with tempfile.TemporaryDirectory() as work:
-        for label, eargs in specs:
-            src = C.emit(args.kvgen, args.lib, args.target, eargs, work)
-            a = sass_of(cubin_of(nv, src, base), args.cuobjdump)
+        srcs = [C.emit(args.kvgen, args.lib, args.target, eargs, work)
+                for _, eargs in specs]
+        # Without OPTS first: an option such as -Ofast-compile changes the
+        # code of the process's later compiles (see the module docstring).
+        plain = [sass_of(cubin_of(nv, src, base), args.cuobjdump)
+                 for src in srcs]
+        for (label, _), src, a in zip(specs, srcs, plain):
             b = sass_of(cubin_of(nv, src, base + extra), args.cuobjdump)
             same = a == b and len(a) > 0
             differ += not same
@@ -182,6 +213,38 @@ def check_options(args, nv, specs, extra):
     return 1 if differ else 0
 
 
+def compare_builds(args, nv, specs, cubin_opts, ptx_opts):
+    """--base: per preset kernel, the median cubin CPU ms of the base and
+    the new build's source (compiled in turn) and whether their PTX is the
+    same. Exit status 1 when any PTX differs."""
+    rows, differ = [], 0
+    print(f"{'kernel':44s} {'base':>6s} {'new':>6s} {'delta':>6s}  ptx")
+    with tempfile.TemporaryDirectory() as work:
+        for label, eargs in specs:
+            src = {"base": C.emit(args.base, args.base_lib, args.target, eargs,
+                                  work),
+                   "new": C.emit(args.kvgen, args.lib, args.target, eargs,
+                                 work)}
+            ptx = {w: nvrtc_cpu(nv, src[w], ptx_opts)[1] for w in src}
+            t = {"base": [], "new": []}
+            for _ in range(max(1, args.repeat)):
+                for w in ("base", "new"):
+                    t[w].append(nvrtc_cpu(nv, src[w], cubin_opts)[0])
+            row = {"kernel": label,
+                   "base_ms": stat(t["base"], args.stat),
+                   "new_ms": stat(t["new"], args.stat),
+                   "same_ptx": ptx["base"] == ptx["new"]}
+            differ += not row["same_ptx"]
+            rows.append(row)
+            print(f"{label:44s} {row['base_ms']:6.0f} {row['new_ms']:6.0f} "
+                  f"{row['new_ms'] - row['base_ms']:+6.0f}  "
+                  f"{'same' if row['same_ptx'] else 'DIFFERS'}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    print(f"jit_times: {len(rows)} kernels, {differ} with different PTX")
+    return 1 if differ else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kvgen", default=str(HERE.parent / "build/bin/kvgen"))
@@ -189,6 +252,13 @@ def main():
     ap.add_argument("--presets", default="all")
     ap.add_argument("--target", default="sm_90")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--stat", choices=("median", "min"), default="median",
+                    help="what of the --repeat compiles is reported")
+    ap.add_argument("--base", default="",
+                    help="kvgen of a base build: compare its preset "
+                    "kernels' cubin CPU ms and PTX with --kvgen's")
+    ap.add_argument("--base-lib", default="",
+                    help="LD_LIBRARY_PATH entry for --base")
     ap.add_argument("--options", default="",
                     help="extra NVRTC options (space separated) for every "
                     "cubin compile")
@@ -214,23 +284,27 @@ def main():
         if args.extra:
             specs += C.extra_specs(args.kvgen, env)
         return check_options(args, nv, specs, args.check_options.split())
-    base = ["-std=c++17"] + args.options.split()
+    base = RUNTIME_OPTIONS + args.options.split()
     # The runtime's architecture (sm_90 -> sm_90a, compare_ptx.compiler_arch).
     arch = C.compiler_arch(args.kvgen, env, args.target)
     cubin_opts = [f"--gpu-architecture={arch}"] + base
     ptx_opts = ["--gpu-architecture=compute_" + arch[3:]] + base
+    if args.base:
+        return compare_builds(args, nv, specs, cubin_opts, ptx_opts)
+    fe_opts = ptx_opts + ["--fdevice-syntax-only"]
     rows = []
-    print(f"{'kernel':44s} {'ptx':>6s} {'cubin':>6s} {'one':>6s} "
-          f"{'fe':>5s} {'opt':>5s} {'ptxas':>5s} {'src':>5s} {'ptx':>5s} "
+    print(f"{'kernel':44s} {'fe':>5s} {'ptx':>6s} {'cubin':>6s} {'one':>6s} "
+          f"{'t_fe':>5s} {'t_opt':>5s} {'t_as':>5s} {'src':>5s} {'ptx':>5s} "
           f"{'cubin':>5s}  regs (plain entry)")
     with tempfile.TemporaryDirectory() as work:
         for label, eargs in specs:
             src = C.emit(args.kvgen, args.lib, args.target, eargs, work)
             one = PDL_ENTRY.sub("", src)
             nvrtc_cpu(nv, src, ptx_opts)  # page in / warm NVRTC
-            t = {"ptx": [], "cubin": [], "one": []}
+            t = {"fe": [], "ptx": [], "cubin": [], "one": []}
             ptx = None
             for _ in range(max(1, args.repeat)):
+                t["fe"].append(nvrtc_cpu(nv, src, fe_opts)[0])
                 dt, ptx, _ = nvrtc_cpu(nv, src, ptx_opts)
                 t["ptx"].append(dt)
                 t["cubin"].append(nvrtc_cpu(nv, src, cubin_opts)[0])
@@ -240,14 +314,18 @@ def main():
             cubin_bytes, regs = ptxas_v(ptx, args.target)
             entry = re.search(r"kvgen-kernel: name=(\w+)", src).group(1)
             row = {"kernel": label, "entry": entry,
-                   "ptx_ms": min(t["ptx"]), "cubin_ms": min(t["cubin"]),
-                   "one_entry_ms": min(t["one"]) if t["one"] else None,
+                   "fe_ms": stat(t["fe"], args.stat),
+                   "ptx_ms": stat(t["ptx"], args.stat),
+                   "cubin_ms": stat(t["cubin"], args.stat),
+                   "one_entry_ms": stat(t["one"], args.stat)
+                   if t["one"] else None,
                    "phases_ms": ph, "source_bytes": len(src),
                    "ptx_bytes": len(ptx), "cubin_bytes": cubin_bytes,
                    "entries": len(regs), "regs": regs}
             rows.append(row)
             one_s = f"{row['one_entry_ms']:6.0f}" if t["one"] else "     -"
-            print(f"{label:44s} {row['ptx_ms']:6.0f} {row['cubin_ms']:6.0f} "
+            print(f"{label:44s} {row['fe_ms']:5.0f} {row['ptx_ms']:6.0f} "
+                  f"{row['cubin_ms']:6.0f} "
                   f"{one_s} {ph.get('CUDA C++ Frontend', 0):5.0f} "
                   f"{ph.get('NVVM Optimizer', 0):5.0f} "
                   f"{ph.get('PTX Translation', 0):5.0f} "
