@@ -42,8 +42,9 @@ echo "== 0. which kernel torch.ops.kvgen.reshape_and_cache_flash runs"
 (cd "$OUT" && time "$V/bin/python" -c 'import kvgen.torch as kt
 print(kt.fast_path_info())')
 
-echo "== 1. pytest test_torch_ops.py test_torch_legacy.py"
+echo "== 1. pytest test_torch_ops.py test_torch_ds_mla.py test_torch_legacy.py"
 (cd "$REPO" && "$V/bin/python" -m pytest -q -rs test/python/test_torch_ops.py \
+  test/python/test_torch_ds_mla.py \
   test/python/test_torch_legacy.py 2>&1 | tail -25)
 
 echo "== 2. examples on cuda (fresh cache: generate + compile)"
