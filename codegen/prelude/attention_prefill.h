@@ -547,22 +547,27 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
       wgmmaWaitPin<0, NT * 4>(&o[0][0]);
     }
   } else {
-    // Tiles 0 .. STAGES - 2 ahead of the loop; iteration k loads tile k +
-    // STAGES - 1 (into tile k - 1's buffer, free since the barrier that ended
-    // iteration k - 1) or commits an empty group past the last tile, so that
-    // tile k is complete when at most STAGES - 1 groups are pending.
+    // Tiles 0 .. STAGES - 2 ahead of the loop. Iteration k waits for tile
+    // k (at most STAGES - 2 later groups pending) and, after the barrier
+    // that makes it visible (every warp has then finished tile k - 1), loads
+    // tile k + STAGES - 1 into tile k - 1's buffer or commits an empty group
+    // past the last tile: one barrier per tile. One stage: a second barrier
+    // before the load frees the buffer.
     stageAhead(STAGES - 1);
     for (int64_t k = 0; k < tiles; ++k) {
       if (STAGES == 1) {
+        if (k > 0)
+          kvgenSyncThreads(); // every warp has finished tile k - 1
         stage(k);
         copyToSharedWait<0>();
       } else {
-        stage(k + STAGES - 1);
-        copyToSharedWait<(STAGES > 1 ? STAGES - 1 : 0)>();
+        copyToSharedWait<(STAGES > 1 ? STAGES - 2 : 0)>();
       }
       if constexpr (WG)
         wgmmaSharedFence();
       kvgenSyncThreads();
+      if (STAGES > 1)
+        stage(k + STAGES - 1); // into tile k - 1's buffer: every warp is past it
       const CS *kTile = sm.k[k % STAGES];
       const CS *vTile = sm.v[k % STAGES];
       const int64_t first = t0 + k * KT;
@@ -618,7 +623,6 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
                          capMul, quad, m, l, o, unmasked);
         }
       }
-      kvgenSyncThreads(); // the buffer is free for tile k + STAGES
     }
 
   }
