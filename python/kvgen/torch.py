@@ -55,6 +55,11 @@ says what differs):
       allocates).
   cp_gather_cache(src_cache, dst!, block_table, cu_seq_lens, batch_size,
       seq_starts=None): the gather by batch as a raw copy (one dtype).
+  cp_gather_and_upconvert_fp8_kv_cache(src_cache, dst!, block_table,
+      workspace_starts, batch_size, seq_starts=None): the "fp8_ds_mla"
+      reader: src_cache [num_blocks, block_size, 656] (uint8 /
+      float8_e4m3fn) into dst [N, 576] bf16, request b's rows from
+      workspace_starts[b] (see its doc string).
   convert_fp8(dst_cache!, src_cache, scale: float, kv_cache_dtype): float
       <-> fp8 conversion of a whole cache (vLLM: a test helper).
   swap_blocks(src, dst!, block_size_in_bytes, block_mapping): blocks of
@@ -157,7 +162,7 @@ __all__ = ["context", "reshape_and_cache_flash", "reshape_and_cache",
            "gather_cache",
            "concat_and_cache_mla", "gather_and_maybe_dequant_cache",
            "gather_and_maybe_dequant_cache_batch", "cp_gather_cache",
-           "convert_fp8", "copy_blocks", "copy_blocks_mla", "swap_blocks",
+           "cp_gather_and_upconvert_fp8_kv_cache", "convert_fp8", "copy_blocks", "copy_blocks_mla", "swap_blocks",
            "swap_blocks_device_mapping", "unified_attention",
            "unified_attention_workspace_bytes", "unified_attention_kernel",
            "plan_count",
@@ -1149,12 +1154,11 @@ def _check_mla_gather(src_cache, dst, kv_cache_dtype, scale):
     if kv_cache_dtype == DS_MLA:
         # vLLM's gathers would read the 656-byte entries as plain fp8 rows
         # of one scale; its fp8_ds_mla reader is
-        # cp_gather_and_upconvert_fp8_kv_cache, not served yet.
+        # cp_gather_and_upconvert_fp8_kv_cache.
         raise ValueError("kvgen: kv_cache_dtype 'fp8_ds_mla' is not served "
                          "by the gathers (its entries hold per-tile scales "
                          "and bf16 rope values, not fp8 rows of one scale); "
-                         "kvgen.torch writes it with concat_and_cache_mla "
-                         "only")
+                         "its reader is cp_gather_and_upconvert_fp8_kv_cache")
     if src_cache.dim() != 3 or dst.dim() != 2 or \
             dst.shape[1] != src_cache.shape[2]:
         raise ValueError(f"kvgen: src_cache {list(src_cache.shape)} and dst "
@@ -1170,18 +1174,28 @@ def _check_mla_gather(src_cache, dst, kv_cache_dtype, scale):
 
 
 def _mla_gather_plan(src_cache, dst, slots, kv_cache_dtype, scale):
-    dtype, kind = _check_mla_gather(src_cache, dst, kv_cache_dtype, scale)
-    L, _ = _mla_split(src_cache.shape[2])
-    geo = _MlaGeometry(src_cache, L, dtype, kind)
-    io = FLOAT_DTYPES[dtype_name(dst)]
-    k = _kernel(dst.device, "gather_mla", geo.layout, io=io,
+    if kv_cache_dtype == DS_MLA:
+        # cp_gather_and_upconvert_fp8_kv_cache (checked by the caller): the
+        # per_tile layout, k_pe stored as dst's type (its bits are copied).
+        io = FLOAT_DTYPES[dtype_name(dst)]
+        layout, nb, cache_bytes = _ds_mla_layout(src_cache, io)
+        L, dequantize = DS_MLA_L, True
+    else:
+        dtype, kind = _check_mla_gather(src_cache, dst, kv_cache_dtype,
+                                        scale)
+        L, _ = _mla_split(src_cache.shape[2])
+        geo = _MlaGeometry(src_cache, L, dtype, kind)
+        io = FLOAT_DTYPES[dtype_name(dst)]
+        layout, nb, cache_bytes = geo.layout, geo.num_blocks, geo.cache_bytes
+        dequantize = io != dtype
+    k = _kernel(dst.device, "gather_mla", layout, io=io,
                 slots="i32" if slots.dtype == torch.int32 else "i64",
-                dequantize=io != dtype)
-    p = _Plan(k, dst.device, num_blocks=geo.num_blocks,
+                dequantize=dequantize)
+    p = _Plan(k, dst.device, num_blocks=nb,
               kv_c_out_stride_token=dst.stride(0), kv_c_out_stride_head=L,
               k_pe_out_stride_token=dst.stride(0),
               k_pe_out_stride_head=dst.shape[1] - L,
-              kv_cache_bytes=geo.cache_bytes)
+              kv_cache_bytes=cache_bytes)
     p.out_offset = L * dst.element_size()
     return p
 
@@ -1191,7 +1205,7 @@ def _mla_gather_launch(src_cache, out, slots, kv_cache_dtype, scale):
     slot slots[t]) for slots[t] >= 0 (int64, on out's device); the plan
     of the call's metadata, made and checked on first use."""
     # scale is read for an fp8 cache only (unquantized: vLLM passes one,
-    # unused; None is accepted then).
+    # unused; None is accepted then; "fp8_ds_mla": the tiles' own, None).
     sig = ("gm", src_cache.dtype, src_cache.device, src_cache.shape,
            src_cache.stride(), out.dtype, out.device, out.shape[1:],
            out.stride(), kv_cache_dtype) + (
@@ -1206,7 +1220,7 @@ def _mla_gather_launch(src_cache, out, slots, kv_cache_dtype, scale):
     a.slot_mapping = slots.data_ptr()
     a.kv_c_out = out.data_ptr()
     a.k_pe_out = out.data_ptr() + plan.out_offset
-    if _quantized(kv_cache_dtype):
+    if _quantized(kv_cache_dtype) and kv_cache_dtype != DS_MLA:
         a.scale = scale.data_ptr()
     a.num_tokens = out.shape[0]
     plan.launch(a)
@@ -1233,21 +1247,28 @@ def _check_mla_tables(dst, block_table, cu_seq_lens, batch_size,
     """The batch form's index tensors as far as the host sees them without
     reading their values: integer dtypes, shapes that hold batch_size
     sequences, dst's device (ValueError / TypeError naming the argument)."""
+    _batch_tables(dst, batch_size, block_table=block_table,
+                  cu_seq_lens=cu_seq_lens, seq_starts=seq_starts)
+
+
+def _batch_tables(dst, batch_size, **tables):
+    """batch_size (an int >= 0) and the index tensors of a batch form
+    (name -> tensor or None): block_table [>= batch_size, M], cu_seq_lens
+    [>= batch_size + 1], any other [>= batch_size]; integer dtypes, dst's
+    device (ValueError / TypeError naming the argument)."""
     _int_arg("batch_size", batch_size)
-    for name, t, dims, need in (
-            ("block_table", block_table, 2,
-             f"[>= {batch_size}, max_blocks_per_seq]"),
-            ("cu_seq_lens", cu_seq_lens, 1, f"[>= {batch_size + 1}]"),
-            ("seq_starts", seq_starts, 1, f"[>= {batch_size}]")):
+    for name, t in tables.items():
         if t is None:
             continue
         rows = batch_size + (1 if name == "cu_seq_lens" else 0)
+        dims = 2 if name == "block_table" else 1
         _index_tensor(name, t, dims)
         if t.shape[0] < rows:
+            need = (f"[>= {rows}, max_blocks_per_seq]" if dims == 2 else
+                    f"[>= {rows}]")
             raise ValueError(f"kvgen: {name} has shape {list(t.shape)}, need "
                              f"{need} (batch_size = {batch_size})")
-    _same_device(dst, block_table=block_table, cu_seq_lens=cu_seq_lens,
-                 seq_starts=seq_starts)
+    _same_device(dst, **tables)
 
 
 def _batch_slots(nb, bs, rows, dst_rows, block_table, cu_seq_lens,
@@ -1301,15 +1322,22 @@ def _batch_gather(src_cache, dst, block_table, cu_seq_lens, batch_size,
     _check_mla_tables(dst, block_table, cu_seq_lens, batch_size, seq_starts)
     if batch_size == 0:
         return  # no sequence: nothing to gather
+    _gather_dst_rows(src_cache, dst, kv_cache_dtype, scale,
+                     lambda nb, bs, rows, bad: _batch_slots(
+                         nb, bs, rows, dst.shape[0], block_table,
+                         cu_seq_lens, batch_size, seq_starts, bad))
+
+
+def _gather_dst_rows(src_cache, dst, kv_cache_dtype, scale, slots_of):
+    """kv.gather_mla into dst's rows, their slots slots_of(num_blocks,
+    block_size, rows, bad_slot) (int64 [rows]: -1 = row untouched,
+    bad_slot = not served, reported). A dst of 0 rows still reports what
+    the tables claim: through one row of scratch that is never written
+    (its slot is -1 or bad)."""
     nb, bs = src_cache.shape[0], src_cache.shape[1]
-    T = dst.shape[0]
-    # A dst of 0 rows still reports tokens claimed by cu_seq_lens: through
-    # one row of scratch that is never written (its slot is -1 or bad).
-    out = dst if T > 0 else torch.empty((1,) + tuple(dst.shape[1:]),
-                                        dtype=dst.dtype, device=dst.device)
-    slots = _batch_slots(nb, bs, out.shape[0], T, block_table, cu_seq_lens,
-                         batch_size, seq_starts,
-                         -1 if _unchecked else nb * bs)
+    out = dst if dst.shape[0] > 0 else torch.empty(
+        (1,) + tuple(dst.shape[1:]), dtype=dst.dtype, device=dst.device)
+    slots = slots_of(nb, bs, out.shape[0], -1 if _unchecked else nb * bs)
     _mla_gather_launch(src_cache, out, slots, kv_cache_dtype, scale)
 
 
@@ -1537,6 +1565,114 @@ def _cp_gather_fake(src_cache, dst, block_table, cu_seq_lens, batch_size,
                     seq_starts=None):
     _check_cp_gather(src_cache, dst)
     _check_mla_tables(dst, block_table, cu_seq_lens, batch_size, seq_starts)
+
+
+def _check_upconvert(src_cache, dst, block_table, workspace_starts,
+                     batch_size, seq_starts):
+    """cp_gather_and_upconvert_fp8_kv_cache's checks (all but the index
+    values): vLLM's src_cache / dst shapes and dtypes, the tables of
+    batch_size requests."""
+    if src_cache.dtype not in (torch.uint8, torch.float8_e4m3fn):
+        raise TypeError(f"kvgen: src_cache has dtype {src_cache.dtype}; an "
+                        "fp8_ds_mla cache is uint8 or float8_e4m3fn (656 "
+                        "one-byte elements an entry)")
+    if src_cache.dim() != 3 or src_cache.shape[2] != DS_MLA_ENTRY:
+        raise ValueError(f"kvgen: src_cache has shape "
+                         f"{list(src_cache.shape)}, need [num_blocks, "
+                         f"block_size, {DS_MLA_ENTRY}] (fp8_ds_mla entries)")
+    if dst.dtype != torch.bfloat16:
+        raise TypeError(f"kvgen: dst has dtype {dst.dtype}, need bfloat16")
+    if dst.dim() != 2 or dst.shape[1] != DS_MLA_L + DS_MLA_R:
+        raise ValueError(f"kvgen: dst has shape {list(dst.shape)}, need "
+                         f"[num_tokens, {DS_MLA_L + DS_MLA_R}]")
+    if dst.stride(1) != 1:
+        raise ValueError(f"kvgen: dst's last dimension must be contiguous "
+                         f"(stride {dst.stride(1)}, need 1)")
+    _same_device(dst, src_cache=src_cache)
+    _batch_tables(dst, batch_size, block_table=block_table,
+                  workspace_starts=workspace_starts, seq_starts=seq_starts)
+
+
+def _workspace_slots(nb, bs, rows, dst_rows, block_table, workspace_starts,
+                     batch_size, seq_starts, bad_slot):
+    """int64 [rows] slots of cp_gather_and_upconvert_fp8_kv_cache, on the
+    device without a host synchronization: dst row t belongs to the last
+    request b with workspace_starts[b] <= t (request b owns [ws[b],
+    ws[b + 1]), the last one up to dst's end), at position p = t - ws[b] +
+    seq_starts[b]; -1 (untouched) for rows before ws[0]; bad_slot for a
+    row whose p < 0, p // bs past b's block_table row or block id outside
+    [0, nb), and for every row when workspace_starts is not nondecreasing
+    from >= 0 to <= dst_rows."""
+    dev = block_table.device
+    B = batch_size
+    ws = workspace_starts[:B].to(torch.int64)
+    t = torch.arange(rows, device=dev, dtype=torch.int64)
+    bad_all = (ws[0] < 0) | (ws[B - 1] > dst_rows) | (ws[1:] < ws[:-1]).any()
+    b = torch.searchsorted(ws, t, right=True) - 1
+    inside = (b >= 0) & (t < dst_rows)
+    b = b.clamp_(min=0)
+    # ws[b] <= t here, so p >= 0 before the start; a start that takes it
+    # past 2^63 - 1 wraps to p < 0, which _table_slots refuses.
+    p = t - ws[b]
+    if seq_starts is not None:
+        p = p + seq_starts.to(torch.int64)[:B][b]
+    ok, slot = _table_slots(nb, bs, block_table, b, p)
+    bad = bad_all | (inside & ~ok)
+    return torch.where(bad, torch.full_like(t, bad_slot),
+                       torch.where(inside, slot, torch.full_like(t, -1)))
+
+
+def cp_gather_and_upconvert_fp8_kv_cache(src_cache, dst, block_table,
+                                         workspace_starts, batch_size,
+                                         seq_starts=None):
+    """vLLM's reader of "fp8_ds_mla" caches (its current schema): request
+    b < batch_size owns dst rows [workspace_starts[b], workspace_starts[b
+    + 1]), the last one up to dst's end; row workspace_starts[b] + i gets
+    the entry at position p = i + seq_starts[b] (0 without seq_starts),
+    block_table[b, p // block_size], token p % block_size, upconverted:
+    dst[row, e] = bf16(float(e4m3 byte e) * scale[e // 128]) for e < 512
+    (round to nearest even), dst[row, 512:] = the 64 stored bf16 rope
+    values, bit for bit. Rows before workspace_starts[0] are untouched.
+
+    src_cache [num_blocks, block_size, 656] uint8 or float8_e4m3fn (any
+    block / token strides, the entry contiguous: what concat_and_cache_mla
+    writes with kv_cache_dtype "fp8_ds_mla"); dst [N, 576] bfloat16 (any
+    row stride, last dim contiguous); block_table [>= batch_size, M],
+    workspace_starts [>= batch_size], seq_starts [>= batch_size] int32
+    (int64 accepted), all on dst's device; batch_size an int >= 0:
+    ValueError / TypeError naming the argument otherwise, before any
+    launch. batch_size 0 writes nothing.
+
+    Rows the gather cannot serve are skipped (dst row untouched) and
+    reported through the device's error word (check_errors() raises
+    KvgenError KVGEN_ERROR_INDEX_OUT_OF_RANGE; no host synchronization;
+    set_unchecked(True): unreported): p < 0, p // block_size past b's
+    block_table row (a request longer than its row), a block id outside
+    [0, num_blocks). workspace_starts that is not nondecreasing, starts
+    below 0 or has a start past dst's rows makes the call write nothing
+    (every row reported). (vLLM's kernel reads outside the tables or the
+    cache for the first, clamps starts to dst's rows and writes rows
+    twice or before dst for the second.)
+
+    Like the other gathers by block table, this computes each row's slot
+    with torch ops on the device (searchsorted over workspace_starts, a
+    block_table lookup: O(N) temporaries, allocated per call) and runs
+    kvgen's kv.gather_mla with dequantize over the per_tile layout of the
+    writer (docs/layout.md "Per-tile scales")."""
+    _check_upconvert(src_cache, dst, block_table, workspace_starts,
+                     batch_size, seq_starts)
+    if batch_size == 0:
+        return  # no request: nothing to gather
+    _gather_dst_rows(src_cache, dst, DS_MLA, None,
+                     lambda nb, bs, rows, bad: _workspace_slots(
+                         nb, bs, rows, dst.shape[0], block_table,
+                         workspace_starts, batch_size, seq_starts, bad))
+
+
+def _upconvert_fake(src_cache, dst, block_table, workspace_starts,
+                    batch_size, seq_starts=None):
+    _check_upconvert(src_cache, dst, block_table, workspace_starts,
+                     batch_size, seq_starts)
 
 
 #: [n] int64 0, 1, ... per device (convert_fp8's slots), grown on demand.
@@ -1998,6 +2134,11 @@ _SCHEMAS = {
         "(Tensor src_cache, Tensor(a!) dst, Tensor block_table, "
         "Tensor cu_seq_lens, int batch_size, Tensor? seq_starts=None) -> ()",
         cp_gather_cache, _cp_gather_fake),
+    "cp_gather_and_upconvert_fp8_kv_cache": (
+        "(Tensor src_cache, Tensor(a!) dst, Tensor block_table, "
+        "Tensor workspace_starts, int batch_size, "
+        "Tensor? seq_starts=None) -> ()",
+        cp_gather_and_upconvert_fp8_kv_cache, _upconvert_fake),
     "convert_fp8": (
         "(Tensor(a!) dst_cache, Tensor src_cache, float scale, "
         "str kv_cache_dtype) -> ()",

@@ -6,9 +6,15 @@ per-tile scales (scale = per_tile, docs/layout.md "Per-tile scales"), run
 on the CPU by the host backend. Checked bit for bit over the whole cache
 allocation against torch_ref.concat_and_cache_ds_mla (vLLM's semantics in
 plain torch), with torch.library.opcheck, hostile inputs refused before any
-write, and out-of-range slots skipped and reported. The per_tile kernels
-compile warning-free with NVRTC for sm_90 / sm_80 (compile only; skipped,
-with the reason, without libnvrtc). CUDA runs where torch sees a GPU."""
+write, and out-of-range slots skipped and reported. The read side,
+cp_gather_and_upconvert_fp8_kv_cache (vLLM's reader of these caches, its
+current schema), runs kvgen's kv.gather_mla with dequantize over the same
+layout: write -> read round trips against
+torch_ref.cp_gather_and_upconvert_fp8_kv_cache bit for bit, opcheck,
+hostile shapes / dtypes, bad block ids and positions skipped and reported.
+The per_tile kernels compile warning-free with NVRTC for sm_90 / sm_80
+(compile only; skipped, with the reason, without libnvrtc). CUDA runs where
+torch sees a GPU."""
 
 import os
 import subprocess
@@ -254,10 +260,9 @@ def test_ds_mla_out_of_range_slot_is_skipped_and_reported(device):
 
 def test_ds_mla_other_ops_refuse_it():
     """fp8_ds_mla is a concat_and_cache_mla cache dtype only: the other
-    ops, whose kernels have no per-tile body, raise a ValueError naming
-    it (vLLM's gather_and_maybe_dequant_cache would read its 656-byte
-    entries as plain fp8 rows; its reader is
-    cp_gather_and_upconvert_fp8_kv_cache)."""
+    ops raise a ValueError naming it (vLLM's gather_and_maybe_dequant_cache
+    would read its 656-byte entries as plain fp8 rows; its reader is
+    cp_gather_and_upconvert_fp8_kv_cache, tested below)."""
     src = torch.zeros(2, 4, E, dtype=torch.uint8)
     dst = torch.zeros(3, 576, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="fp8_ds_mla"):
@@ -309,8 +314,8 @@ def test_ds_mla_kernels_compile_with_nvrtc(tmp_path, target):
 
 def test_ds_mla_gather_kernel_dequantizes_the_written_entries():
     """The read side's kernel (kv.gather_mla with dequantize over the same
-    per_tile layout; no torch op reaches it yet): launched through
-    kvgen.torch's plan machinery on the CPU, it returns bf16(q x scale)
+    per_tile layout, which cp_gather_and_upconvert_fp8_kv_cache runs):
+    launched by hand on the CPU, it returns bf16(q x scale)
     per tile and k_pe's bits, for the entries the write produced; rows of
     negative slots untouched."""
     gen = torch.Generator().manual_seed(13)
@@ -410,3 +415,316 @@ def test_ds_mla_generic_binding_launch(form):
     w.concat_and_cache_mla(kv_c, k_pe, cache, slots, num_blocks=2)
     kt.check_errors("cpu")
     assert torch.equal(whole, want)
+
+
+# -------------------------------------------------------------------------
+# The read side: torch.ops.kvgen.cp_gather_and_upconvert_fp8_kv_cache
+# (vLLM's reader of fp8_ds_mla caches, its current schema: src_cache,
+# dst, block_table, workspace_starts, batch_size, seq_starts).
+# -------------------------------------------------------------------------
+
+D = L + R  # 576: the upconverted row
+
+
+def _full_cache(nb, bs, dt, dev, gen, width=E):
+    """(whole allocation, the [nb, bs, 656] view, kv_c, k_pe, token of
+    each slot): every entry written by concat_and_cache_mla, token t at
+    a shuffled slot; padded rows (width > 656) keep their canaries."""
+    n = nb * bs
+    kv_c, k_pe = _rows(n, torch.bfloat16, gen)
+    whole = _cache(nb, bs, width, dt, dev)
+    view = whole[..., :E]
+    perm = torch.randperm(n, generator=gen)
+    torch.ops.kvgen.concat_and_cache_mla(kv_c.to(dev), k_pe.to(dev), view,
+                                         perm.to(dev), "fp8_ds_mla",
+                                         torch.tensor([1.0], device=dev))
+    token = torch.empty(n, dtype=torch.int64)
+    token[perm] = torch.arange(n)
+    return whole, view, kv_c, k_pe, token
+
+
+def _same_bits(got, want):
+    """bf16 tensors equal bit for bit (NaNs included)."""
+    g, w = got.cpu().view(torch.int16), want.cpu().view(torch.int16)
+    if not torch.equal(g, w):
+        diff = (g != w).nonzero()
+        pytest.fail(f"{len(diff)} values differ, first at "
+                    f"{diff[:5].tolist()}")
+
+
+def _upconvert(src, dst, bt, ws, B, ss=None):
+    torch.ops.kvgen.cp_gather_and_upconvert_fp8_kv_cache(src, dst, bt, ws, B,
+                                                         ss)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("cache", ["dense", "padded", "float8_e4m3fn"])
+@pytest.mark.parametrize("tables", [torch.int32, torch.int64])
+@pytest.mark.parametrize("starts", [False, True])
+def test_upconvert_round_trip(starts, tables, cache, device):
+    """write (concat_and_cache_mla "fp8_ds_mla") -> read: dst equals
+    torch_ref's (vLLM's semantics) bit for bit over the whole allocation
+    (rows before workspace_starts[0] and the padding after each dst row
+    keep their canaries), and each row is its token's (kv_c within e4m3's
+    precision, k_pe's bits): three requests, one of them empty, a table
+    row past batch_size, blocks in shuffled order, seq_starts mid-block."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(
+        hash((starts, str(tables), cache)) % 2**31)
+    nb, bs = 8, 16
+    dt = torch.float8_e4m3fn if cache == "float8_e4m3fn" else torch.uint8
+    whole, src, kv_c, k_pe, token = _full_cache(
+        nb, bs, dt, dev, gen, 704 if cache == "padded" else E)
+    before = whole.clone()
+    bt = torch.tensor([[3, 7, 0, 5], [6, 6, 6, 6], [1, 4, 2, 0],
+                       [9, 9, 9, 9]], dtype=tables)
+    ws = torch.tensor([2, 22, 22, 99], dtype=tables)  # lengths 20, 0, 13
+    ss = torch.tensor([5, 0, 16, 0], dtype=tables) if starts else None
+    N, B = 35, 3
+    out = torch.full((N, 640), 5.0, dtype=torch.bfloat16)
+    want = out.clone()
+    full = out.to(dev)
+    dst = full[:, :D]  # rows padded to 640: the padding keeps its canaries
+    kt.check_errors(dev)
+    _upconvert(src, dst, bt.to(dev), ws.to(dev), B,
+               ss.to(dev) if starts else None)
+    kt.check_errors(dev)  # every index in range: nothing reported
+    torch_ref.cp_gather_and_upconvert_fp8_kv_cache(src.cpu(), want[:, :D],
+                                                   bt, ws, B, ss)
+    _same_bits(full, want)
+    assert torch.equal(whole.cpu().view(torch.uint8),
+                       before.cpu().view(torch.uint8))  # src only read
+    # Independent of torch_ref: each row is the token written there.
+    got = dst.cpu()
+    for b, (lo, n) in enumerate(((2, 20), (22, 0), (22, 13))):
+        for i in range(n):
+            p = i + (int(ss[b]) if starts else 0)
+            t = int(token[int(bt[b, p // bs]) * bs + p % bs])
+            assert torch.equal(got[lo + i, L:], k_pe[t]), (b, i)
+            # e4m3: 3 mantissa bits, subnormal step 2^-9 x the tile's scale
+            x = kv_c[t].float().reshape(4, 128)
+            step = x.abs().amax(1, keepdim=True) / 448 * 2 ** -9
+            err = (got[lo + i, :L].float().reshape(4, 128) - x).abs()
+            assert torch.all(err <= x.abs() * 2 ** -3 + step), (b, i)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_upconvert_opcheck(device):
+    """torch.library.opcheck: the schema's mutation (dst only), the fake
+    agrees, AOT dispatch with dynamic shapes traces it."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(29)
+    _, src, _, _, _ = _full_cache(3, 4, torch.uint8, dev, gen)
+    args = (src, torch.zeros(9, D, dtype=torch.bfloat16, device=dev),
+            torch.tensor([[2, 0, 1], [1, 2, 0]], dtype=torch.int32,
+                         device=dev),
+            torch.tensor([1, 5], dtype=torch.int32, device=dev), 2,
+            torch.tensor([3, 0], dtype=torch.int32, device=dev))
+    res = torch.library.opcheck(
+        torch.ops.kvgen.cp_gather_and_upconvert_fp8_kv_cache.default, args,
+        raise_exception=False)
+    bad = {k: v for k, v in res.items() if v != "SUCCESS"}
+    assert not bad, bad
+    kt.check_errors(dev)
+
+
+_HOSTILE = {
+    # case: (exception, the argument its message names)
+    "src_last_dim_655": (ValueError, "src_cache"),
+    "src_last_dim_576": (ValueError, "src_cache"),
+    "src_2d": (ValueError, "src_cache"),
+    "src_bf16_328": (TypeError, "src_cache"),
+    "src_e5m2": (TypeError, "src_cache"),
+    "dst_f16": (TypeError, "dst"),
+    "dst_f32": (TypeError, "dst"),
+    "dst_512": (ValueError, "dst"),
+    "dst_3d": (ValueError, "dst"),
+    "dst_strided_row": (ValueError, "dst"),
+    "block_table_f32": (TypeError, "block_table"),
+    "block_table_1d": (ValueError, "block_table"),
+    "block_table_rows": (ValueError, "block_table"),
+    "workspace_starts_short": (ValueError, "workspace_starts"),
+    "workspace_starts_2d": (ValueError, "workspace_starts"),
+    "seq_starts_short": (ValueError, "seq_starts"),
+    "seq_starts_f64": (TypeError, "seq_starts"),
+    "batch_negative": (ValueError, "batch_size"),
+}
+
+
+@pytest.mark.parametrize("case", list(_HOSTILE))
+def test_upconvert_hostile_inputs_write_nothing(case):
+    """Shapes and dtypes vLLM's op refuses or cannot mean (a last
+    dimension other than 656, a non-bf16 dst, tables of too few rows)
+    raise before any write, naming the argument; nothing changes."""
+    gen = torch.Generator().manual_seed(31)
+    _, src, _, _, _ = _full_cache(3, 4, torch.uint8, "cpu", gen)
+    dst = torch.full((8, D), 5.0, dtype=torch.bfloat16)
+    bt = torch.tensor([[2, 0, 1], [1, 2, 0]], dtype=torch.int32)
+    ws = torch.tensor([0, 4], dtype=torch.int32)
+    ss = torch.tensor([0, 1], dtype=torch.int32)
+    B = 2
+    if case == "src_last_dim_655":
+        src = src[..., :655]
+    elif case == "src_last_dim_576":
+        src = src[..., :576]
+    elif case == "src_2d":
+        src = src.reshape(-1, E)
+    elif case == "src_bf16_328":
+        src = src.view(torch.bfloat16)  # 656 bytes, as vLLM would take
+    elif case == "src_e5m2":
+        src = src.view(torch.float8_e5m2)
+    elif case == "dst_f16":
+        dst = dst.half()
+    elif case == "dst_f32":
+        dst = dst.float()
+    elif case == "dst_512":
+        dst = dst[:, :512]
+    elif case == "dst_3d":
+        dst = dst.view(8, 1, D)
+    elif case == "dst_strided_row":
+        dst = torch.full((8, D, 2), 5.0, dtype=torch.bfloat16)[..., 0]
+    elif case == "block_table_f32":
+        bt = bt.float()
+    elif case == "block_table_1d":
+        bt = bt[0]
+    elif case == "block_table_rows":
+        bt = bt[:1]
+    elif case == "workspace_starts_short":
+        ws = ws[:1]
+    elif case == "workspace_starts_2d":
+        ws = ws.view(1, 2)
+    elif case == "seq_starts_short":
+        ss = ss[:1]
+    elif case == "seq_starts_f64":
+        ss = ss.double()
+    elif case == "batch_negative":
+        B = -1
+    src_before, dst_before = src.clone(), dst.clone()
+    err, name = _HOSTILE[case]
+    with pytest.raises(err) as e:
+        _upconvert(src, dst, bt, ws, B, ss)
+    assert name in str(e.value), str(e.value)
+    assert torch.equal(dst.view(torch.int16), dst_before.view(torch.int16))
+    assert torch.equal(src.view(torch.uint8), src_before.view(torch.uint8))
+    kt.check_errors("cpu")  # nothing launched, nothing reported
+
+
+def _ref_rows(src, want, bt, ws, B, ss):
+    """torch_ref's rows for the rows kvgen can serve, row by row (a
+    one-row request each): a row whose position is negative, past its
+    block_table row or whose block id is outside the cache is left as
+    it is (torch_ref would read outside the tables or the cache)."""
+    nb, bs = src.shape[0], src.shape[1]
+    N = want.shape[0]
+    for b in range(B):
+        lo = int(ws[b])
+        hi = int(ws[b + 1]) if b + 1 < B else N
+        for i in range(hi - lo):
+            p = i + (int(ss[b]) if ss is not None else 0)
+            if p < 0 or p // bs >= bt.shape[1]:
+                continue
+            if not 0 <= int(bt[b, p // bs]) < nb:
+                continue
+            torch_ref.cp_gather_and_upconvert_fp8_kv_cache(
+                src, want[lo + i:lo + i + 1], bt[b:b + 1],
+                torch.tensor([0]), 1, torch.tensor([p]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", ["block_id_past_cache", "block_id_negative",
+                                  "seq_past_table", "seq_start_negative",
+                                  "seq_start_huge"])
+def test_upconvert_bad_ids_are_skipped_and_reported(case, device):
+    """A row whose block id is outside [0, num_blocks), whose position is
+    past its block_table row (a request longer than its table: vLLM reads
+    the next row or past the table) or negative is not gathered (its dst
+    row keeps its canary; nothing outside dst changes), the other rows
+    are, and check_errors reports it (KVGEN_ERROR_INDEX_OUT_OF_RANGE)."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(37)
+    nb, bs = 4, 4
+    _, src, _, _, _ = _full_cache(nb, bs, torch.uint8, dev, gen)
+    bt = torch.tensor([[2, 0, 1], [1, 3, 0]], dtype=torch.int32)
+    ws = torch.tensor([0, 7], dtype=torch.int32)
+    ss = torch.tensor([1, 0], dtype=torch.int32)
+    N = 15  # request 0: rows 0..6, request 1: rows 7..14
+    if case == "block_id_past_cache":
+        bt[0, 1] = nb
+    elif case == "block_id_negative":
+        bt[1, 0] = -1
+    elif case == "seq_past_table":
+        ss[1] = 6  # positions 6..13: 12, 13 past the 3 x 4 of the row
+    elif case == "seq_start_negative":
+        ss[0] = -3
+    elif case == "seq_start_huge":
+        bt, ws, ss = bt.long(), ws.long(), ss.long()
+        ss[1] = 2 ** 63 - 3  # p = i + start wraps past 2^63 - 1
+    whole = torch.full((N + 2, D), 5.0, dtype=torch.bfloat16)
+    want = whole.clone()
+    _ref_rows(src.cpu(), want[1:N + 1], bt, ws, 2, ss)
+    assert not torch.equal(want, whole)  # some rows are gathered
+    whole = whole.to(dev)
+    kt.check_errors(dev)
+    _upconvert(src, whole[1:N + 1], bt.to(dev), ws.to(dev), 2, ss.to(dev))
+    with pytest.raises(kvgen.KvgenError) as e:
+        kt.check_errors(dev)
+    assert e.value.status_name == "KVGEN_ERROR_INDEX_OUT_OF_RANGE"
+    _same_bits(whole, want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", ["decreasing", "first_negative",
+                                  "start_past_dst", "empty_dst_claimed"])
+def test_upconvert_bad_workspace_starts_write_nothing(case, device):
+    """workspace_starts that is not nondecreasing (vLLM: rows written
+    twice, by two requests), starts below 0 (vLLM: rows before dst) or
+    past dst's rows (vLLM clamps: the requests are cut short without a
+    word) makes the call write nothing, and check_errors reports it."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(41)
+    _, src, _, _, _ = _full_cache(3, 4, torch.uint8, dev, gen)
+    bt = torch.tensor([[2, 0, 1], [1, 2, 0], [0, 1, 2]], dtype=torch.int32)
+    ws = {"decreasing": [0, 5, 3], "first_negative": [-1, 4, 6],
+          "start_past_dst": [0, 4, 9], "empty_dst_claimed": [0, 0, 1]}[case]
+    N = 0 if case == "empty_dst_claimed" else 8
+    dst = torch.full((N, D), 5.0, dtype=torch.bfloat16, device=dev)
+    before = dst.clone()
+    kt.check_errors(dev)
+    _upconvert(src, dst, bt.to(dev),
+               torch.tensor(ws, dtype=torch.int32, device=dev), 3)
+    with pytest.raises(kvgen.KvgenError) as e:
+        kt.check_errors(dev)
+    assert e.value.status_name == "KVGEN_ERROR_INDEX_OUT_OF_RANGE"
+    _same_bits(dst, before)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_upconvert_batch_zero_and_empty_requests(device):
+    """batch_size 0 writes nothing and reports nothing, whatever the
+    tables hold (none of their rows belongs to a request, as in vLLM);
+    requests of length 0 (equal starts, one at dst's end) are served; a
+    dst of 0 rows with every start 0 is a no-op."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(43)
+    _, src, _, _, _ = _full_cache(3, 4, torch.uint8, dev, gen)
+    i32 = dict(dtype=torch.int32, device=dev)
+    dst = torch.full((6, D), 5.0, dtype=torch.bfloat16, device=dev)
+    before = dst.clone()
+    kt.check_errors(dev)
+    _upconvert(src, dst, torch.full((1, 2), 99, **i32),
+               torch.tensor([-5], **i32), 0, torch.tensor([-9], **i32))
+    _upconvert(src, dst, torch.zeros((0, 0), **i32),
+               torch.zeros(0, **i32), 0)
+    _upconvert(src, dst[:0], torch.zeros((2, 1), **i32),
+               torch.zeros(2, **i32), 2)
+    kt.check_errors(dev)
+    _same_bits(dst, before)
+    bt = torch.tensor([[1, 1], [2, 0], [0, 2]], dtype=torch.int32)
+    ws = torch.tensor([0, 0, 6], dtype=torch.int32)  # rows: 0, 6, 0
+    _upconvert(src, dst, bt.to(dev), ws.to(dev), 3)
+    kt.check_errors(dev)
+    want = before.cpu().clone()
+    torch_ref.cp_gather_and_upconvert_fp8_kv_cache(src.cpu(), want, bt, ws,
+                                                   3)
+    assert not torch.equal(want, before.cpu())
+    _same_bits(dst, want)

@@ -245,3 +245,36 @@ def concat_and_cache_ds_mla(kv_c, k_pe, kv_cache, slot_mapping):
         row[:512] = q.reshape(512)
         row[512:528] = scale.view(torch.uint8)
         row[528:656] = k_pe[t].contiguous().view(torch.uint8)
+
+
+def cp_gather_and_upconvert_fp8_kv_cache(src_cache, dst, block_table,
+                                         workspace_starts, batch_size,
+                                         seq_starts=None):
+    """vLLM's reader of "fp8_ds_mla" caches (cache_kernels.cu,
+    cp_gather_and_upconvert_fp8_kv_cache with map_gather_page_task), in
+    torch: request b < batch_size owns dst rows [min(ws[b], N),
+    min(ws[b + 1], N)) (the last one up to N = dst.shape[0]; an end below
+    its start: no row); row ws[b] + i reads position p = i + seq_starts[b]
+    of b, entry (block_table[b, p // bs], p % bs) of the [nb, bs, 656]
+    byte cache:
+      dst[row, e] = bf16(float(e4m3fn byte e) * scale_(e // 128)) for e <
+                    512 (a float32 product rounded to nearest even),
+                    scale_i the float32 at bytes 512 + 4 i;
+      dst[row, 512:576] = the bf16 values at bytes [528, 656), their bits.
+    Other rows untouched."""
+    bs = src_cache.shape[1]
+    N = dst.shape[0]
+    cache = src_cache.view(torch.uint8)
+    for b in range(batch_size):
+        lo = min(int(workspace_starts[b]), N)
+        hi = min(int(workspace_starts[b + 1]) if b + 1 < batch_size else N,
+                 N)
+        start = int(seq_starts[b]) if seq_starts is not None else 0
+        for i in range(max(hi - lo, 0)):
+            p = start + i
+            row = cache[int(block_table[b, p // bs]), p % bs]
+            q = row[:512].view(torch.float8_e4m3fn).float().reshape(4, 128)
+            scale = row[512:528].clone().view(torch.float32)
+            dst[lo + i, :512] = (q * scale[:, None]).reshape(512).to(
+                torch.bfloat16)
+            dst[lo + i, 512:] = row[528:656].clone().view(torch.bfloat16)
