@@ -1043,6 +1043,19 @@ def _ds_mla_layout(kv_cache, rows_dtype):
                                   kv_cache.element_size())
 
 
+def _ds_mla_cache(name, cache):
+    """An fp8_ds_mla cache tensor's dtype and shape (TypeError /
+    ValueError naming it)."""
+    if cache.dtype not in (torch.uint8, torch.float8_e4m3fn):
+        raise TypeError(f"kvgen: {name} has dtype {cache.dtype}; with "
+                        "kv_cache_dtype 'fp8_ds_mla' it must be uint8 or "
+                        "float8_e4m3fn (656 one-byte elements an entry)")
+    if cache.dim() != 3 or cache.shape[2] != DS_MLA_ENTRY:
+        raise ValueError(f"kvgen: {name} has shape {list(cache.shape)};"
+                         f" with kv_cache_dtype 'fp8_ds_mla' it must be "
+                         f"[num_blocks, block_size, {DS_MLA_ENTRY}] (bytes)")
+
+
 def _check_ds_mla_write(kv_c, k_pe, kv_cache, slot_mapping):
     """vLLM's fp8_ds_mla rules (kv_lora_rank 512, pe_dim 64, 656-byte
     uint8 / float8_e4m3fn entries, 16-bit rows); returns the rows' kvgen
@@ -1054,14 +1067,7 @@ def _check_ds_mla_write(kv_c, k_pe, kv_cache, slot_mapping):
                          f"{list(kv_c.shape)} and k_pe {list(k_pe.shape)} "
                          f"must be [num_tokens, {DS_MLA_L}] and "
                          f"[num_tokens, {DS_MLA_R}]")
-    if kv_cache.dtype not in (torch.uint8, torch.float8_e4m3fn):
-        raise TypeError(f"kvgen: kv_cache has dtype {kv_cache.dtype}; with "
-                        "kv_cache_dtype 'fp8_ds_mla' it must be uint8 or "
-                        "float8_e4m3fn (656 one-byte elements an entry)")
-    if kv_cache.dim() != 3 or kv_cache.shape[2] != DS_MLA_ENTRY:
-        raise ValueError(f"kvgen: kv_cache has shape {list(kv_cache.shape)};"
-                         f" with kv_cache_dtype 'fp8_ds_mla' it must be "
-                         f"[num_blocks, block_size, {DS_MLA_ENTRY}] (bytes)")
+    _ds_mla_cache("kv_cache", kv_cache)
     tokens = _slots(slot_mapping)
     _latent_rows("kv_c", kv_c, tokens)
     _latent_rows("k_pe", k_pe, tokens)
@@ -1291,13 +1297,21 @@ def _batch_slots(nb, bs, rows, dst_rows, block_table, cu_seq_lens,
     bad_all = (cu[0] < 0) | (cu[B] > dst_rows) | (cu[1:] < cu[:-1]).any()
     b = torch.searchsorted(cu[1:], t, right=True).clamp_(max=B - 1)
     inside = (t >= cu[0]) & (t < cu[B])
-    p = t - cu[b]
-    if seq_starts is not None:
-        p = p + seq_starts.to(torch.int64)[:B][b]
+    return _row_slots(nb, bs, block_table, b, t - cu[b], seq_starts, inside,
+                      bad_all, bad_slot)
+
+
+def _row_slots(nb, bs, block_table, b, i, seq_starts, inside, bad_all,
+               bad_slot):
+    """The slots of rows that are token i of sequence b (int64 tensors; b
+    a valid row of the tables), at position p = i + seq_starts[b]: -1
+    where not inside (untouched), bad_slot where bad_all or inside and
+    _table_slots cannot serve p, else the slot."""
+    p = i if seq_starts is None else i + seq_starts.to(torch.int64)[b]
     ok, slot = _table_slots(nb, bs, block_table, b, p)
     bad = bad_all | (inside & ~ok)
-    return torch.where(bad, torch.full_like(t, bad_slot),
-                       torch.where(inside, slot, torch.full_like(t, -1)))
+    return torch.where(bad, torch.full_like(p, bad_slot),
+                       torch.where(inside, slot, torch.full_like(p, -1)))
 
 
 def _table_slots(nb, bs, block_table, b, p):
@@ -1572,14 +1586,7 @@ def _check_upconvert(src_cache, dst, block_table, workspace_starts,
     """cp_gather_and_upconvert_fp8_kv_cache's checks (all but the index
     values): vLLM's src_cache / dst shapes and dtypes, the tables of
     batch_size requests."""
-    if src_cache.dtype not in (torch.uint8, torch.float8_e4m3fn):
-        raise TypeError(f"kvgen: src_cache has dtype {src_cache.dtype}; an "
-                        "fp8_ds_mla cache is uint8 or float8_e4m3fn (656 "
-                        "one-byte elements an entry)")
-    if src_cache.dim() != 3 or src_cache.shape[2] != DS_MLA_ENTRY:
-        raise ValueError(f"kvgen: src_cache has shape "
-                         f"{list(src_cache.shape)}, need [num_blocks, "
-                         f"block_size, {DS_MLA_ENTRY}] (fp8_ds_mla entries)")
+    _ds_mla_cache("src_cache", src_cache)
     if dst.dtype != torch.bfloat16:
         raise TypeError(f"kvgen: dst has dtype {dst.dtype}, need bfloat16")
     if dst.dim() != 2 or dst.shape[1] != DS_MLA_L + DS_MLA_R:
@@ -1611,15 +1618,10 @@ def _workspace_slots(nb, bs, rows, dst_rows, block_table, workspace_starts,
     b = torch.searchsorted(ws, t, right=True) - 1
     inside = (b >= 0) & (t < dst_rows)
     b = b.clamp_(min=0)
-    # ws[b] <= t here, so p >= 0 before the start; a start that takes it
+    # ws[b] <= t here, so t - ws[b] >= 0; a start that takes the position
     # past 2^63 - 1 wraps to p < 0, which _table_slots refuses.
-    p = t - ws[b]
-    if seq_starts is not None:
-        p = p + seq_starts.to(torch.int64)[:B][b]
-    ok, slot = _table_slots(nb, bs, block_table, b, p)
-    bad = bad_all | (inside & ~ok)
-    return torch.where(bad, torch.full_like(t, bad_slot),
-                       torch.where(inside, slot, torch.full_like(t, -1)))
+    return _row_slots(nb, bs, block_table, b, t - ws[b], seq_starts, inside,
+                      bad_all, bad_slot)
 
 
 def cp_gather_and_upconvert_fp8_kv_cache(src_cache, dst, block_table,
