@@ -26,7 +26,8 @@ config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py",
                    "Inputs"]
 
 llvm_config.with_system_environment(["HOME", "TMP", "TEMP", "PATH",
-                                     "CUDA_HOME", "CUDA_PATH", "ROCM_PATH"])
+                                     "CUDA_HOME", "CUDA_PATH", "ROCM_PATH",
+                                     "KVGEN_CACHE_DIR"])
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.kvgen_tools_dir, append_path=True)

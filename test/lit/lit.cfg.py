@@ -17,7 +17,10 @@ config.test_exec_root = os.path.join(config.kvgen_obj_root, "test", "lit")
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py",
                    "Inputs"]
 
-llvm_config.with_system_environment(["HOME", "TMP", "TEMP", "PATH"])
+# KVGEN_CACHE_DIR: the kernel cache the user chose (the CLI's JIT in
+# Tools/*.test), as the other suites honour it.
+llvm_config.with_system_environment(["HOME", "TMP", "TEMP", "PATH",
+                                     "KVGEN_CACHE_DIR"])
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.kvgen_tools_dir, append_path=True)
