@@ -14,8 +14,8 @@ from pathlib import Path
 
 PRELUDE = Path(__file__).resolve().parents[2] / "codegen" / "prelude"
 
-FAMILY_HEADERS = ("core.h", "rows.h", "blocks.h", "attention_mma.h",
-                  "attention_shape.h", "attention_phases.h",
+FAMILY_HEADERS = ("core.h", "rows.h", "rows_tiles.h", "blocks.h",
+                  "attention_mma.h", "attention_shape.h", "attention_phases.h",
                   "attention_decode.h", "attention_prefill.h", "attention.h")
 
 # The K/V fields of kernel_abi.h's argument structs (Ops.def roles CACHE,

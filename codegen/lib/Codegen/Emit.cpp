@@ -70,7 +70,7 @@ const char *shortDType(DType t) {
 /// The prelude headers of op family `f` (Ops.def KVGEN_OP_FAMILY), in the
 /// order they are embedded.
 ArrayRef<StringRef> familyHeaders(OpFamily f) {
-  static const StringRef rows[] = {"rows.h"};
+  static const StringRef rows[] = {"rows.h", "rows_tiles.h"};
   static const StringRef blocks[] = {"blocks.h"};
   static const StringRef attention[] = {
       "attention_mma.h",    "attention_shape.h",   "attention_phases.h",
