@@ -728,3 +728,92 @@ def test_upconvert_batch_zero_and_empty_requests(device):
                                                    3)
     assert not torch.equal(want, before.cpu())
     _same_bits(dst, want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ds_mla_random_sequence_of_shapes(device):
+    """kvgen.torch's remembered plans (per argument shapes, strides and
+    dtypes) over an engine's changing calls: one process drives 20 calls
+    drawn at random - the fp8_ds_mla write (block sizes 1 / 16 / 64, dense
+    / padded / float8 caches, bf16 / f16 rows, int32 / int64 slots, token
+    counts 1..40) each followed by the reader (1-3 requests, int32 / int64
+    tables, with and without seq_starts), and between them plain
+    concat_and_cache_mla writes ("auto", a 576-wide bf16 cache of the same
+    block size) that take the same op with another plan; repeats included,
+    so remembered plans are reused. Every call is checked bit for bit
+    against torch_ref over the whole allocations."""
+    dev = torch.device(device)
+    gen = torch.Generator().manual_seed(2027)
+    pick = __import__("random").Random(13)
+    seen = {"ds_mla": 0, "auto": 0}
+    for call in range(20):
+        bs = pick.choice((1, 16, 64))
+        nb = pick.choice((3, 5))
+        T = pick.choice((1, 7, 17, 40))
+        T = min(T, nb * bs)
+        rows = pick.choice((torch.bfloat16, torch.float16))
+        sdt = pick.choice((torch.int32, torch.int64))
+        kv_c, k_pe = _rows(max(T, 3), rows, gen)
+        kv_c, k_pe = kv_c[:T], k_pe[:T]
+        slots = torch.randperm(nb * bs, generator=gen)[:T].to(sdt)
+        where = f"call {call}: bs {bs} nb {nb} T {T} {rows} {sdt}"
+        if pick.random() < 0.3:
+            # The same op, kv_cache_dtype "auto": another plan in between.
+            seen["auto"] += 1
+            base = torch.full((nb, bs, D), 3.0, dtype=rows)
+            want = base.clone()
+            c = base.to(dev)
+            torch.ops.kvgen.concat_and_cache_mla(
+                kv_c.to(dev), k_pe.to(dev), c, slots.to(dev), "auto",
+                torch.tensor([1.0], device=dev))
+            flat = want.view(nb * bs, D)
+            flat[slots.long(), :L] = kv_c
+            flat[slots.long(), L:] = k_pe
+            assert torch.equal(c.cpu().view(torch.int16),
+                               want.view(torch.int16)), where
+            continue
+        seen["ds_mla"] += 1
+        form = pick.choice(("dense", "padded", "float8_e4m3fn"))
+        dt = torch.float8_e4m3fn if form == "float8_e4m3fn" else torch.uint8
+        width = 704 if form == "padded" else E
+        whole = _cache(nb, bs, width, dt, dev)
+        want = whole.cpu().clone()
+        src = whole[..., :E]
+        kt.check_errors(dev)
+        torch.ops.kvgen.concat_and_cache_mla(
+            kv_c.to(dev), k_pe.to(dev), src, slots.to(dev), "fp8_ds_mla",
+            torch.tensor([1.0], device=dev))
+        kt.check_errors(dev)
+        torch_ref.concat_and_cache_ds_mla(kv_c, k_pe, want[..., :E], slots)
+        assert torch.equal(whole.cpu().view(torch.uint8),
+                           want.view(torch.uint8)), where
+        # The reader: B requests over random table rows of this cache.
+        B = pick.choice((1, 2, 3))
+        tdt = pick.choice((torch.int32, torch.int64))
+        M = pick.choice((1, 2))
+        bt = torch.randint(0, nb, (B, M), generator=gen).to(tdt)
+        lens = [pick.randint(0, M * bs) for _ in range(B)]
+        starts = pick.random() < 0.5
+        ss = [pick.randint(0, M * bs - n) for n in lens] if starts else None
+        ws = [0]
+        for n in lens:
+            ws.append(ws[-1] + n)
+        N = ws[-1]
+        ws_t = torch.tensor(ws[:B], dtype=tdt)
+        ss_t = torch.tensor(ss, dtype=tdt) if starts else None
+        out = torch.full((N, D), 7.0, dtype=torch.bfloat16)
+        ref = out.clone()
+        got = out.to(dev)
+        _upconvert(src, got, bt.to(dev), ws_t.to(dev), B,
+                   ss_t.to(dev) if starts else None)
+        kt.check_errors(dev)
+        torch_ref.cp_gather_and_upconvert_fp8_kv_cache(
+            want[..., :E], ref, bt, ws_t, B, ss_t)
+        # NaN where the reference has NaN (a tile with an inf: f16 rows
+        # overflow), its payload aside (kvgen's host code 0x7fc0, torch's
+        # product 0xffff), every other value bit for bit.
+        g = got.cpu()
+        nan = ref.isnan()
+        assert torch.equal(g.isnan(), nan), where
+        _same_bits(g.masked_fill(nan, 0.0), ref.masked_fill(nan, 0.0))
+    assert seen["ds_mla"] >= 6 and seen["auto"] >= 3, seen
