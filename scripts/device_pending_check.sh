@@ -21,7 +21,7 @@ wheel_venv /tmp/tv .whl/kvgen-*.whl >> "$S" 2>&1
  timeout 200 "$V/bin/python" -m pytest -q -rs test/python/test_torch_ds_mla.py 2>&1 | tail -25) > "$OUT/torch_ds_mla.txt"
 echo "== torch ds_mla" >> "$S"; tail -4 "$OUT/torch_ds_mla.txt" >> "$S"
 ONLY='^(bundle_wgs3|bundle_wgt128)$' MEMCHECK='^(bundle_wgs3|bundle_wgt128)$' \
-  DECODE=0 timeout 300 bash scripts/device_prefill_check.sh "$OUT" > "$OUT/prefill.txt" 2>&1
+  DECODE=0 timeout 300 bash scripts/device_prefill_check.sh "$OUT/prefill" > /dev/null 2>&1
 echo "prefill check rc=$?" >> "$S"
-grep -h "ERROR SUMMARY\|^passed\|^== \|^prefill" "$OUT/prefill.txt" | cut -c1-200 >> "$S"
+grep -h "ERROR SUMMARY\|^passed\|^== \|^prefill" "$OUT/prefill/summary.txt" | cut -c1-200 >> "$S"
 echo done >> "$S"

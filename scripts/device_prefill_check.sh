@@ -47,7 +47,12 @@ MEMCHECK=${MEMCHECK:-.}
 DECODE=${DECODE:-1}
 SECONDS=0
 OUT=${1:-out/prefill}
-mkdir -p "$OUT"
+# The logs go to $OUT/logs, archived at the end as $OUT/logs.tar.xz (the
+# device tool returns at most 8 files of $OUT); what this script prints
+# (each step's key lines) is also $OUT/summary.txt.
+LOGS="$OUT/logs"
+mkdir -p "$LOGS"
+exec > >(tee "$OUT/summary.txt") 2>&1
 cd "$(dirname "$0")/.."
 rc=0
 [ -f .dev/attn.tar.xz ] && tar -xJf .dev/attn.tar.xz -C .dev
@@ -66,18 +71,18 @@ for d in .dev/attn/bundle .dev/attn/bundle_*; do
   echo "$b" | grep -Eq "$ALLCASES" && sel=
   KVGEN_ATTN_BUNDLE=.dev/attn/$b KVGEN_LIB=build-dev/lib \
     python3 test/python/test_attention_gpu.py --run "$sel" \
-    >"$OUT/attn_$b.txt" 2>&1 || rc=1
-  grep -v '^PASS' "$OUT/attn_$b.txt" | head -20
-  echo "passed: $(grep -c '^PASS' "$OUT/attn_$b.txt")"
+    >"$LOGS/attn_$b.txt" 2>&1 || rc=1
+  grep -v '^PASS' "$LOGS/attn_$b.txt" | head -20
+  echo "passed: $(grep -c '^PASS' "$LOGS/attn_$b.txt")"
   echo "$b" | grep -Eq "$MEMCHECK" || continue
   echo "== [${SECONDS}s] memcheck: $b"
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 KVGEN_ATTN_BUNDLE=.dev/attn/$b \
     KVGEN_LIB=build-dev/lib timeout 150 "$CS" --tool memcheck \
     --kernel-name kns=kvgen --leak-check no --error-exitcode 3 \
-    --print-limit 20 --log-file "$OUT/memcheck_$b.log" \
+    --print-limit 20 --log-file "$LOGS/memcheck_$b.log" \
     python3 test/python/test_attention_gpu.py --run "$MC_CASES" \
     >/tmp/memcheck_$b.txt 2>&1 || rc=1
-  grep -h "ERROR SUMMARY" "$OUT/memcheck_$b.log"
+  grep -h "ERROR SUMMARY" "$LOGS/memcheck_$b.log"
 done
 for d in .dev/attn/bench_*; do
   [ -d "$d" ] || continue
@@ -86,15 +91,16 @@ for d in .dev/attn/bench_*; do
   echo "== [${SECONDS}s] bench_attention.py --prefill-only: $b"
   python3 bench/bench_attention.py --bundle .dev/attn/$b \
     --lib build-dev/lib --out "/tmp/attn_$b" --prefill-only \
-    >"$OUT/$b.log" 2>&1 || rc=1
-  grep '^prefill' "$OUT/$b.log" | sort -u
+    >"$LOGS/$b.log" 2>&1 || rc=1
+  grep '^prefill' "$LOGS/$b.log" | sort -u
 done
 if [ "$DECODE" = 1 ]; then
   echo "== [${SECONDS}s] decode rows"
   python3 bench/bench_attention.py --bundle .dev/attn/bench_bundle \
-    --lib build-dev/lib --out "$OUT/attn_decode" --no-prefill \
-    >"$OUT/bench_decode.log" 2>&1 || rc=1
-  head -45 "$OUT/attn_decode/attention.md" 2>/dev/null
+    --lib build-dev/lib --out "$LOGS/attn_decode" --no-prefill \
+    >"$LOGS/bench_decode.log" 2>&1 || rc=1
+  head -45 "$LOGS/attn_decode/attention.md" 2>/dev/null
 fi
 echo "== [${SECONDS}s] done"
+tar -C "$OUT" -cJf "$OUT/logs.tar.xz" logs && rm -rf "$LOGS"
 exit $rc
