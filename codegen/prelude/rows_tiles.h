@@ -64,6 +64,19 @@ template <class L, class P, class O, bool SMALL> struct TileSpec {
   };
 };
 
+/// Where tile `item`'s float32 scale of component C sits in a cache row
+/// whose element 0 is at `row` (bytes C::scale_offset + 4 item: the
+/// layout's <name>_tile_scales offset; the writer and the reader both use
+/// this).
+template <class C>
+KVGEN_DEVICE inline uint8_t *tileScaleAt(uint8_t *row, int item) {
+  return row + C::scale_offset + 4 * item;
+}
+template <class C>
+KVGEN_DEVICE inline const uint8_t *tileScaleAt(const uint8_t *row, int item) {
+  return row + C::scale_offset + 4 * item;
+}
+
 /// One item of a per_tile write: tile or element `item` of component C of
 /// the row `src` (io elements) into the cache row whose element 0 is at
 /// `row` (cache elements; its map m).
@@ -97,7 +110,7 @@ KVGEN_DEVICE inline void writeTileItem(const typename IO::storage *src,
     row[elemTerm(m, e0 + e)] = q != q ? uint8_t(0x7f) : Q::store(q);
   }
   const uint32_t bits = numerics_detail::floatBits(scale);
-  copyBytes<4>(row + C::scale_offset + 4 * item, &bits);
+  copyBytes<4>(tileScaleAt<C>(row, item), &bits);
 }
 
 /// The work items of a per_tile CTA starting at token `first` (A: the op's
@@ -186,7 +199,7 @@ KVGEN_DEVICE inline void readTileItem(typename IO::storage *out,
     return;
   }
   uint32_t bits = 0;
-  copyBytes<4>(&bits, row + C::scale_offset + 4 * item);
+  copyBytes<4>(&bits, tileScaleAt<C>(row, item));
   const float scale = numerics_detail::bitsToFloat(bits);
   const int e0 = item * C::tile;
   for (int e = 0; e < C::tile; ++e)
