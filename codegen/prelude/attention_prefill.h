@@ -413,9 +413,18 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     /// Warpgroup MMA over core-matrix tiles (the plan's wgmma), staged in
     /// copies of UK / UV elements (the plan's proven or checked row
     /// alignment, which may be less than 16 bytes); the unaligned variant
-    /// takes the LDSM_V path.
-    WG = S::WGMMA && ALIGNED
+    /// takes the LDSM_V path, but with producer warps (whose loop is the
+    /// wgmma one) copies of single elements.
+    WG = S::WGMMA && (ALIGNED || S::PRODUCER_WARPS > 0),
+    /// Warp specialization (the plan's producer_warps): the last
+    /// PRODUCER_WARPS warps only stage the tiles (LOADERS threads), the
+    /// first MMA_WARPS only compute; else every thread does both.
+    WS = S::PRODUCER_WARPS > 0,
+    LOADERS = WS ? S::PRODUCER_WARPS * 32 : P::threads,
+    MMA_THREADS = S::MMA_WARPS * 32
   };
+  static_assert(!WS || (WG && STAGES >= 3),
+                "producer warps feed the pipelined wgmma loop");
   const float kNegInf = negInf();
 
   const LaunchShape sh = launchShape(planGeometry<P>(), attentionInputs(a));
@@ -440,9 +449,77 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
   if (tb < ta)
     tb = ta;
 
+  const int32_t *table = KV::seqTable(a, seq);
+  const CS *kBase = KV::tensor(a, true);
+  const CS *vBase = KV::tensor(a, false);
+  // Tiles of KT tokens from t0 (16-token steps aligned as the decode
+  // path's); tile k goes to buffer k % STAGES.
+  const int64_t t0 = ta - ta % 16;
+  const int64_t tiles = tb > t0 ? (tb - t0 + KT - 1) / KT : 0;
+  // The tiles' order: core matrices for wgmma, else padded rows; staged
+  // by the LOADERS threads.
+  typedef typename Select<WG, CoreMatrixOrder<KT, HK, HV, UK, UV, LOADERS>,
+                          RowOrder<KT, HK, HV, UK, UV, KROW, VROW,
+                                   LOADERS> >::type Order;
+  // Tile k into buffer k % STAGES (by the loading thread ltid) as one
+  // commit group; past the last tile an empty group, so that the loops'
+  // wait counts stay fixed.
+  auto stage = [&](int64_t k, unsigned ltid) {
+    if (k < tiles)
+      stageTile<KV, typename L::k, typename L::v, BS, !O::unchecked, Order>(
+          sm.k[k % STAGES], sm.v[k % STAGES], kBase, vBase, kMap, vMap, a,
+          table, t0 + k * KT, ta, tb, kvh, ltid);
+    copyToSharedCommit();
+  };
+
   // This warp's rows and the keys any of them attends [wLo, wHi].
   const unsigned lane = tid % 32, warp = tid / 32, group = lane / 4,
                  quad = lane % 4;
+  // Warp specialization: tile k's arrival (full[k % STAGES], one arrival
+  // per loading thread once its copies landed) and release (empty[k %
+  // STAGES], one per computing warp once its products read the tile).
+  uint64_t *full = nullptr, *empty = nullptr;
+#ifdef KVGEN_TILE_BARRIERS
+  if constexpr (WS) {
+    KVGEN_SHARED uint64_t tileBars[2 * STAGES];
+    full = tileBars;
+    empty = tileBars + STAGES;
+    if (tid == 0)
+      for (int i = 0; i < STAGES; ++i) {
+        kvgenTileBarrierInit(&full[i], LOADERS);
+        kvgenTileBarrierInit(&empty[i], S::MMA_WARPS);
+      }
+    kvgenSyncThreads(); // the only CTA barrier of the kernel
+    if (warp >= unsigned(S::MMA_WARPS)) {
+      // The producers: tile k into its buffer once the computing warps
+      // released the tile STAGES before; tile k - 1's arrival once this
+      // thread's copies of it landed (two tiles in flight). With 3 or
+      // more stages the tile waited for was released in an iteration
+      // that needed only arrivals already signalled, so this never waits
+      // on itself.
+      kvgenSetMaxRegs<40, false>();
+      const unsigned ltid = tid - unsigned(MMA_THREADS);
+      for (int64_t k = 0; k < tiles; ++k) {
+        if (k >= STAGES)
+          kvgenTileBarrierWait(&empty[k % STAGES],
+                               unsigned(k / STAGES - 1) & 1u);
+        stage(k, ltid);
+        if (k > 0) {
+          copyToSharedWait<1>();
+          wgmmaSharedFence();
+          kvgenTileBarrierArrive(&full[(k - 1) % STAGES]);
+        }
+      }
+      if (tiles > 0) {
+        copyToSharedWait<0>();
+        wgmmaSharedFence();
+        kvgenTileBarrierArrive(&full[(tiles - 1) % STAGES]);
+      }
+      return;
+    }
+    kvgenSetMaxRegs<232, true>();
+  }
+#endif
   const int64_t rowBase = ctaRow + int64_t(warp) * 16;
   const int64_t wLast = rowBase + 15 < rowsTotal ? rowBase + 15 : rowsTotal - 1;
   const int64_t wHi = rowBase < rowsTotal ? ctx - qlen + wLast / G : -1;
@@ -456,31 +533,11 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
   attnWarpRows<L, S, O, WG>(a, rowBase, rowsTotal, ctx, qlen, q0, kvh, lane,
                             rowPos, rowLo, q, rowMul, capMul, vScale);
 
-  const int32_t *table = KV::seqTable(a, seq);
-  const CS *kBase = KV::tensor(a, true);
-  const CS *vBase = KV::tensor(a, false);
-  // Tiles of KT tokens from t0 (16-token steps aligned as the decode
-  // path's); tile k goes to buffer k % STAGES.
-  const int64_t t0 = ta - ta % 16;
-  const int64_t tiles = tb > t0 ? (tb - t0 + KT - 1) / KT : 0;
-  // The tiles' order: core matrices for wgmma, else padded rows.
-  typedef typename Select<WG, CoreMatrixOrder<KT, HK, HV, UK, UV, P::threads>,
-                          RowOrder<KT, HK, HV, UK, UV, KROW, VROW,
-                                   P::threads> >::type Order;
-  // Tile k into buffer k % STAGES as one commit group; past the last tile
-  // an empty group, so that the loops' wait counts stay fixed.
-  auto stage = [&](int64_t k) {
-    if (k < tiles)
-      stageTile<KV, typename L::k, typename L::v, BS, !O::unchecked, Order>(
-          sm.k[k % STAGES], sm.v[k % STAGES], kBase, vBase, kMap, vMap, a,
-          table, t0 + k * KT, ta, tb, kvh, tid);
-    copyToSharedCommit();
-  };
   // Tiles 0 .. AHEAD - 1, the loads ahead of the first iteration.
   auto stageAhead = [&](int ahead) {
     KVGEN_UNROLL
     for (int k = 0; k < ahead; ++k)
-      stage(k);
+      stage(k, tid);
   };
 
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
@@ -499,15 +556,25 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     // tiles ahead: iteration k loads tile k + STAGES - 2 into tile k - 2's
     // buffer, which no warp reads any more (its P V was waited for in
     // iteration k - 1, before this iteration's barrier).
-    stageAhead(STAGES - 2);
+    // With producer warps (WS) they stage every tile; the computing warps
+    // wait for tile k's arrival and release tile k - 1 once its P V is
+    // done.
+    if constexpr (!WS)
+      stageAhead(STAGES - 2);
     uint32_t pa[KT / 16][4]; // P of the previous tile
     float s[KT / 8][4];
     // Tile k's barrier, loads ahead and mask test (every iteration).
     auto enter = [&](int64_t k) {
-      copyToSharedWait<(STAGES >= 3 ? STAGES - 3 : 0)>();
-      wgmmaSharedFence();
-      kvgenSyncThreads();
-      stage(k + STAGES - 2);
+      if constexpr (WS) {
+#ifdef KVGEN_TILE_BARRIERS
+        kvgenTileBarrierWait(&full[k % STAGES], unsigned(k / STAGES) & 1u);
+#endif
+      } else {
+        copyToSharedWait<(STAGES >= 3 ? STAGES - 3 : 0)>();
+        wgmmaSharedFence();
+        kvgenSyncThreads();
+        stage(k + STAGES - 2, tid);
+      }
       const int64_t first = t0 + k * KT;
       return first >= ta && first + KT <= tb && first + KT - 1 <= wFirstPos &&
              first >= wLastLo;
@@ -537,6 +604,11 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
                                     rowMul, capMul, quad, m, l, unmasked,
                                     alpha);
       wgmmaWaitPin<0, NT * 4>(&o[0][0]);
+#ifdef KVGEN_TILE_BARRIERS
+      if constexpr (WS)
+        if (lane == 0) // this warp's products read tile k - 1 no more
+          kvgenTileBarrierArrive(&empty[(k - 1) % STAGES]);
+#endif
       attnRescaleO<S>(o, alpha);
       wgmmaPackP<S, KT>(s, pa);
     }
@@ -558,7 +630,7 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
       if (STAGES == 1) {
         if (k > 0)
           kvgenSyncThreads(); // every warp has finished tile k - 1
-        stage(k);
+        stage(k, tid);
         copyToSharedWait<0>();
       } else {
         copyToSharedWait<(STAGES > 1 ? STAGES - 2 : 0)>();
@@ -567,7 +639,7 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
         wgmmaSharedFence();
       kvgenSyncThreads();
       if (STAGES > 1)
-        stage(k + STAGES - 1); // into tile k - 1's buffer: every warp is past it
+        stage(k + STAGES - 1, tid); // into tile k - 1's buffer: every warp is past it
       const CS *kTile = sm.k[k % STAGES];
       const CS *vTile = sm.v[k % STAGES];
       const int64_t first = t0 + k * KT;

@@ -54,6 +54,16 @@ template <class P> struct PlanWgmma<P, decltype(void(P::wgmma))> {
   enum { value = P::wgmma ? 1 : 0 };
 };
 
+/// The plan's producer warps (warp-specialized prefill), 0 without the
+/// field.
+template <class P, class = void> struct PlanProducerWarps {
+  enum { value = 0 };
+};
+template <class P>
+struct PlanProducerWarps<P, decltype(void(P::producer_warps))> {
+  enum { value = P::producer_warps };
+};
+
 template <class L, class P, class O> struct AttnShape {
   typedef typename O::io io;
   typedef typename ConvertTag<typename L::cache, P::hw_fp8>::type cache;
@@ -108,14 +118,28 @@ template <class L, class P, class O> struct AttnShape {
     /// one warpgroup per 64 rows, K/V tiles in core-matrix order
     /// (attention_prefill.h CoreMatrixOrder).
     WGMMA = PlanWgmma<P>::value,
+    /// Warps that only load the K/V tiles (the plan's producer_warps: the
+    /// last ones of the CTA), and the computing warps, 16 rows each.
+    PRODUCER_WARPS = PlanProducerWarps<P>::value,
+    MMA_WARPS = WARPS - PRODUCER_WARPS,
   };
   static_assert(P::threads % 32 == 0, "whole warps");
 #ifndef KVGEN_MFMA
   static_assert(!MFMA, "the plan's mfma needs a prelude with MFMA");
 #endif
   static_assert(!MFMA || P::threads % 64 == 0, "MFMA: whole wavefronts");
-  static_assert(CTA_ROWS == ROWS || CTA_ROWS == ROWS * WARPS,
-                "16 rows per CTA (one m16 tile) or 16 per warp (prefill)");
+  static_assert(CTA_ROWS == ROWS || CTA_ROWS == ROWS * MMA_WARPS,
+                "16 rows per CTA (one m16 tile) or 16 per computing warp "
+                "(prefill)");
+#ifndef KVGEN_TILE_BARRIERS
+  static_assert(PRODUCER_WARPS == 0,
+                "producer warps need the target's tile barriers (sm_90a)");
+#endif
+  static_assert(PRODUCER_WARPS == 0 ||
+                    (WGMMA && PRODUCER_WARPS == 4 && MMA_WARPS % 4 == 0 &&
+                     TILE_STAGES >= 3),
+                "producer warps: one warpgroup beside whole computing "
+                "warpgroups on wgmma, tiles in 3 or more stages");
   static_assert(!TILED || P::split_ctas == 0, "prefill tiles do not split");
   static_assert(!TILED || !MFMA, "prefill tiles: no MFMA path yet");
   static_assert(!WGMMA || (TILED && P::threads % 128 == 0 && HK % 16 == 0 &&

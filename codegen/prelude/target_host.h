@@ -309,6 +309,28 @@ inline void hostLaunch(void (*kernel)(Args), const void *args, unsigned gridX,
 //===--- CTA and warp primitives (the GPU preludes' counterparts) --------===//
 
 inline void kvgenSyncThreads() { host::ctaBarrier(); }
+/// The tile barriers of target_nvidia.h (mbarriers) on the CTA's fibers:
+/// the word holds the arrivals still expected in bits 0-31, the arrivals
+/// per phase in 32-62 and the current phase's parity in bit 63; a waiting
+/// fiber yields until the phase of its parity has completed.
+#define KVGEN_TILE_BARRIERS 1
+inline void kvgenTileBarrierInit(uint64_t *bar, unsigned count) {
+  *bar = uint64_t(count) | (uint64_t(count) << 32);
+}
+inline void kvgenTileBarrierArrive(uint64_t *bar) {
+  const uint64_t count = (*bar >> 32) & 0x7fffffffu, parity = *bar >> 63;
+  uint64_t pending = (*bar & 0xffffffffu) - 1, next = parity;
+  if (pending == 0) { // the phase completes; the next expects count again
+    pending = count;
+    next = parity ^ 1;
+  }
+  *bar = pending | (count << 32) | (next << 63);
+}
+inline void kvgenTileBarrierWait(uint64_t *bar, unsigned parity) {
+  while (unsigned(*bar >> 63) == (parity & 1u))
+    host::yieldAs(host::kReady);
+}
+template <int N, bool INC> inline void kvgenSetMaxRegs() {}
 /// Lane id in the warp and the warp's lanes (32).
 inline unsigned kvgenLaneId() { return kvgen_host_thread_id % 32; }
 /// The value of lane (lane ^ mask) of the warp; every lane calls it.

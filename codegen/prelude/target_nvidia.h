@@ -428,6 +428,46 @@ __device__ inline uint64_t kvgenWgmmaDesc(const void *tile, uint32_t lbo,
          (uint64_t((lbo >> 4) & 0x3fffu) << 16) |
          (uint64_t((sbo >> 4) & 0x3fffu) << 32);
 }
+
+/// Tile barriers of the warp-specialized prefill (attention_prefill.h):
+/// mbarriers in shared memory (PTX ISA 8.0, "Parallel Synchronization and
+/// Communication Instructions: mbarrier"). kvgenTileBarrierInit sets one
+/// up for `count` arrivals per phase (one thread, then a CTA barrier
+/// before any other use); kvgenTileBarrierArrive is one arrival (release
+/// semantics at CTA scope: this thread's earlier writes are visible to a
+/// thread whose wait sees the phase complete); kvgenTileBarrierWait waits
+/// until the phase of parity `parity` has completed (acquire).
+/// kvgenSetMaxRegs<N, INC>: the executing warpgroup's registers per thread
+/// raised (INC) or lowered to N ("setmaxnreg", sm_90a; every warp of the
+/// warpgroup executes it).
+#define KVGEN_TILE_BARRIERS 1
+__device__ inline void kvgenTileBarrierInit(uint64_t *bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(
+                   kvgenSharedAddress(bar)),
+               "r"(count)
+               : "memory");
+}
+__device__ inline void kvgenTileBarrierArrive(uint64_t *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(
+                   kvgenSharedAddress(bar))
+               : "memory");
+}
+__device__ inline void kvgenTileBarrierWait(uint64_t *bar, unsigned parity) {
+  asm volatile("{\n"
+               "  .reg .pred done;\n"
+               "KVGEN_TILE_WAIT:\n"
+               "  mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+               "  @!done bra KVGEN_TILE_WAIT;\n"
+               "}" ::"r"(kvgenSharedAddress(bar)),
+               "r"(parity)
+               : "memory");
+}
+template <int N, bool INC> __device__ inline void kvgenSetMaxRegs() {
+  if (INC)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+  else
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
 #endif
 
 } // namespace kvgen

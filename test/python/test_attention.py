@@ -648,6 +648,51 @@ def test_prefill_wgmma_checked_flags_bad_block_numbers(ctx_prefill_wgmma):
     test_prefill_checked_flags_bad_block_numbers(ctx_prefill_wgmma)
 
 
+#: Warp specialization (kv-plan producer-warps=4 with wgmma=1 threads=384):
+#: the last warpgroup only stages the tiles, signalling each tile's arrival
+#: and waiting for its release through tile barriers (mbarriers; on the
+#: host, fibers that yield until the phase completes), the first two only
+#: compute (128 rows per CTA) in the pipelined wgmma loop.
+WS_OPTIONS = "wgmma=1 threads=384 producer-warps=4"
+
+
+@pytest.fixture(scope="module")
+def ctx_prefill_ws(tmp_path_factory, kvgen_cli, kernel_cache):
+    c, bundle = host_context(tmp_path_factory, kernel_cache, WS_OPTIONS,
+                             names=WGMMA_GEOS, prefill=True)
+    sources = [f for f in bundle.iterdir() if f.suffix == ".cpp"]
+    assert len(sources) == len(WGMMA_GEOS) >= 8
+    for f in sources:
+        text = f.read_text()
+        assert "static constexpr int producer_warps = 4;" in text and \
+            "static constexpr int rows_per_cta = 128," in text and \
+            "tile_stages = 3," in text, f
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("case", list(CASES) + list(PREFILL_CASES))
+@pytest.mark.parametrize("geo", [n for n in WGMMA_GEOS if n != "over_4gib"])
+def test_prefill_ws_path_matches_reference(ctx_prefill_ws, geo, case):
+    """The warp-specialized prefill plan (producer warps, tile barriers)
+    against the reference on the cases of
+    test_prefill_path_matches_reference."""
+    spec = CASES.get(case) or PREFILL_CASES[case]
+    run_case(ctx_prefill_ws, geo, *spec, prefill=True, seed=case)
+
+
+def test_prefill_ws_cache_over_4gib(ctx_prefill_ws):
+    """test_prefill_cache_over_4gib_uses_64bit_offsets on the
+    warp-specialized plan."""
+    test_prefill_cache_over_4gib_uses_64bit_offsets(ctx_prefill_ws)
+
+
+def test_prefill_ws_checked_flags_bad_block_numbers(ctx_prefill_ws):
+    """test_prefill_checked_flags_bad_block_numbers on the warp-specialized
+    plan."""
+    test_prefill_checked_flags_bad_block_numbers(ctx_prefill_ws)
+
+
 #: kv-plan's tile-stages: K/V tile buffers other than the planned two (the
 #: kernel loads tile_stages - 1 tiles ahead, committing empty groups past
 #: the last tile), on the mma.sync body (3, 4) and the wgmma body (1, 3, 4);

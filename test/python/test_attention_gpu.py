@@ -263,7 +263,18 @@ def emit(out, target="sm_90", names=None, build=None):
             cmd.append("--sinks")
         if spec[10]:
             cmd.append("--logits_soft_cap")
-        subprocess.run(cmd, check=True)
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode and os.environ.get("KVGEN_PLAN_OPTIONS"):
+            # A prefill-only override (threads=384 producer-warps=4) the
+            # decode plan refuses: the decode kernel keeps the default plan.
+            why = (r.stderr or r.stdout).strip().splitlines()
+            print(f"note: {name}: decode without KVGEN_PLAN_OPTIONS "
+                  f"({why[-1] if why else ''})")
+            env = dict(os.environ)
+            env.pop("KVGEN_PLAN_OPTIONS")
+            r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if r.returncode:
+            sys.exit(f"kvgen emit {name}: {r.stdout}{r.stderr}")
         r = subprocess.run(cmd + ["--prefill"], capture_output=True,
                            text=True)
         if r.returncode and os.environ.get("KVGEN_PLAN_OPTIONS"):

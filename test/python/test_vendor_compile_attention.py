@@ -203,7 +203,8 @@ def _cubin_log(source, arch):
     prog = ctypes.c_void_p()
     assert lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(),
                                   b"k.cu", 0, None, None) == 0
-    opts = [f"--gpu-architecture={arch}", "-std=c++17", "--split-compile=0"]
+    opts = [f"--gpu-architecture={arch}", "-std=c++17", "--split-compile=0",
+            "--ptxas-options=-v"]
     arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
     rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
     n = ctypes.c_size_t()
@@ -216,19 +217,24 @@ def _cubin_log(source, arch):
     return log
 
 
-@pytest.mark.parametrize("threads", [128, 256])
-def test_pipelined_wgmma_prefill_stays_asynchronous(tmp_path, threads):
+@pytest.mark.parametrize("options", [
+    "wgmma=1 threads=128 tile-stages=3", "wgmma=1 threads=256 tile-stages=3",
+    "wgmma=1 threads=384 producer-warps=4"])
+def test_pipelined_wgmma_prefill_stays_asynchronous(tmp_path, options):
     """wgmma with tile-stages >= 3 takes the pipelined loop (Q K^T of tile
     k and P V of tile k - 1 in flight together, the softmax while P V
     runs). ptxas keeps the products asynchronous only if no instruction
     reads their accumulators before the matching wait: its sm_90a log must
     name no serialized wgmma (C7514, 'Potential Performance Loss') and no
     warpgroup wait or arrive it injected (C7517 / C7519). A branch on the
-    tile index inside the loop (the first version) caused all three."""
+    tile index inside the loop (the first version) caused all three.
+    With producer warps (warp specialization) also no ignored setmaxnreg
+    (C7508: the launch bounds must fix the registers at entry; without
+    min_ctas_per_sm = 1 the computing warps kept 168 registers, spilled
+    and serialized their products, C7512) and no spill."""
     if not KVGEN.is_file():
         pytest.skip(f"{KVGEN} not built")
-    env = dict(os.environ,
-               KVGEN_PLAN_OPTIONS=f"wgmma=1 threads={threads} tile-stages=3")
+    env = dict(os.environ, KVGEN_PLAN_OPTIONS=options)
     for i, (layout, q_heads, extra) in enumerate(WGMMA_SPECS):
         f = tmp_path / f"layout{i}.mlir"
         f.write_text(f"#kv.layout<{layout.text}>\n")
@@ -244,8 +250,10 @@ def test_pipelined_wgmma_prefill_stays_asynchronous(tmp_path, threads):
         log = _cubin_log(source, "sm_90a")
         if log is None:
             pytest.skip("libnvrtc not loadable here")
-        for code in ("C7514", "C7517", "C7519", "warning"):
+        for code in ("C7508", "C7512", "C7514", "C7517", "C7519",
+                     "warning"):
             assert code not in log, f"spec {i}: {log}"
+        assert " 0 bytes spill stores, 0 bytes spill loads" in log, log
 
 
 @pytest.mark.parametrize("args,plan", [

@@ -425,8 +425,8 @@ LogicalResult AttentionPlanAttr::verify(
     int64_t threads, int64_t rowsPerCta, int64_t rowGroup, int64_t itemCtas,
     int64_t splitCtas, int64_t splitMinTokens, int64_t splitAlign,
     int64_t partialBytes, int64_t tileTokens, int64_t tileStages,
-    int64_t dynamicSmemBytes, Alignment, bool hwFp8, bool mfma, bool wgmma,
-    bool dependentLaunch, int64_t minCtasPerSm) {
+    int64_t dynamicSmemBytes, int64_t producerWarps, Alignment, bool hwFp8,
+    bool mfma, bool wgmma, bool dependentLaunch, int64_t minCtasPerSm) {
   FailureOr<Target> t = verifyPlanBase(emitError, target, vectorBytes, threads,
                                        dependentLaunch, minCtasPerSm, threads);
   if (failed(t))
@@ -496,6 +496,35 @@ LogicalResult AttentionPlanAttr::verify(
                        << kWgmmaGroupThreads;
   if (wgmma && mfma)
     return emitError() << "'wgmma' and 'mfma' cannot both be true";
+  // Warp specialization: one producer warpgroup (setmaxnreg works on whole
+  // warpgroups) beside at least one computing warpgroup, over tiles in
+  // dynamic shared memory, in at least 3 buffers (the computing loop reads
+  // two tiles at once: Q K^T of one, P V of the one before).
+  if (producerWarps != 0) {
+    if (producerWarps != kWgmmaGroupThreads / 32)
+      return emitError() << "'producer_warps' must be 0 or "
+                         << kWgmmaGroupThreads / 32
+                         << " (one warpgroup), got " << producerWarps;
+    if (!wgmma)
+      return emitError() << "'producer_warps' needs 'wgmma' (the computing "
+                            "warpgroups' loop)";
+    if (threads < 2 * kWgmmaGroupThreads)
+      return emitError() << "'producer_warps' = " << producerWarps
+                         << " needs 'threads' >= "
+                         << 2 * kWgmmaGroupThreads
+                         << " (a computing warpgroup beside the producers), "
+                            "got "
+                         << threads;
+    if (minCtasPerSm != 1)
+      return emitError() << "'producer_warps' needs 'min_ctas_per_sm' = 1 "
+                            "(the launch bounds that fix the registers at "
+                            "entry, which setmaxnreg needs), got "
+                         << minCtasPerSm;
+    if (tileTokens == 0 || tileStages < 3)
+      return emitError() << "'producer_warps' needs prefill tiles in at "
+                            "least 3 stages ('tile_stages'), got "
+                         << tileStages;
+  }
   return success();
 }
 
@@ -824,8 +853,14 @@ LogicalResult PagedAttentionOp::verify() {
     if (plan.getThreads() % 32 != 0)
       return emitOpError("plan's 'threads' = ")
              << plan.getThreads() << " must be whole warps (32)";
-    // prefill: one 16-row tile per warp and no split; else one per CTA.
-    const int64_t rows = getPrefill() ? 16 * (plan.getThreads() / 32) : 16;
+    // prefill: one 16-row tile per computing warp (all but the
+    // producer_warps) and no split; else one per CTA.
+    const int64_t rows =
+        getPrefill()
+            ? 16 * (plan.getThreads() / 32 - plan.getProducerWarps())
+            : 16;
+    if (!getPrefill() && plan.getProducerWarps() != 0)
+      return emitOpError("only a prefill plan has 'producer_warps'");
     if (plan.getRowsPerCta() != rows || plan.getRowGroup() != getRowGroup() ||
         plan.getItemCtas() != l.numKvHeads)
       return emitOpError("plan must have rows_per_cta = ")

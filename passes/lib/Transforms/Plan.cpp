@@ -260,7 +260,24 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
                  "context: split-ctas must be 0 or planned";
       return failure();
     }
-    c.rowsPerCta = 16 * (c.threads / 32);
+    // Producer warps (warp specialization) load only: 16 rows per other
+    // warp, of which there must be at least one warpgroup (the plan
+    // verifier checks the rest: wgmma, one producer warpgroup, stages).
+    c.producerWarps = tiles.producerWarps > 0 ? tiles.producerWarps : 0;
+    if (c.producerWarps > 0 && c.threads / 32 - c.producerWarps < 4) {
+      if (error)
+        *error = "producer-warps = " + std::to_string(c.producerWarps) +
+                 " needs threads >= " +
+                 std::to_string(32 * (c.producerWarps + 4)) +
+                 " (a computing warpgroup beside them), got " +
+                 std::to_string(c.threads);
+      return failure();
+    }
+    c.rowsPerCta = 16 * (c.threads / 32 - c.producerWarps);
+    // One CTA per SM: ptxas applies the warpgroups' setmaxnreg only where
+    // the launch bounds fix the registers at entry (65536 / threads).
+    if (c.producerWarps > 0)
+      c.minCtasPerSm = 1;
     splitCtas = 0;
     // The K/V tiles in dynamic shared memory: 64 tokens in two stages, or
     // fewer where the target's CTA has no room for them (kvgen/Launch.h,
@@ -274,6 +291,10 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
     c.tileStages = tiles.stages > 0
                        ? tiles.stages
                        : attnTileStages(tokenBytes, int(c.tileTokens), most);
+    // The producers' loop needs 3 buffers (the computing loop reads two
+    // tiles at once while the next one loads).
+    if (c.producerWarps > 0 && tiles.stages <= 0 && c.tileStages < 3)
+      c.tileStages = 3;
     c.dynamicSmemBytes = c.tileStages * c.tileTokens * tokenBytes;
     if ((tiles.tokens > 0 || tiles.stages > 0) && c.dynamicSmemBytes > most) {
       if (error)
@@ -361,6 +382,7 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
         {"wgmma", wgmma, -1, 1},
         {"tile-stages", tileStages, -1, kMaxTileStages},
         {"tile-tokens", tileTokens, -1, kMaxTileTokens},
+        {"producer-warps", producerWarps, 0, 4},
     };
     for (const Range &r : ranges)
       if (r.value < r.min || r.value > r.max)
@@ -406,9 +428,9 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
                     op.getLayout().getDesc(), *fromMlirType(op.getRowType()),
                     *parsed, op.getRowGroup(), op.getPartialFloatsPerRow(),
                     op.getWarpRowTiles(), threads, splitCtas, &error,
-                    PrefillTiles{tileTokens, tileStages > 0
-                                                 ? int64_t(tileStages)
-                                                 : -1})
+                    PrefillTiles{tileTokens,
+                                 tileStages > 0 ? int64_t(tileStages) : -1,
+                                 producerWarps})
               : choosePlan(op.getLayout().getDesc(),
                            *fromMlirType(op.getRowType()), *parsed,
                            op.getWorkItemTokens(), threads, tokensPerCta,
@@ -442,7 +464,8 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
             emitError, ctx, StringRef(target), c->vectorBytes, c->threads,
             c->rowsPerCta, c->rowGroup, c->itemCtas, c->splitCtas,
             c->splitMinTokens, c->splitAlign, c->partialBytes, c->tileTokens,
-            c->tileStages, c->dynamicSmemBytes, alignment, c->hwFp8,
+            c->tileStages, c->dynamicSmemBytes, c->producerWarps, alignment,
+            c->hwFp8,
             mfma < 0 ? c->mfma : mfma > 0,
             // wgmma=1 asks for it on every prefill plan (also the host's
             // simulation); the other plans never have it.

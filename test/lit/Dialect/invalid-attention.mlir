@@ -234,3 +234,17 @@ kv.paged_attention @host_ok : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     vector_bytes = 16, threads = 256, rows_per_cta = 16, row_group = 16,
     item_ctas = 4, split_ctas = 8, split_min_tokens = 32, split_align = 128,
     partial_bytes = 8320, cache_alignment = proven, hw_fp8 = false>}
+
+// -----
+
+// producer_warps: the rows are the computing warps' (16 each), not every
+// warp's: 384 threads with one producer warpgroup own 128 rows.
+// expected-error @+1 {{'kv.paged_attention' op plan must have rows_per_cta = 128, row_group = 16 and item_ctas = 4}}
+kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
+    head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
+    num_q_heads 64 prefill {plan = #kv.attention_plan<target = "sm_90",
+    vector_bytes = 16, threads = 384, rows_per_cta = 192, row_group = 16,
+    item_ctas = 4, tile_tokens = 64, tile_stages = 3,
+    dynamic_smem_bytes = 138240, producer_warps = 4,
+    cache_alignment = proven, hw_fp8 = false, wgmma = true,
+    min_ctas_per_sm = 1>}

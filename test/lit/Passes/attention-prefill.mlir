@@ -16,6 +16,14 @@
 // RUN: not kvgen-opt --kv-plan="target=sm_90 tile-tokens=128 tile-stages=3" %s 2>&1 | FileCheck %s --check-prefix=TOKENS-BIG
 // RUN: not kvgen-opt --kv-plan="target=sm_90 tile-tokens=48" %s 2>&1 | FileCheck %s --check-prefix=TOKENS48
 // RUN: not kvgen-opt --kv-plan="target=sm_90 tile-tokens=256" %s 2>&1 | FileCheck %s --check-prefix=TOKENS256
+// RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=1 threads=384 producer-warps=4" %s | FileCheck %s --check-prefix=WS
+// RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=1 threads=384 producer-warps=4" --convert-kv-to-emitc %s | FileCheck %s --check-prefix=WS-EMITC
+// RUN: not kvgen-opt --kv-plan="target=sm_90 threads=384 producer-warps=4" %s 2>&1 | FileCheck %s --check-prefix=WS-NOWG
+// RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=1 threads=128 producer-warps=4" %s 2>&1 | FileCheck %s --check-prefix=WS-THREADS
+// RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=1 threads=384 producer-warps=2" %s 2>&1 | FileCheck %s --check-prefix=WS-WARPS
+// RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=1 threads=384 producer-warps=5" %s 2>&1 | FileCheck %s --check-prefix=WS-RANGE
+// RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=1 threads=384 producer-warps=4 tile-stages=2" %s 2>&1 | FileCheck %s --check-prefix=WS-STAGES
+// RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=1 threads=384 producer-warps=4 min-ctas-per-sm=2" %s 2>&1 | FileCheck %s --check-prefix=WS-MINCTAS
 
 // The prefill plan: one m16 tile of query rows per warp (4 warps: 64 rows
 // per CTA), a CTA per kv head, never split (no split fields), and on AMD
@@ -56,6 +64,20 @@
 // TOKENS-BIG: kv-plan: tile-tokens = 128, tile-stages = 3: 3 tiles of 128 tokens take 276480 bytes of shared memory, more than the {{[0-9]+}} a CTA of target 'sm_90' may use
 // TOKENS48: kv-plan: option tile-tokens = 48 must be -1 (planned), 16, 32, 64 or 128
 // TOKENS256: kv-plan: option tile-tokens = 256 is outside [-1, 128]
+// Warp specialization (producer-warps=4): the last warpgroup of 384
+// threads only loads, the 8 other warps own 16 rows each (128 per CTA);
+// 3 stages (the computing loop reads two tiles while the third loads) and
+// one CTA per SM (setmaxnreg needs the registers at entry fixed).
+// WS: threads = 384, rows_per_cta = 128, row_group = 16, item_ctas = 4, tile_tokens = 64, tile_stages = 3, dynamic_smem_bytes = 138240, producer_warps = 4,
+// WS-SAME: wgmma = true, min_ctas_per_sm = 1>
+// WS-EMITC: static constexpr int producer_warps = 4;
+// WS-EMITC: KVGEN_LAUNCH_BOUNDS_MIN_CTAS(384, 1)
+// WS-NOWG: 'producer_warps' needs 'wgmma' (the computing warpgroups' loop)
+// WS-THREADS: kv-plan: producer-warps = 4 needs threads >= 256 (a computing warpgroup beside them), got 128
+// WS-WARPS: 'producer_warps' must be 0 or 4 (one warpgroup), got 2
+// WS-RANGE: kv-plan: option producer-warps = 5 is outside [0, 4]
+// WS-STAGES: 'producer_warps' needs prefill tiles in at least 3 stages ('tile_stages'), got 2
+// WS-MINCTAS: 'producer_warps' needs 'min_ctas_per_sm' = 1 (the launch bounds that fix the registers at entry, which setmaxnreg needs), got 2
 // SPLIT: kv-plan: a prefill plan (warp row tiles) does not split the context: split-ctas must be 0 or planned
 kv.paged_attention @mimo_prefill : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,

@@ -317,7 +317,8 @@ def KV_AttentionPlanAttr : KV_PlanAttrBase<"AttentionPlan", "attention_plan",
          KV_IntParameter<"split-KV: workspace bytes per partial", "0">:$partial_bytes,
          KV_IntParameter<"prefill: tokens per K/V tile", "0">:$tile_tokens,
          KV_IntParameter<"prefill: K/V tile stages", "0">:$tile_stages,
-         KV_IntParameter<"dynamic shared memory bytes per CTA", "0">:$dynamic_smem_bytes),
+         KV_IntParameter<"dynamic shared memory bytes per CTA", "0">:$dynamic_smem_bytes,
+         KV_IntParameter<"prefill: warps that only load K/V tiles", "0">:$producer_warps),
     (ins AttrParameter<"bool", "hardware fp8 conversion">:$hw_fp8,
          DefaultValuedParameter<"bool", "false", "row-tiled MMAs on MFMA">:$mfma,
          DefaultValuedParameter<"bool", "false", "prefill MMAs on wgmma">:$wgmma)> {
@@ -368,6 +369,15 @@ def KV_AttentionPlanAttr : KV_PlanAttrBase<"AttentionPlan", "attention_plan",
       query's type (bf16 or f16), head sizes that are multiples of 16
       (`head_size_v` at most 256) and K/V tiles of a multiple of 16 tokens
       (at most 256).
+    - `producer_warps` (omitted when 0; prefill plans with `wgmma`): the
+      last `producer_warps` warps of the CTA (4: one warpgroup) only copy
+      the K/V tiles into shared memory, a tile at a time into
+      `tile_stages` (at least 3) buffers, each tile's arrival and release
+      signalled through shared-memory barriers (`mbarrier`); the other
+      warps (whole warpgroups, `rows_per_cta` = 16 per warp) only compute
+      and never wait at a CTA barrier inside the loop
+      (FlashAttention-3's warp specialization). On NVIDIA the producer
+      warpgroup gives registers to the computing ones (`setmaxnreg`).
 
     Example:
 

@@ -92,6 +92,11 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
            "buffers fit), 16, 32, 64 or 128 forces it (for A/B "
            "benchmarks; fails where the buffers exceed the target's "
            "dynamic shared memory); other plans ignore it">,
+    Option<"producerWarps", "producer-warps", "int64_t", /*default=*/"0",
+           "prefill plans of paged attention: 0 every warp computes and "
+           "loads; 4 the last warpgroup of `threads` only loads the K/V "
+           "tiles (warp specialization: needs wgmma=1 and threads >= 256; "
+           "tile stages at least 3); other plans ignore it">,
   ];
   let dependentDialects = ["::kvgen::kv::KVDialect"];
 }

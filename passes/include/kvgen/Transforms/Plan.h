@@ -51,6 +51,9 @@ struct PlanChoice {
   /// Prefill plans: K/V tiles of tileTokens tokens in tileStages buffers,
   /// dynamicSmemBytes of dynamic shared memory per CTA (0 for others).
   int64_t tileTokens = 0, tileStages = 0, dynamicSmemBytes = 0;
+  /// Prefill plans: warps that only load the K/V tiles (0, or 4: one
+  /// warpgroup beside the computing ones; needs wgmma).
+  int64_t producerWarps = 0;
 };
 
 /// Chooses the plan of a kernel over `layout` whose key/value (or gather
@@ -107,9 +110,12 @@ constexpr int64_t kMaxSplitCtas = 512;
 /// for them (A/B benchmarks): tokens > 0 forces tile_tokens (16, 32, 64 or
 /// 128: kMaxTileTokens), stages > 0 forces tile_stages (1 to
 /// kMaxTileStages); -1 lets chooseRowTiledPlan choose (kvgen/Launch.h's
-/// attnTileTokens / attnTileStages).
+/// attnTileTokens / attnTileStages). producerWarps > 0 (kv-plan's
+/// producer-warps: 4) makes the last producerWarps warps of `threads`
+/// load the tiles only (rows_per_cta = 16 x the other warps; stages at
+/// least 3 when not forced).
 struct PrefillTiles {
-  int64_t tokens = -1, stages = -1;
+  int64_t tokens = -1, stages = -1, producerWarps = 0;
 };
 
 /// The plan of a row-tiled kernel (paged attention) over `layout` with

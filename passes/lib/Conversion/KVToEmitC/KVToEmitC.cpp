@@ -207,6 +207,12 @@ std::string planStruct(StringRef name, PlanAttrInterface plan,
          << ", tile_stages = " << attn.getTileStages()
          << ", dynamic_smem_bytes = " << attn.getDynamicSmemBytes() << ";\n";
     }
+    if (attn.getProducerWarps() > 0) {
+      os << "  /// Prefill: the last producer_warps warps only load the K/V "
+            "tiles\n  /// (attention_prefill.h, warp specialization).\n";
+      os << "  static constexpr int producer_warps = "
+         << attn.getProducerWarps() << ";\n";
+    }
     os << "  /// The MMAs on MFMA (attention_mma.h Mma).\n";
     os << "  static constexpr bool mfma = " << boolText(attn.getMfma())
        << ";\n";
