@@ -48,8 +48,18 @@ public:
   virtual const std::string &compilerIdentity() const = 0;
   /// The compile options as one string, part of the cache key.
   virtual std::string optionsString() const = 0;
-  /// Compiles `source` to a loadable binary. Any warning is an error; the
-  /// message then holds the full log.
+  /// True when load() may run while a stream of the device is being
+  /// captured into a CUDA graph (kvgen_launch_ex then loads a kernel's
+  /// programmatic-dependent-launch entry on its first such launch; else
+  /// that entry is loaded with the kernel). Backends without that launch
+  /// never load lazily: true.
+  virtual bool loadsDuringCapture() const { return true; }
+  /// Compiles the entry `entry` of `source` to a loadable binary: the CUDA
+  /// backend compiles that entry only where the source has a
+  /// programmatic-dependent-launch twin (Launch.h kOneEntryMacro); the
+  /// host and HIP backends compile the whole source (their kernels have
+  /// one entry). Any warning is an error; the message then holds the full
+  /// log.
   virtual Status compile(const std::string &source, const std::string &entry,
                          std::string *binary) = 0;
   /// Device memory (see kvgen_context_alloc and friends). Only called on
@@ -62,12 +72,11 @@ public:
   /// Loads `binary` and looks up the kernel `entry`, whose every launch
   /// gets `dynamicSmemBytes` of dynamic shared memory (LaunchGeometry's
   /// dynamicSmemBytes; 0: none). Fails if the device cannot give a CTA
-  /// that much. `dependentEntry` (LaunchGeometry's dependentLaunch): the
-  /// binary also has the programmatic-dependent-launch entry (`entry` +
-  /// kDependentLaunchEntrySuffix), which only then is looked up (a lookup
-  /// of a missing symbol is an API error under compute-sanitizer).
+  /// that much. Only `entry` is looked up (a lookup of a missing symbol is
+  /// an API error under compute-sanitizer): a kernel's `_pdl` twin is
+  /// loaded as a module of its own.
   virtual Status load(const std::string &binary, const std::string &entry,
-                      uint32_t dynamicSmemBytes, bool dependentEntry,
+                      uint32_t dynamicSmemBytes,
                       std::unique_ptr<LoadedModule> *out) = 0;
 };
 

@@ -111,6 +111,7 @@ struct CudaDriver {
   CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t) = nullptr;
   CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t) = nullptr;
   CUresult (*cuCtxSynchronize)() = nullptr;
+  CUresult (*cuDriverGetVersion)(int *) = nullptr;
   std::string error; // why it is unusable; empty when usable
   CUresult initResult = kCudaSuccess;
 
@@ -152,6 +153,7 @@ const CudaDriver &cudaDriver() {
     d.lib.sym("cuMemcpyDtoH_v2", &d.cuMemcpyDtoH, &missing);
     d.lib.sym("cuMemcpyDtoD_v2", &d.cuMemcpyDtoD, &missing);
     d.lib.sym("cuCtxSynchronize", &d.cuCtxSynchronize, &missing);
+    d.lib.sym("cuDriverGetVersion", &d.cuDriverGetVersion, &missing);
     if (!missing.empty()) {
       d.error = fmt::format("{} lacks {}", d.lib.path, missing);
       return;
@@ -253,14 +255,13 @@ private:
 
 class CudaModule : public LoadedModule {
 public:
-  /// `pdl`: the kernel's programmatic-dependent-launch entry (Launch.h
-  /// kDependentLaunchEntrySuffix), or null when the module has none.
-  /// `dynamicSmem`: the sharedMemBytes of every launch (the function is
-  /// opted in where it exceeds 48 KiB; CudaBackend::load).
-  CudaModule(CUcontext ctx, CUmodule m, CUfunction f, CUfunction pdl,
-             std::string entry, uint32_t dynamicSmem)
-      : ctx_(ctx), module_(m), fn_(f), pdl_(pdl), entry_(std::move(entry)),
-        dynamicSmem_(dynamicSmem) {}
+  /// `f`: the one entry of the module (a kernel's plain entry, or its
+  /// programmatic-dependent-launch twin, loaded as a module of its own:
+  /// Launch.h kOneEntryMacro). `dynamicSmem`: the sharedMemBytes of every
+  /// launch (the function is opted in where it exceeds 48 KiB;
+  /// CudaBackend::load).
+  CudaModule(CUcontext ctx, CUmodule m, CUfunction f, uint32_t dynamicSmem)
+      : ctx_(ctx), module_(m), fn_(f), dynamicSmem_(dynamicSmem) {}
   ~CudaModule() override {
     const CudaDriver &d = cudaDriver();
     CtxScope scope(d, ctx_);
@@ -273,15 +274,9 @@ public:
     // The kernel's one parameter is the args struct by value: kernelParams
     // holds one pointer to it.
     void *params[] = {const_cast<void *>(args)};
+    // With KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT the caller launches the
+    // module of the kernel's `_pdl` entry (Context.cpp dependentModule).
     if (flags & KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT) {
-      if (!pdl_)
-        return Status::error(
-            KVGEN_ERROR_LOAD,
-            fmt::format("the module of '{0}' has no entry '{0}{1}' for "
-                        "programmatic dependent launches (a source emitted "
-                        "before kvgen split that entry off: emit it again); "
-                        "nothing was launched",
-                        entry_, kDependentLaunchEntrySuffix));
       if (!d.cuLaunchKernelEx)
         return Status::error(
             KVGEN_ERROR_BACKEND_UNAVAILABLE,
@@ -302,7 +297,7 @@ public:
       config.hStream = static_cast<CUstream>(stream);
       config.attrs = &attr;
       config.numAttrs = 1;
-      CUresult r = d.cuLaunchKernelEx(&config, pdl_, params, nullptr);
+      CUresult r = d.cuLaunchKernelEx(&config, fn_, params, nullptr);
       if (r != kCudaSuccess)
         return Status::error(KVGEN_ERROR_LAUNCH,
                              "cuLaunchKernelEx (programmatic stream "
@@ -323,8 +318,6 @@ private:
   CUcontext ctx_;
   CUmodule module_;
   CUfunction fn_;
-  CUfunction pdl_;
-  std::string entry_;
   uint32_t dynamicSmem_;
 };
 
@@ -347,6 +340,16 @@ public:
                ? uint32_t(KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT)
                : 0u;
   }
+  /// Drivers of CUDA 12.3 and later load modules during a stream capture
+  /// (before, cuModuleLoadData there fails and invalidates the capture);
+  /// a compile-only context loads nothing.
+  bool loadsDuringCapture() const override {
+    if (!ctx_)
+      return true;
+    int version = 0;
+    const CudaDriver &d = cudaDriver();
+    return d.cuDriverGetVersion(&version) == kCudaSuccess && version >= 12030;
+  }
   const std::string &compilerIdentity() const override {
     return nvrtc().identity;
   }
@@ -357,9 +360,10 @@ public:
     return s;
   }
   /// --split-compile=0: NVVM optimizes, and ptxas compiles, each entry of
-  /// a source on its own thread (up to one per CPU); a source of a kernel
-  /// with dependent_launch has two entries (NAME and NAME_pdl), each about
-  /// 40% of its compile. The SASS of every preset kernel, attention
+  /// a source on its own thread (up to one per CPU); compile() keeps one
+  /// entry of a source (a kernel with dependent_launch has two, NAME and
+  /// NAME_pdl, each about half of a compile of both: Launch.h
+  /// kOneEntryMacro). The SASS of every preset kernel, attention
   /// geometry, block copy and MLA kernel is the same with and without it
   /// (scripts/jit_times.py --check-options; the fp8 write differs in two
   /// carry predicates' numbers), and its JIT time on one thread is spread
@@ -387,6 +391,10 @@ public:
       return Status::error(KVGEN_ERROR_COMPILE,
                            "nvrtcCreateProgram failed: " + n.describe(r));
     std::vector<std::string> opts = options();
+    // Only `entry` of a source with a programmatic-dependent-launch twin
+    // (Launch.h kOneEntryMacro; a source without the guards keeps all).
+    opts.push_back(std::string("-D") + kOneEntryMacro);
+    opts.push_back(std::string("-D") + kEntryMacroPrefix + entry);
     std::vector<const char *> argv;
     for (const std::string &o : opts)
       argv.push_back(o.c_str());
@@ -473,7 +481,7 @@ public:
   }
 
   Status load(const std::string &binary, const std::string &entry,
-              uint32_t dynamicSmemBytes, bool dependentEntry,
+              uint32_t dynamicSmemBytes,
               std::unique_ptr<LoadedModule> *out) override {
     if (!ctx_)
       return Status::error(KVGEN_ERROR_COMPILE_ONLY,
@@ -493,34 +501,22 @@ public:
                            fmt::format("cuModuleGetFunction('{}') failed: {}",
                                        entry, d.describe(r)));
     }
-    // The programmatic-dependent-launch entry, where the plan has one.
-    CUfunction pdl = nullptr;
-    if (dependentEntry &&
-        d.cuModuleGetFunction(
-            &pdl, m, (entry + kDependentLaunchEntrySuffix).c_str()) !=
-            kCudaSuccess)
-      pdl = nullptr;
-    // Above 48 KiB of dynamic shared memory the function (and its
-    // programmatic-dependent-launch entry) must be opted in.
-    if (dynamicSmemBytes > kCudaDefaultDynamicSmem)
-      for (CUfunction fn : {f, pdl}) {
-        if (!fn)
-          continue;
-        r = d.cuFuncSetAttribute(fn, kCuFuncAttributeMaxDynamicSharedSizeBytes,
-                                 int(dynamicSmemBytes));
-        if (r != kCudaSuccess) {
-          d.cuModuleUnload(m);
-          return Status::error(
-              KVGEN_ERROR_LOAD,
-              fmt::format("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES "
-                          "= {}) of '{}' failed: {} (the kernel's "
-                          "dynamic_smem_bytes exceed what this device gives "
-                          "a CTA)",
-                          dynamicSmemBytes, entry, d.describe(r)));
-        }
+    // Above 48 KiB of dynamic shared memory the function must be opted in.
+    if (dynamicSmemBytes > kCudaDefaultDynamicSmem) {
+      r = d.cuFuncSetAttribute(f, kCuFuncAttributeMaxDynamicSharedSizeBytes,
+                               int(dynamicSmemBytes));
+      if (r != kCudaSuccess) {
+        d.cuModuleUnload(m);
+        return Status::error(
+            KVGEN_ERROR_LOAD,
+            fmt::format("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES "
+                        "= {}) of '{}' failed: {} (the kernel's "
+                        "dynamic_smem_bytes exceed what this device gives "
+                        "a CTA)",
+                        dynamicSmemBytes, entry, d.describe(r)));
       }
-    *out =
-        std::make_unique<CudaModule>(ctx_, m, f, pdl, entry, dynamicSmemBytes);
+    }
+    *out = std::make_unique<CudaModule>(ctx_, m, f, dynamicSmemBytes);
     return Status::ok();
   }
 

@@ -470,7 +470,7 @@ public:
   /// Dynamic LDS up to the workgroup's 64 KiB needs no opt-in: every launch
   /// passes dynamicSmemBytes (the manifest validator bounds it).
   Status load(const std::string &binary, const std::string &entry,
-              uint32_t dynamicSmemBytes, bool /*dependentEntry*/,
+              uint32_t dynamicSmemBytes,
               std::unique_ptr<LoadedModule> *out) override {
     if (device_ < 0)
       return Status::error(KVGEN_ERROR_COMPILE_ONLY,

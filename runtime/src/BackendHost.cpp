@@ -121,7 +121,7 @@ public:
   /// Dynamic shared memory is the kernel's own buffer here
   /// (target_host.h KVGEN_DYNAMIC_SHARED): nothing to set up.
   Status load(const std::string &binary, const std::string &entry, uint32_t,
-              bool, std::unique_ptr<LoadedModule> *out) override {
+              std::unique_ptr<LoadedModule> *out) override {
     if (compileOnly_)
       return Status::error(KVGEN_ERROR_COMPILE_ONLY,
                            "compile-only host context cannot load kernels");

@@ -118,6 +118,17 @@ struct kvgen_kernel_s {
   std::string layoutText;
   std::string optionsText;
   std::unique_ptr<LoadedModule> module; // null on compile-only contexts
+  /// The programmatic-dependent-launch twin (`entry.name` +
+  /// kDependentLaunchEntrySuffix), compiled and loaded as a module of its
+  /// own on the first launch that needs it (kvgen_context_s::
+  /// dependentModule; Launch.h kOneEntryMacro): the source it is compiled
+  /// from (kept until then, only for kernels whose plan has
+  /// dependent_launch on a backend that launches that way), its module
+  /// (null on compile-only contexts, which compile it and load nothing),
+  /// and `twinDone`, set once both are settled.
+  std::string twinSource;
+  std::unique_ptr<LoadedModule> twinModule;
+  std::atomic<bool> twinDone{false};
   StrideMemo memo;
   kvgen_context_s *ctx = nullptr;
   /// The op's ERROR_FLAG field, when the kernel tests indices (not
@@ -232,7 +243,9 @@ struct kvgen_context_s {
 
   Digest contentKey(const KernelEntry &e, const std::string &source) const {
     Sha256 h;
-    h.field("kvgen-binary-cache-v1");
+    // v2: a binary holds the one entry it is keyed by (e.name), not every
+    // entry of its source (Launch.h kOneEntryMacro).
+    h.field("kvgen-binary-cache-v2");
     h.field(KVGEN_VERSION_STRING);
     h.field(backendName(backend->kind()));
     h.field(backend->target());
@@ -265,6 +278,18 @@ struct kvgen_context_s {
   Status getBinary(const KernelEntry &e, const std::string &source,
                    const Digest &key, bool forceCompile, std::string *binary,
                    bool *fromDisk);
+  /// getBinary, then (on contexts that launch) the load of entry e.name
+  /// into *module; a cached binary that does not load is compiled again
+  /// once. Call with compileMutex held.
+  Status compileAndLoad(const KernelEntry &e, const std::string &source,
+                        const Digest &key,
+                        std::unique_ptr<LoadedModule> *module);
+  /// Compiles (or reads from the disk cache) and loads the `_pdl` entry of
+  /// `k` unless done. Call with compileMutex held.
+  Status obtainTwin(kvgen_kernel_s *k);
+  /// The loaded `_pdl` entry of `k` (*out; null on a compile-only
+  /// context), obtained on first use (obtainTwin).
+  Status dependentModule(kvgen_kernel_s *k, LoadedModule **out);
   Status obtain(const KernelEntry &e, const std::string &source,
                 kvgen_kernel_s **out);
 };
@@ -410,37 +435,22 @@ Status kvgen_context_s::obtain(const KernelEntry &e, const std::string &source,
     k->errorFlag = opDesc(e.spec.op).argWithRole(ArgRole::ErrorFlag);
   k->layoutText = toString(e.spec.layout);
   k->optionsText = e.spec.optionsText();
-  std::string binary;
-  bool fromDisk = false;
-  Status st = getBinary(e, source, key, false, &binary, &fromDisk);
+  Status st = compileAndLoad(e, source, key, &k->module);
   if (!st.isOk())
     return st;
-  if (backend->canLaunch()) {
-    auto start = std::chrono::steady_clock::now();
-    st = backend->load(binary, e.name, uint32_t(e.geometry.dynamicSmemBytes),
-                       e.geometry.dependentLaunch != 0, &k->module);
-    if (!st.isOk() && fromDisk) {
-      // A verified entry that does not load (e.g. written by a broken
-      // compiler): replace it once.
-      warn(fmt::format("kvgen: warning: cached binary of '{}' does not "
-                       "load ({}); recompiling",
-                       e.name, st.message));
-      std::shared_ptr<DiskCache> cache;
-      {
-        std::lock_guard<std::mutex> g(mutex);
-        cache = disk;
-      }
-      if (cache->evict(key))
-        ++evictions;
-      st = getBinary(e, source, key, true, &binary, &fromDisk);
-      if (st.isOk())
-        st = backend->load(binary, e.name,
-                           uint32_t(e.geometry.dynamicSmemBytes),
-                           e.geometry.dependentLaunch != 0, &k->module);
+  // The `_pdl` twin: compiled on its first launch, or now where a launch
+  // inside a CUDA graph capture could not load it (a CUDA driver before
+  // 12.3), so that no such launch loads a module.
+  if (e.geometry.dependentLaunch &&
+      (backend->launchFlags() & KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT)) {
+    k->twinSource = source;
+    if (!backend->loadsDuringCapture()) {
+      st = obtainTwin(k.get());
+      if (!st.isOk())
+        return st;
     }
-    lastLoadMs = msSince(start);
-    if (!st.isOk())
-      return st;
+  }
+  if (backend->canLaunch()) {
     // The context's error word, which launches without an error_flag get,
     // is allocated now rather than on the first such launch: that launch
     // may be inside a CUDA graph capture, where the allocation and the
@@ -458,6 +468,79 @@ Status kvgen_context_s::obtain(const KernelEntry &e, const std::string &source,
   kernels.push_back(std::move(k));
   byContent.emplace(key, raw);
   *out = raw;
+  return Status::ok();
+}
+
+Status kvgen_context_s::compileAndLoad(const KernelEntry &e,
+                                       const std::string &source,
+                                       const Digest &key,
+                                       std::unique_ptr<LoadedModule> *module) {
+  std::string binary;
+  bool fromDisk = false;
+  Status st = getBinary(e, source, key, false, &binary, &fromDisk);
+  if (!st.isOk() || !backend->canLaunch())
+    return st;
+  auto start = std::chrono::steady_clock::now();
+  st = backend->load(binary, e.name, uint32_t(e.geometry.dynamicSmemBytes),
+                     module);
+  if (!st.isOk() && fromDisk) {
+    // A verified entry that does not load (e.g. written by a broken
+    // compiler): replace it once.
+    warn(fmt::format("kvgen: warning: cached binary of '{}' does not "
+                     "load ({}); recompiling",
+                     e.name, st.message));
+    std::shared_ptr<DiskCache> cache;
+    {
+      std::lock_guard<std::mutex> g(mutex);
+      cache = disk;
+    }
+    if (cache->evict(key))
+      ++evictions;
+    st = getBinary(e, source, key, true, &binary, &fromDisk);
+    if (st.isOk())
+      st = backend->load(binary, e.name, uint32_t(e.geometry.dynamicSmemBytes),
+                         module);
+  }
+  lastLoadMs = msSince(start);
+  return st;
+}
+
+Status kvgen_context_s::obtainTwin(kvgen_kernel_s *k) {
+  if (k->twinDone.load(std::memory_order_acquire))
+    return Status::ok();
+  KernelEntry e = k->entry;
+  e.name += kDependentLaunchEntrySuffix;
+  const std::string &source = k->twinSource;
+  // A source emitted before the twin existed (NAME only): nothing to
+  // compile.
+  if (source.find(" " + e.name + "(") == std::string::npos)
+    return Status::error(
+        KVGEN_ERROR_LOAD,
+        fmt::format("the source of '{0}' has no entry '{1}' for "
+                    "programmatic dependent launches (a source emitted "
+                    "before kvgen split that entry off: emit it again); "
+                    "nothing was launched",
+                    k->entry.name, e.name));
+  Status st = compileAndLoad(e, source, contentKey(e, source), &k->twinModule);
+  if (!st.isOk())
+    return Status::error(
+        st.code, fmt::format("kernel '{}': its entry '{}' for programmatic "
+                             "dependent launches: {}; nothing was launched",
+                             k->entry.name, e.name, st.message));
+  k->twinSource = std::string(); // not needed again: free it
+  k->twinDone.store(true, std::memory_order_release);
+  return Status::ok();
+}
+
+Status kvgen_context_s::dependentModule(kvgen_kernel_s *k,
+                                        LoadedModule **out) {
+  if (!k->twinDone.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> compileGuard(compileMutex);
+    Status st = obtainTwin(k);
+    if (!st.isOk())
+      return st;
+  }
+  *out = k->twinModule.get();
   return Status::ok();
 }
 
@@ -1237,7 +1320,16 @@ kvgen_status kvgen_launch_ex(kvgen_kernel k, const void *args,
     return report(st);
   if (shape.grid == 0)
     return succeed();
-  if (!k->module)
+  // A programmatic dependent launch runs the kernel's `_pdl` twin,
+  // compiled and loaded on the first such launch (compile-only contexts
+  // compile it, then stop below).
+  LoadedModule *module = k->module.get();
+  if (flags & KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT) {
+    Status ts = k->ctx->dependentModule(k, &module);
+    if (!ts.isOk())
+      return report(ts);
+  }
+  if (!module)
     return fail(KVGEN_ERROR_COMPILE_ONLY,
                 fmt::format("kernel '{}' belongs to a compile-only context",
                             k->entry.name));
@@ -1267,13 +1359,13 @@ kvgen_status kvgen_launch_ex(kvgen_kernel k, const void *args,
       std::memcpy(copy, args, size_t(argsSize));
       std::memcpy(copy + k->errorFlag->offset, &word, sizeof word);
       k->usedErrorWord.store(true, std::memory_order_relaxed);
-      return report(k->module->launch(copy, size_t(argsSize),
-                                      uint32_t(shape.grid),
-                                      uint32_t(shape.block), stream, flags));
+      return report(module->launch(copy, size_t(argsSize),
+                                   uint32_t(shape.grid), uint32_t(shape.block),
+                                   stream, flags));
     }
   }
-  return report(k->module->launch(args, size_t(argsSize), uint32_t(shape.grid),
-                                  uint32_t(shape.block), stream, flags));
+  return report(module->launch(args, size_t(argsSize), uint32_t(shape.grid),
+                               uint32_t(shape.block), stream, flags));
 }
 
 kvgen_status kvgen_launch(kvgen_kernel k, const void *args, uint64_t argsSize,

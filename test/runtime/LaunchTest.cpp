@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <dirent.h>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -441,41 +444,117 @@ TEST_F(Validation, LaunchOptionsOnTheHostBackend) {
   }
 }
 
+// The test kernel `name` as an emitted source with dependent_launch has it:
+// the plain entry NAME and its twin NAME_pdl, each in its guard (Launch.h
+// kOneEntryMacro). The twin's body is the plain one (no device here).
+std::string twinKernelSource(const std::string &name, const KernelSpec &spec) {
+  const std::string marker = "extern \"C\" __global__ void ";
+  auto split = [&](const std::string &entry, std::string *fn) {
+    std::string src = test::cudaKernelSource(entry, spec);
+    size_t at = src.find(marker + entry + "(");
+    *fn = src.substr(at);
+    return src.substr(0, at);
+  };
+  auto guard = [](const std::string &entry, const std::string &fn) {
+    return "#if !defined(KVGEN_ONE_ENTRY) || defined(KVGEN_ENTRY_" + entry +
+           ")\n" + fn + "\n#endif\n";
+  };
+  std::string plain, twin;
+  std::string prefix = split(name, &plain);
+  split(name + kDependentLaunchEntrySuffix, &twin);
+  return prefix + guard(name, plain) +
+         guard(name + kDependentLaunchEntrySuffix, twin);
+}
+
+// The .kvbin files of `dir`: how many hold `symbol` (NUL-terminated, as in
+// an ELF string table).
+int binariesWithSymbol(const std::string &dir, const std::string &symbol) {
+  std::string out;
+  int n = 0;
+  const std::string needle = symbol + std::string(1, '\0');
+  if (DIR *d = ::opendir(dir.c_str())) {
+    while (struct dirent *e = ::readdir(d)) {
+      std::string file = e->d_name;
+      if (file.size() < 6 || file.substr(file.size() - 6) != ".kvbin")
+        continue;
+      std::ifstream in(dir + "/" + file, std::ios::binary);
+      std::string bytes((std::istreambuf_iterator<char>(in)),
+                        std::istreambuf_iterator<char>());
+      n += bytes.find(needle) != std::string::npos;
+    }
+    ::closedir(d);
+  }
+  return n;
+}
+
 // On a compile-only CUDA context for sm_90 (NVRTC only, no device): a
 // kernel whose bundle entry has dependent_launch reports and accepts the
 // flag (the launch then ends at the compile-only check), one without it
 // refuses the flag. Skips where NVRTC cannot be loaded.
+//
+// The twin is compiled lazily: obtaining the kernel compiles its plain
+// entry only (one compile, a binary without NAME_pdl); the first
+// programmatic dependent launch compiles NAME_pdl once (a second binary,
+// keyed apart, holding that entry only), later ones nothing; a new context
+// reads both from the disk cache. A source without the twin (emitted
+// before it existed) fails that launch with KVGEN_ERROR_LOAD, compiling
+// nothing.
 TEST(LaunchOptions, ProgrammaticDependentFollowsThePlan) {
   Context ctx;
   Status s = Context::createCompileOnly(KVGEN_BACKEND_CUDA, "sm_90", &ctx);
   if (!s)
     GTEST_SKIP() << "NVRTC unavailable here: " << s.message;
   test::TempDir tmp;
-  ASSERT_TRUE(ctx.setCacheDir(tmp.path() + "/cache").ok());
+  const std::string cache = tmp.path() + "/cache";
+  ASSERT_TRUE(ctx.setCacheDir(cache).ok());
   LayoutDesc l = test::mimoLayout(16);
   KernelSpec rc = KernelSpec::make(KernelOp::ReshapeAndCache, l);
   KernelEntry with = test::testEntry("kv_rc_pdl", "sm_90", rc, "a.cu");
   with.geometry.dependentLaunch = 1;
   KernelEntry without = test::testEntry("kv_rc_plain", "sm_90", rc, "b.cu");
+  KernelEntry old = test::testEntry("kv_rc_old", "sm_90", rc, "c.cu");
+  old.geometry.dependentLaunch = 1;
   ASSERT_FALSE(writeBundle(tmp.path() + "/b",
-                           {{with, test::cudaKernelSource("kv_rc_pdl", rc)},
+                           {{with, twinKernelSource("kv_rc_pdl", rc)},
                             {without,
-                             test::cudaKernelSource("kv_rc_plain", rc)}})
+                             test::cudaKernelSource("kv_rc_plain", rc)},
+                            {old, test::cudaKernelSource("kv_rc_old", rc)}})
                    .has_value());
   ASSERT_TRUE(ctx.loadBundle(tmp.path() + "/b").ok());
-  Kernel kw, kp;
+  auto compiles = [](const Context &c) {
+    kvgen_cache_stats st{};
+    EXPECT_TRUE(c.stats(&st).ok());
+    return st.compiles;
+  };
+  Kernel kw, kp, ko;
   s = ctx.getKernel("kv_rc_pdl", &kw);
   ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_EQ(compiles(ctx), 1u);
+  EXPECT_EQ(binariesWithSymbol(cache, "kv_rc_pdl"), 1);
+  EXPECT_EQ(binariesWithSymbol(cache, "kv_rc_pdl_pdl"), 0);
   s = ctx.getKernel("kv_rc_plain", &kp);
   ASSERT_TRUE(s.ok()) << s.message;
   EXPECT_EQ(kw.launchFlags(), uint32_t(KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT));
   EXPECT_EQ(kp.launchFlags(), 0u);
+  EXPECT_EQ(compiles(ctx), 2u);
   Buffers buf(l, 4, 8);
   for (int64_t t = 0; t < 8; ++t)
     buf.slots[size_t(t)] = t;
   kvgen_reshape_and_cache_args a = buf.writeArgs();
+  // A launch of no work compiles nothing.
+  kvgen_reshape_and_cache_args none = a;
+  none.num_tokens = 0;
+  EXPECT_EQ(kw.launch(none, nullptr, KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT).code,
+            KVGEN_SUCCESS);
+  EXPECT_EQ(compiles(ctx), 2u);
   s = kw.launch(a, nullptr, KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT);
   EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE_ONLY) << s.message;
+  EXPECT_EQ(compiles(ctx), 3u);
+  EXPECT_EQ(binariesWithSymbol(cache, "kv_rc_pdl"), 1);
+  EXPECT_EQ(binariesWithSymbol(cache, "kv_rc_pdl_pdl"), 1);
+  s = kw.launch(a, nullptr, KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT);
+  EXPECT_EQ(s.code, KVGEN_ERROR_COMPILE_ONLY) << s.message;
+  EXPECT_EQ(compiles(ctx), 3u);
   s = kp.launch(a, nullptr, KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT);
   EXPECT_EQ(s.code, KVGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(s.message.find("'kv_rc_plain' (target sm_90) cannot take a "
@@ -485,6 +564,32 @@ TEST(LaunchOptions, ProgrammaticDependentFollowsThePlan) {
   // Without the flag both pass the checks and stop at compile-only.
   EXPECT_EQ(kp.launch(a).code, KVGEN_ERROR_COMPILE_ONLY);
   EXPECT_EQ(kw.launch(a).code, KVGEN_ERROR_COMPILE_ONLY);
+  // A source without the twin: its plain entry compiles; a programmatic
+  // dependent launch is refused by name, with nothing compiled for it.
+  s = ctx.getKernel("kv_rc_old", &ko);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_EQ(compiles(ctx), 4u);
+  s = ko.launch(a, nullptr, KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT);
+  EXPECT_EQ(s.code, KVGEN_ERROR_LOAD) << s.message;
+  EXPECT_NE(s.message.find("the source of 'kv_rc_old' has no entry "
+                           "'kv_rc_old_pdl'"),
+            std::string::npos)
+      << s.message;
+  EXPECT_EQ(compiles(ctx), 4u);
+  // Another context on the same cache: both entries are disk hits.
+  Context again;
+  ASSERT_TRUE(
+      Context::createCompileOnly(KVGEN_BACKEND_CUDA, "sm_90", &again).ok());
+  ASSERT_TRUE(again.setCacheDir(cache).ok());
+  ASSERT_TRUE(again.loadBundle(tmp.path() + "/b").ok());
+  Kernel kw2;
+  ASSERT_TRUE(again.getKernel("kv_rc_pdl", &kw2).ok());
+  EXPECT_EQ(kw2.launch(a, nullptr, KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT).code,
+            KVGEN_ERROR_COMPILE_ONLY);
+  kvgen_cache_stats st{};
+  ASSERT_TRUE(again.stats(&st).ok());
+  EXPECT_EQ(st.compiles, 0u);
+  EXPECT_EQ(st.disk_hits, 2u);
 }
 
 TEST_F(Validation, GatherChecksFieldsInStructOrder) {

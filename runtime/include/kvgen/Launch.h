@@ -49,6 +49,12 @@ namespace kvgen {
 /// docs/performance.md, "Programmatic dependent launch"). The runtime
 /// launches the suffixed entry for KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT.
 constexpr const char *kDependentLaunchEntrySuffix = "_pdl";
+
+/// Each entry of such a source sits in `#if !defined(KVGEN_ONE_ENTRY) ||
+/// defined(KVGEN_ENTRY_<entry>)`: the CUDA backend compiles one entry at a
+/// time (-DKVGEN_ONE_ENTRY -DKVGEN_ENTRY_<entry>; docs/runtime.md).
+constexpr const char *kOneEntryMacro = "KVGEN_ONE_ENTRY";
+constexpr const char *kEntryMacroPrefix = "KVGEN_ENTRY_";
 #endif
 
 /// How a compiled kernel is launched.

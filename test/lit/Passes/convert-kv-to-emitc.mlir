@@ -31,6 +31,9 @@
 // CHECK-SAME: static constexpr bool dependent_launch = true;
 // The options of kvgen/Ops.def, from the op's attributes of those names.
 // CHECK-NEXT: emitc.verbatim "struct mimo_write_options {\0A  typedef kvgen::dt_bf16 io;\0A  typedef int64_t slots;\0A  static constexpr bool unchecked = false;\0A};"
+// With dependent_launch each entry sits in its own guard (Launch.h
+// kOneEntryMacro): the runtime compiles the one a launch needs.
+// CHECK-NEXT: emitc.verbatim "#if !defined(KVGEN_ONE_ENTRY) || defined(KVGEN_ENTRY_mimo_write)"
 // The plan stays on the kernel; the larger of its two block sizes (here
 // threads) is the launch bound.
 // CHECK-NEXT: emitc.func @mimo_write(%[[ARGS:.*]]: !emitc.opaque<"kvgen_reshape_and_cache_args">)
@@ -43,10 +46,14 @@
 // launches (Launch.h kDependentLaunchEntrySuffix): the wait first, the
 // same body, no plan attribute (printers list the kernel once).
 // CHECK-NEXT: }
+// CHECK-NEXT: emitc.verbatim "#endif"
+// CHECK-NEXT: emitc.verbatim "#if !defined(KVGEN_ONE_ENTRY) || defined(KVGEN_ENTRY_mimo_write_pdl)"
 // CHECK-NEXT: emitc.func @mimo_write_pdl(%[[PARGS:.*]]: !emitc.opaque<"kvgen_reshape_and_cache_args">) attributes {specifiers = ["extern \22C\22", "__global__", "KVGEN_LAUNCH_BOUNDS([[T]])"]}
 // CHECK-NEXT: call_opaque "kvgen::dependentLaunchBegin"() {template_args = [#emitc.opaque<"mimo_write_plan">]} : () -> ()
 // CHECK-NEXT: call_opaque "kvgen::reshape_and_cache"(%[[PARGS]]) {template_args = [#emitc.opaque<"mimo_write_layout">, #emitc.opaque<"mimo_write_plan">, #emitc.opaque<"mimo_write_options">]}
 // CHECK-NEXT: return
+// CHECK-NEXT: }
+// CHECK-NEXT: emitc.verbatim "#endif"
 // CHECK-NOT: kv.reshape_and_cache
 // The host target adds the entry the CPU runs the kernel through.
 // HOST: struct mimo_write_plan {
@@ -55,6 +62,7 @@
 // HOST-SAME: streaming_stores = false>
 // HOST-NEXT: call_opaque "kvgen::reshape_and_cache"
 // HOST-NOT: _pdl
+// HOST-NOT: KVGEN_ONE_ENTRY
 // HOST: verbatim "extern \22C\22 void mimo_write_host_launch(const void *args, unsigned grid_x, unsigned block_x) {\0A  kvgen::hostLaunch(mimo_write, args, grid_x, block_x);\0A}"
 kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16, dtype = bf16>,
@@ -78,6 +86,7 @@ kv.reshape_and_cache @mimo_write : #kv.layout<num_kv_heads = 4,
 // CHECK-SAME: static constexpr int vector_bytes = 8, vec = 8;
 // CHECK-SAME: cache_proven = false, hw_fp8 = true, streaming_stores = true;
 // CHECK-NEXT: emitc.verbatim "struct fp8_read_options {\0A  typedef kvgen::dt_f32 io;\0A  typedef int32_t slots;\0A  static constexpr bool dequantize = true;\0A  static constexpr bool unchecked = true;\0A};"
+// CHECK-NEXT: emitc.verbatim "#if !defined(KVGEN_ONE_ENTRY) || defined(KVGEN_ENTRY_fp8_read)"
 // CHECK-NEXT: emitc.func @fp8_read(%[[ARGS:.*]]: !emitc.opaque<"kvgen_gather_args">)
 // CHECK-NEXT: call_opaque "kvgen::gather"(%[[ARGS]]) {template_args = [#emitc.opaque<"fp8_read_layout">, #emitc.opaque<"fp8_read_plan">, #emitc.opaque<"fp8_read_options">]}
 kv.gather @fp8_read : #kv.layout<num_kv_heads = 4, head_size_k = 192,

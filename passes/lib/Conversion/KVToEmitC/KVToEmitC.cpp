@@ -340,14 +340,30 @@ struct KernelSpecLowering
       emitc::ReturnOp::create(rewriter, loc, Value{});
       return fn;
     };
+    // With dependent_launch, each of the two entries in its own guard
+    // (Launch.h kOneEntryMacro): the runtime compiles the one a launch
+    // needs. A kernel with one entry has no guard.
+    const bool twin = plan.getDependentLaunch();
+    auto guarded = [&](StringRef fnName, bool dependent) {
+      if (twin)
+        emitc::VerbatimOp::create(
+            rewriter, loc,
+            llvm::formatv("#if !defined({0}) || defined({1}{2})",
+                          kOneEntryMacro, kEntryMacroPrefix, fnName)
+                .str());
+      emitc::FuncOp f = makeEntry(fnName, dependent);
+      if (twin)
+        emitc::VerbatimOp::create(rewriter, loc, "#endif");
+      return f;
+    };
     // The kernel: the plan stays on it (printers and runtimes read the
     // launch geometry from it). No prologue: a plain launch pays nothing.
-    emitc::FuncOp fn = makeEntry(name, false);
+    emitc::FuncOp fn = guarded(name, false);
     fn->setAttr(KVDialect::kPlanAttrName, plan);
     // With dependent_launch, the entry for programmatic dependent launches
     // (Launch.h kDependentLaunchEntrySuffix), which waits first.
-    if (plan.getDependentLaunch())
-      makeEntry((name + kDependentLaunchEntrySuffix).str(), true);
+    if (twin)
+      guarded((name + kDependentLaunchEntrySuffix).str(), true);
     if (target->vendor() == Vendor::Host) {
       // The CPU runs the kernel through this entry (target_host.h).
       emitc::VerbatimOp::create(
