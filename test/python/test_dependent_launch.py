@@ -109,15 +109,15 @@ class Nvrtc:
             getattr(L, f).argtypes = [vp, ctypes.c_char_p]
         L.nvrtcDestroyProgram.argtypes = [ctypes.POINTER(vp)]
 
-    def ptx(self, source, arch):
+    def ptx(self, source, arch, extra=()):
         """(return code, log, PTX) with the runtime's options
-        (BackendCuda.cpp)."""
+        (BackendCuda.cpp) and `extra`."""
         L = self.lib
         prog = ctypes.c_void_p()
         assert L.nvrtcCreateProgram(ctypes.byref(prog), source.encode(),
                                     b"k.cu", 0, None, None) == 0
         opts = [f"--gpu-architecture=compute_{arch[3:]}".encode(),
-                b"-std=c++17"]
+                b"-std=c++17"] + [o.encode() for o in extra]
         argv = (ctypes.c_char_p * len(opts))(*opts)
         rc = L.nvrtcCompileProgram(prog, len(opts), argv)
         n = ctypes.c_size_t()
@@ -171,6 +171,25 @@ def test_nvrtc_ptx_waits_before_the_first_global_access(tmp_path, nvrtc, op,
     for access in ("ld.global", "st.global", "atom.global"):
         first = body.find(access)
         assert first < 0 or first > wait, (access, body[:wait])
+    # The runtime compiles one entry at a time (Launch.h kOneEntryMacro,
+    # BackendCuda.cpp compile): each define set keeps exactly its entry,
+    # whose PTX is that entry's PTX of the whole source.
+    for entry, other in ((name, name + "_pdl"), (name + "_pdl", name)):
+        rc, log, one = nvrtc.ptx(src, "sm_90", ["-DKVGEN_ONE_ENTRY",
+                                                f"-DKVGEN_ENTRY_{entry}"])
+        assert rc == 0 and log == "", log
+        assert f".entry {other}(" not in one
+        def fn(text):
+            # The entry up to its closing brace, its labels without the
+            # function's index, without declarations of shared buffers
+            # (module-scope where two entries use one, in the entry where
+            # it is alone: NVVM's "demoted variable", the block copies').
+            body = _entry_body(text, entry)
+            body = re.sub(r"(\$L__BB|__local_depot)\d+", r"\1", body)
+            body = body[:body.rindex("\n}\n")]
+            return [l for l in body.splitlines() if l.strip() and
+                    not re.match(r"\s*(// demoted variable|\.shared )", l)]
+        assert fn(one) == fn(ptx)
     # sm_80: the same op without either instruction, and no dependent_launch
     # in its plan.
     src80 = _emit(tmp_path, op, layout, flags, "sm_80")
@@ -269,6 +288,63 @@ def test_binding_follows_the_plan_on_compile_only_cuda():
         assert e.value.status == COMPILE_ONLY
     c90.close()
     c80.close()
+
+
+def _binaries_with(cache_dir, symbol):
+    """How many disk cache entries hold `symbol` as an ELF string (NUL
+    after it: a cubin's symbol or section name; sources never have one)."""
+    needle = symbol.encode() + b"\0"
+    return sum(needle in p.read_bytes()
+               for p in Path(cache_dir).iterdir() if p.is_file())
+
+
+def test_twin_is_compiled_on_the_first_pdl_launch(tmp_path):
+    """A cold kernel compiles its plain entry only (one NVRTC compile, a
+    cubin without NAME_pdl); its first programmatic dependent launch
+    compiles the twin once, into a binary of its own; a new context on the
+    same disk cache reads both."""
+    _need_generator()
+    cache = tmp_path / "cache"
+    try:
+        ctx = kvgen.Context.compile_only("cuda", "sm_90",
+                                         cache_dir=str(cache))
+    except (OSError, kvgen.KvgenError) as e:
+        pytest.skip(f"no compile-only CUDA context (NVRTC): {e}")
+    k = ctx.kernel("reshape_and_cache", MIMO, io_dtype="bf16")
+    assert k.dependent_launch
+    assert ctx.stats()["compiles"] == 1
+    assert _binaries_with(cache, k.name) == 1
+    assert _binaries_with(cache, k.name + "_pdl") == 0
+    a = k.args_struct()
+    for i, f in enumerate(("key", "value", "key_cache", "value_cache",
+                           "slot_mapping")):
+        setattr(a, f, (i + 1) << 20)
+    a.num_tokens, a.num_blocks = 3, 4
+    a.key_stride_token, a.key_stride_head = 4 * 192, 192
+    a.value_stride_token, a.value_stride_head = 4 * 128, 128
+    a.key_cache_bytes = MIMO.extent_bytes("k", 4)
+    a.value_cache_bytes = MIMO.extent_bytes("v", 4)
+    # A plain launch compiles nothing more.
+    with pytest.raises(kvgen.KvgenError) as e:
+        k.launch_raw(a, 0)
+    assert e.value.status == COMPILE_ONLY
+    assert ctx.stats()["compiles"] == 1
+    for _ in range(2):
+        with pytest.raises(kvgen.KvgenError) as e:
+            k.launch_raw(a, 0, pdl=True)
+        assert e.value.status == COMPILE_ONLY, e.value
+        assert ctx.stats()["compiles"] == 2
+    assert _binaries_with(cache, k.name + "_pdl") == 1
+    assert _binaries_with(cache, k.name) == 1  # the plain binary only
+    ctx.close()
+    again = kvgen.Context.compile_only("cuda", "sm_90", cache_dir=str(cache))
+    k2 = again.kernel("reshape_and_cache", MIMO, io_dtype="bf16")
+    with pytest.raises(kvgen.KvgenError) as e:
+        k2.launch_raw(a, 0, pdl=True)
+    assert e.value.status == COMPILE_ONLY
+    st = again.stats()
+    assert st["compiles"] == 0 and st["disk_hits"] == 2, st
+    again.close()
 
 
 def test_host_backend_refuses_pdl_and_writes_nothing(kernel_cache):
