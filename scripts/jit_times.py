@@ -14,10 +14,16 @@ machine, unlike wall time):
              code generator);
   cubin_ms   NVRTC to a cubin with the runtime's options
              (runtime/src/BackendCuda.cpp options(), --split-compile=0
-             included), what a cold kvgen_context_get_kernel compiles
-             before cuModuleLoadData (cubin_ms - ptx_ms: ptxas, about);
-  one_ms     the same with the source's `_pdl` entry removed (the cost of
-             the programmatic-dependent-launch twin is cubin_ms - one_ms);
+             included, and its entry defines -DKVGEN_ONE_ENTRY
+             -DKVGEN_ENTRY_<name>: the plain entry only, Launch.h
+             kOneEntryMacro), what a cold kvgen_context_get_kernel
+             compiles before cuModuleLoadData (cubin_ms - ptx_ms: ptxas,
+             about);
+  twin_ms    the same for the `_pdl` entry (-DKVGEN_ENTRY_<name>_pdl):
+             what the kernel's first programmatic dependent launch
+             compiles ('-': no twin);
+  both_ms    the whole source (both entries) to a cubin: what the runtime
+             compiled before it compiled one entry at a time;
   t_fe/t_opt/t_as  NVRTC's own --time phases of the cubin compile (front
              end, NVVM optimizer, ptxas; ms of wall time, so inflated on a
              loaded machine);
@@ -32,10 +38,16 @@ process's result.
   python3 scripts/jit_times.py --kvgen build/bin/kvgen --presets all \\
       --repeat 3 [--options '-Xptxas -O1 ...'] [--json out.json]
 
+The fe, ptx and cubin columns and the phases, sizes and registers are of
+the plain entry (the runtime's entry defines; a source emitted before the
+entry guards has none, so they cover its every entry).
+
 --base KVGEN [--base-lib DIR] instead compares two builds: each preset
 kernel emitted by both, the two sources compiled to cubins in turn
-(--repeat times each, runtime options), the median CPU ms of each and
-whether their PTX is the same:
+(--repeat times each, runtime options and entry defines for the plain
+entry: what a cold kvgen_context_get_kernel of each build compiles), the
+median CPU ms of each, the new build's twin (twin_ms, as above), and
+whether their PTX (whole sources, no entry defines) is the same:
 
   python3 scripts/jit_times.py --base /tmp/base/bin/kvgen \\
       --base-lib /tmp/base/lib --kvgen build/bin/kvgen --repeat 7
@@ -68,12 +80,23 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import compare_ptx as C  # noqa: E402  (scripts/compare_ptx.py)
 
-PDL_ENTRY = re.compile(r'^extern "C" __global__[^\n]*_pdl\([^\n]*\{\n'
-                       r'(?:.*\n)*?\}\n', re.M)
-
-
 # runtime/src/BackendCuda.cpp options() after --gpu-architecture.
 RUNTIME_OPTIONS = ["-std=c++17", "--split-compile=0"]
+# The programmatic-dependent-launch twin's suffix (Launch.h
+# kDependentLaunchEntrySuffix).
+PDL_SUFFIX = "_pdl"
+
+
+def entry_defines(entry):
+    """What BackendCuda.cpp compile() adds for `entry` (Launch.h
+    kOneEntryMacro, kEntryMacroPrefix)."""
+    return ["-DKVGEN_ONE_ENTRY", f"-DKVGEN_ENTRY_{entry}"]
+
+
+def entry_of(src):
+    """(plain entry name, whether the source has its `_pdl` twin)."""
+    name = re.search(r"kvgen-kernel: name=(\w+)", src).group(1)
+    return name, f" {name}{PDL_SUFFIX}(" in src
 
 
 def cpu_ms():
@@ -218,7 +241,8 @@ def compare_builds(args, nv, specs, cubin_opts, ptx_opts):
     the new build's source (compiled in turn) and whether their PTX is the
     same. Exit status 1 when any PTX differs."""
     rows, differ = [], 0
-    print(f"{'kernel':44s} {'base':>6s} {'new':>6s} {'delta':>6s}  ptx")
+    print(f"{'kernel':44s} {'base':>6s} {'new':>6s} {'delta':>6s} "
+          f"{'twin':>6s}  ptx")
     with tempfile.TemporaryDirectory() as work:
         for label, eargs in specs:
             src = {"base": C.emit(args.base, args.base_lib, args.target, eargs,
@@ -226,18 +250,26 @@ def compare_builds(args, nv, specs, cubin_opts, ptx_opts):
                    "new": C.emit(args.kvgen, args.lib, args.target, eargs,
                                  work)}
             ptx = {w: nvrtc_cpu(nv, src[w], ptx_opts)[1] for w in src}
-            t = {"base": [], "new": []}
+            name, twin = entry_of(src["new"])
+            t = {"base": [], "new": [], "twin": []}
             for _ in range(max(1, args.repeat)):
                 for w in ("base", "new"):
-                    t[w].append(nvrtc_cpu(nv, src[w], cubin_opts)[0])
+                    t[w].append(nvrtc_cpu(nv, src[w], cubin_opts +
+                                          entry_defines(name))[0])
+                if twin:
+                    t["twin"].append(nvrtc_cpu(
+                        nv, src["new"],
+                        cubin_opts + entry_defines(name + PDL_SUFFIX))[0])
             row = {"kernel": label,
                    "base_ms": stat(t["base"], args.stat),
                    "new_ms": stat(t["new"], args.stat),
+                   "twin_ms": stat(t["twin"], args.stat) if twin else None,
                    "same_ptx": ptx["base"] == ptx["new"]}
             differ += not row["same_ptx"]
             rows.append(row)
+            twin_s = f"{row['twin_ms']:6.0f}" if twin else "     -"
             print(f"{label:44s} {row['base_ms']:6.0f} {row['new_ms']:6.0f} "
-                  f"{row['new_ms'] - row['base_ms']:+6.0f}  "
+                  f"{row['new_ms'] - row['base_ms']:+6.0f} {twin_s}  "
                   f"{'same' if row['same_ptx'] else 'DIFFERS'}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
@@ -291,42 +323,46 @@ def main():
     ptx_opts = ["--gpu-architecture=compute_" + arch[3:]] + base
     if args.base:
         return compare_builds(args, nv, specs, cubin_opts, ptx_opts)
-    fe_opts = ptx_opts + ["--fdevice-syntax-only"]
     rows = []
-    print(f"{'kernel':44s} {'fe':>5s} {'ptx':>6s} {'cubin':>6s} {'one':>6s} "
-          f"{'t_fe':>5s} {'t_opt':>5s} {'t_as':>5s} {'src':>5s} {'ptx':>5s} "
-          f"{'cubin':>5s}  regs (plain entry)")
+    print(f"{'kernel':44s} {'fe':>5s} {'ptx':>6s} {'cubin':>6s} {'twin':>6s} "
+          f"{'both':>6s} {'t_fe':>5s} {'t_opt':>5s} {'t_as':>5s} {'src':>5s} "
+          f"{'ptx':>5s} {'cubin':>5s}  regs (plain entry)")
     with tempfile.TemporaryDirectory() as work:
         for label, eargs in specs:
             src = C.emit(args.kvgen, args.lib, args.target, eargs, work)
-            one = PDL_ENTRY.sub("", src)
+            entry, twin = entry_of(src)
+            plain = entry_defines(entry)
             nvrtc_cpu(nv, src, ptx_opts)  # page in / warm NVRTC
-            t = {"fe": [], "ptx": [], "cubin": [], "one": []}
+            t = {"fe": [], "ptx": [], "cubin": [], "twin": [], "both": []}
             ptx = None
             for _ in range(max(1, args.repeat)):
-                t["fe"].append(nvrtc_cpu(nv, src, fe_opts)[0])
-                dt, ptx, _ = nvrtc_cpu(nv, src, ptx_opts)
+                t["fe"].append(nvrtc_cpu(
+                    nv, src, ptx_opts + plain + ["--fdevice-syntax-only"])[0])
+                dt, ptx, _ = nvrtc_cpu(nv, src, ptx_opts + plain)
                 t["ptx"].append(dt)
-                t["cubin"].append(nvrtc_cpu(nv, src, cubin_opts)[0])
-                if one != src:
-                    t["one"].append(nvrtc_cpu(nv, one, cubin_opts)[0])
-            ph = phases(nv, src, cubin_opts)
+                t["cubin"].append(nvrtc_cpu(nv, src, cubin_opts + plain)[0])
+                if twin:
+                    t["twin"].append(nvrtc_cpu(
+                        nv, src,
+                        cubin_opts + entry_defines(entry + PDL_SUFFIX))[0])
+                    t["both"].append(nvrtc_cpu(nv, src, cubin_opts)[0])
+            ph = phases(nv, src, cubin_opts + plain)
             cubin_bytes, regs = ptxas_v(ptx, args.target)
-            entry = re.search(r"kvgen-kernel: name=(\w+)", src).group(1)
             row = {"kernel": label, "entry": entry,
                    "fe_ms": stat(t["fe"], args.stat),
                    "ptx_ms": stat(t["ptx"], args.stat),
                    "cubin_ms": stat(t["cubin"], args.stat),
-                   "one_entry_ms": stat(t["one"], args.stat)
-                   if t["one"] else None,
+                   "twin_ms": stat(t["twin"], args.stat) if twin else None,
+                   "both_ms": stat(t["both"], args.stat) if twin else None,
                    "phases_ms": ph, "source_bytes": len(src),
                    "ptx_bytes": len(ptx), "cubin_bytes": cubin_bytes,
                    "entries": len(regs), "regs": regs}
             rows.append(row)
-            one_s = f"{row['one_entry_ms']:6.0f}" if t["one"] else "     -"
+            tw = (f"{row['twin_ms']:6.0f} {row['both_ms']:6.0f}" if twin
+                  else "     -      -")
             print(f"{label:44s} {row['fe_ms']:5.0f} {row['ptx_ms']:6.0f} "
                   f"{row['cubin_ms']:6.0f} "
-                  f"{one_s} {ph.get('CUDA C++ Frontend', 0):5.0f} "
+                  f"{tw} {ph.get('CUDA C++ Frontend', 0):5.0f} "
                   f"{ph.get('NVVM Optimizer', 0):5.0f} "
                   f"{ph.get('PTX Translation', 0):5.0f} "
                   f"{len(src) / 1024:5.0f} {len(ptx) / 1024:5.0f} "

@@ -14,6 +14,11 @@ then calls griddepcontrol.launch_dependents. Here:
   compile-only check, one of a kernel without the plan is refused with
   KVGEN_ERROR_INVALID_ARGUMENT, as on the host backend, where nothing is
   written.
+* The runtime compiles one entry at a time (-DKVGEN_ONE_ENTRY
+  -DKVGEN_ENTRY_<entry>, Launch.h kOneEntryMacro): each define set keeps
+  its entry alone, with the PTX that entry has in the whole source; a cold
+  kernel compiles its plain entry only and its first pdl launch the twin,
+  once, into a disk cache entry of its own.
 
 Kernels come from the generator library (libkvgen-generator.so) and the
 `kvgen` CLI of the build; skipped, with the reason, without them or NVRTC.
@@ -232,6 +237,22 @@ def _write_tensors(lay, T=3, nb=4):
     return key, value, kc, vc, slots, nb
 
 
+def _stand_in_write_args(k):
+    """Arguments of a MIMO reshape_and_cache kernel `k` of a compile-only
+    context, which never dereferences device pointers (the runtime validates
+    the struct, then stops): aligned stand-ins, 3 tokens, 4 blocks."""
+    a = k.args_struct()
+    for i, f in enumerate(("key", "value", "key_cache", "value_cache",
+                           "slot_mapping")):
+        setattr(a, f, (i + 1) << 20)
+    a.num_tokens, a.num_blocks = 3, 4
+    a.key_stride_token, a.key_stride_head = 4 * 192, 192
+    a.value_stride_token, a.value_stride_head = 4 * 128, 128
+    a.key_cache_bytes = MIMO.extent_bytes("k", 4)
+    a.value_cache_bytes = MIMO.extent_bytes("v", 4)
+    return a
+
+
 def test_binding_follows_the_plan_on_compile_only_cuda():
     """sm_90 kernels (NVRTC-compiled by the runtime, warnings fatal) report
     and accept a programmatic dependent launch; sm_80 kernels and sm_90
@@ -250,20 +271,7 @@ def test_binding_follows_the_plan_on_compile_only_cuda():
     assert not att.dependent_launch
     w90 = c90.kernel("reshape_and_cache", MIMO, io_dtype="bf16")
     w80 = c80.kernel("reshape_and_cache", MIMO, io_dtype="bf16")
-    # Device pointers are never dereferenced on a compile-only context: the
-    # runtime validates the struct, then stops. Aligned stand-ins.
-    args = {}
-    for k in (w90, w80):
-        a = k.args_struct()
-        for i, f in enumerate(("key", "value", "key_cache", "value_cache",
-                               "slot_mapping")):
-            setattr(a, f, (i + 1) << 20)
-        a.num_tokens, a.num_blocks = 3, 4
-        a.key_stride_token, a.key_stride_head = 4 * 192, 192
-        a.value_stride_token, a.value_stride_head = 4 * 128, 128
-        a.key_cache_bytes = MIMO.extent_bytes("k", 4)
-        a.value_cache_bytes = MIMO.extent_bytes("v", 4)
-        args[k.name] = a
+    args = {k.name: _stand_in_write_args(k) for k in (w90, w80)}
     # Accepted: the launch gets past the flag check to the compile-only one.
     with pytest.raises(kvgen.KvgenError) as e:
         w90.launch_raw(args[w90.name], 0, pdl=True)
@@ -315,15 +323,7 @@ def test_twin_is_compiled_on_the_first_pdl_launch(tmp_path):
     assert ctx.stats()["compiles"] == 1
     assert _binaries_with(cache, k.name) == 1
     assert _binaries_with(cache, k.name + "_pdl") == 0
-    a = k.args_struct()
-    for i, f in enumerate(("key", "value", "key_cache", "value_cache",
-                           "slot_mapping")):
-        setattr(a, f, (i + 1) << 20)
-    a.num_tokens, a.num_blocks = 3, 4
-    a.key_stride_token, a.key_stride_head = 4 * 192, 192
-    a.value_stride_token, a.value_stride_head = 4 * 128, 128
-    a.key_cache_bytes = MIMO.extent_bytes("k", 4)
-    a.value_cache_bytes = MIMO.extent_bytes("v", 4)
+    a = _stand_in_write_args(k)
     # A plain launch compiles nothing more.
     with pytest.raises(kvgen.KvgenError) as e:
         k.launch_raw(a, 0)

@@ -85,7 +85,9 @@ typedef struct kvgen_kernel_s *kvgen_kernel;
 typedef struct kvgen_cache_stats {
   uint64_t memory_hits;   /**< get_kernel answered from memory */
   uint64_t disk_hits;     /**< binary read from a valid disk entry */
-  uint64_t compiles;      /**< sources compiled */
+  uint64_t compiles;      /**< entries compiled (a kernel's plain entry;
+                               its `_pdl` twin on its first programmatic
+                               dependent launch: kvgen_launch_flag) */
   uint64_t disk_writes;   /**< entries published to the disk cache */
   uint64_t evictions;     /**< corrupt/truncated disk entries removed */
   double last_compile_ms; /**< wall time of the latest compile */
@@ -407,6 +409,16 @@ typedef enum kvgen_launch_flag {
    * early in turn (it still waits for this whole kernel in its own
    * griddepcontrol.wait). Works in CUDA graph capture (the edge becomes a
    * programmatic dependency).
+   *
+   * Such launches run the kernel's second entry (NAME_pdl), which the
+   * runtime compiles (or reads from the disk cache) and loads on the
+   * kernel's first launch with this flag, not in kvgen_context_get_kernel
+   * (a compile-only context compiles it there, then returns
+   * KVGEN_ERROR_COMPILE_ONLY). That first launch may be inside a CUDA
+   * graph capture: CUDA 12.3+ drivers load modules during a capture; with
+   * an older driver the entry is loaded by kvgen_context_get_kernel
+   * instead. A launch with this flag before the capture keeps the compile
+   * out of it.
    *
    * Accepted only when kvgen_kernel_launch_flags(k) reports it: the
    * kernel's plan has `dependent_launch` (kv-plan sets it on targets with
