@@ -19,9 +19,10 @@
 #   2. the same with the driver's compute cache on, run twice (the second
 #      run is what a machine that compiled the sources before sees) ->
 #      jit_cold_driver_cache.txt.
-#   3. scripts/jit_times.py (NVRTC CPU ms to PTX / cubin, one entry, NVRTC
-#      --time phases, sizes, registers) when the MLIR build's kvgen
-#      (`kvgen emit`) is given -> jit_times.txt / jit_times.json.
+#   3. scripts/jit_times.py (NVRTC CPU ms to PTX / cubin of the plain
+#      entry, of the _pdl twin and of both entries, NVRTC --time phases,
+#      sizes, registers) when the MLIR build's kvgen (`kvgen emit`) is
+#      given -> jit_times.txt / jit_times.json.
 #   4. nproc, lscpu and nvidia-smi for the record -> machine.txt.
 # Exit status: 0 when every step ran (goals met or not: see the summary
 # lines), 1 otherwise.
