@@ -52,7 +52,10 @@ KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT, so the kernel may start while the
 previous kernel on the stream finishes (it waits for that kernel's writes on
 the GPU, in griddepcontrol.wait). Kernel.dependent_launch says whether a
 kernel accepts it; others (the host backend, sm_80/sm_89, paged_attention)
-raise KvgenError (KVGEN_ERROR_INVALID_ARGUMENT) and launch nothing.
+raise KvgenError (KVGEN_ERROR_INVALID_ARGUMENT) and launch nothing. Such
+launches run a second entry of the kernel, which the runtime compiles on
+the kernel's first pdl=True launch (docs/runtime.md): launch once with
+pdl=True before capturing a CUDA graph to keep that compile out of it.
 
 Every launch is validated by the runtime; failures raise KvgenError with the
 runtime's message (kvgen_last_error()). Argument mistakes the binding can see

@@ -532,8 +532,7 @@ Status kvgen_context_s::obtainTwin(kvgen_kernel_s *k) {
   return Status::ok();
 }
 
-Status kvgen_context_s::dependentModule(kvgen_kernel_s *k,
-                                        LoadedModule **out) {
+Status kvgen_context_s::dependentModule(kvgen_kernel_s *k, LoadedModule **out) {
   if (!k->twinDone.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> compileGuard(compileMutex);
     Status st = obtainTwin(k);
@@ -1359,9 +1358,8 @@ kvgen_status kvgen_launch_ex(kvgen_kernel k, const void *args,
       std::memcpy(copy, args, size_t(argsSize));
       std::memcpy(copy + k->errorFlag->offset, &word, sizeof word);
       k->usedErrorWord.store(true, std::memory_order_relaxed);
-      return report(module->launch(copy, size_t(argsSize),
-                                   uint32_t(shape.grid), uint32_t(shape.block),
-                                   stream, flags));
+      return report(module->launch(copy, size_t(argsSize), uint32_t(shape.grid),
+                                   uint32_t(shape.block), stream, flags));
     }
   }
   return report(module->launch(args, size_t(argsSize), uint32_t(shape.grid),

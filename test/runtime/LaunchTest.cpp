@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <thread>
 #include <vector>
 
 using namespace kvgen;
@@ -469,7 +470,6 @@ std::string twinKernelSource(const std::string &name, const KernelSpec &spec) {
 // The .kvbin files of `dir`: how many hold `symbol` (NUL-terminated, as in
 // an ELF string table).
 int binariesWithSymbol(const std::string &dir, const std::string &symbol) {
-  std::string out;
   int n = 0;
   const std::string needle = symbol + std::string(1, '\0');
   if (DIR *d = ::opendir(dir.c_str())) {
@@ -514,12 +514,12 @@ TEST(LaunchOptions, ProgrammaticDependentFollowsThePlan) {
   KernelEntry without = test::testEntry("kv_rc_plain", "sm_90", rc, "b.cu");
   KernelEntry old = test::testEntry("kv_rc_old", "sm_90", rc, "c.cu");
   old.geometry.dependentLaunch = 1;
-  ASSERT_FALSE(writeBundle(tmp.path() + "/b",
-                           {{with, twinKernelSource("kv_rc_pdl", rc)},
-                            {without,
-                             test::cudaKernelSource("kv_rc_plain", rc)},
-                            {old, test::cudaKernelSource("kv_rc_old", rc)}})
-                   .has_value());
+  ASSERT_FALSE(
+      writeBundle(tmp.path() + "/b",
+                  {{with, twinKernelSource("kv_rc_pdl", rc)},
+                   {without, test::cudaKernelSource("kv_rc_plain", rc)},
+                   {old, test::cudaKernelSource("kv_rc_old", rc)}})
+          .has_value());
   ASSERT_TRUE(ctx.loadBundle(tmp.path() + "/b").ok());
   auto compiles = [](const Context &c) {
     kvgen_cache_stats st{};
@@ -590,6 +590,46 @@ TEST(LaunchOptions, ProgrammaticDependentFollowsThePlan) {
   ASSERT_TRUE(again.stats(&st).ok());
   EXPECT_EQ(st.compiles, 0u);
   EXPECT_EQ(st.disk_hits, 2u);
+}
+
+// First programmatic dependent launches of one kernel from several threads
+// at once compile its twin once (the context's compile lock; no disk cache,
+// whose per-entry lock would otherwise turn the others into disk hits).
+TEST(LaunchOptions, ConcurrentFirstDependentLaunchesCompileTheTwinOnce) {
+  Context ctx;
+  Status s = Context::createCompileOnly(KVGEN_BACKEND_CUDA, "sm_90", &ctx);
+  if (!s)
+    GTEST_SKIP() << "NVRTC unavailable here: " << s.message;
+  test::TempDir tmp;
+  ASSERT_TRUE(ctx.setCacheDir("").ok());
+  LayoutDesc l = test::mimoLayout(16);
+  KernelSpec rc = KernelSpec::make(KernelOp::ReshapeAndCache, l);
+  KernelEntry with = test::testEntry("kv_rc_mt", "sm_90", rc, "a.cu");
+  with.geometry.dependentLaunch = 1;
+  ASSERT_FALSE(
+      writeBundle(tmp.path() + "/b", {{with, twinKernelSource("kv_rc_mt", rc)}})
+          .has_value());
+  ASSERT_TRUE(ctx.loadBundle(tmp.path() + "/b").ok());
+  Kernel k;
+  ASSERT_TRUE(ctx.getKernel("kv_rc_mt", &k).ok());
+  Buffers buf(l, 4, 8);
+  for (int64_t t = 0; t < 8; ++t)
+    buf.slots[size_t(t)] = t;
+  const kvgen_reshape_and_cache_args a = buf.writeArgs();
+  std::vector<kvgen_status> got(4, KVGEN_SUCCESS);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < got.size(); ++i)
+    threads.emplace_back([&, i] {
+      got[i] = k.launch(a, nullptr, KVGEN_LAUNCH_PROGRAMMATIC_DEPENDENT).code;
+    });
+  for (std::thread &t : threads)
+    t.join();
+  for (kvgen_status g : got)
+    EXPECT_EQ(g, KVGEN_ERROR_COMPILE_ONLY);
+  kvgen_cache_stats st{};
+  ASSERT_TRUE(ctx.stats(&st).ok());
+  EXPECT_EQ(st.compiles, 2u); // the plain entry, then the twin once
+  EXPECT_EQ(st.disk_hits, 0u);
 }
 
 TEST_F(Validation, GatherChecksFieldsInStructOrder) {
