@@ -96,10 +96,14 @@ def test_ds_mla_write_bit_exact(slots, cache, rows, device):
                                          "fp8_ds_mla",
                                          torch.tensor([1.0], device=dev))
     kt.check_errors(dev)  # every slot in range: nothing reported
-    torch_ref.concat_and_cache_ds_mla(kv_c.cpu(), k_pe.cpu(),
-                                      view(want).cpu(), s.cpu())
+    # The reference writes a CPU copy (on CUDA, view(want).cpu() was a new
+    # tensor: the reference's writes were lost, and all 12 CUDA cases
+    # failed on the H100 with every written byte differing).
+    want = want.cpu()
+    torch_ref.concat_and_cache_ds_mla(kv_c.cpu(), k_pe.cpu(), view(want),
+                                      s.cpu())
     got = base.cpu().view(torch.uint8)
-    exp = want.cpu().view(torch.uint8)
+    exp = want.view(torch.uint8)
     if not torch.equal(got, exp):
         diff = (got != exp).nonzero()
         pytest.fail(f"{len(diff)} bytes differ, first at {diff[:5].tolist()}")
