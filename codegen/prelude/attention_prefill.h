@@ -364,6 +364,20 @@ stageTile(CS *kDst, CS *vDst, const CS *kBase, const CS *vBase,
   }
 }
 
+/// Tile k's buffer in a ring of N (k % N) and the parity of its turn in
+/// that buffer ((k / N) & 1: the tile barriers' phase), advanced one tile
+/// at a time, so that the loops divide no 64-bit tile index by N.
+template <int N> struct StageRing {
+  int stage = 0;
+  unsigned parity = 0;
+  KVGEN_DEVICE inline void next() {
+    if (++stage == N) {
+      stage = 0;
+      parity ^= 1u;
+    }
+  }
+};
+
 /// One CTA of a prefill plan (AttnShape::TILED): CTA_ROWS = 16 x WARPS
 /// rows of one (sequence, kv head), warp w owning rows [16 w, 16 w + 16)
 /// of the tile with its own softmax state over all of the CTA's keys (no
@@ -499,21 +513,28 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
       // on itself.
       kvgenSetMaxRegs<40, false>();
       const unsigned ltid = tid - unsigned(MMA_THREADS);
+      // Tile k's buffer (the release waited for: tile k - STAGES's, the
+      // turn before, parity ^ 1) and tile k - 1's.
+      StageRing<STAGES> fill, last;
       for (int64_t k = 0; k < tiles; ++k) {
         if (k >= STAGES)
-          kvgenTileBarrierWait(&empty[k % STAGES],
-                               unsigned(k / STAGES - 1) & 1u);
-        stage(k, ltid);
+          kvgenTileBarrierWait(&empty[fill.stage], fill.parity ^ 1u);
+        stageTile<KV, typename L::k, typename L::v, BS, !O::unchecked, Order>(
+            sm.k[fill.stage], sm.v[fill.stage], kBase, vBase, kMap, vMap, a,
+            table, t0 + k * KT, ta, tb, kvh, ltid);
+        copyToSharedCommit();
         if (k > 0) {
           copyToSharedWait<1>();
           wgmmaSharedFence();
-          kvgenTileBarrierArrive(&full[(k - 1) % STAGES]);
+          kvgenTileBarrierArrive(&full[last.stage]);
+          last.next();
         }
+        fill.next();
       }
       if (tiles > 0) {
         copyToSharedWait<0>();
         wgmmaSharedFence();
-        kvgenTileBarrierArrive(&full[(tiles - 1) % STAGES]);
+        kvgenTileBarrierArrive(&full[last.stage]);
       }
       return;
     }
@@ -563,11 +584,13 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
       stageAhead(STAGES - 2);
     uint32_t pa[KT / 16][4]; // P of the previous tile
     float s[KT / 8][4];
+    // The buffers of tiles k and k - 1.
+    StageRing<STAGES> cur, prev;
     // Tile k's barrier, loads ahead and mask test (every iteration).
     auto enter = [&](int64_t k) {
       if constexpr (WS) {
 #ifdef KVGEN_TILE_BARRIERS
-        kvgenTileBarrierWait(&full[k % STAGES], unsigned(k / STAGES) & 1u);
+        kvgenTileBarrierWait(&full[cur.stage], cur.parity);
 #endif
       } else {
         copyToSharedWait<(STAGES >= 3 ? STAGES - 3 : 0)>();
@@ -590,13 +613,15 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
       attnSoftmax<S, O, KT / 8>(s, t0, ta, tb, rowPos, rowLo, rowMul, capMul,
                                 quad, m, l, o, unmasked);
       wgmmaPackP<S, KT>(s, pa);
+      prev = cur;
+      cur.next();
     }
     for (int64_t k = 1; k < tiles; ++k) {
       const bool unmasked = enter(k);
       wgmmaFence(); // P and O's rescale before the products read them
-      wgmmaIssueQK<S, KT>(sm.k[k % STAGES], q, s, lane);
+      wgmmaIssueQK<S, KT>(sm.k[cur.stage], q, s, lane);
       wgmmaCommit();
-      wgmmaIssuePV<S, KT>(sm.v[(k - 1) % STAGES], pa, o, lane);
+      wgmmaIssuePV<S, KT>(sm.v[prev.stage], pa, o, lane);
       wgmmaCommit();
       wgmmaWaitPin<1, KT / 8 * 4>(&s[0][0]); // Q K^T done, P V running
       float alpha[2];
@@ -607,14 +632,16 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
 #ifdef KVGEN_TILE_BARRIERS
       if constexpr (WS)
         if (lane == 0) // this warp's products read tile k - 1 no more
-          kvgenTileBarrierArrive(&empty[(k - 1) % STAGES]);
+          kvgenTileBarrierArrive(&empty[prev.stage]);
 #endif
       attnRescaleO<S>(o, alpha);
       wgmmaPackP<S, KT>(s, pa);
+      prev = cur;
+      cur.next();
     }
     if (tiles > 0) {
       wgmmaFence();
-      wgmmaIssuePV<S, KT>(sm.v[(tiles - 1) % STAGES], pa, o, lane);
+      wgmmaIssuePV<S, KT>(sm.v[prev.stage], pa, o, lane);
       wgmmaCommit();
       wgmmaWaitPin<0, NT * 4>(&o[0][0]);
     }

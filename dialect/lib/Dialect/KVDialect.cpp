@@ -515,7 +515,7 @@ LogicalResult AttentionPlanAttr::verify(
                          << " (a computing warpgroup beside the producers), "
                             "got "
                          << threads;
-    if (minCtasPerSm != 1)
+    if (caps.minCtasLaunchBound && minCtasPerSm != 1)
       return emitError() << "'producer_warps' needs 'min_ctas_per_sm' = 1 "
                             "(the launch bounds that fix the registers at "
                             "entry, which setmaxnreg needs), got "

@@ -275,8 +275,9 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
     }
     c.rowsPerCta = 16 * (c.threads / 32 - c.producerWarps);
     // One CTA per SM: ptxas applies the warpgroups' setmaxnreg only where
-    // the launch bounds fix the registers at entry (65536 / threads).
-    if (c.producerWarps > 0)
+    // the launch bounds fix the registers at entry (65536 / threads); the
+    // host's simulation has no launch bounds.
+    if (c.producerWarps > 0 && target.caps().minCtasLaunchBound)
       c.minCtasPerSm = 1;
     splitCtas = 0;
     // The K/V tiles in dynamic shared memory: 64 tokens in two stages, or
