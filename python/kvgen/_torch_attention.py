@@ -116,6 +116,7 @@ docs/torch.md).
 """
 
 import ctypes
+import operator
 
 import torch
 
@@ -796,10 +797,84 @@ def unified_attention_workspace_bytes(q, k, v, softcap=0.0, sinks=None,
     may share one workspace of the largest of their sizes. Raises as the
     op does for arguments it refuses. Needs no tensor memory: FakeTensors
     (torch.compile's) are served; meta tensors raise ValueError (no
-    device, so no kernel)."""
+    device, so no kernel). Inside torch.compile (fullgraph too) it is a
+    Python int that dynamo folds into the graph: the tensors' shapes
+    (but q's num_tokens), strides, dtypes and devices are read in the
+    traced code (so dynamo guards on them; num_tokens stays dynamic) and
+    the size of that signature is computed once at trace time
+    (_workspace_bytes_of)."""
+    if _kt._compiling():
+        return _workspace_bytes_of(_signature_of(q, k, v, softcap, sinks,
+                                                 k_descale, v_descale))
+    return _workspace_bytes(q, k, v, softcap, sinks, k_descale, v_descale)
+
+
+def _workspace_bytes(q, k, v, softcap, sinks, k_descale, v_descale):
     return max(_kernel_plan(q, k, v, softcap, sinks, k_descale, v_descale,
                             prefill=p)[0].max_workspace_bytes
                for p in (False, True))
+
+
+def _meta_of(t, skip_rows=False):
+    """(shape, strides, dtype, device) of a tensor as Python values (None
+    for None); skip_rows: dimension 0 left out (q's num_tokens, which the
+    size does not depend on). Under dynamo, operator.index of a symbolic
+    size specializes it (a guard; int() would leave it symbolic), so the
+    key is a constant of the compiled graph."""
+    if t is None:
+        return None
+    shape, st = tuple(t.shape), tuple(t.stride())
+    if skip_rows:
+        shape, st = shape[1:], st[1:]
+    return (tuple(operator.index(n) for n in shape),
+            tuple(operator.index(x) for x in st), t.dtype, t.device)
+
+
+def _signature_of(q, k, v, softcap, sinks, k_descale, v_descale):
+    """What unified_attention_workspace_bytes reads of its arguments, as
+    Python constants (traceable by dynamo: shapes, strides, dtype, device;
+    no storage, pointer or storage offset, which dynamo cannot read)."""
+    return (_meta_of(q, skip_rows=True), _meta_of(k), _meta_of(v),
+            float(softcap), _meta_of(sinks), _meta_of(k_descale),
+            _meta_of(v_descale))
+
+
+def _fake_of(mode, m, rows=None):
+    """A FakeTensor of mode with _meta_of's m (rows: dimension 0 of that
+    many rows put back, its stride the span of one row)."""
+    if m is None:
+        return None
+    shape, st, dtype, device = m
+    if rows is not None:
+        one = span_bytes(shape, st, 1)
+        shape, st = (rows,) + shape, (max(one, 1),) + st
+    with mode:
+        return torch.empty_strided(shape, st, dtype=dtype, device=device)
+
+
+def _assume_constant(fn):
+    f = getattr(torch.compiler, "assume_constant_result", None) or getattr(
+        torch._dynamo, "assume_constant_result", None)
+    return f(fn) if f is not None else fn
+
+
+@_assume_constant
+def _workspace_bytes_of(sig):
+    """unified_attention_workspace_bytes of a _signature_of key, on
+    FakeTensors of it (each its own storage: dynamo does not show whether
+    k and v share one, and the size does not depend on it: it follows
+    from the device's target, the query heads per kv head and the head
+    sizes, not the caches' strides or packing, which
+    test_workspace_bytes_under_torch_compile checks). Marked
+    assume_constant_result: dynamo calls it at trace time with the
+    constant key and folds the int into the graph (its guards on the
+    tensors the key was read from keep that int valid)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    qm, km, vm, softcap, sm, kdm, vdm = sig
+    mode = FakeTensorMode()
+    return _workspace_bytes(_fake_of(mode, qm, rows=1), _fake_of(mode, km),
+                            _fake_of(mode, vm), softcap, _fake_of(mode, sm),
+                            _fake_of(mode, kdm), _fake_of(mode, vdm))
 
 
 def unified_attention_kernel(q, k, v, max_seqlen_q, softcap=0.0, sinks=None,

@@ -287,6 +287,15 @@ class Case:
         tol = 4e-3 if self.g.io == torch.float16 else 1e-2
         torch.testing.assert_close(got, self.want(), atol=tol, rtol=tol)
 
+    def check_rows(self, t):
+        """The first t rows are the reference's, the others keep their
+        canary."""
+        got = self.out.cpu().double()
+        assert (got[t:] == 7.25).all()
+        tol = 4e-3 if self.g.io == torch.float16 else 1e-2
+        torch.testing.assert_close(got[:t], self.want()[:t], atol=tol,
+                                   rtol=tol)
+
 
 BATCHES = {
     # name: (seq_lens, q_lens)
@@ -893,6 +902,46 @@ def test_torch_compile_fullgraph():
     got = f(c.q, c.out, c.cu, c.seqused, c.block_table)
     c.check()
     assert torch.equal(got, c.out * 2)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("geo", ["gqa4_nhd", "mimo_192_128_packed",
+                                 "fp8_e4m3_tensor", "nb2_f16"])
+def test_workspace_bytes_under_torch_compile(geo, backend):
+    """unified_attention_workspace_bytes inside torch.compile(fullgraph=
+    True, dynamic=True), the workspace allocated in the graph: dynamo
+    traced into the function and failed on the caches' untyped_storage()
+    .device ("GetAttrVariable(...) has no type"). It is a Python int there
+    (folded at trace time, equal to the eager size, packed / [nb, 2, ...]
+    views, fp8 descales and sinks included), and the output is the
+    reference's at two batch sizes of one compiled graph (num_tokens stays
+    dynamic: the size does not depend on it)."""
+    torch._dynamo.reset()
+    g = GEOS[geo]
+    lens, qs = BATCHES["verify"]
+    c = Case(g, lens, qs, seed=26, sinks=True)
+    want = c.workspace().numel()
+    seen = []
+
+    def step(q, out, cu, seqused, bt, sinks, kd, vd, max_q):
+        n = kt.unified_attention_workspace_bytes(
+            q, c.k, c.v, sinks=sinks, k_descale=kd, v_descale=vd)
+        assert isinstance(n, int)
+        seen.append(n)  # at trace time
+        ws = torch.zeros(n, dtype=torch.uint8, device=q.device)
+        torch.ops.kvgen.unified_attention(
+            q, c.k, c.v, out, cu, max_q, seqused, c.max_k, c.scale, True,
+            [-1, -1], bt, 0.0, None, kd, vd, sinks, ws)
+        return out
+
+    f = torch.compile(step, fullgraph=True, backend=backend, dynamic=True)
+    for cut in (len(lens), 2):  # all sequences, then the first two
+        c.out.fill_(7.25)
+        t = int(c.cu[cut])
+        f(c.q[:t], c.out[:t], c.cu[:cut + 1], c.seqused[:cut],
+          c.block_table[:cut], c.sinks, c.k_descale, c.v_descale, c.max_q)
+        c.check_rows(t)
+    assert seen and all(n == want for n in seen), (seen, want)
 
 
 #---------------------------------------------------------------------------
