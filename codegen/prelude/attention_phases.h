@@ -83,8 +83,10 @@ KVGEN_DEVICE inline void attnWarpFinish(float (&o)[S::NT][4], float l[2]) {
 
 /// Sequence seq's first query token q0, query length qlen and context ctx
 /// (its seq_lens entry). Checked kernels: entries outside their bounds set
-/// the error flag (thread 0) and are clamped (qlen 0, ctx into the block
-/// table's reach) instead of followed.
+/// bits of the error flag (thread 0; kvgen.h's kvgen_error_bit: QUERY_LEN
+/// for a query longer than max_query_len, QUERY_RANGE for one outside [0,
+/// num_tokens), INDEX for a context past the block table) and are clamped
+/// (qlen 0, ctx into the block table's reach) instead of followed.
 template <class L, class O>
 KVGEN_DEVICE inline void attnSequence(const kvgen_paged_attention_args &a,
                                       int64_t seq, unsigned tid, int64_t &q0,
@@ -95,19 +97,21 @@ KVGEN_DEVICE inline void attnSequence(const kvgen_paged_attention_args &a,
   qlen = int64_t(qsl[seq + 1]) - q0;
   ctx = static_cast<const int32_t *>(a.seq_lens)[seq];
   if (!O::unchecked) {
-    bool bad = false;
-    if (q0 < 0 || qlen < 0 || q0 + qlen > a.num_tokens ||
-        qlen > a.max_query_len) {
-      bad = true;
+    int32_t bad = 0;
+    if (q0 < 0 || qlen < 0 || q0 + qlen > a.num_tokens)
+      bad |= KVGEN_ERROR_BIT_QUERY_RANGE;
+    if (qlen > a.max_query_len)
+      bad |= KVGEN_ERROR_BIT_QUERY_LEN;
+    if (bad) {
       qlen = 0;
       q0 = 0;
     }
     if (ctx < 0 || ctx > a.max_blocks_per_seq * BS) {
-      bad = true;
+      bad |= KVGEN_ERROR_BIT_INDEX;
       ctx = ctx < 0 ? 0 : a.max_blocks_per_seq * BS;
     }
     if (bad && tid == 0)
-      *a.error_flag = 1;
+      kvgenAtomicOr(a.error_flag, bad);
   }
 }
 

@@ -82,7 +82,7 @@ KVGEN_DEVICE inline void copyBlocksCta(
       const int64_t from = a.mapping[2 * row], to = a.mapping[2 * row + 1];
       if (CHECKED &&
           KVGEN_BLOCK_PAIR_OUTSIDE(from, a.srcBlocks, to, a.dstBlocks)) {
-        *a.errorFlag = 1;
+        kvgenAtomicOr(a.errorFlag, KVGEN_ERROR_BIT_INDEX);
         continue;
       }
       const SideMap &m = maps[comp];
@@ -194,7 +194,7 @@ template <> struct BulkBlockCopy<true> {
     const int64_t from = a.mapping[2 * row], to = a.mapping[2 * row + 1];
     if (CHECKED &&
         KVGEN_BLOCK_PAIR_OUTSIDE(from, a.srcBlocks, to, a.dstBlocks)) {
-      *a.errorFlag = 1;
+      kvgenAtomicOr(a.errorFlag, KVGEN_ERROR_BIT_INDEX);
       return true;
     }
     const int64_t bytes[2] = {P::block_elements0 * int64_t(sizeof(CS)),

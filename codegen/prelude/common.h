@@ -16,3 +16,11 @@ typedef int int32_t;
 typedef unsigned int uint32_t;
 typedef long long int64_t;
 typedef unsigned long long uint64_t;
+/// Bits a checked kernel ors into its error flag (kvgenAtomicOr); the
+/// values of kvgen.h's kvgen_error_bit, which kvgen_context_check decodes
+/// (spelled here because emitted sources include no headers).
+enum : int32_t {
+  KVGEN_ERROR_BIT_INDEX = 1,      ///< a slot / block id outside the cache
+  KVGEN_ERROR_BIT_QUERY_LEN = 2,  ///< a query longer than max_query_len
+  KVGEN_ERROR_BIT_QUERY_RANGE = 4 ///< a query outside [0, num_tokens)
+};

@@ -218,7 +218,7 @@ KVGEN_DEVICE inline SlotPos placeSlot(int64_t slot, int64_t numBlocks,
     return pos; // padding
   if (CHECKED && slot >= numBlocks * int64_t(BS)) {
     if (errorFlag)
-      *errorFlag = 1;
+      kvgenAtomicOr(errorFlag, KVGEN_ERROR_BIT_INDEX);
     return pos;
   }
   pos.block = slot / BS;
@@ -289,12 +289,12 @@ template <class L, class A, int SET = 0> struct PagedKV {
   tableBlock(const A &a, const int32_t *table, int64_t t) {
     const int64_t e = t / BS;
     if (CHECKED && e >= a.max_blocks_per_seq) {
-      *a.error_flag = 1;
+      kvgenAtomicOr(a.error_flag, KVGEN_ERROR_BIT_INDEX);
       return -1;
     }
     const int64_t b = table[e];
     if (CHECKED && KVGEN_BLOCK_OUTSIDE(b, F::numBlocks(a))) {
-      *a.error_flag = 1;
+      kvgenAtomicOr(a.error_flag, KVGEN_ERROR_BIT_INDEX);
       return -1;
     }
     return b;

@@ -86,6 +86,9 @@ __attribute__((device)) inline int32_t kvgenAtomicAdd(int32_t *p, int32_t v) {
   return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED,
                                 __HIP_MEMORY_SCOPE_AGENT);
 }
+__attribute__((device)) inline void kvgenAtomicOr(int32_t *p, int32_t v) {
+  __hip_atomic_fetch_or(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+}
 __attribute__((device)) inline void kvgenThreadFence() {
   __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent");
 }

@@ -346,6 +346,8 @@ inline int32_t kvgenAtomicAdd(int32_t *p, int32_t v) {
   *p = old + v;
   return old;
 }
+/// Atomic or on global memory (an error flag's bits; a plain or here).
+inline void kvgenAtomicOr(int32_t *p, int32_t v) { *p |= v; }
 /// Orders this thread's global writes before its later ones, device-wide.
 inline void kvgenThreadFence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 /// A load that bypasses non-coherent caches (GPUs: L1): a plain load.

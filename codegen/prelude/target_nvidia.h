@@ -573,6 +573,11 @@ __device__ inline int32_t kvgenAtomicAdd(int32_t *p, int32_t v) {
                : "memory");
   return old;
 }
+/// Atomic or on global memory (relaxed, device scope): an error flag's
+/// bits, kept whatever other threads set.
+__device__ inline void kvgenAtomicOr(int32_t *p, int32_t v) {
+  asm volatile("red.global.or.b32 [%0], %1;" : : "l"(p), "r"(v) : "memory");
+}
 /// Orders this thread's global accesses device-wide (membar.gl).
 __device__ inline void kvgenThreadFence() {
   asm volatile("membar.gl;" ::: "memory");

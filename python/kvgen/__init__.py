@@ -40,8 +40,12 @@ Shapes (T = num_tokens, H = num_kv_heads, Dk/Dv = head_size_k/v):
                     C-contiguous
   error_flag        int32 [>= 1] (0 elements: ValueError), optional:
                     kernels (all but `unchecked`
-                    ones) skip a slot >= num_blocks * block_size and set it
-                    to 1; without one they set the context's error word,
+                    ones) skip a slot >= num_blocks * block_size and or
+                    ERROR_BIT_INDEX (1) into it; paged_attention ors
+                    ERROR_BIT_QUERY_LEN (2) for a query longer than
+                    max_query_len, ERROR_BIT_QUERY_RANGE (4) for one
+                    outside [0, num_tokens) (kvgen.h's kvgen_error_bit);
+                    without one they set the context's error word,
                     which Context.check() / Context.synchronize() report as
                     KvgenError (KVGEN_ERROR_INDEX_OUT_OF_RANGE), and which a
                     launch on the host backend checks at once
@@ -104,6 +108,11 @@ DTYPE_SIZES = {"bf16": 2, "f16": 2, "f32": 4, "f8E4M3FN": 1,
                "f8E4M3FNUZ": 1, "f8E5M2": 1, "f8E5M2FNUZ": 1}
 FP8_DTYPES = ("f8E4M3FN", "f8E4M3FNUZ", "f8E5M2", "f8E5M2FNUZ")
 SLOT_DTYPES = {"i32": 4, "i64": 8}
+#: The bits checked kernels or into an error_flag (kvgen.h's
+#: kvgen_error_bit): a slot / block id outside the cache (paged attention:
+#: also a context past the block table); a query longer than
+#: max_query_len; a query outside [0, num_tokens).
+ERROR_BIT_INDEX, ERROR_BIT_QUERY_LEN, ERROR_BIT_QUERY_RANGE = 1, 2, 4
 
 
 class KvgenError(RuntimeError):
@@ -1282,9 +1291,12 @@ class Context:
         """kvgen_context_check: waits for the device, then raises KvgenError
         (KVGEN_ERROR_INDEX_OUT_OF_RANGE, naming the kernels) when a kernel
         launched without an error_flag skipped a slot >= num_blocks *
-        block_size or a block id outside [0, num_blocks) since the last
-        check. Nothing was written or read outside the cache then; the
-        skipped tokens or blocks were not moved."""
+        block_size or a block id outside [0, num_blocks), or (paged
+        attention) a sequence whose query is longer than max_query_len or
+        outside [0, num_tokens), since the last check; the message names
+        each cause found (kvgen.h's kvgen_error_bit). Nothing was written
+        or read outside the cache then; the skipped tokens, blocks or
+        sequences were not moved or attended."""
         _check("kvgen_context_check", self._lib.kvgen_context_check(self._h()))
 
     def alloc(self, nbytes):

@@ -251,7 +251,9 @@ def unchecked():
 def check_errors(device=None):
     """Raises KvgenError (status KVGEN_ERROR_INDEX_OUT_OF_RANGE, naming the
     kernels) when a checked kernel of this module skipped an out-of-range
-    slot or block id on `device` since the last call, and clears the report.
+    slot or block id on `device` since the last call, or unified_attention
+    found a query longer than max_seqlen_q or a cu_seqlens_q outside [0,
+    q.shape[0]] (the message names the cause), and clears the report.
     device: a torch device (or its string), or None for every device the
     ops have launched on. The ops themselves never synchronize: this call
     waits for all work on the device (kvgen_context_check), so call it when

@@ -967,6 +967,35 @@ kvgen_status kvgen_context_synchronize(kvgen_context ctx) {
   return report(ctx->backend->synchronize());
 }
 
+/// What a non-zero error word says: one clause per kvgen_error_bit set (a
+/// word with none of them, e.g. a kernel of an older prelude that stored
+/// 1, reads as KVGEN_ERROR_BIT_INDEX).
+static std::string describeErrorWord(int32_t value) {
+  std::string s;
+  auto add = [&](const char *what) {
+    s += s.empty() ? "" : "; and ";
+    s += what;
+  };
+  if (value & KVGEN_ERROR_BIT_QUERY_LEN)
+    add("a paged_attention kernel found a sequence whose query "
+        "(query_start_loc[s + 1] - query_start_loc[s], kvgen.torch's "
+        "cu_seqlens_q) is longer than max_query_len, the rows its grid "
+        "covers (kvgen.torch: max_seqlen_q, which must be >= every query "
+        "length): that sequence was not attended, its output rows are "
+        "unwritten");
+  if (value & KVGEN_ERROR_BIT_QUERY_RANGE)
+    add("a paged_attention kernel found a sequence whose query range "
+        "[query_start_loc[s], query_start_loc[s + 1]) is not within [0, "
+        "num_tokens) (kvgen.torch: cu_seqlens_q must be non-decreasing from "
+        ">= 0 and end at <= q.shape[0]): that sequence was not attended");
+  if ((value & KVGEN_ERROR_BIT_INDEX) ||
+      !(value & (KVGEN_ERROR_BIT_QUERY_LEN | KVGEN_ERROR_BIT_QUERY_RANGE)))
+    add("a kernel skipped a slot >= num_blocks * block_size or a block id "
+        "outside [0, num_blocks) (paged_attention: or a seq_lens entry past "
+        "max_blocks_per_seq * block_size)");
+  return s;
+}
+
 kvgen_status kvgen_context_check(kvgen_context ctx) {
   if (kvgen_status s = needDevice(ctx, "kvgen_context_check"))
     return s;
@@ -996,11 +1025,10 @@ kvgen_status kvgen_context_check(kvgen_context ctx) {
   if (!st.isOk())
     return report(st);
   return fail(KVGEN_ERROR_INDEX_OUT_OF_RANGE,
-              fmt::format("a kernel skipped a slot >= num_blocks * "
-                          "block_size or a block id outside [0, num_blocks) "
-                          "since the last check (kernels launched with the "
-                          "context's error word since then: {}); nothing was "
-                          "written or read outside the cache",
+              fmt::format("{} since the last check (kernels launched with "
+                          "the context's error word since then: {}); nothing "
+                          "was written or read outside the cache",
+                          describeErrorWord(value),
                           names.empty() ? "none recorded" : names));
 }
 

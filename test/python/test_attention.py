@@ -1139,6 +1139,25 @@ def test_checked_flags_bad_block_numbers(ctx):
                                atol=1e-2, rtol=1e-2)
 
 
+def test_checked_flags_name_the_query_error(ctx):
+    """A query longer than max_query_len sets ERROR_BIT_QUERY_LEN, one
+    ending past num_tokens ERROR_BIT_QUERY_RANGE, a bad block id
+    ERROR_BIT_INDEX (kvgen.h's kvgen_error_bit; every cause was 1, so
+    kvgen_context_check named a slot or block id for a short
+    max_query_len): the bits are or-ed, so the flag keeps each cause of
+    one launch."""
+    g = GEOS["block1_mha_checked"]
+    k = kernel_for(ctx, g)
+    c = Case(g, [5, 3], [3, 1], np.random.default_rng(6))
+    c.run(k, max_query_len=1)
+    assert c.flag[0] == kvgen.ERROR_BIT_QUERY_LEN
+    c = Case(g, [5, 3], [1, 1], np.random.default_rng(6))
+    c.qsl[-1] = c.num_tokens + 1  # the last query ends past the tokens
+    c.table[0, 0] = c.num_blocks + 5
+    c.run(k)
+    assert c.flag[0] == kvgen.ERROR_BIT_QUERY_RANGE | kvgen.ERROR_BIT_INDEX
+
+
 def test_cache_over_4gib_uses_64bit_offsets(ctx):
     """A K/V block stride that puts the used blocks past 4 GiB: the
     buffers are lazily-zeroed pages, only the used rows are written."""

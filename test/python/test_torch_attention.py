@@ -1054,6 +1054,53 @@ def test_index_values_out_of_range_are_reported_not_followed():
                                        atol=1e-2, rtol=1e-2)
 
 
+@pytest.mark.parametrize("what", ["max_seqlen_q", "cu_past_tokens",
+                                  "both_with_a_bad_block"])
+def test_query_errors_are_reported_by_their_cause(what):
+    """A query longer than max_seqlen_q, or a cu_seqlens_q ending past
+    q's rows, is not attended (rows unwritten, nothing outside out
+    written) and check_errors names that cause: it said "a kernel skipped
+    a slot >= num_blocks * block_size or a block id outside [0,
+    num_blocks)" (the attention kernel set the same flag value for every
+    bad index). The kernel now ors kvgen_error_bit bits
+    (KVGEN_ERROR_BIT_QUERY_LEN / _QUERY_RANGE) and kvgen_context_check
+    describes each bit set: a bad block id in the same launch is still
+    reported beside the query's cause (an or, not a store)."""
+    lens, qs = BATCHES["verify"]  # query lengths 2, 8, 5, 3
+    kt.check_errors("cpu")
+    c = Case(GEOS["gqa4_nhd"], lens, qs, seed=27)
+    ws = c.workspace()
+    buf = torch.full((c.T + 2, c.g.Hq, c.g.dv + 8), 7.25, dtype=c.g.io)
+    c.out = buf[1:1 + c.T, :, 4:4 + c.g.dv]
+    kw = {}
+    if what == "cu_past_tokens":
+        c.cu[-1] = c.T + 3
+        words = [r"query range .*not within \[0, num_tokens\)",
+                 r"cu_seqlens_q .*<= q.shape\[0\]"]
+    else:
+        kw = dict(max_seqlen_q=4)  # the second query has 8 tokens
+        words = [r"longer than max_query_len", r"max_seqlen_q"]
+    if what == "both_with_a_bad_block":
+        c.block_table[0, 1] = c.nb + 5
+        words.append(r"block id outside \[0, num_blocks\)")
+    c.run(ws=ws, **kw)
+    with pytest.raises(kvgen.KvgenError) as e:
+        kt.check_errors("cpu")
+    msg = str(e.value)
+    assert e.value.status_name == "KVGEN_ERROR_INDEX_OUT_OF_RANGE"
+    for w in words:
+        assert __import__("re").search(w, msg), (w, msg)
+    if what != "both_with_a_bad_block":
+        assert "skipped a slot" not in msg, msg
+    mask = torch.ones(buf.shape, dtype=torch.bool)
+    mask[1:1 + c.T, :, 4:4 + c.g.dv] = False
+    assert (buf[mask] == 7.25).all()
+    bad = 1 if what != "cu_past_tokens" else 3  # the sequence not attended
+    lo, hi = int(c.cu[bad]), min(int(c.cu[bad + 1]), c.T)
+    assert (c.out[lo:hi] == 7.25).all()
+    kt.check_errors("cpu")  # cleared
+
+
 def test_workspace_too_small_or_strided_is_refused():
     lens, qs = BATCHES["split_decode"]
     c = Case(GEOS["gqa4_nhd"], lens, qs, seed=22)

@@ -291,16 +291,41 @@ KVGEN_API kvgen_status kvgen_context_copy(kvgen_context ctx, void *dst,
  * Reports asynchronous kernel faults as KVGEN_ERROR_LAUNCH. */
 KVGEN_API kvgen_status kvgen_context_synchronize(kvgen_context ctx);
 
+/** The bits a checked kernel ors into its error flag (an error_flag the
+ * caller passes, or the context's error word): a non-zero flag means a
+ * kernel skipped something, and the bits say what. New bits may be added;
+ * existing ones keep their meaning. */
+typedef enum kvgen_error_bit {
+  /** A slot >= num_blocks * block_size, or a block id outside [0,
+   * num_blocks), was skipped (every op); for paged_attention also a
+   * seq_lens entry outside [0, max_blocks_per_seq * block_size] (the
+   * block table's reach; the context is clamped to it). */
+  KVGEN_ERROR_BIT_INDEX = 1,
+  /** paged_attention: a sequence's query length (query_start_loc[s + 1] -
+   * query_start_loc[s]) exceeds max_query_len (the rows the launch's grid
+   * covers; kvgen.torch's max_seqlen_q, taken as min(max_seqlen_q,
+   * num_tokens)): the sequence was not attended, its output rows are left
+   * unwritten. */
+  KVGEN_ERROR_BIT_QUERY_LEN = 2,
+  /** paged_attention: a sequence's query range [query_start_loc[s],
+   * query_start_loc[s + 1]) is not within [0, num_tokens) (a negative
+   * start or length, or an end past num_tokens: e.g. kvgen.torch's
+   * cu_seqlens_q[-1] > q.shape[0]): the sequence was not attended. */
+  KVGEN_ERROR_BIT_QUERY_RANGE = 4
+} kvgen_error_bit;
+
 /** Reports what checked kernels found since the last check. Kernels are
  * checked unless built with the option `unchecked`: they skip every slot >=
- * num_blocks * block_size (and every block id outside [0, num_blocks)) and
- * set their error_flag. A launch whose error_flag is NULL gets the context's
+ * num_blocks * block_size (and every block id outside [0, num_blocks)),
+ * paged_attention also every sequence whose query is out of range, and
+ * or kvgen_error_bit bits into their error_flag. A launch whose error_flag is NULL gets the context's
  * error word (one int32 in device memory, allocated on the first such
  * launch), so the launch path costs no host synchronization. This call waits
  * for all work on the device (kvgen_context_synchronize), reads and clears
  * the word: KVGEN_SUCCESS when it was 0 (or never used),
  * KVGEN_ERROR_INDEX_OUT_OF_RANGE when a kernel skipped an index (the message
- * names the kernels launched with the word since the last check), or the
+ * names what was skipped, one sentence per kvgen_error_bit set, and the
+ * kernels launched with the word since the last check), or the
  * error of the synchronization. Launches that pass their own error_flag are
  * the caller's to read. Kernels launched by other threads while this call
  * runs may be reported by the next call. */
