@@ -34,7 +34,9 @@ vllm/attention/ops/triton_unified_attention.py, then kvgen's workspace):
       cache; a uint8 cache is refused (view it as the float8 dtype it
       holds, as vLLM's Triton backend does).
   out! [num_tokens, num_q_heads, Dv], q's dtype; rows of tokens that no
-      sequence's query covers are not written.
+      sequence's query covers are not written. It must share no byte with
+      another argument (q, the caches, sinks, the descales, the index
+      tensors, lse, the workspace): ValueError before the launch.
   cu_seqlens_q [>= num_seqs + 1] int32, contiguous: query start of each
       sequence (vLLM's query_start_loc).
   max_seqlen_q: the longest query (>= every cu_seqlens_q[s+1] -
@@ -86,8 +88,7 @@ vllm/attention/ops/triton_unified_attention.py, then kvgen's workspace):
   lse! (optional, last: positional calls without it are unchanged):
       None, or a float32 [num_tokens, num_q_heads] tensor on q's device
       with any strides (vLLM's [num_q_heads, num_tokens] LSE passed as
-      lse.t() too), not overlapping q or out (the runtime refuses it:
-      KvgenError). Each row's log-sum-exp is written to it: ln(sum_j
+      lse.t() too), sharing no byte with another argument (ValueError). Each row's log-sum-exp is written to it: ln(sum_j
       exp(x_j) + exp(sinks[h])) over the keys j the row attends, x_j the
       logit the softmax takes (softmax_scale * q . k_j with k's descale,
       soft-capped), the sink term only with sinks: the natural log of the
@@ -450,7 +451,7 @@ def _row_span(t):
 
 def _spans_of_plan(q, k, v, out, block_table, sinks, k_descale, v_descale,
                    scaled, lse):
-    """What _check_workspace_apart needs of a signature: the rows of q,
+    """What _spans_of_call needs of a signature: the rows of q,
     out, block_table and lse (None without it; their dimension 0 varies
     per call), the bytes of the fixed tensors (k, v, sinks, the descales
     read)."""
@@ -465,18 +466,12 @@ def _spans_of_plan(q, k, v, out, block_table, sinks, k_descale, v_descale,
             None if lse is None else _row_span(lse))
 
 
-def _check_workspace_apart(p, ws, ws_bytes, t, ns, q, out, cu_seqlens_q,
-                           seqused_k, block_table, k, v, sinks, k_descale,
-                           v_descale, lse):
-    """ValueError when the workspace's bytes [ws.data_ptr(), + ws_bytes)
-    meet the bytes another argument spans (from its first element to the
-    end of its last, strides included). The kernel writes counters and
-    partials there while it reads the other arguments and writes out: a
-    shared byte gives wrong rows, and counters left non-zero break later
-    launches. Pointers and the plan's spans (p.spans) only: no
-    synchronization, a few microseconds."""
-    lo = ws.data_ptr()
-    hi = lo + ws_bytes
+def _spans_of_call(p, t, ns, q, out, cu_seqlens_q, seqused_k, block_table,
+                   k, v, sinks, k_descale, v_descale, lse):
+    """(name, first byte, bytes) of every tensor argument but the
+    workspace: each spans from its first element to the end of its last,
+    strides included (the plan's spans, p.spans, with this call's rows;
+    pointers and sizes only, no synchronization)."""
     (qs, qrow), (os_, orow), isz, (bs0, brow), fixed, lspan = p.spans
     rows = block_table.shape[0]
     # lse: float32 rows, t of them (checked)
@@ -494,14 +489,50 @@ def _check_workspace_apart(p, ws, ws_bytes, t, ns, q, out, cu_seqlens_q,
              ((rows - 1) * bs0 + brow) * 4 if rows and brow else 0),
             *((f, objs[i], n) for f, i, n in fixed),
             *((("lse", lse, lse_n),) if lse is not None else ())):
-        a = x.data_ptr()
-        if n > 0 and a < hi and lo < a + n:
+        if n > 0:
+            yield name, x.data_ptr(), n
+
+
+def _check_workspace_apart(ws, ws_bytes, spans):
+    """ValueError when the workspace's bytes [ws.data_ptr(), + ws_bytes)
+    meet the bytes another argument spans (spans: _spans_of_call). The
+    kernel writes counters and partials there while it reads the other
+    arguments and writes out: a shared byte gives wrong rows, and counters
+    left non-zero break later launches. A few microseconds."""
+    lo = ws.data_ptr()
+    hi = lo + ws_bytes
+    for name, a, n in spans:
+        if a < hi and lo < a + n:
             raise ValueError(_err(
                 f"workspace (bytes [{lo:#x}, {hi:#x})) overlaps {name} "
                 f"(bytes [{a:#x}, {a + n:#x})): the kernel writes its "
                 "counters and partials there; give it an allocation of its "
                 "own (torch.zeros(n, dtype=torch.uint8), once per "
                 "stream)"))
+
+
+#: The arguments the kernel writes (besides the workspace).
+_WRITTEN = ("out", "lse")
+
+
+def _check_outputs_apart(spans):
+    """ValueError when out or lse shares a byte with another argument
+    (their spans, _spans_of_call): the kernel writes them while it reads
+    q, the caches, sinks, the descales and the index tensors (out =
+    q[..., :Dv], an in-place attention, was accepted and gave rows
+    computed from queries already overwritten), and out and lse must not
+    share a byte either."""
+    for i, (w, lo, n) in enumerate(spans):
+        if w not in _WRITTEN:
+            continue
+        for j, (name, a, m) in enumerate(spans):
+            if j != i and a < lo + n and lo < a + m and \
+                    (name not in _WRITTEN or j > i):
+                raise ValueError(_err(
+                    f"{w} (bytes [{lo:#x}, {lo + n:#x})) overlaps {name} "
+                    f"(bytes [{a:#x}, {a + m:#x})): the kernel writes {w} "
+                    f"while it reads the other arguments (and writes out "
+                    "and lse); give it memory of its own"))
 
 
 _NO_WORKSPACE = (
@@ -679,9 +710,11 @@ def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
             "(torch.zeros(n, dtype=torch.uint8)) once per stream"))
     kp, vp = k.data_ptr(), v.data_ptr()
     p.geo.check_disjoint(kp, vp)
-    _check_workspace_apart(p, workspace, ws_bytes, t, ns, q, out,
-                           cu_seqlens_q, seqused_k, block_table, k, v, sinks,
-                           k_descale, v_descale, lse)
+    spans = tuple(_spans_of_call(p, t, ns, q, out, cu_seqlens_q, seqused_k,
+                                 block_table, k, v, sinks, k_descale,
+                                 v_descale, lse))
+    _check_workspace_apart(workspace, ws_bytes, spans)
+    _check_outputs_apart(spans)
     if t == 0 or ns == 0:
         return None  # no query row: nothing to write
     a = p.args()
@@ -726,12 +759,12 @@ def _impl_op(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k,
 
 
 #: The role of each schema argument for the C++ kernel (_torch_fast.cpp's
-#: role letters): q R, k F, v F, out R, cu_seqlens_q Q, max_seqlen_q M,
+#: role letters): q R, k F, v F, out U (written rows), cu_seqlens_q Q, max_seqlen_q M,
 #: seqused_k N, max_seqlen_k X, softmax_scale D, causal T, window_size W,
 #: block_table B, softcap Y, q_descale Z, k_descale / v_descale / sinks O,
 #: workspace G (a fixed tensor that no per-call tensor may overlap), lse L
 #: (None, or per-call rows as R).
-ROLES = "RFFRQMNXDTWBYZOOOGL"
+ROLES = "RFFUQMNXDTWBYZOOOGL"
 #: The struct field each argument's per-call value goes to (None: fixed in
 #: the remembered struct).
 _FIELDS = ("query", None, None, "output", "query_start_loc",

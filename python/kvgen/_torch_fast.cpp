@@ -52,13 +52,17 @@
 //      or 0], set as sliding_window = left + 1 (0 for left = -1)
 //   Z  q_descale: must be None
 //   O  an optional fixed tensor: None, or as F
-//   G  the workspace: as F, and no per-call tensor (R, S, Q, N, B, L) of
+//   G  the workspace: as F, and no per-call tensor (R, S, Q, N, B, L, U) of
 //      the call may share a byte with it (checked here per call from
 //      pointers, sizes and strides; the fixed tensors are checked by the
 //      Python op when it remembers the plan, their pointers being in the
 //      signature)
 //   L  an optional per-call rows tensor (lse): None (in the signature; the
-//      field gets NULL), or as R
+//      field gets NULL), or as R; the kernel writes it (as U)
+//   U  rows the kernel writes (unified_attention's out): as R, and it
+//      shares no byte with another tensor argument of the call (R, S, Q, N,
+//      B, F, O, C, L; G above), checked per call from pointers, sizes and
+//      strides, nor does an L tensor
 // A call that breaks one of these rules goes to the Python op (its error);
 // so does one with T = 0 or num_seqs = 0 (nothing to launch).
 
@@ -414,7 +418,7 @@ private:
       const at::Tensor &t = a[i].toTensor();
       if (!t.defined())
         return false;
-      if (r == 'R' || r == 'L') {
+      if (r == 'R' || r == 'L' || r == 'U') {
         if (t.dim() < 1)
           return false;
         if (c->tokens < 0)
@@ -449,7 +453,22 @@ private:
         continue;
       for (size_t i = 0; i < n; ++i) {
         uintptr_t lo, hi;
-        if (std::strchr("RSQNBL", roles_[i]) && a[i].isTensor() &&
+        if (std::strchr("RSQNBLU", roles_[i]) && a[i].isTensor() &&
+            span(a[i].toTensor(), &lo, &hi) && lo < whi && wlo < hi)
+          return false;
+      }
+    }
+    // The tensors the kernel writes (U, L) share no byte with another
+    // tensor argument (else the Python op raises).
+    for (size_t w = 0; w < n; ++w) {
+      uintptr_t wlo, whi;
+      if ((roles_[w] != 'U' && roles_[w] != 'L') || !a[w].isTensor() ||
+          !span(a[w].toTensor(), &wlo, &whi))
+        continue;
+      for (size_t i = 0; i < n; ++i) {
+        uintptr_t lo, hi;
+        if (i != w && std::strchr("RSQNBFOCLU", roles_[i]) &&
+            a[i].isTensor() && a[i].toTensor().defined() &&
             span(a[i].toTensor(), &lo, &hi) && lo < whi && wlo < hi)
           return false;
       }

@@ -447,11 +447,10 @@ def test_lse_bad_arguments_raise_and_write_nothing():
         with pytest.raises(exc, match=words):
             OP(*c.args().values(), ws, lse)
         assert (c.out == 7.25).all() and (buf == LSE_CANARY).all()
-    # lse inside out's rows: the runtime refuses it, nothing written.
+    # lse inside out's rows: refused before the launch, nothing written.
     inside = c.out.view(-1)[:2 * c.T * c.g.Hq].view(torch.float32)
     inside = inside.view(c.T, c.g.Hq)
-    with pytest.raises(kvgen.KvgenError, match="'lse' .* and 'output' .* "
-                       "overlap"):
+    with pytest.raises(ValueError, match="out .* overlaps lse "):
         OP(*c.args().values(), ws, inside)
     assert (c.out == 7.25).all()
 
@@ -1190,6 +1189,70 @@ def test_workspace_sharing_bytes_with_another_argument_is_refused():
     c.out = good_out
     c.run(ws=ws)
     c.check()
+
+
+def test_out_or_lse_sharing_bytes_with_another_argument_is_refused():
+    """out = q[..., :Dv] (an in-place attention) was accepted and gave rows
+    computed from queries the kernel had already overwritten; out over a
+    cache, sinks or an index tensor, and lse over q, likewise. The kernel
+    writes out and lse while it reads the others: ValueError before the
+    launch, nothing written. Each bad call has the strides of a good call
+    made first, so the C++ kernel (where in use) holds a plan for its
+    signature and must refuse it itself (it sends it to the Python op)."""
+    c = Case(GEOS["mimo_192_128_packed"], [40, 8, 70], [2, 8, 5], seed=28,
+             sinks=True)
+    ws = c.workspace()
+    g = c.g
+    qbuf = c.q.clone()  # [T, Hq, Dk]: out = qbuf[..., :Dv] has q's strides
+    good = torch.full_like(qbuf, 7.25)[..., :g.dv]
+    c.run(ws=ws, q=qbuf, out=good)  # the plan of the signature
+    good_rows = good.clone()
+    lse = torch.full((c.T, g.Hq), 7.25)
+    c.run(ws=ws, q=qbuf, out=good, lse=lse)
+    alloc = c.allocs[0]  # the packed [nb, bs, H, Dk + Dv] cache
+
+    def like(t, buf, at=0):  # a tensor of t's shape / strides inside buf
+        return buf.as_strided(t.shape, t.stride(), buf.storage_offset() +
+                              at)
+
+    # sinks and a block table placed at the start of a buffer that out
+    # covers too
+    big = torch.zeros(qbuf.numel(), dtype=g.io)
+    sinks_in = big.view(torch.float32)[:g.Hq]
+    sinks_in.copy_(c.sinks)
+    bt_in = like(c.block_table, big.view(torch.int32))
+    bt_in.copy_(c.block_table)
+    buf2 = torch.zeros(2 * qbuf.numel(), dtype=g.io)
+    like(qbuf, buf2).copy_(qbuf)
+    for name, kw in (
+            ("q", dict(q=qbuf, out=qbuf[..., :g.dv])),
+            # out's first element on q's last one
+            ("q", dict(q=like(qbuf, buf2), out=like(good, buf2,
+                                                    qbuf.numel() - 1))),
+            ("k", dict(q=qbuf, out=like(good, alloc.view(-1)))),
+            ("sinks", dict(q=qbuf, out=like(good, big), sinks=sinks_in)),
+            ("block_table", dict(q=qbuf, out=like(good, big),
+                                 block_table=bt_in)),
+            ("lse", dict(q=qbuf, out=good, lse=like(
+                lse, good.view(torch.float32)))),
+            ("q", dict(q=qbuf, out=good, lse=like(
+                lse, qbuf.view(torch.float32))))):
+        q_before, k_before, big_before = (qbuf.clone(), alloc.clone(),
+                                          big.clone())
+        good.copy_(good_rows)
+        lse.fill_(7.25)
+        written = "lse" if name == "q" and "lse" in kw else "out"
+        with pytest.raises(ValueError, match=f"{written} .* overlaps "
+                           f"{name} "):
+            c.run(ws=ws, **kw)
+        assert torch.equal(qbuf, q_before), name
+        assert torch.equal(alloc.view(torch.int16),
+                           k_before.view(torch.int16)), name
+        assert torch.equal(big, big_before), name
+        assert torch.equal(good, good_rows) and (lse == 7.25).all(), name
+        assert not ws.any()
+    c.run(ws=ws, q=qbuf, out=good)
+    assert torch.equal(good, good_rows)
 
 
 def test_block_table_of_no_columns_and_caches_of_no_blocks():
