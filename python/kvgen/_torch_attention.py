@@ -535,9 +535,12 @@ def _check_outputs_apart(spans):
                     "and lse); give it memory of its own"))
 
 
+#: How to size a workspace: the size function with every argument it
+#: reads (the descales too: an fp8 cache's kernel depends on their kind).
+_SIZE_CALL = ("kvgen.torch.unified_attention_workspace_bytes(q, k, v, "
+              "softcap=..., sinks=..., k_descale=..., v_descale=...)")
 _NO_WORKSPACE = (
-    "workspace is required: allocate kvgen.torch.unified_attention_"
-    "workspace_bytes(q, k, v, softcap=..., sinks=...) bytes zeroed "
+    f"workspace is required: allocate {_SIZE_CALL} bytes zeroed "
     "(torch.zeros(n, dtype=torch.uint8, device=q.device)) once per stream "
     "and pass it to every call")
 
@@ -705,9 +708,9 @@ def _impl(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
     if ws_bytes < p.need:
         raise ValueError(_err(
             f"workspace holds {ws_bytes} bytes, this kernel needs "
-            f"{p.need}: allocate kvgen.torch.unified_attention_workspace_"
-            f"bytes(q, k, v, softcap=..., sinks=...) bytes zeroed "
-            "(torch.zeros(n, dtype=torch.uint8)) once per stream"))
+            f"{p.need}: allocate {_SIZE_CALL} bytes zeroed "
+            "(torch.zeros(n, dtype=torch.uint8, device=q.device)) once per "
+            "stream"))
     kp, vp = k.data_ptr(), v.data_ptr()
     p.geo.check_disjoint(kp, vp)
     spans = tuple(_spans_of_call(p, t, ns, q, out, cu_seqlens_q, seqused_k,

@@ -24,7 +24,9 @@ says what differs):
       (a cache of that dtype, which must also be the key's; scales not
       read) | "fp8" | "fp8_e4m3" | "fp8_e5m2" (uint8 or float8 caches,
       stored value saturate(x / scale)); k_scale / v_scale float32 with 1
-      (per tensor) or H (per head) elements. pdl (kvgen's, optional,
+      (per tensor) or H (per head) elements, or broadcasts of them (all
+      strides 0, e.g. scale.expand(1, H): per tensor; [..., H] with stride
+      1 last and 0 before: per head). pdl (kvgen's, optional,
       default False): a programmatic dependent launch (CUDA, sm_90: the
       write starts while the kernel before it on the stream finishes and
       waits for its writes on the GPU; the kernel before should call
@@ -537,7 +539,39 @@ def _scale_sig(s):
     """A scale tensor's part of a plan signature: None for None (an
     unquantized cache reads no scale, and vLLM's callers may pass None
     then)."""
-    return None if s is None else (s.dtype, s.device, tuple(s.shape))
+    return None if s is None else (s.dtype, s.device, tuple(s.shape),
+                                   s.stride())
+
+
+def _scale_layout(name, s, heads):
+    """'per_tensor' or 'per_head' for a write / gather scale tensor, from
+    its shape and strides only (no value read, no synchronization): one
+    value (1 element, or every stride of a dimension above 1 is 0: a
+    broadcast such as torch.tensor([0.1]).expand(1, H), or vLLM's
+    layer._k_scale.expand(num_seqs, H), as unified_attention's descales
+    take it), or one per kv head (num_kv_heads elements contiguous, or
+    [..., H] with stride 1 there and 0 in every other dimension above 1).
+    The kernel reads 1 or H consecutive float32 values from the tensor's
+    first element, which these forms hold; ValueError for any other."""
+    n = s.numel()
+    shape, st = tuple(s.shape), tuple(s.stride())
+    if n == 1 or all(x == 0 for d, x in zip(shape, st) if d > 1):
+        return "per_tensor"
+    if n == heads and s.is_contiguous():
+        return "per_head"
+    if shape and shape[-1] == heads and st[-1] == 1 and \
+            all(x == 0 for d, x in zip(shape[:-1], st[:-1]) if d > 1):
+        return "per_head"
+    if n != heads and (not shape or shape[-1] != heads):
+        raise ValueError(f"kvgen: {name} has {n} elements (shape "
+                         f"{list(shape)}), need 1 (per tensor, or a "
+                         f"broadcast of one: all strides 0) or {heads} (per "
+                         "kv head)")
+    raise ValueError(f"kvgen: {name} has shape {list(shape)} and strides "
+                     f"{list(st)}: need one value (1 element, or all "
+                     f"strides 0: a broadcast) or {heads} contiguous (per "
+                     f"kv head; [..., {heads}] with stride 1 there and 0 "
+                     "before)")
 
 
 def _scale_kind(kv_cache_dtype, heads, **scales):
@@ -553,16 +587,7 @@ def _scale_kind(kv_cache_dtype, heads, **scales):
         if s.dtype != torch.float32:
             raise TypeError(f"kvgen: {name} has dtype {s.dtype}, need "
                             "float32")
-        n = s.numel()
-        if n == 1:
-            kinds.add("per_tensor")
-        elif n == heads:
-            kinds.add("per_head")
-        else:
-            raise ValueError(f"kvgen: {name} has {n} elements, need 1 (per "
-                             f"tensor) or {heads} (per kv head)")
-        if n > 1 and not s.is_contiguous():
-            raise ValueError(f"kvgen: {name} must be contiguous")
+        kinds.add(_scale_layout(name, s, heads))
     if len(kinds) > 1:
         raise ValueError("kvgen: " + " and ".join(scales) + " must both be "
                          "per tensor or both per head")

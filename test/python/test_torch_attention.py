@@ -1104,9 +1104,15 @@ def test_workspace_too_small_or_strided_is_refused():
     lens, qs = BATCHES["split_decode"]
     c = Case(GEOS["gqa4_nhd"], lens, qs, seed=22)
     ws = c.workspace()
-    with pytest.raises(ValueError, match=r"workspace holds 64 bytes.*"
-                       r"unified_attention_workspace_bytes"):
+    # The suggested call names every argument the size depends on (it
+    # omitted the descales, which an fp8 cache needs).
+    call = (r"unified_attention_workspace_bytes\(q, k, v, softcap=\.\.\., "
+            r"sinks=\.\.\., k_descale=\.\.\., v_descale=\.\.\.\)")
+    with pytest.raises(ValueError, match=r"workspace holds 64 bytes.*" +
+                       call):
         c.run(ws=ws[:64])
+    with pytest.raises(ValueError, match="workspace is required.*" + call):
+        OP(*c.args().values())
     with pytest.raises(ValueError, match="workspace must be contiguous"):
         c.run(ws=torch.zeros(2 * ws.numel(), dtype=torch.uint8)[::2])
     assert (c.out == 7.25).all()

@@ -2141,3 +2141,46 @@ def test_cuda_opcheck():
             args[3] = args[3].cpu()
         _opcheck(getattr(torch.ops.kvgen, name.split("-")[0]).default, args)
     kt.check_errors("cuda")
+
+
+def test_write_and_gather_take_broadcast_scales():
+    """k_scale / v_scale as broadcast views (stride 0), as
+    unified_attention's descales take them: torch.tensor([0.1]).expand(1,
+    H) raised "k_scale must be contiguous". All strides 0 is one scale,
+    [..., H] with stride 1 last and 0 before is one per head: the bytes
+    written (and gathered) equal those of the contiguous scales of the same
+    values. A broadcast [1, H] after a contiguous [1, H] of the same shape
+    (one plan signature before: the shape only) gets its own plan; a
+    strided [H] is refused."""
+    gen = torch.Generator().manual_seed(29)
+    T, nb, bs, H, D = 21, 4, 16, 4, 64
+    key, value = make_rows(T, H, D, gen), make_rows(T, H, D, gen)
+    slots = make_slots(T, nb, bs, gen, torch.int64)
+    per_head = torch.rand(H, generator=gen) * 0.5 + 0.05
+
+    def write(ks, vs):
+        kc = torch.zeros(nb, bs, H, D, dtype=torch.float8_e4m3fn)
+        vc = torch.zeros_like(kc)
+        torch.ops.kvgen.reshape_and_cache_flash(key, value, kc, vc, slots,
+                                                "fp8", ks, vs)
+        ko = torch.zeros(T, H, D, dtype=torch.bfloat16)
+        vo = torch.zeros_like(ko)
+        torch.ops.kvgen.gather_cache(kc, vc, slots, ko, vo, "fp8", ks, vs)
+        return [kc.view(torch.uint8), vc.view(torch.uint8), ko, vo]
+
+    k1, v1 = torch.tensor([0.1]), torch.tensor([0.3])
+    kh, vh = per_head, per_head.flip(0)
+    # a plan for contiguous [1, H] scales (per head) first
+    write(torch.full((1, H), 0.1), torch.full((1, H), 0.3))
+    for (ks, vs), (kw, vw) in (
+            ((k1.expand(1, H), v1.expand(1, H)), (k1, v1)),
+            # vLLM's layer._k_scale.expand(num_seqs, num_kv_heads)
+            ((torch.tensor(0.1).expand(3, H), torch.tensor(0.3).expand(3, H)),
+             (k1, v1)),
+            ((kh.expand(2, H), vh.expand(2, H)), (kh, vh))):
+        for g, w in zip(write(ks, vs), write(kw, vw)):
+            assert torch.equal(g, w)
+    for bad in (torch.rand(2 * H)[::2], torch.rand(H, 2)[:, 0]):
+        with pytest.raises(ValueError, match="k_scale has shape .* and "
+                           "strides"):
+            write(bad, per_head)
