@@ -44,7 +44,8 @@ Shapes (T = num_tokens, H = num_kv_heads, Dk/Dv = head_size_k/v):
                     ERROR_BIT_INDEX (1) into it; paged_attention ors
                     ERROR_BIT_QUERY_LEN (2) for a query longer than
                     max_query_len, ERROR_BIT_QUERY_RANGE (4) for one
-                    outside [0, num_tokens) (kvgen.h's kvgen_error_bit);
+                    outside [0, num_tokens) (kvgen.h's kvgen_error_bit;
+                    or-ed in: zero the flag before the launch);
                     without one they set the context's error word,
                     which Context.check() / Context.synchronize() report as
                     KvgenError (KVGEN_ERROR_INDEX_OUT_OF_RANGE), and which a

@@ -293,8 +293,9 @@ KVGEN_API kvgen_status kvgen_context_synchronize(kvgen_context ctx);
 
 /** The bits a checked kernel ors into its error flag (an error_flag the
  * caller passes, or the context's error word): a non-zero flag means a
- * kernel skipped something, and the bits say what. New bits may be added;
- * existing ones keep their meaning. */
+ * kernel skipped something, and the bits say what (or-ed in: a caller's
+ * error_flag must be zeroed before the launch, as the context's word is).
+ * New bits may be added; existing ones keep their meaning. */
 typedef enum kvgen_error_bit {
   /** A slot >= num_blocks * block_size, or a block id outside [0,
    * num_blocks), was skipped (every op); for paged_attention also a
