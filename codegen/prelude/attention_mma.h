@@ -301,10 +301,19 @@ KVGEN_DEVICE inline void loadTransB2(const uint16_t *tile, int stride,
 /// as N / 8 m16n8k16 MMAs whose B fragments each lane reads from the tile.
 /// Every thread of the warpgroup calls it; N = 16, 32 or 64. The B tile
 /// is `at` bytes (a multiple of 16) into an operand tile (WgmmaTile).
-template <int LBO, int SBO> struct WgmmaTile;
-template <class T, int N, bool MN_MAJOR, int LBO, int SBO>
+/// SWZ: the tile in the 128-byte swizzled layouts instead (PTX ISA's
+/// canonical SW128 layouts; CUTLASS writes them ((8,m),(T,2k)):((8T,SBO),
+/// (1,T)) K-major and ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)) MN-major): rows
+/// of 128 bytes (64 elements along k for K-major, along n for MN-major),
+/// 8 rows an atom of 1024 bytes, SBO bytes between atoms along n (K-major)
+/// or k (MN-major), LBO between atoms along n (MN-major); byte b of the
+/// unswizzled layout is stored at b ^ ((b >> 7) % 8) << 4, relative to a
+/// 1024-byte aligned tile; a product `at` bytes in starts there (k steps
+/// inside a 128-byte row add 32 bytes).
+template <int LBO, int SBO, bool SWZ = false> struct WgmmaTile;
+template <class T, int N, bool MN_MAJOR, int LBO, int SBO, bool SWZ>
 KVGEN_DEVICE inline void wgmmaRun(float *d, const uint32_t *a,
-                                  const WgmmaTile<LBO, SBO> &tile, int at,
+                                  const WgmmaTile<LBO, SBO, SWZ> &tile, int at,
                                   bool accumulate, unsigned lane) {
   static_assert(N == 16 || N == 32 || N == 64, "wgmma n of 16, 32 or 64");
 #ifdef KVGEN_WGMMA
@@ -312,7 +321,7 @@ KVGEN_DEVICE inline void wgmmaRun(float *d, const uint32_t *a,
   kvgenWgmma<N, same_type<T, dt_f16>::value, MN_MAJOR>(d, a, tile.at(at),
                                                        accumulate);
 #else
-  const unsigned char *b = tile.at(at);
+  const unsigned char *b = tile.at(SWZ ? 0 : at);
   const int g = int(lane / 4), t = int(lane % 4);
   KVGEN_UNROLL
   for (int j = 0; j < N / 8; ++j) {
@@ -324,10 +333,20 @@ KVGEN_DEVICE inline void wgmmaRun(float *d, const uint32_t *a,
       KVGEN_UNROLL
       for (int e = 0; e < 2; ++e) {
         const int k = 2 * t + 8 * h + e;
-        const int at = (n / 8) * SBO + (k / 8) * LBO +
-                       (MN_MAJOR ? 16 * (k % 8) + 2 * (n % 8)
-                                 : 16 * (n % 8) + 2 * (k % 8));
-        w |= uint32_t(*reinterpret_cast<const uint16_t *>(b + at)) << (16 * e);
+        int off;
+        if (SWZ) {
+          // Unswizzled byte from the tile (at: the product's start), then
+          // the chunk bits xor the row bits.
+          off = at + (MN_MAJOR ? (k / 8) * SBO + (k % 8) * 128 +
+                                     (n / 64) * LBO + 2 * (n % 64)
+                               : (n / 8) * SBO + (n % 8) * 128 + 2 * k);
+          off ^= ((off >> 7) & 7) << 4;
+        } else {
+          off = (n / 8) * SBO + (k / 8) * LBO +
+                (MN_MAJOR ? 16 * (k % 8) + 2 * (n % 8)
+                          : 16 * (n % 8) + 2 * (k % 8));
+        }
+        w |= uint32_t(*reinterpret_cast<const uint16_t *>(b + off)) << (16 * e);
       }
       bf[h] = w;
     }
@@ -343,11 +362,12 @@ KVGEN_DEVICE inline void wgmmaRun(float *d, const uint32_t *a,
 /// 16-29, SBO >> 4 in 32-45), so that a product `at` bytes further in adds
 /// at >> 4 to it (the start address field cannot carry: shared memory
 /// addresses are below 2^18); elsewhere its address.
-template <int LBO, int SBO> struct WgmmaTile {
+template <int LBO, int SBO, bool SWZ> struct WgmmaTile {
 #ifdef KVGEN_WGMMA
   uint64_t desc;
   KVGEN_DEVICE explicit WgmmaTile(const void *tile)
-      : desc(kvgenWgmmaDesc(tile, LBO, SBO)) {}
+      : desc(SWZ ? kvgenWgmmaDescSw128(tile, LBO, SBO)
+                 : kvgenWgmmaDesc(tile, LBO, SBO)) {}
   KVGEN_DEVICE uint64_t at(int bytes) const {
     return desc + uint64_t(bytes >> 4);
   }

@@ -86,19 +86,27 @@ attnWideStep(const typename S::CS *kTile, const uint16_t *vRows,
 /// for: q in attnLoadQ's standard map, K-major B (dims along k, 16 ks on,
 /// LBO 128 bytes, a token group of 8 keys SBO = 16 HK bytes); the
 /// products go out in n-chunks of 64 keys (then 32, 16).
-template <class S, int KT>
+/// SWZ: the tile in SwizzleOrder (128-byte swizzled rows: k step ks at
+/// column block ks / 4, 32 ks % 4 bytes into the row; 8 keys an atom,
+/// SBO 1024).
+template <class S, int KT, bool SWZ = false>
 KVGEN_DEVICE inline void wgmmaIssueQK(const typename S::CS *kTile,
                                       const uint32_t (&q)[S::KSTEPS][4],
                                       float (&s)[KT / 8][4], unsigned lane) {
-  enum { HK = S::HK, KGROUP = 16 * HK };
+  enum {
+    HK = S::HK,
+    KGROUP = SWZ ? 1024 : 16 * HK, ///< SBO: bytes between 8-key groups
+    KLBO = SWZ ? 16 : 128          ///< LBO (unused when swizzled)
+  };
   typedef typename S::mma MT;
-  const WgmmaTile<128, KGROUP> kb(kTile);
+  const WgmmaTile<KLBO, KGROUP, SWZ> kb(kTile);
   KVGEN_UNROLL
   for (int ks = 0; ks < HK / 16; ++ks) {
     KVGEN_UNROLL
     for (int n0 = 0; n0 < KT; n0 += 64) {
       const int left = KT - n0;
-      const int at = (n0 / 8) * KGROUP + 256 * ks;
+      const int at = SWZ ? (ks / 4) * KT * 128 + (ks % 4) * 32 + n0 * 128
+                         : (n0 / 8) * KGROUP + 256 * ks;
       if (left >= 64)
         wgmmaRun<MT, 64, false>(&s[n0 / 8][0], q[ks], kb, at, ks > 0, lane);
       else if (left >= 32) {
@@ -131,25 +139,34 @@ KVGEN_DEVICE inline void wgmmaPackP(const float (&s)[KT / 8][4],
 /// waited for: P as A fragments (wgmmaPackP), V MN-major (V columns along
 /// n, SBO 128 bytes; keys along k, LBO = 16 HV bytes): n-tile j = V
 /// columns [8 j, 8 j + 8), in n-chunks of 64 (then 32, 16).
-template <class S, int KT>
+/// SWZ: the tile in SwizzleOrder (128-byte swizzled rows of 64 V columns,
+/// one per key: k step kk at 2048 kk bytes, column block c0 / 64 at
+/// KT x 128 bytes apart (LBO); 8 keys an atom, SBO 1024).
+template <class S, int KT, bool SWZ = false>
 KVGEN_DEVICE inline void wgmmaIssuePV(const typename S::CS *vTile,
                                       const uint32_t (&pa)[KT / 16][4],
                                       float (&o)[S::NT][4], unsigned lane) {
-  enum { HV = S::HV, VGROUP = 16 * HV };
+  enum {
+    HV = S::HV,
+    VGROUP = 16 * HV,
+    VLBO = SWZ ? KT * 128 : VGROUP, ///< LBO
+    VSBO = SWZ ? 1024 : 128         ///< SBO
+  };
   typedef typename S::mma MT;
-  const WgmmaTile<VGROUP, 128> vb(vTile);
+  const WgmmaTile<VLBO, VSBO, SWZ> vb(vTile);
   KVGEN_UNROLL
   for (int kk = 0; kk < KT / 16; ++kk) {
     KVGEN_UNROLL
     for (int c0 = 0; c0 < HV; c0 += 64) {
       const int left = HV - c0;
-      const int at = 2 * kk * VGROUP + (c0 / 8) * 128;
+      const int at = SWZ ? (c0 / 64) * KT * 128 + kk * 2048
+                         : 2 * kk * VGROUP + (c0 / 8) * 128;
       if (left >= 64)
         wgmmaRun<MT, 64, true>(&o[c0 / 8][0], pa[kk], vb, at, true, lane);
       else if (left >= 32) {
         wgmmaRun<MT, 32, true>(&o[c0 / 8][0], pa[kk], vb, at, true, lane);
         if (left == 48)
-          wgmmaRun<MT, 16, true>(&o[c0 / 8 + 4][0], pa[kk], vb, at + 4 * 128,
+          wgmmaRun<MT, 16, true>(&o[c0 / 8 + 4][0], pa[kk], vb, at + (SWZ ? 64 : 4 * 128),
                                  true, lane);
       } else
         wgmmaRun<MT, 16, true>(&o[c0 / 8][0], pa[kk], vb, at, true, lane);
@@ -160,7 +177,7 @@ KVGEN_DEVICE inline void wgmmaIssuePV(const typename S::CS *vTile,
 /// One step of a warpgroup's 64 rows over the KT keys of a tile (keys base
 /// + [0, KT)), each product waited for: S = Q K^T (wgmmaIssueQK), the
 /// online softmax (attnSoftmax), then O += P V (wgmmaIssuePV).
-template <class S, class O, int KT>
+template <class S, class O, int KT, bool SWZ = false>
 KVGEN_DEVICE inline void
 attnWgmmaStep(const typename S::CS *kTile, const typename S::CS *vTile,
               const uint32_t (&q)[S::KSTEPS][4], int64_t base, int64_t ta,
@@ -172,14 +189,14 @@ attnWgmmaStep(const typename S::CS *kTile, const typename S::CS *vTile,
                 "whole k-steps of keys and V n-tile pairs");
   float s[NK][4];
   wgmmaFence();
-  wgmmaIssueQK<S, KT>(kTile, q, s, lane);
+  wgmmaIssueQK<S, KT, SWZ>(kTile, q, s, lane);
   wgmmaFinish<NK * 4>(&s[0][0]);
   attnSoftmax<S, O, NK>(s, base, ta, tb, rowPos, rowLo, rowMul, capMul,
                         lane % 4, m, l, o, unmasked);
   uint32_t pa[KT / 16][4];
   wgmmaPackP<S, KT>(s, pa);
   wgmmaFence();
-  wgmmaIssuePV<S, KT>(vTile, pa, o, lane);
+  wgmmaIssuePV<S, KT, SWZ>(vTile, pa, o, lane);
   wgmmaFinish<NT * 4>(&o[0][0]);
 }
 
@@ -267,6 +284,43 @@ struct CoreMatrixOrder {
       linear = (STEP * U) % 8 == 0,
       value = linear ? (J * STEP * U / 8) * 64 : 0
     };
+  };
+};
+
+/// SwizzleOrder: the wgmma path's tiles in the 128-byte swizzled layouts
+/// (wgmmaRun's SWZ; K K-major, V MN-major, both stored alike): element d
+/// of token i at byte (d / 64) KT 128 + 128 i + 2 (d % 64) of the
+/// unswizzled layout, its 16-byte chunk xor-ed with i % 8 (the tile's
+/// stages 1024-byte aligned). Threads as RowOrder's: the 8 lanes of a
+/// phase copy the 8 16-byte chunks of one token's 64-element column block
+/// (128 contiguous bytes read, one 128-byte row of shared memory written:
+/// every bank once), a thread's next copy the next column block.
+template <int KT_, int HK, int HV, int THREADS> struct SwizzleOrder {
+  enum {
+    KT = KT_, UK = 8, UV = 8, LPT = 8, SLOTS = THREADS / LPT,
+    ROUNDS = (KT + SLOTS - 1) / SLOTS, PARTIAL = KT % SLOTS != 0,
+    CK = HK / UK, CV = HV / UV, STEP = LPT,
+    JK = (CK + STEP - 1) / STEP, JV = (CV + STEP - 1) / STEP
+  };
+  static_assert(HK % 64 == 0 && HV % 64 == 0 && THREADS % LPT == 0,
+                "whole 64-element column blocks and token slots");
+  static KVGEN_DEVICE inline int token(unsigned tid, int r) {
+    return int(tid / LPT) + r * SLOTS;
+  }
+  static KVGEN_DEVICE inline int copy(unsigned tid, int j) {
+    return int(tid % LPT) + j * STEP;
+  }
+  /// Element offset of copy c (8 elements) of token i.
+  static KVGEN_DEVICE inline int at(int i, int c) {
+    const int b = (c / 8) * KT * 128 + i * 128 + (c % 8) * 16;
+    return (b ^ (((b >> 7) & 7) << 4)) / 2;
+  }
+  static KVGEN_DEVICE inline int kAt(int i, int c) { return at(i, c); }
+  static KVGEN_DEVICE inline int vAt(int i, int c) { return at(i, c); }
+  /// The next column block, the same chunk of the same row: KT 64
+  /// elements further for every c.
+  template <int J, int U> struct Delta {
+    enum { linear = 1, value = J * KT * 64 };
   };
 };
 
@@ -435,7 +489,14 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     /// first MMA_WARPS only compute; else every thread does both.
     WS = S::PRODUCER_WARPS > 0,
     LOADERS = WS ? S::PRODUCER_WARPS * 32 : P::threads,
-    MMA_THREADS = S::MMA_WARPS * 32
+    MMA_THREADS = S::MMA_WARPS * 32,
+    /// The wgmma tiles in the 128-byte swizzled layouts (SwizzleOrder):
+    /// 16-byte copies, head sizes of whole 64-element blocks, every
+    /// stage's K and V tile a multiple of 1024 bytes (so all stay 1024-byte
+    /// aligned behind an aligned base); else CoreMatrixOrder (no swizzle).
+    SWZ = WG && ALIGNED && UK == 8 && UV == 8 && CSB == 2 && HK % 64 == 0 &&
+          HV % 64 == 0 && (KT * KROW * CSB) % 1024 == 0 &&
+          (KT * VROW * CSB) % 1024 == 0
   };
   static_assert(!WS || (WG && STAGES >= 3),
                 "producer warps feed the pipelined wgmma loop");
@@ -472,9 +533,19 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
   const int64_t tiles = tb > t0 ? (tb - t0 + KT - 1) / KT : 0;
   // The tiles' order: core matrices for wgmma, else padded rows; staged
   // by the LOADERS threads.
-  typedef typename Select<WG, CoreMatrixOrder<KT, HK, HV, UK, UV, LOADERS>,
-                          RowOrder<KT, HK, HV, UK, UV, KROW, VROW,
-                                   LOADERS> >::type Order;
+  typedef typename Select<
+      SWZ, SwizzleOrder<KT, HK, HV, LOADERS>,
+      typename Select<WG, CoreMatrixOrder<KT, HK, HV, UK, UV, LOADERS>,
+                      RowOrder<KT, HK, HV, UK, UV, KROW, VROW,
+                               LOADERS> >::type>::type Order;
+#ifdef KVGEN_WGMMA
+  // The swizzled layout is relative to 1024-byte aligned tiles (the
+  // descriptors' base offset 0): a dynamic shared memory base that is not
+  // would give wrong products, so it stops the kernel instead.
+  if constexpr (SWZ)
+    if (kvgenSharedAddress(&sm) & 1023u)
+      asm volatile("trap;");
+#endif
   // Tile k into buffer k % STAGES (by the loading thread ltid) as one
   // commit group; past the last tile an empty group, so that the loops'
   // wait counts stay fixed.
@@ -492,8 +563,8 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
   // Warp specialization: tile k's arrival (full[k % STAGES], one arrival
   // per loading thread once its copies landed) and release (empty[k %
   // STAGES], one per computing warp once its products read the tile).
-  uint64_t *full = nullptr, *empty = nullptr;
 #ifdef KVGEN_TILE_BARRIERS
+  uint64_t *full = nullptr, *empty = nullptr;
   if constexpr (WS) {
     KVGEN_SHARED uint64_t tileBars[2 * STAGES];
     full = tileBars;
@@ -607,7 +678,7 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
       // on k, which ptxas's wgmma pipeline analysis would not see through.
       const bool unmasked = enter(0);
       wgmmaFence();
-      wgmmaIssueQK<S, KT>(sm.k[0], q, s, lane);
+      wgmmaIssueQK<S, KT, SWZ>(sm.k[0], q, s, lane);
       wgmmaCommit();
       wgmmaWaitPin<0, KT / 8 * 4>(&s[0][0]);
       attnSoftmax<S, O, KT / 8>(s, t0, ta, tb, rowPos, rowLo, rowMul, capMul,
@@ -619,9 +690,9 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     for (int64_t k = 1; k < tiles; ++k) {
       const bool unmasked = enter(k);
       wgmmaFence(); // P and O's rescale before the products read them
-      wgmmaIssueQK<S, KT>(sm.k[cur.stage], q, s, lane);
+      wgmmaIssueQK<S, KT, SWZ>(sm.k[cur.stage], q, s, lane);
       wgmmaCommit();
-      wgmmaIssuePV<S, KT>(sm.v[prev.stage], pa, o, lane);
+      wgmmaIssuePV<S, KT, SWZ>(sm.v[prev.stage], pa, o, lane);
       wgmmaCommit();
       wgmmaWaitPin<1, KT / 8 * 4>(&s[0][0]); // Q K^T done, P V running
       float alpha[2];
@@ -641,7 +712,7 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     }
     if (tiles > 0) {
       wgmmaFence();
-      wgmmaIssuePV<S, KT>(sm.v[prev.stage], pa, o, lane);
+      wgmmaIssuePV<S, KT, SWZ>(sm.v[prev.stage], pa, o, lane);
       wgmmaCommit();
       wgmmaWaitPin<0, NT * 4>(&o[0][0]);
     }
@@ -675,7 +746,7 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
         // warpgroup's).
         const bool unmasked = first >= ta && first + KT <= tb &&
                               first + KT - 1 <= wFirstPos && first >= wLastLo;
-        attnWgmmaStep<S, O, KT>(kTile, vTile, q, first, ta, tb, rowPos, rowLo,
+        attnWgmmaStep<S, O, KT, SWZ>(kTile, vTile, q, first, ta, tb, rowPos, rowLo,
                                 rowMul, capMul, lane, m, l, o, unmasked);
       } else if constexpr (LDSM_V) {
         // The whole tile in one step (skipped when no row of the warp

@@ -428,6 +428,13 @@ __device__ inline uint64_t kvgenWgmmaDesc(const void *tile, uint32_t lbo,
          (uint64_t((lbo >> 4) & 0x3fffu) << 16) |
          (uint64_t((sbo >> 4) & 0x3fffu) << 32);
 }
+/// The same with the 128-byte swizzle (layout type 1 in bits 62-63): the
+/// 16-byte chunk c of 128-byte row r of a 1024-byte aligned atom is stored
+/// at chunk c ^ (r % 8) (tile 1024-byte aligned: base offset 0).
+__device__ inline uint64_t kvgenWgmmaDescSw128(const void *tile,
+                                               uint32_t lbo, uint32_t sbo) {
+  return kvgenWgmmaDesc(tile, lbo, sbo) | (uint64_t(1) << 62);
+}
 
 /// Tile barriers of the warp-specialized prefill (attention_prefill.h):
 /// mbarriers in shared memory (PTX ISA 8.0, "Parallel Synchronization and
