@@ -130,13 +130,15 @@ def test_attention_kernels_compile(tmp_path, backend, target):
     bundle, names = emit_bundle(tmp_path, target)
     # MiMo's prefill tiles (K 192 / V 128 bf16: 448 + 272 bytes a token)
     # in dynamic shared memory: 64 tokens x 2 stages = 92160 bytes on
-    # NVIDIA, reduced to 32 x 2 = 46080 within gfx90a's 64 KiB of LDS.
+    # sm_80, 3 stages (138240: the pipelined wgmma loop, sm_90's default
+    # for MiMo) on sm_90, reduced to 32 x 2 = 46080 within gfx90a's 64 KiB
+    # of LDS.
     entries = (bundle / "kvgen-manifest.txt").read_text().split("[kernel]")
     mimo = [e for e in entries
             if "name = kvgen_paged_attention_h4_k192_v128_b16_nhd_sep_bf16_"
                "io_bf16_num_q_heads64_prefill\n" in e]
     assert len(mimo) == 1, entries
-    expected = 46080 if target == "gfx90a" else 92160
+    expected = {"gfx90a": 46080, "sm_90": 138240}.get(target, 92160)
     assert f"dynamic_smem_bytes = {expected}\n" in mimo[0], mimo[0]
     # Decode plans have none.
     assert all("dynamic_smem_bytes" not in e for e in entries
@@ -144,8 +146,8 @@ def test_attention_kernels_compile(tmp_path, backend, target):
     compile_all(ctx, bundle, names, backend)
 
 
-#: Prefill kernels planned with wgmma=1 (kv-plan; not chosen by default
-#: yet): MiMo bf16 with sinks, Llama packed with soft-cap and lse, f16 with
+#: Prefill kernels planned with wgmma=1 (kv-plan; sm_90's default where
+#: they fit): MiMo bf16 with sinks, Llama packed with soft-cap and lse, f16 with
 #: V wider than K (V = 256, wgmma's largest), a block of 8 tokens.
 WGMMA_SPECS = [
     (kvgen.Layout(4, 192, 128, 16), 64, ["--sinks", "--prefill"]),

@@ -242,7 +242,22 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
   if (failed(base))
     return failure();
   PlanChoice c = *base;
-  c.threads = threads > 0 ? threads : 128;
+  // The prefill body's products on warpgroup MMA (wgmma) where the target
+  // has it (not the host's simulation: only when asked) and the op fits
+  // it (a 16-bit cache of the query's type, head sizes of whole k16 steps:
+  // kv::wgmmaUnfit, which the op verifier applies too), unless kv-plan's
+  // wgmma=0; wgmma=1 asks for it on every prefill plan. Such a plan takes
+  // two warpgroups (128 rows per CTA) and 3 tile stages (the pipelined
+  // loop) unless forced otherwise: on an H100 with the 128-byte swizzled
+  // tiles it runs MiMo's 32k prefill in 54.2 ms against the mma.sync
+  // body's 82.9 (Llama-3-8B 22.7 against 33.2, a 2k chunk at 32k 6.55
+  // against 9.97; docs/performance.md, "Twelfth round").
+  constexpr bool kWgmmaByDefault = true;
+  const bool wgmma =
+      warpRowTiles && tiles.wgmma != 0 &&
+      (tiles.wgmma > 0 || (kWgmmaByDefault && target.caps().wgmma &&
+                           !kv::wgmmaUnfit(layout, io)));
+  c.threads = threads > 0 ? threads : wgmma ? 2 * kWgmmaGroupThreads : 128;
   c.tokensPerCta = 1;
   c.smallMaxTokens = c.smallThreads = 0;
   c.streamingStores = false; // the output is small and read next
@@ -292,9 +307,10 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
     c.tileStages = tiles.stages > 0
                        ? tiles.stages
                        : attnTileStages(tokenBytes, int(c.tileTokens), most);
-    // The producers' loop needs 3 buffers (the computing loop reads two
-    // tiles at once while the next one loads).
-    if (c.producerWarps > 0 && tiles.stages <= 0 && c.tileStages < 3)
+    // The pipelined wgmma loop and the producers' loop need 3 buffers (the
+    // computing loop reads two tiles at once while the next one loads).
+    if ((wgmma || c.producerWarps > 0) && tiles.stages <= 0 &&
+        c.tileStages < 3 && 3 * c.tileTokens * tokenBytes <= most)
       c.tileStages = 3;
     c.dynamicSmemBytes = c.tileStages * c.tileTokens * tokenBytes;
     if ((tiles.tokens > 0 || tiles.stages > 0) && c.dynamicSmemBytes > most) {
@@ -333,21 +349,7 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
   // serve yet: it takes the emulated mma there.
   c.mfma = target.caps().mfma && c.threads % kMfmaWaveSize == 0 &&
            !warpRowTiles;
-  // The prefill body's products on warpgroup MMA where the target has it
-  // (not the host's simulation: only when asked, KVPlanPass) and the op
-  // fits it (whole warpgroups, a 16-bit cache of the query's type, head
-  // sizes of whole k16 steps: kv::wgmmaUnfit, which the op verifier
-  // applies too).
-  // Off by default (kWgmmaByDefault): on an H100 the path is correct
-  // (test_attention_gpu.py's prefill cases, memcheck clean) but slower
-  // than the mma.sync body (MiMo 32k prefill 139 ms against 84 with one
-  // warpgroup per CTA, 93 against 80 with two; docs/performance.md,
-  // "Tenth round": each tile waits for its products, nothing overlaps the
-  // softmax). wgmma=1 asks for it.
-  constexpr bool kWgmmaByDefault = false;
-  c.wgmma = kWgmmaByDefault && target.caps().wgmma && warpRowTiles &&
-            c.threads % kWgmmaGroupThreads == 0 && !c.mfma &&
-            !kv::wgmmaUnfit(layout, io);
+  c.wgmma = wgmma && c.threads % kWgmmaGroupThreads == 0 && !c.mfma;
   if (c.splitCtas == 0)
     c.splitMinTokens = c.splitAlign = c.partialBytes = 0;
   return c;
@@ -431,7 +433,7 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
                     op.getWarpRowTiles(), threads, splitCtas, &error,
                     PrefillTiles{tileTokens,
                                  tileStages > 0 ? int64_t(tileStages) : -1,
-                                 producerWarps})
+                                 producerWarps, wgmma})
               : choosePlan(op.getLayout().getDesc(),
                            *fromMlirType(op.getRowType()), *parsed,
                            op.getWorkItemTokens(), threads, tokensPerCta,

@@ -1,30 +1,32 @@
-// RUN: kvgen-opt --kv-plan=target=sm_90 %s | FileCheck %s --check-prefix=PLAN
-// RUN: kvgen-opt --kv-plan="target=sm_90 threads=256" %s | FileCheck %s --check-prefix=WARPS8
+// RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=0" %s | FileCheck %s --check-prefix=PLAN
+// RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=0 threads=256" %s | FileCheck %s --check-prefix=WARPS8
 // RUN: kvgen-opt --kv-plan=target=gfx942 %s | FileCheck %s --check-prefix=GFX
 // RUN: kvgen-opt --kv-plan=target=gfx90a %s | FileCheck %s --check-prefix=GFX
 // RUN: kvgen-opt --kv-plan=target=sm_80 %s | FileCheck %s --check-prefix=SM80
 // RUN: kvgen-opt --kv-plan=target=host %s | FileCheck %s --check-prefix=SM80
-// RUN: kvgen-opt --kv-plan=target=sm_90 --convert-kv-to-emitc %s | FileCheck %s --check-prefix=EMITC
-// RUN: not kvgen-opt --kv-plan="target=sm_90 split-ctas=8" %s 2>&1 | FileCheck %s --check-prefix=SPLIT
-// RUN: kvgen-opt --kv-plan="target=sm_90 tile-stages=4" %s | FileCheck %s --check-prefix=STAGES4
-// RUN: kvgen-opt --kv-plan="target=sm_90 tile-stages=1" %s | FileCheck %s --check-prefix=STAGES1
+// RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=0" --convert-kv-to-emitc %s | FileCheck %s --check-prefix=EMITC
+// RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=0 split-ctas=8" %s 2>&1 | FileCheck %s --check-prefix=SPLIT
+// RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=0 tile-stages=4" %s | FileCheck %s --check-prefix=STAGES4
+// RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=0 tile-stages=1" %s | FileCheck %s --check-prefix=STAGES1
 // RUN: not kvgen-opt --kv-plan="target=sm_80 tile-stages=4" %s 2>&1 | FileCheck %s --check-prefix=STAGES-BIG
-// RUN: not kvgen-opt --kv-plan="target=sm_90 tile-stages=0" %s 2>&1 | FileCheck %s --check-prefix=STAGES0
-// RUN: not kvgen-opt --kv-plan="target=sm_90 tile-stages=5" %s 2>&1 | FileCheck %s --check-prefix=STAGES5
-// RUN: kvgen-opt --kv-plan="target=sm_90 tile-tokens=128" %s | FileCheck %s --check-prefix=TOKENS128
-// RUN: kvgen-opt --kv-plan="target=sm_90 tile-tokens=32 tile-stages=3" %s | FileCheck %s --check-prefix=TOKENS32
-// RUN: not kvgen-opt --kv-plan="target=sm_90 tile-tokens=128 tile-stages=3" %s 2>&1 | FileCheck %s --check-prefix=TOKENS-BIG
-// RUN: not kvgen-opt --kv-plan="target=sm_90 tile-tokens=48" %s 2>&1 | FileCheck %s --check-prefix=TOKENS48
-// RUN: not kvgen-opt --kv-plan="target=sm_90 tile-tokens=256" %s 2>&1 | FileCheck %s --check-prefix=TOKENS256
+// RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=0 tile-stages=0" %s 2>&1 | FileCheck %s --check-prefix=STAGES0
+// RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=0 tile-stages=5" %s 2>&1 | FileCheck %s --check-prefix=STAGES5
+// RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=0 tile-tokens=128" %s | FileCheck %s --check-prefix=TOKENS128
+// RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=0 tile-tokens=32 tile-stages=3" %s | FileCheck %s --check-prefix=TOKENS32
+// RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=0 tile-tokens=128 tile-stages=3" %s 2>&1 | FileCheck %s --check-prefix=TOKENS-BIG
+// RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=0 tile-tokens=48" %s 2>&1 | FileCheck %s --check-prefix=TOKENS48
+// RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=0 tile-tokens=256" %s 2>&1 | FileCheck %s --check-prefix=TOKENS256
 // RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=1 threads=384 producer-warps=4" %s | FileCheck %s --check-prefix=WS
 // RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=1 threads=384 producer-warps=4" --convert-kv-to-emitc %s | FileCheck %s --check-prefix=WS-EMITC
-// RUN: not kvgen-opt --kv-plan="target=sm_90 threads=384 producer-warps=4" %s 2>&1 | FileCheck %s --check-prefix=WS-NOWG
+// RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=0 threads=384 producer-warps=4" %s 2>&1 | FileCheck %s --check-prefix=WS-NOWG
 // RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=1 threads=128 producer-warps=4" %s 2>&1 | FileCheck %s --check-prefix=WS-THREADS
 // RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=1 threads=384 producer-warps=2" %s 2>&1 | FileCheck %s --check-prefix=WS-WARPS
 // RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=1 threads=384 producer-warps=5" %s 2>&1 | FileCheck %s --check-prefix=WS-RANGE
 // RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=1 threads=384 producer-warps=4 tile-stages=2" %s 2>&1 | FileCheck %s --check-prefix=WS-STAGES
 // RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=1 threads=384 producer-warps=4 min-ctas-per-sm=2" %s 2>&1 | FileCheck %s --check-prefix=WS-MINCTAS
 
+// (sm_90 with wgmma=0: the mma.sync body's plan; its default, warpgroup
+// MMA, is attention-wgmma.mlir's.)
 // The prefill plan: one m16 tile of query rows per warp (4 warps: 64 rows
 // per CTA), a CTA per kv head, never split (no split fields), and on AMD
 // no MFMA (its two warps of a wavefront would own different rows).

@@ -1,6 +1,8 @@
 // RUN: split-file %s %t
-// Not chosen by default yet (Plan.cpp kWgmmaByDefault: not run on a GPU).
-// RUN: kvgen-opt --kv-plan=target=sm_90 %t/fit.mlir | FileCheck %s --check-prefix=NONE
+// Chosen by default on sm_90 (Plan.cpp kWgmmaByDefault), with two
+// warpgroups and 3 tile stages; where the op does not fit it, mma.sync.
+// RUN: kvgen-opt --kv-plan=target=sm_90 %t/fit.mlir | FileCheck %s --check-prefix=SM90
+// RUN: kvgen-opt --kv-plan=target=sm_90 %t/unfit.mlir | FileCheck %s --check-prefix=NONE
 // RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=1" %t/fit.mlir | FileCheck %s --check-prefix=SM90
 // The printed plan parses back (omitted when false, printed when true).
 // RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=1" %t/fit.mlir | kvgen-opt | FileCheck %s --check-prefix=SM90
@@ -18,14 +20,12 @@
 // RUN: not kvgen-opt --kv-plan="target=sm_80 wgmma=1" %t/fit.mlir 2>&1 | FileCheck %s --check-prefix=SM80ASK
 // RUN: not kvgen-opt --kv-plan="target=sm_90 threads=64 wgmma=1" %t/fit.mlir 2>&1 | FileCheck %s --check-prefix=GROUPS
 // RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=2" %t/fit.mlir 2>&1 | FileCheck %s --check-prefix=RANGE
-// (unfit.mlir is for the default planner once kWgmmaByDefault is true: a
-// RUN of it with target=sm_90 and NONE; while the default is off such a
-// RUN could not fail. The verifier's refusals are invalid-attention.mlir's.)
+// (The verifier's refusals are invalid-attention.mlir's.)
 // RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=1" %t/fp8.mlir 2>&1 | FileCheck %s --check-prefix=FP8ASK
 // RUN: not kvgen-opt --kv-plan="target=host wgmma=1" %t/k72.mlir 2>&1 | FileCheck %s --check-prefix=K72ASK
 // The option travels with KVGEN_PLAN_OPTIONS (kvgen emit, the generator
 // library): the emitted plan struct says it.
-// RUN: kvgen emit --preset mimo-v2-flash --op paged_attention --num_q_heads 64 --prefill --target sm_90 | FileCheck %s --check-prefix=EMIT0
+// RUN: kvgen emit --preset mimo-v2-flash --op paged_attention --num_q_heads 64 --prefill --target sm_90 | FileCheck %s --check-prefix=EMIT1
 // RUN: env KVGEN_PLAN_OPTIONS="wgmma=1" kvgen emit --preset mimo-v2-flash --op paged_attention --num_q_heads 64 --prefill --target sm_90 | FileCheck %s --check-prefix=EMIT1
 // RUN: env KVGEN_PLAN_OPTIONS="wgmma=0" kvgen emit --preset mimo-v2-flash --op paged_attention --num_q_heads 64 --prefill --target sm_90 | FileCheck %s --check-prefix=EMIT0
 // RUN: env KVGEN_PLAN_OPTIONS="wgmma=1" kvgen emit --preset mimo-v2-flash --op paged_attention --num_q_heads 64 --prefill --target host | FileCheck %s --check-prefix=EMIT1
@@ -37,11 +37,15 @@
 // used when asked: wgmma=1), for whole warpgroups (128 threads; 256: two),
 // a bf16 / f16 cache of the query's type and head sizes of whole 16-element
 // steps (head_size_v at most 256). Decode plans (16 rows) never have it.
+// Such a plan takes two warpgroups (128 rows) and 3 tile stages unless
+// threads / tile-stages force others.
 // SM90-LABEL: kv.paged_attention @mimo_prefill
-// SM90-SAME: threads = 128, rows_per_cta = 64,
+// SM90-SAME: threads = 256, rows_per_cta = 128,
+// SM90-SAME: tile_tokens = 64, tile_stages = 3, dynamic_smem_bytes = 138240,
 // SM90-SAME: hw_fp8 = false, wgmma = true>
 // SM90-LABEL: kv.paged_attention @llama_prefill
-// SM90-SAME: threads = 128, rows_per_cta = 64,
+// SM90-SAME: threads = 256, rows_per_cta = 128,
+// SM90-SAME: tile_stages = 3,
 // SM90-SAME: hw_fp8 = false, wgmma = true>
 // SM90-LABEL: kv.paged_attention @f16_v256_prefill
 // SM90-SAME: wgmma = true>
@@ -86,7 +90,8 @@ kv.paged_attention @mimo_prefill : #kv.layout<num_kv_heads = 4,
 
 //--- unfit.mlir
 // An fp8 cache, K = 72 (not whole k16 steps), V = 272 (more than wgmma's
-// N = 256), a bf16 query over an f16 cache: each keeps mma.sync.
+// N = 256), a bf16 query over an f16 cache: each keeps mma.sync (and its
+// 128 threads).
 kv.paged_attention @fp8_prefill : #kv.layout<num_kv_heads = 4,
     head_size_k = 192, head_size_v = 128, block_size = 16,
     dtype = f8E4M3FN, scale = per_head>, query bf16, num_q_heads 64 prefill

@@ -114,8 +114,11 @@ constexpr int64_t kMaxSplitCtas = 512;
 /// producer-warps: 4) makes the last producerWarps warps of `threads`
 /// load the tiles only (rows_per_cta = 16 x the other warps; stages at
 /// least 3 when not forced).
+/// wgmma: kv-plan's wgmma option (-1 planned, 0 never, 1 always), which
+/// also sets the defaults of a prefill plan on warpgroup MMA (threads 256,
+/// at least 3 stages where they fit).
 struct PrefillTiles {
-  int64_t tokens = -1, stages = -1, producerWarps = 0;
+  int64_t tokens = -1, stages = -1, producerWarps = 0, wgmma = -1;
 };
 
 /// The plan of a row-tiled kernel (paged attention) over `layout` with
