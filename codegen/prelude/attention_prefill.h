@@ -499,8 +499,27 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     SWZ = WG && !WS && ALIGNED && UK == 8 && UV == 8 && CSB == 2 &&
           HK % 64 == 0 &&
           HV % 64 == 0 && (KT * KROW * CSB) % 1024 == 0 &&
-          (KT * VROW * CSB) % 1024 == 0
+          (KT * VROW * CSB) % 1024 == 0,
+    /// Warp specialization's registers per thread (setmaxnreg, sm_90a).
+    /// The launch bounds (threads, 1 CTA per SM) give every thread
+    /// ENTRY_REGS of the SM's 65536 (whole steps of 8, at most 248): the
+    /// CTA's pool. The producers keep PRODUCER_REGS; the computing warps
+    /// take what that leaves them, at most 232. setmaxnreg.inc waits until
+    /// the pool holds what it asks for, so asking more than the pool has
+    /// (232 with 512 threads or more) never returns.
+    ENTRY_REGS = (65536 / P::threads) / 8 * 8 < 248
+                     ? (65536 / P::threads) / 8 * 8
+                     : 248,
+    PRODUCER_REGS = 40,
+    MMA_SHARE = WS ? (ENTRY_REGS * P::threads - PRODUCER_REGS * LOADERS) /
+                         MMA_THREADS / 8 * 8
+                   : 0,
+    MMA_REGS = MMA_SHARE < 232 ? MMA_SHARE : 232
   };
+  static_assert(!WS || (PRODUCER_REGS <= ENTRY_REGS &&
+                        PRODUCER_REGS * LOADERS + MMA_REGS * MMA_THREADS <=
+                            ENTRY_REGS * P::threads),
+                "warp specialization's registers fit the CTA's pool");
   static_assert(!WS || (WG && STAGES >= 3),
                 "producer warps feed the pipelined wgmma loop");
   const float kNegInf = negInf();
@@ -585,7 +604,7 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
       // more stages the tile waited for was released in an iteration
       // that needed only arrivals already signalled, so this never waits
       // on itself.
-      kvgenSetMaxRegs<40, false>();
+      kvgenSetMaxRegs<PRODUCER_REGS, false>();
       const unsigned ltid = tid - unsigned(MMA_THREADS);
       // Tile k's buffer (the release waited for: tile k - STAGES's, the
       // turn before, parity ^ 1) and tile k - 1's.
@@ -612,7 +631,7 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
       }
       return;
     }
-    kvgenSetMaxRegs<232, true>();
+    kvgenSetMaxRegs<MMA_REGS, true>();
   }
 #endif
   const int64_t rowBase = ctaRow + int64_t(warp) * 16;

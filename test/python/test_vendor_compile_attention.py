@@ -258,6 +258,49 @@ def test_pipelined_wgmma_prefill_stays_asynchronous(tmp_path, options):
         assert " 0 bytes spill stores, 0 bytes spill loads" in log, log
 
 
+@pytest.mark.parametrize("threads", [384, 512, 1024])
+def test_producer_warps_registers_fit_the_cta(tmp_path, threads):
+    """Warp specialization's setmaxnreg: the producer warpgroup lowers its
+    registers per thread (dec), the computing warps raise theirs (inc),
+    and setmaxnreg.inc waits until the CTA's pool (ptxas's registers at
+    entry x threads) holds what it asks for, so the two must fit that pool:
+    the computing warps' 232 did only at 384 threads (at 512, 3 x 128 x
+    232 + 128 x 40 = 94208 registers of a 65536 pool: the computing warps
+    would never start on an H100)."""
+    if not KVGEN.is_file():
+        pytest.skip(f"{KVGEN} not built")
+    import re
+    sys.path.insert(0, str(REPO / "scripts"))
+    import compare_ptx
+    try:
+        nvrtc = compare_ptx.Nvrtc()
+    except RuntimeError:
+        pytest.skip("libnvrtc not loadable here")
+    f = tmp_path / "layout.mlir"
+    f.write_text(f"#kv.layout<{kvgen.Layout(4, 192, 128, 16).text}>\n")
+    env = dict(os.environ, KVGEN_PLAN_OPTIONS=f"wgmma=1 threads={threads} "
+               "producer-warps=4")
+    r = subprocess.run([str(KVGEN), "emit", "--layout", str(f), "--op",
+                        "paged_attention", "--num_q_heads", "64", "--target",
+                        "sm_90", "--prefill", "-o", str(tmp_path / "k.cu")],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ptx, log, _ = nvrtc.compile((tmp_path / "k.cu").read_text(), "k.cu",
+                                ["--gpu-architecture=sm_90a", "-std=c++17",
+                                 "--ptxas-options=-v"])
+    dec = [int(n) for n in re.findall(
+        r"setmaxnreg\.dec\.sync\.aligned\.u32\s+(\d+)", ptx)]
+    inc = [int(n) for n in re.findall(
+        r"setmaxnreg\.inc\.sync\.aligned\.u32\s+(\d+)", ptx)]
+    entry = [int(n) for n in re.findall(r"Used (\d+) registers", log)]
+    assert len(dec) == len(inc) == len(entry) == 1, (dec, inc, log)
+    assert "C7508" not in log, log  # setmaxnreg applied
+    assert dec[0] <= entry[0] <= inc[0], (dec, inc, entry)
+    pool = entry[0] * threads
+    assert 128 * dec[0] + (threads - 128) * inc[0] <= pool, \
+        (threads, dec, inc, entry)
+
+
 @pytest.mark.parametrize("args,plan", [
     (["--op", "paged_attention", "--num_q_heads", "8"],
      "cache_alignment = proven"),
