@@ -194,7 +194,9 @@ def test_wgmma_prefill_kernels_compile_for_sm_90a(tmp_path, threads):
 
 def _cubin_log(source, arch):
     """NVRTC's log of compiling `source` to an `arch` cubin (ptxas runs
-    inside NVRTC, so its info lines are in the log); None without NVRTC."""
+    inside NVRTC, so its info lines are in the log); None without NVRTC.
+    Without --split-compile: with it ptxas's performance notes (C7508,
+    C7512, C7514, ...) go to the process's stderr, not to the log."""
     import ctypes
     sys.path.insert(0, str(REPO / "scripts"))
     import compare_ptx
@@ -205,7 +207,7 @@ def _cubin_log(source, arch):
     prog = ctypes.c_void_p()
     assert lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(),
                                   b"k.cu", 0, None, None) == 0
-    opts = [f"--gpu-architecture={arch}", "-std=c++17", "--split-compile=0",
+    opts = [f"--gpu-architecture={arch}", "-std=c++17",
             "--ptxas-options=-v"]
     arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
     rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
@@ -217,6 +219,27 @@ def _cubin_log(source, arch):
     log = buf.value.decode(errors="replace")
     assert rc == 0, log
     return log
+
+
+def test_cubin_log_holds_ptxas_performance_notes():
+    """_cubin_log's log holds ptxas's 'Potential Performance Loss' notes,
+    which the tests below look for: a setmaxnreg without launch bounds
+    that fix the registers at entry is ignored (C7508). With NVRTC's
+    --split-compile=0 the notes went to stderr and the log had none."""
+    source = """
+extern "C" __global__ void __launch_bounds__(384) k(int *p) {
+  if (threadIdx.x >= 256) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  p[threadIdx.x] = 1;
+}
+"""
+    log = _cubin_log(source, "sm_90a")
+    if log is None:
+        pytest.skip("libnvrtc not loadable here")
+    assert "C7508" in log, log
 
 
 @pytest.mark.parametrize("options", [
