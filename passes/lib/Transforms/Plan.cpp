@@ -302,16 +302,28 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
     const int64_t tokenBytes = attnTileTokenBytes(
         int(layout.headSize(kKey) * elem), int(layout.headSize(kValue) * elem));
     const int64_t most = target.info->maxDynamicSmemBytes;
-    c.tileTokens =
-        tiles.tokens > 0 ? tiles.tokens : attnTileTokens(tokenBytes, most);
-    c.tileStages = tiles.stages > 0
-                       ? tiles.stages
-                       : attnTileStages(tokenBytes, int(c.tileTokens), most);
-    // The pipelined wgmma loop and the producers' loop need 3 buffers (the
-    // computing loop reads two tiles at once while the next one loads).
-    if ((wgmma || c.producerWarps > 0) && tiles.stages <= 0 &&
-        c.tileStages < 3 && 3 * c.tileTokens * tokenBytes <= most)
-      c.tileStages = 3;
+    // The producers' loop needs 3 buffers (the computing loop reads two
+    // tiles at once while the next one loads): tiles of 64, 32 or 16
+    // tokens, the most of which 3 fit. The pipelined wgmma loop (no
+    // producers) also takes 3 stages, where the planned tile has room for
+    // them.
+    const int64_t wsStages = 3;
+    if (c.producerWarps > 0) {
+      c.tileTokens = tiles.tokens > 0 ? tiles.tokens
+                     : wsStages * 64 * tokenBytes <= most ? 64
+                     : wsStages * 32 * tokenBytes <= most ? 32
+                                                          : 16;
+      c.tileStages = tiles.stages > 0 ? tiles.stages : wsStages;
+    } else {
+      c.tileTokens =
+          tiles.tokens > 0 ? tiles.tokens : attnTileTokens(tokenBytes, most);
+      c.tileStages = tiles.stages > 0
+                         ? tiles.stages
+                         : attnTileStages(tokenBytes, int(c.tileTokens), most);
+      if (wgmma && tiles.stages <= 0 && c.tileStages < wsStages &&
+          wsStages * c.tileTokens * tokenBytes <= most)
+        c.tileStages = wsStages;
+    }
     c.dynamicSmemBytes = c.tileStages * c.tileTokens * tokenBytes;
     if ((tiles.tokens > 0 || tiles.stages > 0) && c.dynamicSmemBytes > most) {
       if (error)

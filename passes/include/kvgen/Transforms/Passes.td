@@ -96,7 +96,8 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
            "prefill plans of paged attention: 0 every warp computes and "
            "loads; 4 the last warpgroup of `threads` only loads the K/V "
            "tiles (warp specialization: needs wgmma=1 and threads >= 256; "
-           "tile stages at least 3); other plans ignore it">,
+           "tile stages at least 3: 3 unless tile-stages says, of 64, 32 or "
+           "16 tokens, the most 3 of which fit); other plans ignore it">,
   ];
   let dependentDialects = ["::kvgen::kv::KVDialect"];
 }
