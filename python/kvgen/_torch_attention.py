@@ -36,7 +36,9 @@ vllm/attention/ops/triton_unified_attention.py, then kvgen's workspace):
   out! [num_tokens, num_q_heads, Dv], q's dtype; rows of tokens that no
       sequence's query covers are not written. It must share no byte with
       another argument (q, the caches, sinks, the descales, the index
-      tensors, lse, the workspace): ValueError before the launch.
+      tensors, lse, the workspace): ValueError before the launch; nor may
+      two of its elements share an address (a broadcast such as
+      expand(), rows closer than a row): KvgenError, nothing launched.
   cu_seqlens_q [>= num_seqs + 1] int32, contiguous: query start of each
       sequence (vLLM's query_start_loc).
   max_seqlen_q: the longest query (>= every cu_seqlens_q[s+1] -
@@ -88,7 +90,9 @@ vllm/attention/ops/triton_unified_attention.py, then kvgen's workspace):
   lse! (optional, last: positional calls without it are unchanged):
       None, or a float32 [num_tokens, num_q_heads] tensor on q's device
       with any strides (vLLM's [num_q_heads, num_tokens] LSE passed as
-      lse.t() too), sharing no byte with another argument (ValueError). Each row's log-sum-exp is written to it: ln(sum_j
+      lse.t() too), sharing no byte with another argument (ValueError),
+      no two of its elements at one address (KvgenError). Each row's
+      log-sum-exp is written to it: ln(sum_j
       exp(x_j) + exp(sinks[h])) over the keys j the row attends, x_j the
       logit the softmax takes (softmax_scale * q . k_j with k's descale,
       soft-capped), the sink term only with sinks: the natural log of the

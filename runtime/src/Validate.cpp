@@ -11,6 +11,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <utility>
 
 namespace kvgen {
 namespace rt {
@@ -137,6 +138,75 @@ Status checkRowValues(const KernelEntry &e, const void *args,
             op.name, a->name, int64_t(mine.end - mine.begin), p, v->name,
             int64_t(other.end - other.begin), q, a->name, v->name));
     }
+  }
+  return Status::ok();
+}
+
+/// True when two elements of a [rows, heads, width] view with element
+/// strides (t, h, 1) may share an address: its dimensions must nest, each
+/// stride (of a dimension above 1, smallest first) at least the span of
+/// the dimensions inside it (a stride of 0 broadcasts one row or head;
+/// rows apart by less than a row interleave). Views that interleave
+/// without sharing an element are refused too.
+bool viewSelfOverlaps(int64_t rows, int64_t heads, int64_t width, int64_t t,
+                      int64_t h) {
+  int64_t n[2] = {rows, heads}, st[2] = {t, h};
+  if (st[0] > st[1]) {
+    std::swap(n[0], n[1]);
+    std::swap(st[0], st[1]);
+  }
+  __int128 inner = width; // elements the inner dimensions span
+  for (int i = 0; i < 2; ++i) {
+    if (n[i] <= 1)
+      continue;
+    if (__int128(st[i]) < inner)
+      return true;
+    inner += __int128(n[i] - 1) * st[i];
+  }
+  return false;
+}
+
+/// The views a kernel writes (MUT_PTR ROWS / QROWS, and QROWS_F32): no
+/// two of their elements at one address, where CTAs would race and the
+/// last write of several rows would be left (e.g. a broadcast output,
+/// token stride 0).
+Status checkWrittenViews(const KernelEntry &e, const void *args,
+                         const LaunchInputs &in) {
+  const KernelSpec &s = e.spec;
+  const OpDesc &op = opDesc(s.op);
+  const LayoutDesc &l = s.layout;
+  const ArgDesc *rc = op.argWithRole(ArgRole::RowCount);
+  int64_t qHeads = l.numKvHeads;
+  const std::string qh = s.option("num_q_heads");
+  if (!qh.empty())
+    std::from_chars(qh.data(), qh.data() + qh.size(), qHeads);
+  for (const ArgDesc *a = op.args; a != op.args + op.numArgs; ++a) {
+    const bool rowsView = a->role == ArgRole::Rows ||
+                          a->role == ArgRole::QRows;
+    if (!(rowsView && a->type == ArgType::MutPtr) &&
+        a->role != ArgRole::QRowsF32)
+      continue;
+    if (!pointerField(args, *a) ||
+        (a->need == ArgNeed::Option && !s.flag(a->name)))
+      continue;
+    const ArgDesc *st, *sh;
+    int64_t t, h;
+    if (!viewStrides(op, args, *a, &st, &sh, &t, &h) || t < 0 || h < 0)
+      continue; // no strides, or refused elsewhere
+    const bool tokens = a->role == ArgRole::Rows;
+    const int64_t rows = tokens ? in.work : rc ? field<int64_t>(args, *rc)
+                                               : in.work;
+    const int64_t heads = tokens ? l.numKvHeads : qHeads;
+    const int64_t width =
+        a->role == ArgRole::QRowsF32 ? 1 : l.headSize(a->which);
+    if (rows > 0 && viewSelfOverlaps(rows, heads, width, t, h))
+      return invalid(fmt::format(
+          "{}: '{}' ([{}, {}, {}] elements, {} = {}, {} = {}) has elements "
+          "at one address: its strides must keep every row and head apart "
+          "(each at least the span of the dimensions inside it: {} rows, "
+          "{} heads of {} elements); the kernel writes '{}'",
+          op.name, a->name, rows, heads, width, st->name, t, sh->name, h,
+          rows, heads, width, a->name));
   }
   return Status::ok();
 }
@@ -377,6 +447,8 @@ Status validateLaunch(const KernelEntry &e, const void *args,
   // >= 0, the last element within 2^63 bytes, and no byte shared with a
   // QROWS view (query, output), which other CTAs read or write meanwhile.
   if (Status st = checkRowValues(e, args, in); !st.isOk())
+    return st;
+  if (Status st = checkWrittenViews(e, args, in); !st.isOk())
     return st;
 
   // The workspace of a split launch.

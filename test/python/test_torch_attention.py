@@ -1261,6 +1261,48 @@ def test_out_or_lse_sharing_bytes_with_another_argument_is_refused():
     assert torch.equal(good, good_rows)
 
 
+def test_out_or_lse_with_elements_at_one_address_is_refused():
+    """out or lse whose own rows or heads share memory (a broadcast,
+    torch.empty(1, Hq, Dv).expand(T, Hq, Dv), or rows closer than a row)
+    was accepted: the kernel's CTAs wrote several rows to one address and
+    the last write was left. The runtime refuses a written view with
+    elements at one address (KvgenError, INVALID_ARGUMENT), nothing
+    written; vLLM's lse.t() (strides (1, T)) is served. Each bad call
+    follows a good call of its signature's strides' kind (the C++ kernel
+    launches through the same check)."""
+    c = Case(GEOS["gqa4_nhd"], *BATCHES["verify"], seed=29)
+    ws = c.workspace()
+    g, T = c.g, c.T
+    c.run(ws=ws)
+    want = c.out.clone()
+    row = torch.full((1, g.Hq, g.dv), 7.25, dtype=g.io)
+    flat = torch.full((T * g.Hq * g.dv,), 7.25, dtype=g.io)
+    lse_one = torch.full((1, g.Hq), 7.25)
+    lse_flat = torch.full((T + g.Hq,), 7.25)
+    for name, kw in (
+            ("output", dict(out=row.expand(T, g.Hq, g.dv))),
+            ("output", dict(out=torch.full((T, 1, g.dv), 7.25,
+                                           dtype=g.io).expand(T, g.Hq,
+                                                              g.dv))),
+            # rows one head apart: row t + 1 is row t's second head
+            ("output", dict(out=flat.as_strided((T, g.Hq, g.dv),
+                                                (g.dv, g.dv, 1)))),
+            ("lse", dict(lse=lse_one.expand(T, g.Hq))),
+            ("lse", dict(lse=lse_flat.as_strided((T, g.Hq), (1, 1))))):
+        with pytest.raises(kvgen.KvgenError,
+                           match=f"'{name}' .* has elements at one address"):
+            OP(**c.args(**{k: v for k, v in kw.items() if k != "lse"}),
+               workspace=ws, lse=kw.get("lse"))
+        assert (row == 7.25).all() and (flat == 7.25).all()
+        assert (lse_one == 7.25).all() and (lse_flat == 7.25).all()
+        assert not ws.any()
+    # lse as vLLM's [Hq, T] transposed: strides (1, T), every element apart
+    lse_t = torch.full((g.Hq, T), 7.25)
+    c.out.fill_(7.25)
+    OP(**c.args(), workspace=ws, lse=lse_t.t())
+    assert torch.equal(c.out, want) and torch.isfinite(lse_t).all()
+
+
 def test_block_table_of_no_columns_and_caches_of_no_blocks():
     """The fake and the real op agree (docs/attention.md: block-table
     entries past ceil(seq_len / block_size) are never read; a row without
