@@ -181,8 +181,7 @@ Status checkWrittenViews(const KernelEntry &e, const void *args,
   if (!qh.empty())
     std::from_chars(qh.data(), qh.data() + qh.size(), qHeads);
   for (const ArgDesc *a = op.args; a != op.args + op.numArgs; ++a) {
-    const bool rowsView = a->role == ArgRole::Rows ||
-                          a->role == ArgRole::QRows;
+    const bool rowsView = a->role == ArgRole::Rows || a->role == ArgRole::QRows;
     if (!(rowsView && a->type == ArgType::MutPtr) &&
         a->role != ArgRole::QRowsF32)
       continue;
@@ -194,8 +193,9 @@ Status checkWrittenViews(const KernelEntry &e, const void *args,
     if (!viewStrides(op, args, *a, &st, &sh, &t, &h) || t < 0 || h < 0)
       continue; // no strides, or refused elsewhere
     const bool tokens = a->role == ArgRole::Rows;
-    const int64_t rows = tokens ? in.work : rc ? field<int64_t>(args, *rc)
-                                               : in.work;
+    const int64_t rows = tokens ? in.work
+                         : rc   ? field<int64_t>(args, *rc)
+                                : in.work;
     const int64_t heads = tokens ? l.numKvHeads : qHeads;
     const int64_t width =
         a->role == ArgRole::QRowsF32 ? 1 : l.headSize(a->which);
@@ -205,8 +205,8 @@ Status checkWrittenViews(const KernelEntry &e, const void *args,
           "at one address: its strides must keep every row and head apart "
           "(each at least the span of the dimensions inside it: {} rows, "
           "{} heads of {} elements); the kernel writes '{}'",
-          op.name, a->name, rows, heads, width, st->name, t, sh->name, h,
-          rows, heads, width, a->name));
+          op.name, a->name, rows, heads, width, st->name, t, sh->name, h, rows,
+          heads, width, a->name));
   }
   return Status::ok();
 }

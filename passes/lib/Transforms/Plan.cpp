@@ -309,7 +309,7 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
     // them.
     const int64_t wsStages = 3;
     if (c.producerWarps > 0) {
-      c.tileTokens = tiles.tokens > 0 ? tiles.tokens
+      c.tileTokens = tiles.tokens > 0                     ? tiles.tokens
                      : wsStages * 64 * tokenBytes <= most ? 64
                      : wsStages * 32 * tokenBytes <= most ? 32
                                                           : 16;
