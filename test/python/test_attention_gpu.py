@@ -263,32 +263,22 @@ def emit(out, target="sm_90", names=None, build=None):
             cmd.append("--sinks")
         if spec[10]:
             cmd.append("--logits_soft_cap")
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode and os.environ.get("KVGEN_PLAN_OPTIONS"):
-            # A prefill-only override (threads=384 producer-warps=4) the
-            # decode plan refuses: the decode kernel keeps the default plan.
-            why = (r.stderr or r.stdout).strip().splitlines()
-            print(f"note: {name}: decode without KVGEN_PLAN_OPTIONS "
-                  f"({why[-1] if why else ''})")
-            env = dict(os.environ)
-            env.pop("KVGEN_PLAN_OPTIONS")
-            r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if r.returncode:
-            sys.exit(f"kvgen emit {name}: {r.stdout}{r.stderr}")
-        r = subprocess.run(cmd + ["--prefill"], capture_output=True,
-                           text=True)
-        if r.returncode and os.environ.get("KVGEN_PLAN_OPTIONS"):
-            # A plan override the prefill op refuses (wgmma=1 on an fp8
-            # cache): that kernel keeps the default plan.
-            why = (r.stderr or r.stdout).strip().splitlines()
-            print(f"note: {name}: prefill without KVGEN_PLAN_OPTIONS "
-                  f"({why[-1] if why else ''})")
-            env = dict(os.environ)
-            env.pop("KVGEN_PLAN_OPTIONS")
-            r = subprocess.run(cmd + ["--prefill"], capture_output=True,
-                               text=True, env=env)
-        if r.returncode:
-            sys.exit(f"kvgen emit --prefill {name}: {r.stdout}{r.stderr}")
+        # A plan override the op refuses (threads=384 producer-warps=4 on
+        # a decode plan, wgmma=1 on an fp8 cache): that kernel keeps the
+        # default plan.
+        for what, extra in (("decode", []), ("prefill", ["--prefill"])):
+            r = subprocess.run(cmd + extra, capture_output=True, text=True)
+            if r.returncode and os.environ.get("KVGEN_PLAN_OPTIONS"):
+                why = (r.stderr or r.stdout).strip().splitlines()
+                print(f"note: {name}: {what} without KVGEN_PLAN_OPTIONS "
+                      f"({why[-1] if why else ''})")
+                env = dict(os.environ)
+                env.pop("KVGEN_PLAN_OPTIONS")
+                r = subprocess.run(cmd + extra, capture_output=True,
+                                   text=True, env=env)
+            if r.returncode:
+                sys.exit(f"kvgen emit {' '.join(extra)} {name}: "
+                         f"{r.stdout}{r.stderr}")
         f.unlink()
 
 
