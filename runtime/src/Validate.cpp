@@ -81,6 +81,16 @@ bool viewStrides(const OpDesc &op, const void *args, const ArgDesc &a,
   return true;
 }
 
+/// The query heads of an attention kernel (its num_q_heads option), else
+/// the layout's kv heads (ops without query rows).
+int64_t queryHeads(const KernelSpec &s) {
+  int64_t heads = s.layout.numKvHeads;
+  const std::string qh = s.option("num_q_heads");
+  if (!qh.empty())
+    std::from_chars(qh.data(), qh.data() + qh.size(), heads);
+  return heads;
+}
+
 /// The checks of QROWS_F32 fields (Ops.def): for each one the kernel
 /// writes (its pointer non-NULL, and its flag option set when it has one),
 /// strides >= 0, its span within 2^63 bytes, and disjoint from the span of
@@ -95,10 +105,7 @@ Status checkRowValues(const KernelEntry &e, const void *args,
   const int64_t rows = rc ? field<int64_t>(args, *rc) : in.work;
   if (rows <= 0)
     return Status::ok();
-  int64_t heads = l.numKvHeads;
-  const std::string qh = s.option("num_q_heads");
-  if (!qh.empty())
-    std::from_chars(qh.data(), qh.data() + qh.size(), heads);
+  const int64_t heads = queryHeads(s);
   const int64_t ioSize = s.dtype("io") ? elementSize(*s.dtype("io")) : 1;
   for (const ArgDesc *a = op.args; a != end; ++a) {
     if (a->role != ArgRole::QRowsF32)
@@ -176,10 +183,7 @@ Status checkWrittenViews(const KernelEntry &e, const void *args,
   const OpDesc &op = opDesc(s.op);
   const LayoutDesc &l = s.layout;
   const ArgDesc *rc = op.argWithRole(ArgRole::RowCount);
-  int64_t qHeads = l.numKvHeads;
-  const std::string qh = s.option("num_q_heads");
-  if (!qh.empty())
-    std::from_chars(qh.data(), qh.data() + qh.size(), qHeads);
+  const int64_t qHeads = queryHeads(s);
   for (const ArgDesc *a = op.args; a != op.args + op.numArgs; ++a) {
     const bool rowsView = a->role == ArgRole::Rows || a->role == ArgRole::QRows;
     if (!(rowsView && a->type == ArgType::MutPtr) &&
