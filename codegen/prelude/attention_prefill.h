@@ -494,9 +494,10 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     /// 16-byte copies, head sizes of whole 64-element blocks, every
     /// stage's K and V tile a multiple of 1024 bytes (so all stay 1024-byte
     /// aligned behind an aligned base); else CoreMatrixOrder (no swizzle).
-    /// Not with producer warps yet: their static tile barriers put the
-    /// dynamic shared memory off 1024 bytes (the H100 kernel trapped).
-    SWZ = WG && !WS && ALIGNED && UK == 8 && UV == 8 && CSB == 2 &&
+    /// (The producer warps' tile barriers live behind the tiles in the
+    /// dynamic shared memory: as static shared memory they put its base
+    /// off 1024 bytes, and the swizzled H100 kernel trapped.)
+    SWZ = WG && ALIGNED && UK == 8 && UV == 8 && CSB == 2 &&
           HK % 64 == 0 &&
           HV % 64 == 0 && (KT * KROW * CSB) % 1024 == 0 &&
           (KT * VROW * CSB) % 1024 == 0,
@@ -588,9 +589,8 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
 #ifdef KVGEN_TILE_BARRIERS
   uint64_t *full = nullptr, *empty = nullptr;
   if constexpr (WS) {
-    KVGEN_SHARED uint64_t tileBars[2 * STAGES];
-    full = tileBars;
-    empty = tileBars + STAGES;
+    full = sm.full;
+    empty = sm.empty;
     if (tid == 0)
       for (int i = 0; i < STAGES; ++i) {
         kvgenTileBarrierInit(&full[i], LOADERS);

@@ -231,7 +231,7 @@ template <class S> struct AttnTile {
                             : attnTileTokens(TOKB, kAttnTileSmemBytes),
     STAGES = S::TILE_TOKENS > 0 ? int(S::TILE_STAGES)
                                 : attnTileStages(TOKB, KT, kAttnTileSmemBytes),
-    BYTES = STAGES * KT * TOKB
+    BYTES = attnTileSmemBytes(STAGES, KT, TOKB, S::PRODUCER_WARPS)
   };
   static_assert(S::TILE_TOKENS > 0 || int(BYTES) <= int(kAttnTileSmemBytes),
                 "K and V rows of 16 tokens exceed the CTA's shared memory");
@@ -239,11 +239,19 @@ template <class S> struct AttnTile {
                 "the plan's dynamic_smem_bytes must be the tiles' bytes");
 };
 
-/// The shared memory of a prefill CTA: the K/V stages.
-template <class S> struct AttnTileSmem {
+/// The shared memory of a prefill CTA: the K/V stages, then with producer
+/// warps each stage's tile barriers ("full", "empty"; attention_prefill.h),
+/// behind the tiles (kvgen/Launch.h attnTileSmemBytes).
+template <class S, bool BARS = (S::PRODUCER_WARPS > 0)> struct AttnTileSmem {
   typedef AttnTile<S> T;
   __attribute__((aligned(16))) typename S::CS k[T::STAGES][T::KT * T::KROW];
   __attribute__((aligned(16))) typename S::CS v[T::STAGES][T::KT * T::VROW];
+};
+template <class S> struct AttnTileSmem<S, true> {
+  typedef AttnTile<S> T;
+  __attribute__((aligned(16))) typename S::CS k[T::STAGES][T::KT * T::KROW];
+  __attribute__((aligned(16))) typename S::CS v[T::STAGES][T::KT * T::VROW];
+  uint64_t full[T::STAGES], empty[T::STAGES];
 };
 /// Where a prefill CTA's tiles live: in static shared memory, or (the
 /// plan's dynamic_smem_bytes > 0) at the start of the CTA's dynamic shared

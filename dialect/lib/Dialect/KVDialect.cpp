@@ -905,14 +905,19 @@ LogicalResult PagedAttentionOp::verify() {
       return emitOpError("only a prefill plan has 'tile_tokens', "
                          "'tile_stages' and 'dynamic_smem_bytes'");
     if (plan.getTileTokens() > 0) {
-      const int64_t bytes =
-          plan.getTileStages() * plan.getTileTokens() *
+      const int64_t bytes = attnTileSmemBytes(
+          plan.getTileStages(), plan.getTileTokens(),
           attnTileTokenBytes(int(l.headSize(kKey) * elementSize(l.dtype)),
-                             int(l.headSize(kValue) * elementSize(l.dtype)));
+                             int(l.headSize(kValue) * elementSize(l.dtype))),
+          plan.getProducerWarps());
       if (plan.getDynamicSmemBytes() != bytes)
         return emitOpError("plan's 'dynamic_smem_bytes' must be ")
                << bytes << " (tile_stages x tile_tokens x the K and V rows' "
-               << "bytes of one token), got " << plan.getDynamicSmemBytes();
+               << "bytes of one token"
+               << (plan.getProducerWarps() > 0
+                       ? ", + 16 x tile_stages for the tile barriers"
+                       : "")
+               << "), got " << plan.getDynamicSmemBytes();
     }
     if (plan.getSplitCtas() > 0 &&
         plan.getPartialBytes() != 16 * 4 * getPartialFloatsPerRow())

@@ -309,10 +309,15 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
     // them.
     const int64_t wsStages = 3;
     if (c.producerWarps > 0) {
-      c.tileTokens = tiles.tokens > 0                     ? tiles.tokens
-                     : wsStages * 64 * tokenBytes <= most ? 64
-                     : wsStages * 32 * tokenBytes <= most ? 32
-                                                          : 16;
+      // (with the stages' tile barriers behind the tiles)
+      auto fits = [&](int64_t tokens) {
+        return attnTileSmemBytes(wsStages, tokens, tokenBytes,
+                                 c.producerWarps) <= most;
+      };
+      c.tileTokens = tiles.tokens > 0 ? tiles.tokens
+                     : fits(64)       ? 64
+                     : fits(32)       ? 32
+                                      : 16;
       c.tileStages = tiles.stages > 0 ? tiles.stages : wsStages;
     } else {
       c.tileTokens =
@@ -324,7 +329,8 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
           wsStages * c.tileTokens * tokenBytes <= most)
         c.tileStages = wsStages;
     }
-    c.dynamicSmemBytes = c.tileStages * c.tileTokens * tokenBytes;
+    c.dynamicSmemBytes = attnTileSmemBytes(c.tileStages, c.tileTokens,
+                                           tokenBytes, c.producerWarps);
     if ((tiles.tokens > 0 || tiles.stages > 0) && c.dynamicSmemBytes > most) {
       if (error)
         *error = "tile-tokens = " + std::to_string(c.tileTokens) +

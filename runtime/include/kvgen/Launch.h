@@ -144,6 +144,17 @@ KVGEN_HD constexpr int64_t maxStaticSmemBytes() { return 48 * 1024; }
 KVGEN_HD constexpr int64_t attnTileTokenBytes(int kHeadBytes, int vHeadBytes) {
   return int64_t(attnTileKRowBytes(kHeadBytes)) + attnTileVRowBytes(vHeadBytes);
 }
+/// A prefill CTA's dynamic shared memory in bytes (the prelude's
+/// AttnTileSmem): `stages` K/V tiles of `tokens` tokens of `tokenBytes`
+/// each, then, with producer warps (warp specialization), each stage's two
+/// tile barriers (mbarriers, 8 bytes each: "full" and "empty"), behind the
+/// tiles so that those stay at the start (1024-byte aligned for the
+/// swizzled layouts).
+KVGEN_HD constexpr int64_t attnTileSmemBytes(int64_t stages, int64_t tokens,
+                                             int64_t tokenBytes,
+                                             int64_t producerWarps) {
+  return stages * tokens * tokenBytes + (producerWarps > 0 ? 16 * stages : 0);
+}
 /// Tokens per K/V tile of a prefill CTA whose tokens take `tokenBytes` of
 /// shared memory each (K row + V row above) within `budget` bytes: the
 /// most of 64, 32, 16 whose two stages fit, else 16 (one stage).

@@ -69,8 +69,10 @@
 // Warp specialization (producer-warps=4): the last warpgroup of 384
 // threads only loads, the 8 other warps own 16 rows each (128 per CTA);
 // 3 stages (the computing loop reads two tiles while the third loads) and
-// one CTA per SM (setmaxnreg needs the registers at entry fixed).
-// WS: threads = 384, rows_per_cta = 128, row_group = 16, item_ctas = 4, tile_tokens = 64, tile_stages = 3, dynamic_smem_bytes = 138240, producer_warps = 4,
+// one CTA per SM (setmaxnreg needs the registers at entry fixed); the
+// dynamic shared memory is the tiles (138240 bytes) and each stage's two
+// tile barriers behind them (48).
+// WS: threads = 384, rows_per_cta = 128, row_group = 16, item_ctas = 4, tile_tokens = 64, tile_stages = 3, dynamic_smem_bytes = 138288, producer_warps = 4,
 // WS-SAME: wgmma = true, min_ctas_per_sm = 1>
 // WS-EMITC: static constexpr int producer_warps = 4;
 // WS-EMITC: KVGEN_LAUNCH_BOUNDS_MIN_CTAS(384, 1)
