@@ -6,8 +6,10 @@
 #      test_attention_gpu.py on the default bundle and compute-sanitizer
 #      memcheck, then the prefill bench beside the mma.sync plan
 #      (scripts/device_prefill_check.sh; emit with
-#      `EXTRA="wgmma=0:bench_mma" bash scripts/emit_prefill_variants.sh`,
-#      carry .dev/attn.tar.xz);
+#      `EXTRA=... bash scripts/emit_prefill_variants.sh` (below), carry
+#      .dev/attn.tar.xz);
+#      Also the warp-specialized plan on swizzled tiles (5f3eb6e):
+#      `EXTRA="wgmma=0:bench_mma;wgmma=1 threads=384 producer-warps=4:bundle_ws;wgmma=1 threads=384 producer-warps=4:bench_ws"`;
 #   2. kvgen.torch's unified_attention over that default on CUDA and its
 #      host overhead (device_torch_check.sh step 5; pip wheel . -w .whl
 #      --no-deps here, carry .whl/kvgen-*.whl).
@@ -16,7 +18,8 @@
 set -u
 OUT=$1; S=$OUT/summary.txt
 export PYTHONUNBUFFERED=1
-ALLCASES='^bundle$' ONLY='^(bundle|bench_bundle|bench_mma)$' MEMCHECK='^bundle$' \
+ALLCASES='^bundle$' ONLY='^(bundle|bundle_ws|bench_bundle|bench_mma|bench_ws)$' \
+  MEMCHECK='^(bundle|bundle_ws)$' \
   DECODE=0 timeout 300 bash scripts/device_prefill_check.sh "$OUT/prefill" > /dev/null 2>&1
 echo "prefill check rc=$?" >> "$S"
 grep -h "ERROR SUMMARY\|^passed\|^== \|^prefill\|FAIL" "$OUT/prefill/summary.txt" | cut -c1-200 >> "$S"
