@@ -1,29 +1,30 @@
 #!/usr/bin/env bash
-# What session 14 changed and no GPU has run yet, in one device call of
-# about 8 minutes (its device time ran out):
-#   1. the new default prefill plan on sm_90 (wgmma, 2 warpgroups, 3
-#      stages, 128-byte swizzled tiles): every case of
-#      test_attention_gpu.py on the default bundle and compute-sanitizer
-#      memcheck, then the prefill bench beside the mma.sync plan
-#      (scripts/device_prefill_check.sh; emit with
-#      `EXTRA=... bash scripts/emit_prefill_variants.sh` (below), carry
-#      .dev/attn.tar.xz);
-#      Also the warp-specialized plan on swizzled tiles (5f3eb6e):
-#      `EXTRA="wgmma=0:bench_mma;wgmma=1 threads=384 producer-warps=4:bundle_ws;wgmma=1 threads=384 producer-warps=4:bench_ws"`;
-#   2. kvgen.torch's unified_attention over that default on CUDA and its
-#      host overhead (device_torch_check.sh step 5; pip wheel . -w .whl
-#      --no-deps here, carry .whl/kvgen-*.whl).
+# What no GPU has run yet on the final tree of session 15 (its device time
+# ran out), in one device call of about 8 minutes:
+#   1. issue 24's transformers check over the default prefill plan of
+#      sm_90 (wgmma, 2 warpgroups, 3 stages, swizzled, unpadded rows),
+#      which the torch op now JIT-generates: scripts/
+#      device_transformers_check.sh (carry .whl/kvgen-*.whl from `pip wheel
+#      . -w .whl --no-deps` and .whl/hf from `pip download
+#      'transformers==5.23.*' -d .whl/hf --only-binary=:all:
+#      --python-version 3.12`);
+#   2. unified_attention's host time without a kernel (the step-5 run that
+#      did not finish in call 5): bench/unified_attention_overhead.py
+#      --no-kernel, and with KVGEN_TORCH_FAST=0.
 # Writes a compact summary to $OUT/summary.txt:
 #   bash scripts/device_pending_check.sh $OUT
 set -u
 OUT=$1; S=$OUT/summary.txt
 export PYTHONUNBUFFERED=1
-ALLCASES='^bundle$' ONLY='^(bundle|bundle_ws|bench_bundle|bench_mma|bench_ws)$' \
-  MEMCHECK='^(bundle|bundle_ws)$' \
-  DECODE=0 timeout 300 bash scripts/device_prefill_check.sh "$OUT/prefill" > /dev/null 2>&1
-echo "prefill check rc=$?" >> "$S"
-grep -h "ERROR SUMMARY\|^passed\|^== \|^prefill\|FAIL" "$OUT/prefill/summary.txt" | cut -c1-200 >> "$S"
-STEPS=5 timeout 240 bash scripts/device_torch_check.sh "$(ls .whl/kvgen-*.whl | head -1)" /tmp/tc > /tmp/torch5.txt 2>&1
-echo "torch step 5 rc=$?" >> "$S"
-grep -E "passed|failed|FAILED|us|rror" /tmp/torch5.txt | tail -30 >> "$S"
+timeout 330 bash scripts/device_transformers_check.sh > /tmp/hf.txt 2>&1
+echo "transformers check rc=$?" >> "$S"
+grep -E "passed|failed|FAILED|rror|match|max" /tmp/hf.txt | tail -25 | cut -c1-250 >> "$S"
+. scripts/wheel_venv.sh
+wheel_venv /tmp/kvgen-transformers-check "$(ls .whl/kvgen-*.whl | head -1)" > /dev/null 2>&1
+(cd /tmp && timeout 120 "$V/bin/python" "$OLDPWD/bench/unified_attention_overhead.py" \
+   --device cuda --no-kernel &&
+ KVGEN_TORCH_FAST=0 timeout 100 "$V/bin/python" \
+   "$OLDPWD/bench/unified_attention_overhead.py" --device cuda -n 5000) \
+   >> "$S" 2>&1
+echo "overhead rc=$?" >> "$S"
 echo done >> "$S"

@@ -207,8 +207,8 @@ attnWgmmaStep(const typename S::CS *kTile, const typename S::CS *vTile,
 /// JK, JV; those below CK, CV), UK / UV elements each, to element kAt(i,
 /// c) / vAt(i, c) of the tile.
 ///
-/// RowOrder: rows KROW / VROW elements apart (AttnTile's padded rows, the
-/// mma.sync path). Thread tid serves token slot tid / 8 (then THREADS / 8
+/// RowOrder: rows KROW / VROW elements apart (AttnTile's rows: padded on
+/// the mma.sync plans; a wgmma plan's unaligned variant has unpadded ones). Thread tid serves token slot tid / 8 (then THREADS / 8
 /// tokens further per round) and copies tid % 8 + 8 j of its rows: the 8
 /// lanes of a phase move 8 consecutive copies of one row (no bank
 /// conflict whatever the padding, whole 32-byte sectors read).
@@ -255,12 +255,16 @@ struct CoreMatrixOrder {
     TG = KT / 8,                 ///< token groups of the tile
     NG = THREADS / 8,            ///< thread groups
     H2 = NG >= TG ? NG / TG : 1, ///< thread groups per token group
-    ROUNDS = NG >= TG ? 1 : TG / NG, PARTIAL = 0,
+    /// Rounds of NG / H2 token groups; where they do not divide the tile
+    /// (e.g. 12 groups of 96 tokens, 32 thread groups) the last round or
+    /// the groups past H2 TG have tokens >= KT (stageTile skips them).
+    ROUNDS = NG >= TG ? 1 : (TG + NG - 1) / NG,
+    PARTIAL = NG >= TG ? NG % TG != 0 : TG % NG != 0,
     CK = HK / UK, CV = HV / UV, STEP = H2,
     JK = (CK + STEP - 1) / STEP, JV = (CV + STEP - 1) / STEP
   };
   static_assert(HK % 8 == 0 && HV % 8 == 0 && KT % 8 == 0 &&
-                    THREADS % 8 == 0 && (NG % TG == 0 || TG % NG == 0),
+                    THREADS % 8 == 0,
                 "whole core-matrix rows and token groups");
   static_assert(UK >= 1 && UV >= 1 && 8 % UK == 0 && 8 % UV == 0,
                 "copies within one core-matrix row");
@@ -554,8 +558,8 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
   // path's); tile k goes to buffer k % STAGES.
   const int64_t t0 = ta - ta % 16;
   const int64_t tiles = tb > t0 ? (tb - t0 + KT - 1) / KT : 0;
-  // The tiles' order: core matrices for wgmma, else padded rows; staged
-  // by the LOADERS threads.
+  // The tiles' order: swizzled rows or core matrices for wgmma, else rows
+  // (RowOrder); staged by the LOADERS threads.
   typedef typename Select<
       SWZ, SwizzleOrder<KT, HK, HV, LOADERS>,
       typename Select<WG, CoreMatrixOrder<KT, HK, HV, UK, UV, LOADERS>,

@@ -204,8 +204,9 @@ KVGEN_DEVICE inline void loadCoherentRun(const float *p, float *v) {
 
 /// The K/V tiles of a prefill CTA (S::TILED) in shared memory: STAGES
 /// buffers of KT tokens, each token's K row (HK elements) at KROW elements
-/// from the previous one, its V row (HV) at VROW. Row strides are padded
-/// (kvgen/Launch.h attnTileKRowBytes / attnTileVRowBytes) so that the
+/// from the previous one, its V row (HV) at VROW. Row strides of the
+/// mma.sync plans are padded (kvgen/Launch.h attnTileKRowBytes /
+/// attnTileVRowBytes; wgmma plans' are not) so that the
 /// fragment loads (attention_prefill.h) meet few bank conflicts: a quad of lanes
 /// reads 4 x 16 consecutive bytes of a K row and the next lane group the
 /// next row, so K rows lie 64 bytes modulo 128 apart (no conflict); the
@@ -222,8 +223,12 @@ template <class S> struct AttnTile {
   typedef typename S::CS CS;
   enum {
     CSB = int(sizeof(CS)),
-    KROWB = attnTileKRowBytes(S::HK * CSB),
-    VROWB = attnTileVRowBytes(S::HV * CSB),
+    /// wgmma plans: unpadded rows (kvgen/Launch.h attnTileTokenBytes; the
+    /// unaligned variant's mma.sync body reads them with bank conflicts).
+    KROWB = S::WGMMA ? (S::HK * CSB + 15) / 16 * 16
+                     : attnTileKRowBytes(S::HK * CSB),
+    VROWB = S::WGMMA ? (S::HV * CSB + 15) / 16 * 16
+                     : attnTileVRowBytes(S::HV * CSB),
     KROW = KROWB / CSB,
     VROW = VROWB / CSB,
     TOKB = KROWB + VROWB,
@@ -233,6 +238,9 @@ template <class S> struct AttnTile {
                                 : attnTileStages(TOKB, KT, kAttnTileSmemBytes),
     BYTES = attnTileSmemBytes(STAGES, KT, TOKB, S::PRODUCER_WARPS)
   };
+  static_assert(int(TOKB) == attnTileTokenBytes(S::HK * CSB, S::HV * CSB,
+                                                S::WGMMA),
+                "the rows kvgen/Launch.h sizes the plan's tiles by");
   static_assert(S::TILE_TOKENS > 0 || int(BYTES) <= int(kAttnTileSmemBytes),
                 "K and V rows of 16 tokens exceed the CTA's shared memory");
   static_assert(S::DYNAMIC_SMEM == 0 || int(S::DYNAMIC_SMEM) == int(BYTES),

@@ -456,7 +456,8 @@ LogicalResult AttentionPlanAttr::verify(
   // (the op checks that they are the tiles' bytes for its layout).
   if (dynamicSmemBytes != 0 || tileTokens != 0 || tileStages != 0) {
     if (!attnTileTokensValid(tileTokens))
-      return emitError() << "'tile_tokens' must be 16, 32, 64 or 128 (or all of "
+      return emitError() << "'tile_tokens' must be a multiple of 16 from 16 to "
+                         << int(kMaxTileTokens) << " (or all of "
                             "'tile_tokens', 'tile_stages' and "
                             "'dynamic_smem_bytes' 0), got "
                          << tileTokens;
@@ -482,7 +483,7 @@ LogicalResult AttentionPlanAttr::verify(
   if (mfma && threads % kMfmaWaveSize != 0)
     return emitError() << "'mfma' needs whole wavefronts: 'threads' = "
                        << threads << " is not a multiple of " << kMfmaWaveSize;
-  // wgmma: the K/V tiles' tokens (16, 32 or 64 above, or the static
+  // wgmma: the K/V tiles' tokens (multiples of 16 above, or the static
   // tiles' 16-64) are whole k16 / n8 steps of its MMAs; the op checks the
   // rest (a prefill plan, the cache type, the head sizes: wgmmaUnfit).
   if (wgmma && !caps.wgmma && !t->info->wgmmaSimulation)
@@ -908,7 +909,8 @@ LogicalResult PagedAttentionOp::verify() {
       const int64_t bytes = attnTileSmemBytes(
           plan.getTileStages(), plan.getTileTokens(),
           attnTileTokenBytes(int(l.headSize(kKey) * elementSize(l.dtype)),
-                             int(l.headSize(kValue) * elementSize(l.dtype))),
+                             int(l.headSize(kValue) * elementSize(l.dtype)),
+                             plan.getWgmma()),
           plan.getProducerWarps());
       if (plan.getDynamicSmemBytes() != bytes)
         return emitOpError("plan's 'dynamic_smem_bytes' must be ")

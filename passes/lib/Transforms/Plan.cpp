@@ -251,7 +251,8 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
   // loop) unless forced otherwise: on an H100 with the 128-byte swizzled
   // tiles it runs MiMo's 32k prefill in 54.2 ms against the mma.sync
   // body's 82.9 (Llama-3-8B 22.7 against 33.2, a 2k chunk at 32k 6.55
-  // against 9.97; docs/performance.md, "Twelfth round").
+  // against 9.97; docs/performance.md, "Twelfth round"; 51.2 ms since
+  // the loop's loads follow the products' issue, "Thirteenth round").
   constexpr bool kWgmmaByDefault = true;
   const bool wgmma =
       warpRowTiles && tiles.wgmma != 0 &&
@@ -298,9 +299,11 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
     // The K/V tiles in dynamic shared memory: 64 tokens in two stages, or
     // fewer where the target's CTA has no room for them (kvgen/Launch.h,
     // the rule and row strides the prelude's AttnTile lays them out by).
+    // (wgmma plans: unpadded rows; c.wgmma below is this for prefill.)
     const int64_t elem = elementSize(layout.dtype);
     const int64_t tokenBytes = attnTileTokenBytes(
-        int(layout.headSize(kKey) * elem), int(layout.headSize(kValue) * elem));
+        int(layout.headSize(kKey) * elem), int(layout.headSize(kValue) * elem),
+        wgmma && c.threads % kWgmmaGroupThreads == 0);
     const int64_t most = target.info->maxDynamicSmemBytes;
     // The producers' loop needs 3 buffers (the computing loop reads two
     // tiles at once while the next one loads): tiles of 64, 32 or 16
@@ -417,7 +420,8 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
     if (tileTokens != -1 && !attnTileTokensValid(tileTokens))
       return emitError(getOperation().getLoc())
              << "kv-plan: option tile-tokens = " << int64_t(tileTokens)
-             << " must be -1 (planned), 16, 32, 64 or " << int(kMaxTileTokens);
+             << " must be -1 (planned) or a multiple of 16 from 16 to "
+             << int(kMaxTileTokens);
     // 0 would read as "planned" elsewhere; here it is no stage at all.
     if (bulkStages != -1 &&
         (bulkStages < 1 || bulkStages > 16 ||

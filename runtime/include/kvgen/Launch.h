@@ -103,8 +103,10 @@ struct LaunchGeometry {
 /// one token's K row and V row there, rows of `headBytes` bytes (head size
 /// x cache element bytes, >= 1) padded to 16 bytes and then so that the
 /// fragment loads meet few bank conflicts (K rows 64 bytes modulo 128
-/// apart, V rows 16 modulo 64). kv-plan sizes dynamic_smem_bytes with these
-/// and the prelude lays the tiles out with them: one formula for both.
+/// apart, V rows 16 modulo 64): the mma.sync plans' rows (wgmma plans' are
+/// unpadded, attnTileTokenBytes). kv-plan sizes dynamic_smem_bytes with
+/// these and the prelude lays the tiles out with them: one formula for
+/// both.
 KVGEN_HD constexpr int attnTileKRowBytes(int headBytes) {
   return (headBytes + 15) / 16 * 16 +
          (64 - (headBytes + 15) / 16 * 16 % 128 + 128) % 128;
@@ -140,9 +142,20 @@ KVGEN_HD constexpr int64_t attnDecodeSmemBytes(int warps, int headSizeV,
 /// in the embedded prelude is an NVRTC warning.)
 KVGEN_HD constexpr int64_t maxStaticSmemBytes() { return 48 * 1024; }
 
-/// One token's K and V rows there (head sizes x element bytes).
-KVGEN_HD constexpr int64_t attnTileTokenBytes(int kHeadBytes, int vHeadBytes) {
-  return int64_t(attnTileKRowBytes(kHeadBytes)) + attnTileVRowBytes(vHeadBytes);
+/// One token's K and V rows there (head sizes x element bytes). wgmma
+/// plans (`wgmma`: the plan's wgmma) store their tiles in the wgmma
+/// operand layouts (core matrices or 128-byte swizzled rows), which place
+/// rows by head size: no padding, each row rounded up to 16 bytes only
+/// (MiMo's 192 / 128 bf16: 640 bytes a token instead of 720; 3 stages of
+/// 112 tokens then fit sm_90's 227 KiB). An unaligned cache's variant of
+/// such a plan (the mma.sync body over RowOrder) reads these rows with
+/// bank conflicts.
+KVGEN_HD constexpr int64_t attnTileTokenBytes(int kHeadBytes, int vHeadBytes,
+                                              bool wgmma = false) {
+  return wgmma ? int64_t((kHeadBytes + 15) / 16 * 16) +
+                     (vHeadBytes + 15) / 16 * 16
+               : int64_t(attnTileKRowBytes(kHeadBytes)) +
+                     attnTileVRowBytes(vHeadBytes);
 }
 /// A prefill CTA's dynamic shared memory in bytes (the prelude's
 /// AttnTileSmem): `stages` K/V tiles of `tokens` tokens of `tokenBytes`
@@ -170,11 +183,11 @@ enum : int { kMaxTileStages = 4 }; // an enum: unused in a kernel, no warning
 /// The most tokens of a prefill plan's K/V tile (kv-plan's tile-tokens,
 /// the plan verifier); attnTileTokens plans at most 64.
 enum : int { kMaxTileTokens = 128 };
-/// The tile sizes a prefill plan may have: 16, 32, 64 and 128 tokens
-/// (whole k-steps of 16 keys).
+/// The tile sizes a prefill plan may have: multiples of 16 tokens (whole
+/// k-steps of 16 keys) from 16 to kMaxTileTokens, e.g. 96 (three stages of
+/// MiMo's 192 / 128 bf16 rows fit the H100's 227 KB where 128 do not).
 KVGEN_HD constexpr bool attnTileTokensValid(int64_t tokens) {
-  return tokens == 16 || tokens == 32 || tokens == 64 ||
-         tokens == kMaxTileTokens;
+  return tokens >= 16 && tokens <= kMaxTileTokens && tokens % 16 == 0;
 }
 /// Stages (buffers) of those tiles: 2 where they fit, else 1.
 KVGEN_HD constexpr int attnTileStages(int64_t tokenBytes, int tileTokens,

@@ -184,10 +184,10 @@ kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
-    // expected-error @+1 {{'tile_tokens' must be 16, 32, 64 or 128 (or all of 'tile_tokens', 'tile_stages' and 'dynamic_smem_bytes' 0), got 48}}
+    // expected-error @+1 {{'tile_tokens' must be a multiple of 16 from 16 to 128 (or all of 'tile_tokens', 'tile_stages' and 'dynamic_smem_bytes' 0), got 40}}
     num_q_heads 64 prefill {plan = #kv.attention_plan<target = "sm_90",
     vector_bytes = 16, threads = 128, rows_per_cta = 64, row_group = 16,
-    item_ctas = 4, tile_tokens = 48, tile_stages = 2,
+    item_ctas = 4, tile_tokens = 40, tile_stages = 2,
     dynamic_smem_bytes = 69120, cache_alignment = proven, hw_fp8 = false>}
 
 // -----
@@ -245,7 +245,7 @@ kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     num_q_heads 64 prefill {plan = #kv.attention_plan<target = "sm_90",
     vector_bytes = 16, threads = 384, rows_per_cta = 192, row_group = 16,
     item_ctas = 4, tile_tokens = 64, tile_stages = 3,
-    dynamic_smem_bytes = 138288, producer_warps = 4,
+    dynamic_smem_bytes = 122928, producer_warps = 4,
     cache_alignment = proven, hw_fp8 = false, wgmma = true,
     min_ctas_per_sm = 1>}
 
@@ -253,12 +253,12 @@ kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 
 // producer_warps: the tile barriers (16 bytes a stage) follow the tiles in
 // the dynamic shared memory.
-// expected-error @+1 {{'kv.paged_attention' op plan's 'dynamic_smem_bytes' must be 138288 (tile_stages x tile_tokens x the K and V rows' bytes of one token, + 16 x tile_stages for the tile barriers), got 138240}}
+// expected-error @+1 {{'kv.paged_attention' op plan's 'dynamic_smem_bytes' must be 122928 (tile_stages x tile_tokens x the K and V rows' bytes of one token, + 16 x tile_stages for the tile barriers), got 122880}}
 kv.paged_attention @a : #kv.layout<num_kv_heads = 4, head_size_k = 192,
     head_size_v = 128, block_size = 16, dtype = bf16>, query bf16,
     num_q_heads 64 prefill {plan = #kv.attention_plan<target = "sm_90",
     vector_bytes = 16, threads = 384, rows_per_cta = 128, row_group = 16,
     item_ctas = 4, tile_tokens = 64, tile_stages = 3,
-    dynamic_smem_bytes = 138240, producer_warps = 4,
+    dynamic_smem_bytes = 122880, producer_warps = 4,
     cache_alignment = proven, hw_fp8 = false, wgmma = true,
     min_ctas_per_sm = 1>}

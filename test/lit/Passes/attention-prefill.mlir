@@ -14,7 +14,8 @@
 // RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=0 tile-tokens=128" %s | FileCheck %s --check-prefix=TOKENS128
 // RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=0 tile-tokens=32 tile-stages=3" %s | FileCheck %s --check-prefix=TOKENS32
 // RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=0 tile-tokens=128 tile-stages=3" %s 2>&1 | FileCheck %s --check-prefix=TOKENS-BIG
-// RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=0 tile-tokens=48" %s 2>&1 | FileCheck %s --check-prefix=TOKENS48
+// RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=0 tile-tokens=40" %s 2>&1 | FileCheck %s --check-prefix=TOKENS40
+// RUN: kvgen-opt --kv-plan="target=sm_90 tile-tokens=96" %s | FileCheck %s --check-prefix=TOKENS96
 // RUN: not kvgen-opt --kv-plan="target=sm_90 wgmma=0 tile-tokens=256" %s 2>&1 | FileCheck %s --check-prefix=TOKENS256
 // RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=1 threads=384 producer-warps=4" %s | FileCheck %s --check-prefix=WS
 // RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=1 threads=384 producer-warps=4" --convert-kv-to-emitc %s | FileCheck %s --check-prefix=WS-EMITC
@@ -64,15 +65,17 @@
 // TOKENS128: tile_tokens = 128, tile_stages = 2, dynamic_smem_bytes = 184320,
 // TOKENS32: tile_tokens = 32, tile_stages = 3, dynamic_smem_bytes = 69120,
 // TOKENS-BIG: kv-plan: tile-tokens = 128, tile-stages = 3: 3 tiles of 128 tokens take 276480 bytes of shared memory, more than the {{[0-9]+}} a CTA of target 'sm_90' may use
-// TOKENS48: kv-plan: option tile-tokens = 48 must be -1 (planned), 16, 32, 64 or 128
+// TOKENS40: kv-plan: option tile-tokens = 40 must be -1 (planned) or a multiple of 16 from 16 to 128
+// Any multiple of 16: 96 tokens of MiMo take 3 wgmma stages (60 KiB each).
+// TOKENS96: tile_tokens = 96, tile_stages = 3, dynamic_smem_bytes = 184320,
 // TOKENS256: kv-plan: option tile-tokens = 256 is outside [-1, 128]
 // Warp specialization (producer-warps=4): the last warpgroup of 384
 // threads only loads, the 8 other warps own 16 rows each (128 per CTA);
 // 3 stages (the computing loop reads two tiles while the third loads) and
 // one CTA per SM (setmaxnreg needs the registers at entry fixed); the
-// dynamic shared memory is the tiles (138240 bytes) and each stage's two
+// dynamic shared memory is the tiles (122880 bytes: unpadded rows, 640 bytes a token) and each stage's two
 // tile barriers behind them (48).
-// WS: threads = 384, rows_per_cta = 128, row_group = 16, item_ctas = 4, tile_tokens = 64, tile_stages = 3, dynamic_smem_bytes = 138288, producer_warps = 4,
+// WS: threads = 384, rows_per_cta = 128, row_group = 16, item_ctas = 4, tile_tokens = 64, tile_stages = 3, dynamic_smem_bytes = 122928, producer_warps = 4,
 // WS-SAME: wgmma = true, min_ctas_per_sm = 1>
 // WS-EMITC: static constexpr int producer_warps = 4;
 // WS-EMITC: KVGEN_LAUNCH_BOUNDS_MIN_CTAS(384, 1)

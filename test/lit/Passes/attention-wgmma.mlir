@@ -41,7 +41,7 @@
 // threads / tile-stages force others.
 // SM90-LABEL: kv.paged_attention @mimo_prefill
 // SM90-SAME: threads = 256, rows_per_cta = 128,
-// SM90-SAME: tile_tokens = 64, tile_stages = 3, dynamic_smem_bytes = 138240,
+// SM90-SAME: tile_tokens = 64, tile_stages = 3, dynamic_smem_bytes = 122880,
 // SM90-SAME: hw_fp8 = false, wgmma = true>
 // SM90-LABEL: kv.paged_attention @llama_prefill
 // SM90-SAME: threads = 256, rows_per_cta = 128,

@@ -344,12 +344,12 @@ def KV_AttentionPlanAttr : KV_PlanAttrBase<"AttentionPlan", "attention_plan",
       (`partial_bytes`) merged by the unit's last CTA; `split_ctas = 0`
       never splits (and the other three are then 0);
     - `tile_tokens`, `tile_stages`, `dynamic_smem_bytes` (omitted when 0;
-      prefill plans): the K/V tiles of `tile_tokens` tokens (16, 32 or 64)
-      in `tile_stages` buffers (1 or 2) that a prefill CTA stages in
-      `dynamic_smem_bytes` of dynamic shared memory (exactly their bytes,
-      kvgen/Launch.h attnTileKRowBytes / attnTileVRowBytes; at most the
-      target's limit, `kvgen targets`); all 0: the tiles in static shared
-      memory (47 KiB);
+      prefill plans): the K/V tiles of `tile_tokens` tokens (a multiple of
+      16 up to 128) in `tile_stages` buffers (1 to 4) that a prefill CTA
+      stages in `dynamic_smem_bytes` of dynamic shared memory (exactly
+      their bytes, kvgen/Launch.h attnTileTokenBytes: padded rows, or
+      unpadded ones for `wgmma`; at most the target's limit, `kvgen
+      targets`); all 0: the tiles in static shared memory (47 KiB);
     - `hw_fp8`: as in `#kv.rows_plan` (fp8 K/V converted by the target's
       instructions);
     - `mfma` (omitted when false): the matrix products (m16n8k16 MMAs) run

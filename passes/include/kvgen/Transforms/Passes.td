@@ -89,7 +89,7 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
     Option<"tileTokens", "tile-tokens", "int64_t", /*default=*/"-1",
            "prefill plans of paged attention: tokens per K/V tile; -1 "
            "lets the pass choose (64, 32 or 16: the most whose two "
-           "buffers fit), 16, 32, 64 or 128 forces it (for A/B "
+           "buffers fit), a multiple of 16 up to 128 forces it (for A/B "
            "benchmarks; fails where the buffers exceed the target's "
            "dynamic shared memory); other plans ignore it">,
     Option<"producerWarps", "producer-warps", "int64_t", /*default=*/"0",

@@ -107,8 +107,8 @@ constexpr int kBulkCopyStages = 8;
 constexpr int64_t kMaxSplitCtas = 512;
 
 /// A prefill plan's K/V tiles as kv-plan's tile-tokens / tile-stages ask
-/// for them (A/B benchmarks): tokens > 0 forces tile_tokens (16, 32, 64 or
-/// 128: kMaxTileTokens), stages > 0 forces tile_stages (1 to
+/// for them (A/B benchmarks): tokens > 0 forces tile_tokens (a multiple of
+/// 16 up to kMaxTileTokens, 128), stages > 0 forces tile_stages (1 to
 /// kMaxTileStages); -1 lets chooseRowTiledPlan choose (kvgen/Launch.h's
 /// attnTileTokens / attnTileStages). producerWarps > 0 (kv-plan's
 /// producer-warps: 4) makes the last producerWarps warps of `threads`
