@@ -25,8 +25,11 @@ APT_PACKAGES=(
 )
 # auditwheel: scripts/check_wheel.sh (the wheel's manylinux check).
 # pytest-xdist: scripts/test.sh runs pytest on every CPU (pytest -n).
+# auditwheel below 6.8: 6.8 requires patchelf >= 0.14.5 and Debian 12's is
+# 0.14.3 ("auditwheel repair requires patchelf >= 0.14.5", seen on a fresh
+# clone, 2026-12-05); 6.7 requires 0.14.
 PIP_PACKAGES=('numpy>=1.26,<3' 'ml_dtypes>=0.5,<0.7' 'pytest>=8,<10'
-              'auditwheel>=6,<7' 'pytest-xdist>=3.5,<4')
+              'auditwheel>=6,<6.8' 'pytest-xdist>=3.5,<4')
 # Import names of PIP_PACKAGES, in the same order.
 PIP_MODULES=(numpy ml_dtypes pytest auditwheel xdist)
 # torch, for kvgen.torch and its tests (test/python/test_torch_ops.py), the
@@ -103,11 +106,22 @@ PYTHON="${KVGEN_PYTHON:-python3}"
 command -v "$PYTHON" >/dev/null 2>&1 || die "no Python interpreter '$PYTHON'"
 PYTHON="$(command -v "$PYTHON")"
 
+# True when every module imports and every installed distribution of
+# PIP_PACKAGES meets its version range (an older or newer one, e.g. an
+# auditwheel 6.8 installed before the pin, makes pip install the pinned one).
 has_modules() {
-  "$1" - "${PIP_MODULES[@]}" <<'PY' >/dev/null 2>&1
-import importlib, sys
-for name in sys.argv[1:]:
+  "$1" - "${#PIP_MODULES[@]}" "${PIP_MODULES[@]}" "${PIP_PACKAGES[@]}" \
+    <<'PY' >/dev/null 2>&1
+import importlib, importlib.metadata, sys
+n = int(sys.argv[1])
+for name in sys.argv[2:2 + n]:
     importlib.import_module(name)
+from packaging.requirements import Requirement
+for spec in sys.argv[2 + n:]:
+    req = Requirement(spec)
+    if not req.specifier.contains(importlib.metadata.version(req.name),
+                                  prereleases=True):
+        sys.exit(1)
 PY
 }
 
