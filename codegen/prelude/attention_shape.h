@@ -225,10 +225,8 @@ template <class S> struct AttnTile {
     CSB = int(sizeof(CS)),
     /// wgmma plans: unpadded rows (kvgen/Launch.h attnTileTokenBytes; the
     /// unaligned variant's mma.sync body reads them with bank conflicts).
-    KROWB = S::WGMMA ? (S::HK * CSB + 15) / 16 * 16
-                     : attnTileKRowBytes(S::HK * CSB),
-    VROWB = S::WGMMA ? (S::HV * CSB + 15) / 16 * 16
-                     : attnTileVRowBytes(S::HV * CSB),
+    KROWB = attnTileKRowBytes(S::HK * CSB, S::WGMMA),
+    VROWB = attnTileVRowBytes(S::HV * CSB, S::WGMMA),
     KROW = KROWB / CSB,
     VROW = VROWB / CSB,
     TOKB = KROWB + VROWB,
@@ -238,9 +236,6 @@ template <class S> struct AttnTile {
                                 : attnTileStages(TOKB, KT, kAttnTileSmemBytes),
     BYTES = attnTileSmemBytes(STAGES, KT, TOKB, S::PRODUCER_WARPS)
   };
-  static_assert(int(TOKB) == attnTileTokenBytes(S::HK * CSB, S::HV * CSB,
-                                                S::WGMMA),
-                "the rows kvgen/Launch.h sizes the plan's tiles by");
   static_assert(S::TILE_TOKENS > 0 || int(BYTES) <= int(kAttnTileSmemBytes),
                 "K and V rows of 16 tokens exceed the CTA's shared memory");
   static_assert(S::DYNAMIC_SMEM == 0 || int(S::DYNAMIC_SMEM) == int(BYTES),

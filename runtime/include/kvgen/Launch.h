@@ -107,13 +107,15 @@ struct LaunchGeometry {
 /// unpadded, attnTileTokenBytes). kv-plan sizes dynamic_smem_bytes with
 /// these and the prelude lays the tiles out with them: one formula for
 /// both.
-KVGEN_HD constexpr int attnTileKRowBytes(int headBytes) {
+/// `wgmma` (the plan's wgmma): the rows rounded up to 16 bytes only
+/// (attnTileTokenBytes).
+KVGEN_HD constexpr int attnTileKRowBytes(int headBytes, bool wgmma = false) {
   return (headBytes + 15) / 16 * 16 +
-         (64 - (headBytes + 15) / 16 * 16 % 128 + 128) % 128;
+         (wgmma ? 0 : (64 - (headBytes + 15) / 16 * 16 % 128 + 128) % 128);
 }
-KVGEN_HD constexpr int attnTileVRowBytes(int headBytes) {
+KVGEN_HD constexpr int attnTileVRowBytes(int headBytes, bool wgmma = false) {
   return (headBytes + 15) / 16 * 16 +
-         (16 - (headBytes + 15) / 16 * 16 % 64 + 64) % 64;
+         (wgmma ? 0 : (16 - (headBytes + 15) / 16 * 16 % 64 + 64) % 64);
 }
 /// The shared memory of a decode-plan attention CTA in bytes (the
 /// prelude's AttnSmem, codegen/prelude/attention_shape.h, whose size the
@@ -152,10 +154,8 @@ KVGEN_HD constexpr int64_t maxStaticSmemBytes() { return 48 * 1024; }
 /// bank conflicts.
 KVGEN_HD constexpr int64_t attnTileTokenBytes(int kHeadBytes, int vHeadBytes,
                                               bool wgmma = false) {
-  return wgmma ? int64_t((kHeadBytes + 15) / 16 * 16) +
-                     (vHeadBytes + 15) / 16 * 16
-               : int64_t(attnTileKRowBytes(kHeadBytes)) +
-                     attnTileVRowBytes(vHeadBytes);
+  return int64_t(attnTileKRowBytes(kHeadBytes, wgmma)) +
+         attnTileVRowBytes(vHeadBytes, wgmma);
 }
 /// A prefill CTA's dynamic shared memory in bytes (the prelude's
 /// AttnTileSmem): `stages` K/V tiles of `tokens` tokens of `tokenBytes`
