@@ -401,15 +401,24 @@ stageTile(CS *kDst, CS *vDst, const CS *kBase, const CS *vBase,
           const SideMap &kMap, const SideMap &vMap,
           const kvgen_paged_attention_args &a, const int32_t *table,
           int64_t first, int64_t ta, int64_t tb, int64_t kvh, unsigned tid) {
+  // The blocks of this thread's tokens of every round first (their
+  // table entries read together: PagedKV::tableBlocks), then the copies.
+  int64_t ts[R::ROUNDS], blks[R::ROUNDS];
+  bool want[R::ROUNDS];
+  KVGEN_UNROLL
+  for (int r = 0; r < R::ROUNDS; ++r) {
+    const int i = R::token(tid, r);
+    ts[r] = first + i;
+    want[r] = (!R::PARTIAL || i < R::KT) && ts[r] >= ta && ts[r] < tb;
+  }
+  KV::template tableBlocks<BS, CHECKED, R::ROUNDS>(a, table, ts, want, blks);
   KVGEN_UNROLL
   for (int r = 0; r < R::ROUNDS; ++r) {
     const int i = R::token(tid, r);
     if (R::PARTIAL && i >= R::KT)
       break;
-    const int64_t t = first + i;
-    const int64_t blk = t >= ta && t < tb
-                            ? KV::template tableBlock<BS, CHECKED>(a, table, t)
-                            : -1;
+    const int64_t t = ts[r];
+    const int64_t blk = blks[r];
     const bool ok = blk >= 0;
     const CS *kRow =
         kBase + (ok ? elementOffset(kMap, blk, t % BS, kvh, 0) : 0);
@@ -519,7 +528,20 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     MMA_SHARE = WS ? (ENTRY_REGS * P::threads - PRODUCER_REGS * LOADERS) /
                          MMA_THREADS / 8 * 8
                    : 0,
-    MMA_REGS = MMA_SHARE < 232 ? MMA_SHARE : 232
+    MMA_REGS = MMA_SHARE < 232 ? MMA_SHARE : 232,
+    /// Warp specialization with two or more computing warpgroups: they
+    /// issue their products in turns (FlashAttention-3's "ping-pong"
+    /// scheduling), so that one warpgroup's softmax runs while the
+    /// others' products occupy the tensor cores instead of all of them
+    /// waiting for their products at once. Turn barrier of warpgroup g:
+    /// named barrier 1 + g, its own 128 threads and the previous one's.
+    /// Not with V rows over 128 elements: there ptxas serializes the
+    /// products around the turn barriers (C7514 for k64 / v256 f16).
+#ifdef KVGEN_NO_WG_TURNS
+    WG_TURNS = 0
+#else
+    WG_TURNS = WS && S::MMA_WARPS >= 8 && HV <= 128 ? S::MMA_WARPS / 4 : 0
+#endif
   };
   static_assert(!WS || (PRODUCER_REGS <= ENTRY_REGS &&
                         PRODUCER_REGS * LOADERS + MMA_REGS * MMA_THREADS <=
@@ -683,6 +705,35 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     float s[KT / 8][4];
     // The buffers of tiles k and k - 1.
     StageRing<STAGES> cur, prev;
+    // Turns (WG_TURNS): warpgroup g waits for its turn before each issue
+    // of products and then gives the next warpgroup its turn; the last
+    // warpgroup gives the first its first turn and does not give one after
+    // its last issue, so every turn barrier completes as many phases as
+    // its warpgroup waits for (tiles + 1 issues each, the same in every
+    // warpgroup of the CTA).
+    // (Warp specialization exists where the target has tile barriers.)
+#ifdef KVGEN_TILE_BARRIERS
+    const unsigned wgIdx = warp / 4;
+#endif
+    auto turnWait = [&]() {
+#ifdef KVGEN_TILE_BARRIERS
+      if constexpr (WG_TURNS > 0)
+        kvgenNamedBarrierSync(1 + wgIdx, 256);
+#endif
+    };
+    auto turnGive = [&](bool last) {
+#ifdef KVGEN_TILE_BARRIERS
+      if constexpr (WG_TURNS > 0)
+        if (!(last && wgIdx == WG_TURNS - 1))
+          kvgenNamedBarrierArrive(1 + (wgIdx + 1) % WG_TURNS, 256);
+#endif
+      (void)last;
+    };
+#ifdef KVGEN_TILE_BARRIERS
+    if constexpr (WG_TURNS > 0)
+      if (tiles > 0 && wgIdx == WG_TURNS - 1)
+        kvgenNamedBarrierArrive(1, 256);
+#endif
     // Tile k's barrier and mask test (every iteration). Without producer
     // warps the loads ahead (loadAhead) follow the products' issue, so
     // that their block-table reads (global loads the copies' addresses
@@ -711,9 +762,11 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
       // Tile 0 alone (no P V in flight yet): the loop below has no branch
       // on k, which ptxas's wgmma pipeline analysis would not see through.
       const bool unmasked = enter(0);
+      turnWait();
       wgmmaFence();
       wgmmaIssueQK<S, KT, SWZ>(sm.k[0], q, s, lane);
       wgmmaCommit();
+      turnGive(false);
       loadAhead(0);
       wgmmaWaitPin<0, KT / 8 * 4>(&s[0][0]);
       attnSoftmax<S, O, KT / 8>(s, t0, ta, tb, rowPos, rowLo, rowMul, capMul,
@@ -724,11 +777,13 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     }
     for (int64_t k = 1; k < tiles; ++k) {
       const bool unmasked = enter(k);
+      turnWait();
       wgmmaFence(); // P and O's rescale before the products read them
       wgmmaIssueQK<S, KT, SWZ>(sm.k[cur.stage], q, s, lane);
       wgmmaCommit();
       wgmmaIssuePV<S, KT, SWZ>(sm.v[prev.stage], pa, o, lane);
       wgmmaCommit();
+      turnGive(false);
       loadAhead(k);
       wgmmaWaitPin<1, KT / 8 * 4>(&s[0][0]); // Q K^T done, P V running
       float alpha[2];
@@ -747,9 +802,11 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
       cur.next();
     }
     if (tiles > 0) {
+      turnWait();
       wgmmaFence();
       wgmmaIssuePV<S, KT, SWZ>(sm.v[prev.stage], pa, o, lane);
       wgmmaCommit();
+      turnGive(true);
       wgmmaWaitPin<0, NT * 4>(&o[0][0]);
     }
   } else {

@@ -299,6 +299,33 @@ template <class L, class A, int SET = 0> struct PagedKV {
     }
     return b;
   }
+  /// tableBlock for N tokens t[n] at once (those with want[n]; the others
+  /// resolve to -1 unread): every entry is loaded before any is checked, so
+  /// that the N loads are in flight together instead of each waiting behind
+  /// the previous one's check (whose error-flag write the compiler may not
+  /// move a later load above). The prefill tiles' staging (attention_prefill.h
+  /// stageTile) reads a thread's tokens of all its rounds so.
+  template <int BS, bool CHECKED, int N>
+  static KVGEN_DEVICE inline void
+  tableBlocks(const A &a, const int32_t *table, const int64_t (&t)[N],
+              const bool (&want)[N], int64_t (&blk)[N]) {
+    bool inRow[N];
+    KVGEN_UNROLL
+    for (int n = 0; n < N; ++n) {
+      const int64_t e = t[n] / BS;
+      inRow[n] = !CHECKED || e < a.max_blocks_per_seq;
+      blk[n] = want[n] && inRow[n] ? int64_t(table[e]) : -1;
+    }
+    KVGEN_UNROLL
+    for (int n = 0; n < N; ++n) {
+      if (!want[n])
+        continue;
+      if (CHECKED && (!inRow[n] || KVGEN_BLOCK_OUTSIDE(blk[n], F::numBlocks(a)))) {
+        kvgenAtomicOr(a.error_flag, KVGEN_ERROR_BIT_INDEX);
+        blk[n] = -1;
+      }
+    }
+  }
   /// Where `slot` points (placeSlot over A's NUM_BLOCKS and ERROR_FLAG).
   template <bool CHECKED, int BS>
   static KVGEN_DEVICE inline SlotPos place(const A &a, int64_t slot) {

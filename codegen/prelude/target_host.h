@@ -101,6 +101,9 @@ struct Cta {
   /// The same for the simulated 64-lane wavefronts of the MFMA path
   /// (amdgpu_mfma.h): [wave][phase & 1][lane][word].
   unsigned *waveExchange;
+  /// The named barriers' words (kvgenNamedBarrierSync / Arrive, ids 1-15;
+  /// 0 until first used): as the tile barriers' words.
+  uint64_t named[16];
 };
 
 static thread_local Cta *kvgen_host_cta;
@@ -213,6 +216,8 @@ inline void runCta(Cta *c, char *stacks) {
     c->fibers[t].phase = 0;
     c->fibers[t].wavePhase = 0;
   }
+  for (uint64_t &w : c->named)
+    w = 0;
   for (;;) {
     bool ran = false;
     for (unsigned t = 0; t < n; ++t) {
@@ -292,7 +297,7 @@ inline void hostLaunch(void (*kernel)(Args), const void *args, unsigned gridX,
       new unsigned[uint64_t((blockX + 63) / 64) * 2 * 64 *
                    host::kExchangeWords];
   host::Cta c = {fibers, blockX, 0, nullptr, &host::Launch<Args>::run, &l,
-                 exchange, waveExchange};
+                 exchange, waveExchange, {}};
   host::Cta *saved = host::kvgen_host_cta;
   host::kvgen_host_cta = &c;
   for (unsigned b = 0; b < gridX; ++b) {
@@ -329,6 +334,24 @@ inline void kvgenTileBarrierArrive(uint64_t *bar) {
 inline void kvgenTileBarrierWait(uint64_t *bar, unsigned parity) {
   while (unsigned(*bar >> 63) == (parity & 1u))
     host::yieldAs(host::kReady);
+}
+/// Named barrier `id` of `count` threads (bar.sync / bar.arrive on the
+/// GPU): a phase completes once `count` fibers arrived; Sync arrives and
+/// waits for that, Arrive does not wait.
+inline uint64_t *kvgenNamedBarrierWord(unsigned id, unsigned count) {
+  uint64_t *w = &host::kvgen_host_cta->named[id];
+  if (*w == 0)
+    kvgenTileBarrierInit(w, count);
+  return w;
+}
+inline void kvgenNamedBarrierArrive(unsigned id, unsigned count) {
+  kvgenTileBarrierArrive(kvgenNamedBarrierWord(id, count));
+}
+inline void kvgenNamedBarrierSync(unsigned id, unsigned count) {
+  uint64_t *w = kvgenNamedBarrierWord(id, count);
+  const unsigned parity = unsigned(*w >> 63);
+  kvgenTileBarrierArrive(w);
+  kvgenTileBarrierWait(w, parity);
 }
 template <int N, bool INC> inline void kvgenSetMaxRegs() {}
 /// Lane id in the warp and the warp's lanes (32).

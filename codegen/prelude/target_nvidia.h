@@ -469,6 +469,15 @@ __device__ inline void kvgenTileBarrierWait(uint64_t *bar, unsigned parity) {
                "r"(parity)
                : "memory");
 }
+/// Named barrier `id` (1-15; 0 is kvgenSyncThreads') of `count` threads, a
+/// multiple of 32 (PTX ISA "bar, barrier"): Sync arrives and waits until
+/// `count` threads arrived in this phase, Arrive does not wait.
+__device__ inline void kvgenNamedBarrierSync(unsigned id, unsigned count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ inline void kvgenNamedBarrierArrive(unsigned id, unsigned count) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
 template <int N, bool INC> __device__ inline void kvgenSetMaxRegs() {
   if (INC)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
