@@ -247,19 +247,28 @@ def ctx_prefill(tmp_path_factory, kvgen_cli, kernel_cache):
     c.close()
 
 
-def planned_tile_bytes(hk, hv, elem, most, wgmma=False):
+def planned_tile_bytes(hk, hv, elem, most, wgmma=False, ws=False):
     """The prefill tiles' (tokens, stages, bytes) kv-plan should choose: K
     rows padded to 16 bytes and then to 64 modulo 128, V rows to 16 modulo
     64 (a plan on warpgroup MMA, wgmma: sm_90's default for a 16-bit cache
     of the query's type, pads neither beyond 16 bytes); 64 / 32 / 16
     tokens in 2 stages where they fit in `most`, else 16 in 1; a wgmma
-    plan takes 3 stages of those tokens where they fit (restated here as
-    the test's oracle)."""
+    plan takes 3 stages of those tokens where they fit; a warp-specialized
+    one (sm_90's default for V rows up to 128 elements: ws) the first of
+    64 x 4, 64 x 3, 32 x 4, 32 x 3, 16 x 3 tokens x stages that fits with
+    16 bytes of tile barriers per stage (restated here as the test's
+    oracle)."""
     k = -(-hk * elem // 16) * 16
     v = -(-hv * elem // 16) * 16
     if not wgmma:
         k += (64 - k % 128 + 128) % 128
         v += (16 - v % 64 + 64) % 64
+    if ws:
+        shapes = ((64, 4), (64, 3), (32, 4), (32, 3), (16, 3))
+        tokens, stages = next(
+            ((t, n) for t, n in shapes if n * (t * (k + v) + 16) <= most),
+            shapes[-1])
+        return tokens, stages, stages * (tokens * (k + v) + 16)
     tokens = next((t for t in (64, 32) if 2 * t * (k + v) <= most), 16)
     stages = 2 if 2 * tokens * (k + v) <= most else 1
     if wgmma and 3 * tokens * (k + v) <= most:
@@ -300,7 +309,9 @@ def test_prefill_dynamic_smem_is_the_tiles_bytes(tmp_path, kvgen_cli,
         # sizes of whole k16 steps (kv::wgmmaUnfit), not for the others.
         wgmma = (target == "sm_90" and dtype == "bf16" and hk % 16 == 0 and
                  hv % 16 == 0 and hv <= 256)
-        tokens, stages, size = planned_tile_bytes(hk, hv, elem, most, wgmma)
+        ws = wgmma and hv <= 128
+        tokens, stages, size = planned_tile_bytes(hk, hv, elem, most, wgmma,
+                                                  ws)
         if size > most:
             assert r.returncode != 0
             assert (f"a prefill CTA's K/V tile of 16 tokens takes {size} "

@@ -258,7 +258,28 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
       warpRowTiles && tiles.wgmma != 0 &&
       (tiles.wgmma > 0 || (kWgmmaByDefault && target.caps().wgmma &&
                            !kv::wgmmaUnfit(layout, io)));
-  c.threads = threads > 0 ? threads : wgmma ? 2 * kWgmmaGroupThreads : 128;
+  // On a target with warpgroup MMA in hardware, a wgmma plan whose
+  // threads kv-plan does not force is warp-specialized by default: two
+  // computing warpgroups (128 rows) that issue their products in turns
+  // (attention_prefill.h WG_TURNS) and a producer warpgroup staging the
+  // tiles 4 stages deep where they fit. On an H100 (docs/performance.md,
+  // "Fourteenth round", same run) MiMo's 32k prefill takes 42.5 ms
+  // (0.85x cuDNN) against the 2-warpgroup pipelined loop's 51.5,
+  // Llama-3-8B's 17.0 against 22.9 (0.81x).
+  // V rows up to 128 elements: with wider ones (O's accumulators of 256
+  // columns) ptxas serializes the computing warpgroups' wgmma in the 232
+  // registers they get (C7514 on the H100's k128 / v256 kernel), so they
+  // keep the 2-warpgroup loop.
+  constexpr bool kWarpSpecializedByDefault = true;
+  constexpr int64_t kWarpSpecializedMaxHeadSizeV = 128;
+  const bool wsDefault =
+      kWarpSpecializedByDefault && warpRowTiles && wgmma &&
+      tiles.producerWarps < 0 && threads <= 0 && target.caps().wgmma &&
+      layout.headSize(kValue) <= kWarpSpecializedMaxHeadSizeV;
+  c.threads = threads > 0   ? threads
+              : wsDefault   ? 3 * kWgmmaGroupThreads
+              : wgmma       ? 2 * kWgmmaGroupThreads
+                            : 128;
   c.tokensPerCta = 1;
   c.smallMaxTokens = c.smallThreads = 0;
   c.streamingStores = false; // the output is small and read next
@@ -279,7 +300,9 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
     // Producer warps (warp specialization) load only: 16 rows per other
     // warp, of which there must be at least one warpgroup (the plan
     // verifier checks the rest: wgmma, one producer warpgroup, stages).
-    c.producerWarps = tiles.producerWarps > 0 ? tiles.producerWarps : 0;
+    c.producerWarps = tiles.producerWarps > 0 ? tiles.producerWarps
+                      : wsDefault               ? kWgmmaGroupThreads / 32
+                                                : 0;
     if (c.producerWarps > 0 && c.threads / 32 - c.producerWarps < 4) {
       if (error)
         *error = "producer-warps = " + std::to_string(c.producerWarps) +
@@ -306,22 +329,29 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
         wgmma && c.threads % kWgmmaGroupThreads == 0);
     const int64_t most = target.info->maxDynamicSmemBytes;
     // The producers' loop needs 3 buffers (the computing loop reads two
-    // tiles at once while the next one loads): tiles of 64, 32 or 16
-    // tokens, the most of which 3 fit. The pipelined wgmma loop (no
-    // producers) also takes 3 stages, where the planned tile has room for
-    // them.
+    // tiles at once while the next one loads) and runs best with 4 (the
+    // producers two tiles ahead: 42.5 ms for MiMo's 32k prefill on an
+    // H100 against 53.2 with 3, docs/performance.md "Fourteenth round"):
+    // the first of 64 tokens x 4 stages, 64 x 3, 32 x 4, 32 x 3, 16 x 3
+    // that fits (tile-tokens / tile-stages, where given, fix theirs). The
+    // pipelined wgmma loop (no producers) also takes 3 stages, where the
+    // planned tile has room for them.
     const int64_t wsStages = 3;
     if (c.producerWarps > 0) {
       // (with the stages' tile barriers behind the tiles)
-      auto fits = [&](int64_t tokens) {
-        return attnTileSmemBytes(wsStages, tokens, tokenBytes,
-                                 c.producerWarps) <= most;
-      };
-      c.tileTokens = tiles.tokens > 0 ? tiles.tokens
-                     : fits(64)       ? 64
-                     : fits(32)       ? 32
-                                      : 16;
+      const int64_t shapes[][2] = {{64, 4}, {64, 3}, {32, 4}, {32, 3}, {16, 3}};
+      c.tileTokens = tiles.tokens > 0 ? tiles.tokens : 16;
       c.tileStages = tiles.stages > 0 ? tiles.stages : wsStages;
+      for (const auto &shape : shapes) {
+        const int64_t tokens = tiles.tokens > 0 ? tiles.tokens : shape[0];
+        const int64_t stages = tiles.stages > 0 ? tiles.stages : shape[1];
+        if (attnTileSmemBytes(stages, tokens, tokenBytes, c.producerWarps) <=
+            most) {
+          c.tileTokens = tokens;
+          c.tileStages = stages;
+          break;
+        }
+      }
     } else {
       c.tileTokens =
           tiles.tokens > 0 ? tiles.tokens : attnTileTokens(tokenBytes, most);
@@ -406,7 +436,7 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
         {"wgmma", wgmma, -1, 1},
         {"tile-stages", tileStages, -1, kMaxTileStages},
         {"tile-tokens", tileTokens, -1, kMaxTileTokens},
-        {"producer-warps", producerWarps, 0, 4},
+        {"producer-warps", producerWarps, -1, 4},
     };
     for (const Range &r : ranges)
       if (r.value < r.min || r.value > r.max)

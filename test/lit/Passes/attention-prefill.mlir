@@ -66,23 +66,26 @@
 // TOKENS32: tile_tokens = 32, tile_stages = 3, dynamic_smem_bytes = 69120,
 // TOKENS-BIG: kv-plan: tile-tokens = 128, tile-stages = 3: 3 tiles of 128 tokens take 276480 bytes of shared memory, more than the {{[0-9]+}} a CTA of target 'sm_90' may use
 // TOKENS40: kv-plan: option tile-tokens = 40 must be -1 (planned) or a multiple of 16 from 16 to 128
-// Any multiple of 16: 96 tokens of MiMo take 3 wgmma stages (60 KiB each).
-// TOKENS96: tile_tokens = 96, tile_stages = 3, dynamic_smem_bytes = 184320,
+// Any multiple of 16: 96 tokens of MiMo take 3 warp-specialized wgmma
+// stages (60 KiB each; 4 do not fit), then their 3 x 16 bytes of tile
+// barriers.
+// TOKENS96: tile_tokens = 96, tile_stages = 3, dynamic_smem_bytes = 184368, producer_warps = 4,
 // TOKENS256: kv-plan: option tile-tokens = 256 is outside [-1, 128]
 // Warp specialization (producer-warps=4): the last warpgroup of 384
 // threads only loads, the 8 other warps own 16 rows each (128 per CTA);
-// 3 stages (the computing loop reads two tiles while the third loads) and
-// one CTA per SM (setmaxnreg needs the registers at entry fixed); the
-// dynamic shared memory is the tiles (122880 bytes: unpadded rows, 640 bytes a token) and each stage's two
-// tile barriers behind them (48).
-// WS: threads = 384, rows_per_cta = 128, row_group = 16, item_ctas = 4, tile_tokens = 64, tile_stages = 3, dynamic_smem_bytes = 122928, producer_warps = 4,
+// 4 stages (the computing loop reads two tiles while the producers load
+// the next two; at least 3) and one CTA per SM (setmaxnreg needs the
+// registers at entry fixed); the dynamic shared memory is the tiles
+// (163840 bytes: unpadded rows, 640 bytes a token) and each stage's two
+// tile barriers behind them (64).
+// WS: threads = 384, rows_per_cta = 128, row_group = 16, item_ctas = 4, tile_tokens = 64, tile_stages = 4, dynamic_smem_bytes = 163904, producer_warps = 4,
 // WS-SAME: wgmma = true, min_ctas_per_sm = 1>
 // WS-EMITC: static constexpr int producer_warps = 4;
 // WS-EMITC: KVGEN_LAUNCH_BOUNDS_MIN_CTAS(384, 1)
 // WS-NOWG: 'producer_warps' needs 'wgmma' (the computing warpgroups' loop)
 // WS-THREADS: kv-plan: producer-warps = 4 needs threads >= 256 (a computing warpgroup beside them), got 128
 // WS-WARPS: 'producer_warps' must be 0 or 4 (one warpgroup), got 2
-// WS-RANGE: kv-plan: option producer-warps = 5 is outside [0, 4]
+// WS-RANGE: kv-plan: option producer-warps = 5 is outside [-1, 4]
 // WS-STAGES: 'producer_warps' needs prefill tiles in at least 3 stages ('tile_stages'), got 2
 // WS-MINCTAS: 'producer_warps' needs 'min_ctas_per_sm' = 1 (the launch bounds that fix the registers at entry, which setmaxnreg needs), got 2
 // SPLIT: kv-plan: a prefill plan (warp row tiles) does not split the context: split-ctas must be 0 or planned

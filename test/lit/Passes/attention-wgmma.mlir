@@ -1,7 +1,11 @@
 // RUN: split-file %s %t
-// Chosen by default on sm_90 (Plan.cpp kWgmmaByDefault), with two
+// Chosen by default on sm_90 (Plan.cpp kWgmmaByDefault), warp-specialized
+// (kWarpSpecializedByDefault: two computing warpgroups and a producer one,
+// 4 tile stages) where V rows have at most 128 elements, else with two
 // warpgroups and 3 tile stages; where the op does not fit it, mma.sync.
 // RUN: kvgen-opt --kv-plan=target=sm_90 %t/fit.mlir | FileCheck %s --check-prefix=SM90
+// producer-warps=0: the 2-warpgroup pipelined loop for every op.
+// RUN: kvgen-opt --kv-plan="target=sm_90 producer-warps=0" %t/fit.mlir | FileCheck %s --check-prefix=NOWS
 // RUN: kvgen-opt --kv-plan=target=sm_90 %t/unfit.mlir | FileCheck %s --check-prefix=NONE
 // RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=1" %t/fit.mlir | FileCheck %s --check-prefix=SM90
 // The printed plan parses back (omitted when false, printed when true).
@@ -37,20 +41,35 @@
 // used when asked: wgmma=1), for whole warpgroups (128 threads; 256: two),
 // a bf16 / f16 cache of the query's type and head sizes of whole 16-element
 // steps (head_size_v at most 256). Decode plans (16 rows) never have it.
-// Such a plan takes two warpgroups (128 rows) and 3 tile stages unless
-// threads / tile-stages force others.
+// Unless threads / producer-warps / tile-stages force others, such a plan
+// takes three warpgroups (the last one the producers; 128 rows) and 4 tile
+// stages of 64 tokens (MiMo: 4 x 64 x 640 bytes, then 4 x 2 tile barriers
+// of 8 bytes; the launch bounds' 1 CTA per SM), V rows of more than 128
+// elements two warpgroups and 3 tile stages.
 // SM90-LABEL: kv.paged_attention @mimo_prefill
+// SM90-SAME: threads = 384, rows_per_cta = 128,
+// SM90-SAME: tile_tokens = 64, tile_stages = 4, dynamic_smem_bytes = 163904, producer_warps = 4,
+// SM90-SAME: hw_fp8 = false, wgmma = true, min_ctas_per_sm = 1>
+// SM90-LABEL: kv.paged_attention @llama_prefill
+// SM90-SAME: threads = 384, rows_per_cta = 128,
+// SM90-SAME: tile_tokens = 64, tile_stages = 4, dynamic_smem_bytes = 131136, producer_warps = 4,
+// SM90-SAME: hw_fp8 = false, wgmma = true, min_ctas_per_sm = 1>
+// SM90-LABEL: kv.paged_attention @f16_v256_prefill
 // SM90-SAME: threads = 256, rows_per_cta = 128,
 // SM90-SAME: tile_tokens = 64, tile_stages = 3, dynamic_smem_bytes = 122880,
-// SM90-SAME: hw_fp8 = false, wgmma = true>
-// SM90-LABEL: kv.paged_attention @llama_prefill
-// SM90-SAME: threads = 256, rows_per_cta = 128,
-// SM90-SAME: tile_stages = 3,
-// SM90-SAME: hw_fp8 = false, wgmma = true>
-// SM90-LABEL: kv.paged_attention @f16_v256_prefill
+// SM90-NOT: producer_warps
 // SM90-SAME: wgmma = true>
 // SM90-LABEL: kv.paged_attention @mimo_decode
 // SM90-NOT: wgmma
+// NOWS-LABEL: kv.paged_attention @mimo_prefill
+// NOWS-SAME: threads = 256, rows_per_cta = 128,
+// NOWS-SAME: tile_tokens = 64, tile_stages = 3, dynamic_smem_bytes = 122880,
+// NOWS-NOT: producer_warps
+// NOWS-SAME: hw_fp8 = false, wgmma = true>
+// NOWS-LABEL: kv.paged_attention @llama_prefill
+// NOWS-SAME: threads = 256, rows_per_cta = 128,
+// NOWS-SAME: tile_stages = 3, dynamic_smem_bytes = 98304,
+// NOWS-SAME: hw_fp8 = false, wgmma = true>
 // EMITC-LABEL: struct mimo_prefill_plan
 // EMITC-SAME: static constexpr bool wgmma = true;
 // EMITC-LABEL: struct mimo_decode_plan

@@ -92,12 +92,15 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
            "buffers fit), a multiple of 16 up to 128 forces it (for A/B "
            "benchmarks; fails where the buffers exceed the target's "
            "dynamic shared memory); other plans ignore it">,
-    Option<"producerWarps", "producer-warps", "int64_t", /*default=*/"0",
-           "prefill plans of paged attention: 0 every warp computes and "
-           "loads; 4 the last warpgroup of `threads` only loads the K/V "
-           "tiles (warp specialization: needs wgmma=1 and threads >= 256; "
-           "tile stages at least 3: 3 unless tile-stages says, of 64, 32 or "
-           "16 tokens, the most 3 of which fit); other plans ignore it">,
+    Option<"producerWarps", "producer-warps", "int64_t", /*default=*/"-1",
+           "prefill plans of paged attention: -1 lets the pass choose (4 "
+           "on a wgmma plan of a target with warpgroup MMA whose threads "
+           "are not forced, else 0); 0 every warp computes and loads; 4 "
+           "the last warpgroup of `threads` only loads the K/V tiles (warp "
+           "specialization: needs wgmma and threads >= 256, default 384; "
+           "tile stages at least 3: 4 or 3 unless tile-stages says, of 64, "
+           "32 or 16 tokens, the first of those that fit); other plans "
+           "ignore it">,
   ];
   let dependentDialects = ["::kvgen::kv::KVDialect"];
 }

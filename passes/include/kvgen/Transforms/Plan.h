@@ -112,13 +112,15 @@ constexpr int64_t kMaxSplitCtas = 512;
 /// kMaxTileStages); -1 lets chooseRowTiledPlan choose (kvgen/Launch.h's
 /// attnTileTokens / attnTileStages). producerWarps > 0 (kv-plan's
 /// producer-warps: 4) makes the last producerWarps warps of `threads`
-/// load the tiles only (rows_per_cta = 16 x the other warps; stages at
-/// least 3 when not forced).
+/// load the tiles only (rows_per_cta = 16 x the other warps; 4 or 3
+/// stages when not forced); -1 lets chooseRowTiledPlan choose (4 on a
+/// wgmma plan of a hardware wgmma target without forced threads), 0
+/// turns it off.
 /// wgmma: kv-plan's wgmma option (-1 planned, 0 never, 1 always), which
-/// also sets the defaults of a prefill plan on warpgroup MMA (threads 256,
-/// at least 3 stages where they fit).
+/// also sets the defaults of a prefill plan on warpgroup MMA (threads 384
+/// with producer warps, else 256 and at least 3 stages where they fit).
 struct PrefillTiles {
-  int64_t tokens = -1, stages = -1, producerWarps = 0, wgmma = -1;
+  int64_t tokens = -1, stages = -1, producerWarps = -1, wgmma = -1;
 };
 
 /// The plan of a row-tiled kernel (paged attention) over `layout` with
