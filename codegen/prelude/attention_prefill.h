@@ -403,7 +403,8 @@ stageTile(CS *kDst, CS *vDst, const CS *kBase, const CS *vBase,
           int64_t first, int64_t ta, int64_t tb, int64_t kvh, unsigned tid) {
   // The blocks of this thread's tokens of every round first (their
   // table entries read together: PagedKV::tableBlocks), then the copies.
-  int64_t ts[R::ROUNDS], blks[R::ROUNDS];
+  int64_t ts[R::ROUNDS];
+  int32_t blks[R::ROUNDS];
   bool want[R::ROUNDS];
   KVGEN_UNROLL
   for (int r = 0; r < R::ROUNDS; ++r) {
@@ -417,7 +418,7 @@ stageTile(CS *kDst, CS *vDst, const CS *kBase, const CS *vBase,
     const int i = R::token(tid, r);
     if (R::PARTIAL && i >= R::KT)
       break;
-    const int64_t t = ts[r];
+    const int64_t t = first + i;
     const int64_t blk = blks[r];
     const bool ok = blk >= 0;
     const CS *kRow =
@@ -718,21 +719,21 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     auto turnWait = [&]() {
 #ifdef KVGEN_TILE_BARRIERS
       if constexpr (WG_TURNS > 0)
-        kvgenNamedBarrierSync(1 + wgIdx, 256);
+        kvgenNamedBarrierSync<256>(1 + wgIdx);
 #endif
     };
     auto turnGive = [&](bool last) {
 #ifdef KVGEN_TILE_BARRIERS
       if constexpr (WG_TURNS > 0)
         if (!(last && wgIdx == WG_TURNS - 1))
-          kvgenNamedBarrierArrive(1 + (wgIdx + 1) % WG_TURNS, 256);
+          kvgenNamedBarrierArrive<256>(1 + (wgIdx + 1) % WG_TURNS);
 #endif
       (void)last;
     };
 #ifdef KVGEN_TILE_BARRIERS
     if constexpr (WG_TURNS > 0)
       if (tiles > 0 && wgIdx == WG_TURNS - 1)
-        kvgenNamedBarrierArrive(1, 256);
+        kvgenNamedBarrierArrive<256>(1);
 #endif
     // Tile k's barrier and mask test (every iteration). Without producer
     // warps the loads ahead (loadAhead) follow the products' issue, so

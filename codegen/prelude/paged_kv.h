@@ -304,17 +304,19 @@ template <class L, class A, int SET = 0> struct PagedKV {
   /// that the N loads are in flight together instead of each waiting behind
   /// the previous one's check (whose error-flag write the compiler may not
   /// move a later load above). The prefill tiles' staging (attention_prefill.h
-  /// stageTile) reads a thread's tokens of all its rounds so.
+  /// stageTile) reads a thread's tokens of all its rounds so. The ids stay
+  /// the table's 32-bit entries (-1: none), so that N of them take N
+  /// registers (the producer warps have 40).
   template <int BS, bool CHECKED, int N>
   static KVGEN_DEVICE inline void
   tableBlocks(const A &a, const int32_t *table, const int64_t (&t)[N],
-              const bool (&want)[N], int64_t (&blk)[N]) {
+              const bool (&want)[N], int32_t (&blk)[N]) {
     bool inRow[N];
     KVGEN_UNROLL
     for (int n = 0; n < N; ++n) {
       const int64_t e = t[n] / BS;
       inRow[n] = !CHECKED || e < a.max_blocks_per_seq;
-      blk[n] = want[n] && inRow[n] ? int64_t(table[e]) : -1;
+      blk[n] = want[n] && inRow[n] ? table[e] : -1;
     }
     KVGEN_UNROLL
     for (int n = 0; n < N; ++n) {

@@ -72,7 +72,11 @@ enum FiberState {
   kAtBarrier = 1,
   kAtWarp = 2,
   kDone = 3,
-  kAtWave = 4
+  kAtWave = 4,
+  /// Waiting for a tile or named barrier's phase: resumed every pass to
+  /// check it; a pass in which every live fiber waits and none gets past
+  /// its wait is a deadlock (runCta traps instead of spinning).
+  kAtTileWait = 5
 };
 
 /// One thread of the running CTA.
@@ -221,12 +225,14 @@ inline void runCta(Cta *c, char *stacks) {
   for (;;) {
     bool ran = false;
     for (unsigned t = 0; t < n; ++t) {
-      if (c->fibers[t].state != kReady)
+      const int st = c->fibers[t].state;
+      if (st != kReady && st != kAtTileWait)
         continue;
       c->current = t;
       kvgen_host_thread_id = t;
       kvgenHostSwitch(&c->schedulerSp, c->fibers[t].sp);
-      ran = true;
+      // A waiter that is still waiting made no progress.
+      ran = ran || st == kReady || c->fibers[t].state != kAtTileWait;
     }
     // Release warps (wavefronts) whose live lanes all wait at a warp (wave)
     // exchange, then the CTA barrier when every live thread waits there.
@@ -333,10 +339,10 @@ inline void kvgenTileBarrierArrive(uint64_t *bar) {
 }
 inline void kvgenTileBarrierWait(uint64_t *bar, unsigned parity) {
   while (unsigned(*bar >> 63) == (parity & 1u))
-    host::yieldAs(host::kReady);
+    host::yieldAs(host::kAtTileWait);
 }
-/// Named barrier `id` of `count` threads (bar.sync / bar.arrive on the
-/// GPU): a phase completes once `count` fibers arrived; Sync arrives and
+/// Named barrier `id` of COUNT threads (bar.sync / bar.arrive on the
+/// GPU): a phase completes once COUNT fibers arrived; Sync arrives and
 /// waits for that, Arrive does not wait.
 inline uint64_t *kvgenNamedBarrierWord(unsigned id, unsigned count) {
   uint64_t *w = &host::kvgen_host_cta->named[id];
@@ -344,11 +350,11 @@ inline uint64_t *kvgenNamedBarrierWord(unsigned id, unsigned count) {
     kvgenTileBarrierInit(w, count);
   return w;
 }
-inline void kvgenNamedBarrierArrive(unsigned id, unsigned count) {
-  kvgenTileBarrierArrive(kvgenNamedBarrierWord(id, count));
+template <unsigned COUNT> inline void kvgenNamedBarrierArrive(unsigned id) {
+  kvgenTileBarrierArrive(kvgenNamedBarrierWord(id, COUNT));
 }
-inline void kvgenNamedBarrierSync(unsigned id, unsigned count) {
-  uint64_t *w = kvgenNamedBarrierWord(id, count);
+template <unsigned COUNT> inline void kvgenNamedBarrierSync(unsigned id) {
+  uint64_t *w = kvgenNamedBarrierWord(id, COUNT);
   const unsigned parity = unsigned(*w >> 63);
   kvgenTileBarrierArrive(w);
   kvgenTileBarrierWait(w, parity);

@@ -469,14 +469,16 @@ __device__ inline void kvgenTileBarrierWait(uint64_t *bar, unsigned parity) {
                "r"(parity)
                : "memory");
 }
-/// Named barrier `id` (1-15; 0 is kvgenSyncThreads') of `count` threads, a
+/// Named barrier `id` (1-15; 0 is kvgenSyncThreads') of COUNT threads, a
 /// multiple of 32 (PTX ISA "bar, barrier"): Sync arrives and waits until
-/// `count` threads arrived in this phase, Arrive does not wait.
-__device__ inline void kvgenNamedBarrierSync(unsigned id, unsigned count) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+/// COUNT threads arrived in this phase, Arrive does not wait.
+template <unsigned COUNT>
+__device__ inline void kvgenNamedBarrierSync(unsigned id) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(COUNT) : "memory");
 }
-__device__ inline void kvgenNamedBarrierArrive(unsigned id, unsigned count) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+template <unsigned COUNT>
+__device__ inline void kvgenNamedBarrierArrive(unsigned id) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "n"(COUNT) : "memory");
 }
 template <int N, bool INC> __device__ inline void kvgenSetMaxRegs() {
   if (INC)

@@ -673,7 +673,9 @@ def test_prefill_wgmma_checked_flags_bad_block_numbers(ctx_prefill_wgmma):
 #: the last warpgroup only stages the tiles, signalling each tile's arrival
 #: and waiting for its release through tile barriers (mbarriers; on the
 #: host, fibers that yield until the phase completes), the first two only
-#: compute (128 rows per CTA) in the pipelined wgmma loop.
+#: compute (128 rows per CTA) in the pipelined wgmma loop, issuing their
+#: products in turns (named barriers; on the host, fibers too), over 4
+#: tile stages.
 WS_OPTIONS = "wgmma=1 threads=384 producer-warps=4"
 
 
@@ -687,7 +689,7 @@ def ctx_prefill_ws(tmp_path_factory, kvgen_cli, kernel_cache):
         text = f.read_text()
         assert "static constexpr int producer_warps = 4;" in text and \
             "static constexpr int rows_per_cta = 128," in text and \
-            "tile_stages = 3," in text, f
+            "tile_stages = 4," in text, f
     yield c
     c.close()
 

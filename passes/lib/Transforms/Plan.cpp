@@ -246,10 +246,11 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
   // has it (not the host's simulation: only when asked) and the op fits
   // it (a 16-bit cache of the query's type, head sizes of whole k16 steps:
   // kv::wgmmaUnfit, which the op verifier applies too), unless kv-plan's
-  // wgmma=0; wgmma=1 asks for it on every prefill plan. Such a plan takes
-  // two warpgroups (128 rows per CTA) and 3 tile stages (the pipelined
-  // loop) unless forced otherwise: on an H100 with the 128-byte swizzled
-  // tiles it runs MiMo's 32k prefill in 54.2 ms against the mma.sync
+  // wgmma=0; wgmma=1 asks for it on every prefill plan. Such a plan is
+  // warp-specialized (below) or, where that is not planned, takes two
+  // warpgroups (128 rows per CTA) and 3 tile stages (the pipelined loop)
+  // unless forced otherwise: on an H100 with the 128-byte swizzled tiles
+  // the latter runs MiMo's 32k prefill in 54.2 ms against the mma.sync
   // body's 82.9 (Llama-3-8B 22.7 against 33.2, a 2k chunk at 32k 6.55
   // against 9.97; docs/performance.md, "Twelfth round"; 51.2 ms since
   // the loop's loads follow the products' issue, "Thirteenth round").
@@ -272,14 +273,18 @@ kvgen::chooseRowTiledPlan(const LayoutDesc &layout, DType io,
   // keep the 2-warpgroup loop.
   constexpr bool kWarpSpecializedByDefault = true;
   constexpr int64_t kWarpSpecializedMaxHeadSizeV = 128;
+  // (Not where tile-stages forces fewer than the 3 stages it needs; an
+  // explicit producer-warps takes its 384 threads unless threads says.)
   const bool wsDefault =
       kWarpSpecializedByDefault && warpRowTiles && wgmma &&
       tiles.producerWarps < 0 && threads <= 0 && target.caps().wgmma &&
-      layout.headSize(kValue) <= kWarpSpecializedMaxHeadSizeV;
-  c.threads = threads > 0   ? threads
-              : wsDefault   ? 3 * kWgmmaGroupThreads
-              : wgmma       ? 2 * kWgmmaGroupThreads
-                            : 128;
+      layout.headSize(kValue) <= kWarpSpecializedMaxHeadSizeV &&
+      (tiles.stages <= 0 || tiles.stages >= 3);
+  const bool wsAsked = warpRowTiles && tiles.producerWarps > 0;
+  c.threads = threads > 0               ? threads
+              : wsDefault || wsAsked ? 3 * kWgmmaGroupThreads
+              : wgmma                ? 2 * kWgmmaGroupThreads
+                                     : 128;
   c.tokensPerCta = 1;
   c.smallMaxTokens = c.smallThreads = 0;
   c.streamingStores = false; // the output is small and read next

@@ -20,12 +20,21 @@
 // CHECK-NOT: mma.sync.aligned.m16n8k16
 // CHECK-LABEL: .entry f16v256(
 // CHECK-DAG: wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {{.*}}, p, 1, 1, 1;
-// Without the option (sm_90's default plan for MiMo: wgmma, 2 warpgroups,
-// 3 stages) the same products, from the 128-byte swizzled tiles: K's
-// descriptor is its address >> 4 or-ed with 1 << 62 (layout type 128B)
-// + (1024 >> 4) << 32 (SBO) + (16 >> 4) << 16 (LBO) = 4611686293305360384;
-// with wgmma=0 the prefill body is mma.sync.
+// Without the option (sm_90's default plan for MiMo: wgmma, warp-
+// specialized: a producer warpgroup, two computing warpgroups taking
+// turns, 4 stages) the same products, from the 128-byte swizzled tiles:
+// K's descriptor is its address >> 4 or-ed with 1 << 62 (layout type
+// 128B) + (1024 >> 4) << 32 (SBO) + (16 >> 4) << 16 (LBO) =
+// 4611686293305360384; the producers' and computing warps' registers set
+// by setmaxnreg, the tiles' arrival and release on mbarriers, the turns
+// on named barriers of 256 threads; with wgmma=0 the prefill body is
+// mma.sync.
 // DEFAULT-LABEL: .entry mimo(
+// DEFAULT-DAG: setmaxnreg.dec.sync.aligned.u32 40;
+// DEFAULT-DAG: setmaxnreg.inc.sync.aligned.u32 232;
+// DEFAULT-DAG: mbarrier.try_wait.parity.shared::cta.b64
+// DEFAULT-DAG: bar.sync {{%r[0-9]+}}, 256;
+// DEFAULT-DAG: bar.arrive {{%r[0-9]+}}, 256;
 // DEFAULT-DAG: or.b64 {{.*}}, 4611686293305360384;
 // DEFAULT-DAG: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, p, 1, 1, 0;
 // DEFAULT-DAG: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}, p, 1, 1, 1;

@@ -83,13 +83,17 @@ def KVPlan : Pass<"kv-plan", "::mlir::ModuleOp"> {
     Option<"tileStages", "tile-stages", "int64_t", /*default=*/"-1",
            "prefill plans of paged attention: K/V tile buffers in shared "
            "memory (the kernel loads up to tile-stages - 1 tiles ahead); "
-           "-1 lets the pass choose (2 where two fit), n in 1..4 forces n "
-           "(for A/B benchmarks; fails where n tiles exceed the target's "
-           "dynamic shared memory); other plans ignore it">,
+           "-1 lets the pass choose (2 where two fit; wgmma plans 3, "
+           "warp-specialized ones 4 or 3), n in 1..4 forces n (for A/B "
+           "benchmarks; fails where n tiles exceed the target's dynamic "
+           "shared memory; 1 or 2 keep sm_90 from warp-specializing by "
+           "default); other plans ignore it">,
     Option<"tileTokens", "tile-tokens", "int64_t", /*default=*/"-1",
            "prefill plans of paged attention: tokens per K/V tile; -1 "
            "lets the pass choose (64, 32 or 16: the most whose two "
-           "buffers fit), a multiple of 16 up to 128 forces it (for A/B "
+           "buffers fit; warp-specialized plans the first of 64 x 4, 64 x "
+           "3, 32 x 4, 32 x 3, 16 x 3 tokens x stages that fits), a "
+           "multiple of 16 up to 128 forces it (for A/B "
            "benchmarks; fails where the buffers exceed the target's "
            "dynamic shared memory); other plans ignore it">,
     Option<"producerWarps", "producer-warps", "int64_t", /*default=*/"-1",

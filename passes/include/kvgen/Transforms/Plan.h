@@ -110,7 +110,9 @@ constexpr int64_t kMaxSplitCtas = 512;
 /// for them (A/B benchmarks): tokens > 0 forces tile_tokens (a multiple of
 /// 16 up to kMaxTileTokens, 128), stages > 0 forces tile_stages (1 to
 /// kMaxTileStages); -1 lets chooseRowTiledPlan choose (kvgen/Launch.h's
-/// attnTileTokens / attnTileStages). producerWarps > 0 (kv-plan's
+/// attnTileTokens / attnTileStages; warp-specialized plans the first of
+/// 64 x 4, 64 x 3, 32 x 4, 32 x 3, 16 x 3 tokens x stages that fits).
+/// producerWarps > 0 (kv-plan's
 /// producer-warps: 4) makes the last producerWarps warps of `threads`
 /// load the tiles only (rows_per_cta = 16 x the other warps; 4 or 3
 /// stages when not forced); -1 lets chooseRowTiledPlan choose (4 on a
