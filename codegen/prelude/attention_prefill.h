@@ -401,34 +401,41 @@ stageTile(CS *kDst, CS *vDst, const CS *kBase, const CS *vBase,
           const SideMap &kMap, const SideMap &vMap,
           const kvgen_paged_attention_args &a, const int32_t *table,
           int64_t first, int64_t ta, int64_t tb, int64_t kvh, unsigned tid) {
-  // The blocks of this thread's tokens of every round first (their
-  // table entries read together: PagedKV::tableBlocks), then the copies.
-  int64_t ts[R::ROUNDS];
-  int32_t blks[R::ROUNDS];
-  bool want[R::ROUNDS];
+  // The blocks of this thread's tokens of up to 4 rounds first (their
+  // table entries read together: PagedKV::tableBlocks), then those rounds'
+  // copies (more rounds at once spilled the producer warps' registers).
+  enum { GROUP = R::ROUNDS < 4 ? int(R::ROUNDS) : 4 };
   KVGEN_UNROLL
-  for (int r = 0; r < R::ROUNDS; ++r) {
-    const int i = R::token(tid, r);
-    ts[r] = first + i;
-    want[r] = (!R::PARTIAL || i < R::KT) && ts[r] >= ta && ts[r] < tb;
-  }
-  KV::template tableBlocks<BS, CHECKED, R::ROUNDS>(a, table, ts, want, blks);
-  KVGEN_UNROLL
-  for (int r = 0; r < R::ROUNDS; ++r) {
-    const int i = R::token(tid, r);
-    if (R::PARTIAL && i >= R::KT)
-      break;
-    const int64_t t = first + i;
-    const int64_t blk = blks[r];
-    const bool ok = blk >= 0;
-    const CS *kRow =
-        kBase + (ok ? elementOffset(kMap, blk, t % BS, kvh, 0) : 0);
-    const CS *vRow =
-        vBase + (ok ? elementOffset(vMap, blk, t % BS, kvh, 0) : 0);
-    stageRow<KC, R, R::JK, R::UK, R::CK>(
-        kDst, kRow, kMap, tid, ok, [&](int c) { return R::kAt(i, c); });
-    stageRow<VC, R, R::JV, R::UV, R::CV>(
-        vDst, vRow, vMap, tid, ok, [&](int c) { return R::vAt(i, c); });
+  for (int g0 = 0; g0 < R::ROUNDS; g0 += GROUP) {
+    int64_t ts[GROUP];
+    int32_t blks[GROUP];
+    bool want[GROUP];
+    KVGEN_UNROLL
+    for (int j = 0; j < GROUP; ++j) {
+      const int i = R::token(tid, g0 + j);
+      ts[j] = first + i;
+      want[j] = g0 + j < R::ROUNDS && (!R::PARTIAL || i < R::KT) &&
+                ts[j] >= ta && ts[j] < tb;
+    }
+    KV::template tableBlocks<BS, CHECKED, GROUP>(a, table, ts, want, blks);
+    KVGEN_UNROLL
+    for (int j = 0; j < GROUP; ++j) {
+      const int r = g0 + j;
+      const int i = R::token(tid, r);
+      if (r >= R::ROUNDS || (R::PARTIAL && i >= R::KT))
+        break;
+      const int64_t t = first + i;
+      const int64_t blk = blks[j];
+      const bool ok = blk >= 0;
+      const CS *kRow =
+          kBase + (ok ? elementOffset(kMap, blk, t % BS, kvh, 0) : 0);
+      const CS *vRow =
+          vBase + (ok ? elementOffset(vMap, blk, t % BS, kvh, 0) : 0);
+      stageRow<KC, R, R::JK, R::UK, R::CK>(
+          kDst, kRow, kMap, tid, ok, [&](int c) { return R::kAt(i, c); });
+      stageRow<VC, R, R::JV, R::UV, R::CV>(
+          vDst, vRow, vMap, tid, ok, [&](int c) { return R::vAt(i, c); });
+    }
   }
 }
 

@@ -4,8 +4,20 @@
 // 4 tile stages) where V rows have at most 128 elements, else with two
 // warpgroups and 3 tile stages; where the op does not fit it, mma.sync.
 // RUN: kvgen-opt --kv-plan=target=sm_90 %t/fit.mlir | FileCheck %s --check-prefix=SM90
-// producer-warps=0: the 2-warpgroup pipelined loop for every op.
+// producer-warps=0: the 2-warpgroup pipelined loop for every op; so do
+// tile stages forced below the 3 warp specialization needs; an explicit
+// producer-warps=4 takes 384 threads (also for V rows of 256).
 // RUN: kvgen-opt --kv-plan="target=sm_90 producer-warps=0" %t/fit.mlir | FileCheck %s --check-prefix=NOWS
+// RUN: kvgen-opt --kv-plan="target=sm_90 tile-stages=2" %t/fit.mlir | FileCheck %s --check-prefix=STAGES2
+// RUN: kvgen-opt --kv-plan="target=sm_90 producer-warps=4" %t/fit.mlir | FileCheck %s --check-prefix=ASKWS
+// STAGES2-LABEL: kv.paged_attention @mimo_prefill
+// STAGES2-SAME: threads = 256, rows_per_cta = 128,
+// STAGES2-SAME: tile_tokens = 64, tile_stages = 2,
+// STAGES2-NOT: producer_warps
+// STAGES2-SAME: wgmma = true>
+// ASKWS-LABEL: kv.paged_attention @f16_v256_prefill
+// ASKWS-SAME: threads = 384, rows_per_cta = 128,
+// ASKWS-SAME: tile_stages = 4, dynamic_smem_bytes = 163904, producer_warps = 4,
 // RUN: kvgen-opt --kv-plan=target=sm_90 %t/unfit.mlir | FileCheck %s --check-prefix=NONE
 // RUN: kvgen-opt --kv-plan="target=sm_90 wgmma=1" %t/fit.mlir | FileCheck %s --check-prefix=SM90
 // The printed plan parses back (omitted when false, printed when true).
