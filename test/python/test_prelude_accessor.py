@@ -16,7 +16,8 @@ PRELUDE = Path(__file__).resolve().parents[2] / "codegen" / "prelude"
 
 FAMILY_HEADERS = ("core.h", "rows.h", "rows_tiles.h", "blocks.h",
                   "attention_mma.h", "attention_shape.h", "attention_phases.h",
-                  "attention_decode.h", "attention_prefill.h", "attention.h")
+                  "attention_decode.h", "attention_tiles.h",
+                  "attention_prefill.h", "attention.h")
 
 # The K/V fields of kernel_abi.h's argument structs (Ops.def roles CACHE,
 # SCALE, CACHE_STRIDES, NUM_BLOCKS of swap_blocks' sets, ROWS and their

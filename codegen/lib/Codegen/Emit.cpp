@@ -73,8 +73,9 @@ ArrayRef<StringRef> familyHeaders(OpFamily f) {
   static const StringRef rows[] = {"rows.h", "rows_tiles.h"};
   static const StringRef blocks[] = {"blocks.h"};
   static const StringRef attention[] = {
-      "attention_mma.h",    "attention_shape.h",   "attention_phases.h",
-      "attention_decode.h", "attention_prefill.h", "attention.h"};
+      "attention_mma.h",    "attention_shape.h", "attention_phases.h",
+      "attention_decode.h", "attention_tiles.h", "attention_prefill.h",
+      "attention.h"};
   switch (f) {
   case OpFamily::Rows:
     return rows;

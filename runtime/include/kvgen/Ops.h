@@ -80,7 +80,8 @@ constexpr int64_t kMaxCountOption = int64_t(1) << 20;
 /// The kernel family of an op (Ops.def KVGEN_OP_FAMILY): which device
 /// prelude headers hold its kernel body (codegen/prelude: rows.h; blocks.h;
 /// attention_mma.h, attention_shape.h, attention_phases.h,
-/// attention_decode.h, attention_prefill.h and attention.h). A source
+/// attention_decode.h, attention_tiles.h, attention_prefill.h and
+/// attention.h). A source
 /// emitted for the op embeds the prelude's core.h, paged_kv.h and that
 /// family only.
 enum class OpFamily { Rows, Blocks, Attention };
