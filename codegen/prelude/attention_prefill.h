@@ -105,11 +105,7 @@ attentionTileCta(const kvgen_paged_attention_args &a, const SideMap &kMap,
     /// named barrier 1 + g, its own 128 threads and the previous one's.
     /// Not with V rows over 128 elements: there ptxas serializes the
     /// products around the turn barriers (C7514 for k64 / v256 f16).
-#ifdef KVGEN_NO_WG_TURNS
-    WG_TURNS = 0
-#else
     WG_TURNS = WS && S::MMA_WARPS >= 8 && HV <= 128 ? S::MMA_WARPS / 4 : 0
-#endif
   };
   static_assert(!WS || (PRODUCER_REGS <= ENTRY_REGS &&
                         PRODUCER_REGS * LOADERS + MMA_REGS * MMA_THREADS <=
