@@ -11,10 +11,11 @@
 // An emitted source embeds the prelude's core (core.h, then the paged-cache
 // accessor paged_kv.h) and the kernel
 // bodies of its kernels' op families only (Ops.def KVGEN_OP_FAMILY): rows
-// (rows.h), blocks (blocks.h), attention (attention_mma.h,
+// (rows.h, rows_tiles.h), blocks (blocks.h), attention (attention_mma.h,
 // attention_shape.h, attention_phases.h, attention_decode.h,
-// attention_prefill.h, attention.h), each once, in that order. The include
-// guards of the pieces mark where each one is.
+// attention_tiles.h, attention_prefill.h, attention.h), each once, in that
+// order (codegen/lib/Codegen/Emit.cpp, familyHeaders and kAllFamilies). The
+// include guards of the pieces mark where each one is.
 
 // ROWS-NOT: #define KVGEN_PRELUDE_{{BLOCKS|ATTENTION[A-Z_]*}}_H
 // ROWS: #define KVGEN_PRELUDE_CORE_H
@@ -42,6 +43,8 @@
 // ATTN: #define KVGEN_PRELUDE_ATTENTION_PHASES_H
 // ATTN-NOT: #define KVGEN_PRELUDE_{{ROWS[A-Z_]*|BLOCKS}}_H
 // ATTN: #define KVGEN_PRELUDE_ATTENTION_DECODE_H
+// ATTN-NOT: #define KVGEN_PRELUDE_{{ROWS[A-Z_]*|BLOCKS}}_H
+// ATTN: #define KVGEN_PRELUDE_ATTENTION_TILES_H
 // ATTN-NOT: #define KVGEN_PRELUDE_{{ROWS[A-Z_]*|BLOCKS}}_H
 // ATTN: #define KVGEN_PRELUDE_ATTENTION_PREFILL_H
 // ATTN-NOT: #define KVGEN_PRELUDE_{{ROWS[A-Z_]*|BLOCKS}}_H
@@ -83,6 +86,7 @@ kv.gather_mla @read_mla : #kv.layout<num_kv_heads = 1,
 // CHECK: #define KVGEN_PRELUDE_ATTENTION_SHAPE_H
 // CHECK: #define KVGEN_PRELUDE_ATTENTION_PHASES_H
 // CHECK: #define KVGEN_PRELUDE_ATTENTION_DECODE_H
+// CHECK: #define KVGEN_PRELUDE_ATTENTION_TILES_H
 // CHECK: #define KVGEN_PRELUDE_ATTENTION_PREFILL_H
 // CHECK: #define KVGEN_PRELUDE_ATTENTION_H
 // CHECK-NOT: #define KVGEN_PRELUDE_{{[A-Z_]+}}_H
@@ -108,6 +112,7 @@ kv.copy_blocks @cow : #kv.layout<num_kv_heads = 4, head_size_k = 192,
 // CHECK: #define KVGEN_PRELUDE_ATTENTION_SHAPE_H
 // CHECK: #define KVGEN_PRELUDE_ATTENTION_PHASES_H
 // CHECK: #define KVGEN_PRELUDE_ATTENTION_DECODE_H
+// CHECK: #define KVGEN_PRELUDE_ATTENTION_TILES_H
 // CHECK: #define KVGEN_PRELUDE_ATTENTION_PREFILL_H
 // CHECK: #define KVGEN_PRELUDE_ATTENTION_H
 // CHECK: void by_hand(
