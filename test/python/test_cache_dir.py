@@ -79,3 +79,40 @@ def test_cache_dir_is_empty_after_enospc(bundle, tmp_path):
                                      "No space left on device")
     finally:
         subprocess.run(["umount", "-l", str(cache)], check=False)
+
+
+def test_host_cxxflags_reach_the_compiler_and_the_cache_key(bundle, tmp_path,
+                                                            monkeypatch):
+    """KVGEN_HOST_CXXFLAGS (kvgen.h): the host backend's compile command
+    ends with them, read when a context is created, and the disk cache's
+    key holds them: a kernel compiled without them is not served to a
+    context that has them (and the other way round)."""
+    cache = tmp_path / "cache"
+
+    def compiles(flags):
+        if flags is None:
+            monkeypatch.delenv("KVGEN_HOST_CXXFLAGS", raising=False)
+        else:
+            monkeypatch.setenv("KVGEN_HOST_CXXFLAGS", flags)
+        ctx = kvgen.Context("host", cache_dir=str(cache))
+        try:
+            ctx.load_bundle(str(bundle))
+            ctx.kernel("reshape_and_cache", LAYOUT)
+            return ctx.stats()["compiles"]
+        finally:
+            ctx.close()
+
+    assert compiles(None) == 1
+    assert compiles(None) == 0  # a disk hit
+    assert compiles("-Og") == 1  # another key: compiled again
+    assert compiles("-Og") == 0
+    assert compiles("") == 0  # empty: the defaults' key
+    # A flag the compiler refuses fails the compile, naming the command.
+    monkeypatch.setenv("KVGEN_HOST_CXXFLAGS", "-fno-such-kvgen-flag")
+    ctx = kvgen.Context("host", cache_dir=str(cache))
+    try:
+        ctx.load_bundle(str(bundle))
+        with pytest.raises(kvgen.KvgenError, match="-fno-such-kvgen-flag"):
+            ctx.kernel("reshape_and_cache", LAYOUT)
+    finally:
+        ctx.close()

@@ -9,7 +9,11 @@
  *   CUDA: libcuda.so.1 (driver API) + libnvrtc.so (source -> sm_NN cubin)
  *   HIP:  libamdhip64.so + libamd_comgr.so (source -> code object)
  *   HOST: the system C++ compiler ($CXX, else c++) -> a shared object run on
- *         the CPU (for CI and tests)
+ *         the CPU (for CI and tests); its options are "-O2 -std=c++17
+ *         -shared -fPIC -Werror" followed by $KVGEN_HOST_CXXFLAGS when set
+ *         (read when a context is created; later options win, so
+ *         KVGEN_HOST_CXXFLAGS=-Og trades kernel speed for compile time, as
+ *         scripts/test.sh does). The disk cache's key holds the options.
  *
  * Errors: every function returning kvgen_status sets a thread-local message
  * readable with kvgen_last_error() when it fails (and clears it on success).
