@@ -494,7 +494,10 @@ struct KVPlanPass : public kvgen::impl::KVPlanBase<KVPlanPass> {
               : choosePlan(op.getLayout().getDesc(),
                            *fromMlirType(op.getRowType()), *parsed,
                            op.getWorkItemTokens(), threads, tokensPerCta,
-                           smallMaxTokens, &error, bulkCopy,
+                           smallMaxTokens, &error,
+                           // Bulk copies are blocks.h's path: a new
+                           // block-sized family must not get its shape.
+                           bulkCopy && family == OpFamily::Blocks,
                            readsRows(op.getKernelOp()));
       if (failed(c)) {
         op->emitOpError("kv-plan: ") << error;

@@ -78,7 +78,8 @@ enum class OptionKind { IoType, SlotType, Flag, Count };
 /// verifiers refuse other values, naming this range.
 constexpr int64_t kMaxCountOption = int64_t(1) << 20;
 /// The kernel family of an op (Ops.def KVGEN_OP_FAMILY): which device
-/// prelude headers hold its kernel body (codegen/prelude: rows.h; blocks.h;
+/// prelude headers hold its kernel body (codegen/prelude: rows.h and
+/// rows_tiles.h; blocks.h;
 /// attention_mma.h, attention_shape.h, attention_phases.h,
 /// attention_decode.h, attention_tiles.h, attention_prefill.h and
 /// attention.h). A source
