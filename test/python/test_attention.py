@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
 import kvgen  # noqa: E402
+import kvgen_emit  # noqa: E402
 
 BUILD = Path(os.environ.get("KVGEN_BUILD_DIR", REPO / "build"))
 KVGEN = BUILD / "bin" / "kvgen"
@@ -184,26 +185,20 @@ def host_context(tmp_path_factory, cache, plan_options=None, names=None,
     if plan_options:
         env["KVGEN_PLAN_OPTIONS"] = plan_options
     d = tmp_path_factory.mktemp("attention")
+    specs = []
     for name, g in (GEOS if geos is None else geos).items():
         if names is not None and name not in names:
             continue
-        lf = d / f"{name}.mlir"
-        lf.write_text(f"#kv.layout<{g.layout().text}>\n")
-        cmd = [str(KVGEN), "emit", "--layout", str(lf), "--target", "host",
-               "--op", "paged_attention", "--io", g.io,
-               "--num_q_heads", str(g.q_heads), "--bundle", str(d / "b")]
         # Kernels are range-checked by default; the other geometries keep
         # the unchecked kernel, so both are covered.
-        for flag, on in (("--sinks", g.sinks), ("--unchecked", not g.checked),
-                         ("--logits_soft_cap", g.soft_cap), ("--lse", lse),
-                         ("--prefill", prefill)):
-            if on:
-                cmd.append(flag)
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        assert r.returncode == 0, r.stdout + r.stderr
-    c = kvgen.Context("host", cache_dir=cache)
-    c.load_bundle(str(d / "b"))
-    return c, d / "b"
+        flags = [flag for flag, on in (
+            ("--sinks", g.sinks), ("--unchecked", not g.checked),
+            ("--logits_soft_cap", g.soft_cap), ("--lse", lse),
+            ("--prefill", prefill)) if on]
+        specs.append((g.layout(), "paged_attention",
+                      ("--io", g.io, "--num_q_heads", g.q_heads, *flags)))
+    bundle = kvgen_emit.emit_all(d, specs, env=env)
+    return kvgen_emit.host_context(bundle, cache), bundle
 
 
 @pytest.fixture(scope="module")

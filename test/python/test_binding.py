@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
 import kvgen  # noqa: E402
+from kvgen_emit import emit_all, host_context  # noqa: E402
 
 BUILD = Path(os.environ.get("KVGEN_BUILD_DIR", REPO / "build"))
 KVGEN = BUILD / "bin" / "kvgen"
@@ -54,25 +55,16 @@ SPECS = [
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory, kvgen_cli):
     d = tmp_path_factory.mktemp("binding")
-    for i, (op, lay, io, slots, checked, dq) in enumerate(SPECS):
-        lf = d / f"layout{i}.mlir"
-        lf.write_text(f"#kv.layout<{lay.text}>\n")
-        cmd = [str(KVGEN), "emit", "--layout", str(lf), "--target", "host",
-               "--op", op, "--io", io, "--slots", slots,
-               "--bundle", str(d / "bundle")]
-        if not checked:
-            cmd.append("--unchecked")
-        if dq:
-            cmd.append("--dequantize")
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        assert r.returncode == 0, r.stdout + r.stderr
+    emit_all(d, [(lay, op, ("--io", io, "--slots", slots) +
+                  (() if checked else ("--unchecked",)) +
+                  (("--dequantize",) if dq else ()))
+                 for op, lay, io, slots, checked, dq in SPECS])
     return d
 
 
 @pytest.fixture(scope="module")
 def ctx(bundle, kernel_cache):
-    c = kvgen.Context("host", cache_dir=kernel_cache)
-    c.load_bundle(str(bundle / "bundle"))
+    c = host_context(bundle / "bundle", kernel_cache)
     yield c
     c.close()
 

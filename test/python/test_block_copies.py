@@ -13,8 +13,6 @@ build/bin/kvgen or the runtime library is missing.
 Run:  python3 -m pytest -q test/python/test_copy_blocks.py
 """
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,9 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
 import kvgen  # noqa: E402
+from kvgen_emit import emit_all, host_context  # noqa: E402
 
-BUILD = Path(os.environ.get("KVGEN_BUILD_DIR", REPO / "build"))
-KVGEN = BUILD / "bin" / "kvgen"
 
 H, D, BS = 2, 64, 16
 # K and V views of one [num_blocks, 2, BS, H, D] tensor: block stride 2 x
@@ -58,15 +55,9 @@ KERNELS = [(f"{op}_{k}", op, k) for op in OPS for k in LAYOUTS]
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory, kvgen_cli, kernel_cache):
     d = tmp_path_factory.mktemp("copy_blocks")
-    for name, op, key in KERNELS:
-        lf = d / f"{name}.mlir"
-        lf.write_text(f"#kv.layout<{LAYOUTS[key].text}>\n")
-        cmd = [str(KVGEN), "emit", "--layout", str(lf), "--target", "host",
-               "--op", op, "--bundle", str(d / "bundle")]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        assert r.returncode == 0, r.stdout + r.stderr
-    c = kvgen.Context("host", cache_dir=kernel_cache)
-    c.load_bundle(str(d / "bundle"))
+    c = host_context(emit_all(d, [(LAYOUTS[key], op, ())
+                                  for _name, op, key in KERNELS]),
+                     kernel_cache)
     yield c
     c.close()
 

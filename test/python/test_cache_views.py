@@ -10,8 +10,6 @@ view of a tensor (shape, strides in elements, allocation), which numpy
 arrays and torch tensors both fill; the torch case below runs when torch is
 installed.
 """
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,9 +20,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 import kvgen  # noqa: E402
+from kvgen_emit import emit_all, host_context  # noqa: E402
 
-BUILD = Path(os.environ.get("KVGEN_BUILD_DIR", REPO / "build"))
-KVGEN = BUILD / "bin" / "kvgen"
 
 H, D, BS, NB = 2, 32, 16, 5
 DENSE = kvgen.Layout(H, D, D, BS, dtype="bf16")
@@ -41,17 +38,11 @@ HND = kvgen.Layout(H, D, D, BS, dtype="bf16", order="hnd")
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory, kvgen_cli, kernel_cache):
     d = tmp_path_factory.mktemp("views")
-    for i, lay in enumerate((DENSE, HALVES, DYNAMIC, HND)):
-        lf = d / f"layout{i}.mlir"
-        lf.write_text(f"#kv.layout<{lay.text}>\n")
-        r = subprocess.run(
-            [str(KVGEN), "emit", "--layout", str(lf), "--target", "host",
-             "--op", "reshape_and_cache", "--io", "bf16", "--slots", "i64",
-             "--bundle", str(d / "bundle")],
-            capture_output=True, text=True)
-        assert r.returncode == 0, r.stdout + r.stderr
-    c = kvgen.Context("host", cache_dir=kernel_cache)
-    c.load_bundle(str(d / "bundle"))
+    c = host_context(
+        emit_all(d, [(lay, "reshape_and_cache", ("--io", "bf16", "--slots",
+                                                 "i64"))
+                     for lay in (DENSE, HALVES, DYNAMIC, HND)]),
+        kernel_cache)
     yield c
     c.close()
 

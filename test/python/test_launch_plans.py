@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
 import kvgen  # noqa: E402
+from kvgen_emit import emit_all, host_context  # noqa: E402
 
 BUILD = Path(os.environ.get("KVGEN_BUILD_DIR", REPO / "build"))
 KVGEN = BUILD / "bin" / "kvgen"
@@ -33,17 +34,12 @@ QH = 4
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory, kvgen_cli, kernel_cache):
     d = tmp_path_factory.mktemp("plans")
-    lf = d / "layout.mlir"
-    lf.write_text(f"#kv.layout<{LAY.text}>\n")
-    for op, extra in (("reshape_and_cache", ["--slots", "i64"]),
-                      ("paged_attention", ["--num_q_heads", str(QH)])):
-        r = subprocess.run([str(KVGEN), "emit", "--layout", str(lf),
-                            "--target", "host", "--op", op, "--io", "bf16",
-                            *extra, "--bundle", str(d / "b")],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stdout + r.stderr
-    c = kvgen.Context("host", cache_dir=kernel_cache)
-    c.load_bundle(str(d / "b"))
+    c = host_context(
+        emit_all(d, [(LAY, "reshape_and_cache", ("--io", "bf16", "--slots",
+                                                 "i64")),
+                     (LAY, "paged_attention", ("--io", "bf16",
+                                               "--num_q_heads", QH))]),
+        kernel_cache)
     yield c
     c.close()
 

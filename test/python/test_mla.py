@@ -14,8 +14,6 @@ missing.
 Run:  python3 -m pytest -q test/python/test_mla.py
 """
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,10 +25,9 @@ sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kvgen  # noqa: E402
+from kvgen_emit import emit_all, host_context  # noqa: E402
 import kvgen_ref as ref  # noqa: E402
 
-BUILD = Path(os.environ.get("KVGEN_BUILD_DIR", REPO / "build"))
-KVGEN = BUILD / "bin" / "kvgen"
 
 
 def mla(dc, dpe, bs, dtype="bf16", **kw):
@@ -65,16 +62,9 @@ def ctx(tmp_path_factory, kvgen_cli, kernel_cache):
         specs.add((key, "gather_mla", ()))
         if lay.dtype.startswith("f8"):
             specs.add((key, "gather_mla", ("--io", "bf16", "--dequantize")))
-    for key, op, extra in sorted(specs):
-        lf = d / f"{key}.mlir"
-        lf.write_text(f"#kv.layout<{LAYOUTS[key].text}>\n")
-        r = subprocess.run(
-            [str(KVGEN), "emit", "--layout", str(lf), "--target", "host",
-             "--op", op, "--bundle", str(d / "bundle"), *extra],
-            capture_output=True, text=True)
-        assert r.returncode == 0, r.stdout + r.stderr
-    c = kvgen.Context("host", cache_dir=kernel_cache)
-    c.load_bundle(str(d / "bundle"))
+    c = host_context(emit_all(d, [(LAYOUTS[key], op, extra)
+                                  for key, op, extra in sorted(specs)]),
+                     kernel_cache)
     yield c
     c.close()
 
