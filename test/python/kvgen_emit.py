@@ -14,6 +14,7 @@ cache, so a kernel that several files load is compiled once):
         c.close()
 """
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -41,7 +42,8 @@ def emit(directory, layout, op, args=(), target="host", env=None,
     text = layout.text if isinstance(layout, kvgen.Layout) else str(layout)
     layouts = directory / "layouts"
     layouts.mkdir(parents=True, exist_ok=True)
-    lf = layouts / f"layout{len(list(layouts.iterdir()))}.mlir"
+    # Named by content: one file per layout text, whatever else is there.
+    lf = layouts / f"{hashlib.sha1(text.encode()).hexdigest()[:16]}.mlir"
     lf.write_text(f"#kv.layout<{text}>\n")
     bundle = directory / bundle_name
     cmd = [str(kvgen_exe()), "emit", "--layout", str(lf), "--op", op,

@@ -29,6 +29,7 @@ Run:  python3 -m pytest -q test/python/test_attention.py
 
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -240,6 +241,39 @@ def ctx_prefill(tmp_path_factory, kvgen_cli, kernel_cache):
             in text, f
     yield c
     c.close()
+
+
+def test_host_kernels_compile_at_the_default_options(tmp_path, kvgen_cli,
+                                                     kernel_cache,
+                                                     monkeypatch):
+    """The suite compiles host kernels with -Og (conftest.py); the host
+    backend's default is -O2, whose loop analyses find warnings -Og does
+    not (-Waggressive-loop-optimizations), and the backend fails a compile
+    on any warning. So the attention bodies (decode, the mma.sync prefill
+    and the warp-specialized wgmma prefill, MiMo's geometry with sinks)
+    compile once here with KVGEN_HOST_CXXFLAGS empty: -O2 alone."""
+    g = GEOS["mimo_hnd_sinks_window"]
+    base = ("--io", g.io, "--num_q_heads", g.q_heads, "--sinks")
+    kvgen_emit.emit_all(tmp_path, [
+        (g.layout(), "paged_attention", base),
+        (g.layout(), "paged_attention", base + ("--prefill",))])
+    kvgen_emit.emit(tmp_path, g.layout(), "paged_attention",
+                    base + ("--prefill",), bundle_name="ws",
+                    env=dict(os.environ, KVGEN_PLAN_OPTIONS=WS_OPTIONS))
+    monkeypatch.setenv("KVGEN_HOST_CXXFLAGS", "")
+    names = []
+    for b in ("bundle", "ws"):
+        manifest = (tmp_path / b / "kvgen-manifest.txt").read_text()
+        names += [(b, n) for n in re.findall(r"^name = (\S+)$", manifest,
+                                              re.M)]
+    assert len(names) == 3, names
+    for b, name in names:
+        c = kvgen.Context.compile_only("host", "host", cache_dir=kernel_cache)
+        try:
+            c.load_bundle(str(tmp_path / b))
+            assert c.kernel_by_name(name).op == "paged_attention"
+        finally:
+            c.close()
 
 
 def planned_tile_bytes(hk, hv, elem, most, wgmma=False, ws=False):

@@ -11,9 +11,12 @@
  *   HOST: the system C++ compiler ($CXX, else c++) -> a shared object run on
  *         the CPU (for CI and tests); its options are "-O2 -std=c++17
  *         -shared -fPIC -Werror" followed by $KVGEN_HOST_CXXFLAGS when set
- *         (read when a context is created; later options win, so
- *         KVGEN_HOST_CXXFLAGS=-Og trades kernel speed for compile time, as
- *         scripts/test.sh does). The disk cache's key holds the options.
+ *         (read when a context is created; a later -O, -std or -f option
+ *         wins, so KVGEN_HOST_CXXFLAGS=-Og trades kernel speed for compile
+ *         time, as the test suite's test/python/conftest.py does; a
+ *         compile that prints any warning still fails). Both variables are
+ *         parsed by the shell (/bin/sh), like a command line. The disk
+ *         cache's key holds the options as written.
  *
  * Errors: every function returning kvgen_status sets a thread-local message
  * readable with kvgen_last_error() when it fails (and clears it on success).
