@@ -81,6 +81,26 @@ attnWideStep(const typename S::CS *kTile, const uint16_t *vRows,
   }
 }
 
+/// One chunk of an n extent with `left` n columns from its start (`left` is
+/// known once the caller's loops unroll) as wgmma runs: 64 columns, else 32
+/// (then 16 more at 48, whose descriptor is `next16` bytes further), else
+/// 16; d is the chunk's first n-tile of accumulators.
+template <class MT, bool MN_MAJOR, int LBO, int SBO, bool SWZ>
+KVGEN_DEVICE inline void wgmmaChunk(float (*d)[4], const uint32_t *a,
+                                    const WgmmaTile<LBO, SBO, SWZ> &tile,
+                                    int at, int next16, int left,
+                                    bool accumulate, unsigned lane) {
+  if (left >= 64)
+    wgmmaRun<MT, 64, MN_MAJOR>(&d[0][0], a, tile, at, accumulate, lane);
+  else if (left >= 32) {
+    wgmmaRun<MT, 32, MN_MAJOR>(&d[0][0], a, tile, at, accumulate, lane);
+    if (left == 48)
+      wgmmaRun<MT, 16, MN_MAJOR>(&d[4][0], a, tile, at + next16, accumulate,
+                                 lane);
+  } else
+    wgmmaRun<MT, 16, MN_MAJOR>(&d[0][0], a, tile, at, accumulate, lane);
+}
+
 /// S = Q K^T of a warpgroup's 64 rows (warp w: rows 16 w on, this lane's
 /// rows as attnWideStep's) over the KT keys of a tile staged by stageTile
 /// in CoreMatrixOrder, issued on warpgroup MMA (wgmmaRun) and not waited
@@ -108,15 +128,8 @@ KVGEN_DEVICE inline void wgmmaIssueQK(const typename S::CS *kTile,
       const int left = KT - n0;
       const int at = SWZ ? (ks / 4) * KT * 128 + (ks % 4) * 32 + n0 * 128
                          : (n0 / 8) * KGROUP + 256 * ks;
-      if (left >= 64)
-        wgmmaRun<MT, 64, false>(&s[n0 / 8][0], q[ks], kb, at, ks > 0, lane);
-      else if (left >= 32) {
-        wgmmaRun<MT, 32, false>(&s[n0 / 8][0], q[ks], kb, at, ks > 0, lane);
-        if (left == 48)
-          wgmmaRun<MT, 16, false>(&s[n0 / 8 + 4][0], q[ks], kb,
-                                  at + 4 * KGROUP, ks > 0, lane);
-      } else
-        wgmmaRun<MT, 16, false>(&s[n0 / 8][0], q[ks], kb, at, ks > 0, lane);
+      wgmmaChunk<MT, false>(&s[n0 / 8], q[ks], kb, at, 4 * KGROUP, left,
+                            ks > 0, lane);
     }
   }
 }
@@ -162,15 +175,8 @@ KVGEN_DEVICE inline void wgmmaIssuePV(const typename S::CS *vTile,
       const int left = HV - c0;
       const int at = SWZ ? (c0 / 64) * KT * 128 + kk * 2048
                          : 2 * kk * VGROUP + (c0 / 8) * 128;
-      if (left >= 64)
-        wgmmaRun<MT, 64, true>(&o[c0 / 8][0], pa[kk], vb, at, true, lane);
-      else if (left >= 32) {
-        wgmmaRun<MT, 32, true>(&o[c0 / 8][0], pa[kk], vb, at, true, lane);
-        if (left == 48)
-          wgmmaRun<MT, 16, true>(&o[c0 / 8 + 4][0], pa[kk], vb, at + (SWZ ? 64 : 4 * 128),
-                                 true, lane);
-      } else
-        wgmmaRun<MT, 16, true>(&o[c0 / 8][0], pa[kk], vb, at, true, lane);
+      wgmmaChunk<MT, true>(&o[c0 / 8], pa[kk], vb, at, SWZ ? 64 : 4 * 128,
+                           left, true, lane);
     }
   }
 }
